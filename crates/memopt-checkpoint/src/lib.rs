@@ -1,0 +1,1 @@
+//! memopt-checkpoint (built in its own issue).

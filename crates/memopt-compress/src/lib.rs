@@ -1,0 +1,1 @@
+//! memopt-compress (built in its own issue).

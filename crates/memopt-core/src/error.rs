@@ -1,0 +1,119 @@
+//! The error type of memopt-core: every public function returns [`Result`].
+
+use crate::{DType, Device};
+
+/// Result alias used throughout memopt-core.
+pub type Result<T> = std::result::Result<T, CoreError>;
+
+/// Everything that can go wrong in memopt-core. Each variant names the operation and what would
+/// have been valid, so that the message alone tells the user how to fix the call.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum CoreError {
+    /// Two shapes that must agree do not.
+    #[error("{op}: shape mismatch: expected {expected}, got {got}")]
+    ShapeMismatch {
+        /// Operation that detected the problem.
+        op: &'static str,
+        /// What the operation needed, in words or as a shape.
+        expected: String,
+        /// What it was given.
+        got: String,
+    },
+    /// A tensor has the wrong element type.
+    #[error("{op}: expected dtype {expected}, got {got}{hint}")]
+    DTypeMismatch {
+        /// Operation that detected the problem.
+        op: &'static str,
+        /// The dtype the operation accepts.
+        expected: DType,
+        /// The dtype it was given.
+        got: DType,
+        /// Extra advice (may be empty).
+        hint: String,
+    },
+    /// Tensors that must live on one device do not.
+    #[error("{op}: tensors are on different devices ({a} and {b}); move them with to_device first")]
+    DeviceMismatch {
+        /// Operation that detected the problem.
+        op: &'static str,
+        /// Device of the first tensor.
+        a: Device,
+        /// Device of the offending tensor.
+        b: Device,
+    },
+    /// An argument is outside the range the operation accepts.
+    #[error("{op}: {message}")]
+    InvalidArgument {
+        /// Operation that detected the problem.
+        op: &'static str,
+        /// What was wrong and what would be valid.
+        message: String,
+    },
+    /// Data was requested from a tensor that has none (a Meta tensor).
+    #[error("{op}: tensor on {device} has no data (Meta tensors carry shape and dtype only)")]
+    NoData {
+        /// Operation that wanted the data.
+        op: &'static str,
+        /// Device of the tensor.
+        device: Device,
+    },
+    /// The CUDA driver library could not be loaded, or failed to initialise.
+    #[error("CUDA is unavailable: {reason}")]
+    CudaUnavailable {
+        /// Why, e.g. "libcuda.so was not found".
+        reason: String,
+    },
+    /// A CUDA ordinal beyond the devices present was requested.
+    #[error("CUDA device {ordinal} does not exist: {available} device(s) present (valid ordinals: {})", valid_ordinals(*.available))]
+    CudaDeviceNotFound {
+        /// Requested ordinal.
+        ordinal: usize,
+        /// Number of devices the driver reports.
+        available: usize,
+    },
+    /// A CUDA driver, NVRTC or cuBLAS call failed.
+    #[error("{op}: CUDA error: {message}")]
+    Cuda {
+        /// Operation that failed.
+        op: &'static str,
+        /// Driver message.
+        message: String,
+    },
+    /// The device cannot run this operation (yet).
+    #[error("{op} is not implemented on {device}{hint}")]
+    Unsupported {
+        /// Operation requested.
+        op: &'static str,
+        /// Device it was requested on.
+        device: Device,
+        /// Extra advice (may be empty).
+        hint: String,
+    },
+}
+
+fn valid_ordinals(available: usize) -> String {
+    match available {
+        0 => "none".to_string(),
+        1 => "0".to_string(),
+        n => format!("0..={}", n - 1),
+    }
+}
+
+impl CoreError {
+    /// Shorthand for [`CoreError::InvalidArgument`].
+    pub fn invalid(op: &'static str, message: impl Into<String>) -> Self {
+        CoreError::InvalidArgument {
+            op,
+            message: message.into(),
+        }
+    }
+
+    /// Shorthand for [`CoreError::ShapeMismatch`].
+    pub fn shape(op: &'static str, expected: impl Into<String>, got: impl std::fmt::Display) -> Self {
+        CoreError::ShapeMismatch {
+            op,
+            expected: expected.into(),
+            got: got.to_string(),
+        }
+    }
+}

@@ -1,0 +1,200 @@
+//! Elementwise kernels: add, mul, scale, relu, sigmoid, and their backward functions, plus
+//! in-place gradient accumulation.
+
+use super::par::{map1, map2, update2};
+use crate::memory::MemoryKind;
+use crate::{CoreError, KernelBuffer, Result, Tensor};
+
+fn same_shape(op: &'static str, a: &Tensor, b: &Tensor) -> Result<()> {
+    a.expect_same_device(op, b)?;
+    if a.shape() != b.shape() {
+        return Err(CoreError::shape(
+            op,
+            format!("both operands of shape {}", a.shape()),
+            b.shape(),
+        ));
+    }
+    Ok(())
+}
+
+fn unary(
+    op: &'static str,
+    x: &Tensor,
+    kind: MemoryKind,
+    spike: bool,
+    f: impl Fn(f32) -> f32 + Sync,
+) -> Result<Tensor> {
+    let xr = x.read::<f32>(op)?;
+    let mut out = KernelBuffer::<f32>::zeros(op, x.device(), x.elem_count(), kind)?;
+    if let (Some(xs), Some(os)) = (xr.slice(), out.slice_mut()) {
+        map1(xs, os, f);
+    }
+    Ok(out.into_tensor(x.shape().clone())?.with_spike_flag(spike))
+}
+
+fn binary(
+    op: &'static str,
+    a: &Tensor,
+    b: &Tensor,
+    kind: MemoryKind,
+    spike: bool,
+    f: impl Fn(f32, f32) -> f32 + Sync,
+) -> Result<Tensor> {
+    same_shape(op, a, b)?;
+    let (ar, br) = (a.read::<f32>(op)?, b.read::<f32>(op)?);
+    let mut out = KernelBuffer::<f32>::zeros(op, a.device(), a.elem_count(), kind)?;
+    if let (Some(xs), Some(ys), Some(os)) = (ar.slice(), br.slice(), out.slice_mut()) {
+        map2(xs, ys, os, f);
+    }
+    Ok(out.into_tensor(a.shape().clone())?.with_spike_flag(spike))
+}
+
+/// `a + b` (same shapes). The sum of spikes is not a spike tensor (it may hold 2).
+pub fn add(a: &Tensor, b: &Tensor) -> Result<Tensor> {
+    binary("add", a, b, MemoryKind::Activation, false, |x, y| x + y)
+}
+
+/// `a * b` (same shapes). The product of two spike tensors is a spike tensor.
+pub fn mul(a: &Tensor, b: &Tensor) -> Result<Tensor> {
+    binary(
+        "mul",
+        a,
+        b,
+        MemoryKind::Activation,
+        a.is_spike() && b.is_spike(),
+        |x, y| x * y,
+    )
+}
+
+/// `x * s`.
+pub fn scale(x: &Tensor, s: f32) -> Result<Tensor> {
+    unary(
+        "scale",
+        x,
+        MemoryKind::Activation,
+        x.is_spike() && s == 1.0,
+        move |v| v * s,
+    )
+}
+
+/// `max(x, 0)`. Keeps the spike flag.
+pub fn relu(x: &Tensor) -> Result<Tensor> {
+    unary("relu", x, MemoryKind::Activation, x.is_spike(), |v| v.max(0.0))
+}
+
+/// `1 / (1 + exp(-x))`.
+pub fn sigmoid(x: &Tensor) -> Result<Tensor> {
+    unary("sigmoid", x, MemoryKind::Activation, false, sigmoid_f32)
+}
+
+/// The logistic function on one value.
+#[inline]
+pub fn sigmoid_f32(v: f32) -> f32 {
+    1.0 / (1.0 + (-v).exp())
+}
+
+/// `grad * s`: the backward of [`scale`], recorded as a gradient.
+pub fn scale_backward(grad: &Tensor, s: f32) -> Result<Tensor> {
+    unary("scale_backward", grad, MemoryKind::Gradient, false, move |g| {
+        g * s
+    })
+}
+
+/// `grad * other`: the backward of [`mul`] with respect to one operand.
+pub fn mul_backward(grad: &Tensor, other: &Tensor) -> Result<Tensor> {
+    binary(
+        "mul_backward",
+        grad,
+        other,
+        MemoryKind::Gradient,
+        false,
+        |g, o| g * o,
+    )
+}
+
+/// Backward of [`relu`] given its input `x` (or, equally, its output).
+pub fn relu_backward(grad: &Tensor, x: &Tensor) -> Result<Tensor> {
+    binary("relu_backward", grad, x, MemoryKind::Gradient, false, |g, v| {
+        if v > 0.0 { g } else { 0.0 }
+    })
+}
+
+/// Backward of [`sigmoid`] given its output `y`: `grad * y * (1 - y)`.
+pub fn sigmoid_backward(grad: &Tensor, y: &Tensor) -> Result<Tensor> {
+    binary(
+        "sigmoid_backward",
+        grad,
+        y,
+        MemoryKind::Gradient,
+        false,
+        |g, s| g * s * (1.0 - s),
+    )
+}
+
+/// `acc += x` in place (gradient accumulation without allocation).
+pub fn add_assign(acc: &Tensor, x: &Tensor) -> Result<()> {
+    const OP: &str = "add_assign";
+    same_shape(OP, acc, x)?;
+    if acc.same_storage(x) {
+        return Err(CoreError::invalid(
+            OP,
+            "the accumulator and the addend share storage; copy one first",
+        ));
+    }
+    let xr = x.read::<f32>(OP)?;
+    let mut w = acc.write::<f32>(OP)?;
+    if let (Some(a), Some(b)) = (w.slice_mut(), xr.slice()) {
+        update2(a, b, |a, b| a + b);
+    }
+    Ok(())
+}
+
+/// Sets every element of `x` to zero in place.
+pub fn zero_(x: &Tensor) -> Result<()> {
+    let mut w = x.write::<f32>("zero_")?;
+    if let Some(s) = w.slice_mut() {
+        s.fill(0.0);
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Device;
+
+    fn t(v: &[f32]) -> Tensor {
+        Tensor::from_vec(v.to_vec(), [v.len()], Device::Cpu, MemoryKind::Input).unwrap()
+    }
+
+    #[test]
+    fn forward_values_and_flags() {
+        let a = t(&[-1.0, 0.0, 2.0]);
+        let b = t(&[1.0, 1.0, 0.0]).with_spike_flag(true);
+        assert_eq!(add(&a, &b).unwrap().to_vec_f32().unwrap(), vec![0.0, 1.0, 2.0]);
+        assert_eq!(relu(&a).unwrap().to_vec_f32().unwrap(), vec![0.0, 0.0, 2.0]);
+        assert!(mul(&b, &b).unwrap().is_spike());
+        assert!(!add(&b, &b).unwrap().is_spike());
+        let s = sigmoid(&a).unwrap().to_vec_f32().unwrap();
+        assert!((s[1] - 0.5).abs() < 1e-7);
+    }
+
+    #[test]
+    fn shape_and_dtype_errors_name_the_problem() {
+        let a = t(&[1.0, 2.0]);
+        let b = t(&[1.0, 2.0, 3.0]);
+        let e = add(&a, &b).unwrap_err().to_string();
+        assert!(e.contains("add") && e.contains("[2]") && e.contains("[3]"), "{e}");
+        let h = a.to_dtype(crate::DType::F16).unwrap();
+        let e = relu(&h).unwrap_err().to_string();
+        assert!(e.contains("expected dtype f32, got f16"), "{e}");
+    }
+
+    #[test]
+    fn accumulate_in_place() {
+        let acc = t(&[1.0, 2.0]);
+        add_assign(&acc, &t(&[0.5, 0.5])).unwrap();
+        assert_eq!(acc.to_vec_f32().unwrap(), vec![1.5, 2.5]);
+        assert!(add_assign(&acc, &acc).is_err());
+    }
+}

@@ -1,0 +1,17 @@
+//! Exact memory accounting: every buffer is allocated through its device's [`MemoryTracker`],
+//! which records each allocation, free and re-tag as a [`MemoryEvent`] with its bytes, its
+//! [`MemoryKind`] and the [`Scope`] (module path and [`Phase`]) it happened in.
+
+mod allocation;
+mod event;
+mod kind;
+mod scope;
+mod tracker;
+
+pub use allocation::{Allocation, AllocationId};
+pub use event::{MemoryAction, MemoryEvent};
+pub use kind::MemoryKind;
+pub use scope::{
+    Phase, PhaseGuard, Scope, ScopeGuard, current_scope, enter_module, enter_phase, enter_scope,
+};
+pub use tracker::{KindStats, MemoryStats, MemorySubscriber, MemoryTracker, Subscription, TrackerGuard};

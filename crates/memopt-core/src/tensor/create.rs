@@ -1,0 +1,122 @@
+//! Creating tensors.
+
+use super::Tensor;
+use crate::memory::MemoryKind;
+use crate::rng::Philox;
+use crate::storage::{CpuData, CudaData, Element, Storage, StorageData};
+use crate::{CoreError, Device, Result, Shape};
+use std::sync::Arc;
+
+impl Tensor {
+    /// Zeros of `dtype` on `device`, recorded with `kind`.
+    pub fn zeros(
+        shape: impl Into<Shape>,
+        dtype: crate::DType,
+        device: Device,
+        kind: MemoryKind,
+    ) -> Result<Tensor> {
+        let shape = shape.into();
+        let storage = Storage::zeros(dtype, shape.elem_count(), device, kind)?;
+        Tensor::from_storage(Arc::new(storage), shape)
+    }
+
+    /// A tensor from host values, placed on `device` (the values are dropped on Meta).
+    pub fn from_vec<T: Element>(
+        data: Vec<T>,
+        shape: impl Into<Shape>,
+        device: Device,
+        kind: MemoryKind,
+    ) -> Result<Tensor> {
+        let shape = shape.into();
+        if data.len() != shape.elem_count() {
+            return Err(CoreError::shape(
+                "Tensor::from_vec",
+                format!("{} values for shape {shape}", shape.elem_count()),
+                format!("{} values", data.len()),
+            ));
+        }
+        let len = data.len();
+        let storage = match device {
+            Device::Cpu => Storage::from_cpu(T::into_cpu(data), kind),
+            Device::Meta => Storage::from_parts(StorageData::Meta, T::DTYPE, len, device, kind),
+            Device::Cuda(ordinal) => {
+                let gpu = CudaData::upload(ordinal, &T::into_cpu(data))?;
+                Storage::from_parts(StorageData::Cuda(gpu), T::DTYPE, len, device, kind)
+            }
+        };
+        Tensor::from_storage(Arc::new(storage), shape)
+    }
+
+    /// A tensor filled with `value`.
+    pub fn full(shape: impl Into<Shape>, value: f32, device: Device, kind: MemoryKind) -> Result<Tensor> {
+        let shape = shape.into();
+        let n = shape.elem_count();
+        let data = if device.is_meta() {
+            Vec::new()
+        } else {
+            vec![value; n]
+        };
+        Self::from_host_or_meta(data, shape, device, kind)
+    }
+
+    /// A scalar f32 tensor.
+    pub fn scalar(value: f32, device: Device, kind: MemoryKind) -> Result<Tensor> {
+        Self::full(Shape::scalar(), value, device, kind)
+    }
+
+    /// Values drawn uniformly from `[low, high)` with `rng`. The generator advances by the same
+    /// amount on every device, so a model built on Meta and on the CPU stays in step.
+    pub fn rand_uniform(
+        shape: impl Into<Shape>,
+        low: f32,
+        high: f32,
+        rng: &mut Philox,
+        device: Device,
+        kind: MemoryKind,
+    ) -> Result<Tensor> {
+        let shape = shape.into();
+        let n = shape.elem_count();
+        let start = rng.reserve(n as u64);
+        let data = if device.is_meta() {
+            Vec::new()
+        } else {
+            let mut v = vec![0f32; n];
+            crate::rng::fill_uniform(start, &mut v, low, high);
+            v
+        };
+        Self::from_host_or_meta(data, shape, device, kind)
+    }
+
+    /// `data` on `device`; on Meta `data` is ignored (may be empty).
+    fn from_host_or_meta(data: Vec<f32>, shape: Shape, device: Device, kind: MemoryKind) -> Result<Tensor> {
+        if device.is_meta() {
+            let storage = Storage::from_parts(
+                StorageData::Meta,
+                crate::DType::F32,
+                shape.elem_count(),
+                device,
+                kind,
+            );
+            return Tensor::from_storage(Arc::new(storage), shape);
+        }
+        Self::from_vec(data, shape, device, kind)
+    }
+
+    /// Host data of this view, copied out (CPU) or downloaded (CUDA).
+    pub(crate) fn host_data(&self, op: &'static str) -> Result<CpuData> {
+        let range = self.storage_offset()..self.storage_offset() + self.elem_count();
+        match &*self.storage().read() {
+            StorageData::Cpu(d) => Ok(d.slice(range)),
+            StorageData::Meta => Err(CoreError::NoData {
+                op,
+                device: self.device(),
+            }),
+            StorageData::Cuda(g) => {
+                let Device::Cuda(ordinal) = self.device() else {
+                    unreachable!("CUDA data lives on a CUDA device")
+                };
+                Ok(g.download(ordinal)?.slice(range))
+            }
+        }
+    }
+}

@@ -1,0 +1,235 @@
+//! The tensor: a shape, a dtype and a view into shared tracked storage.
+
+mod access;
+mod convert;
+mod create;
+
+pub use access::{DataRead, DataWrite, KernelBuffer};
+
+use crate::memory::MemoryKind;
+use crate::storage::Storage;
+use crate::{CoreError, DType, Device, Result, Shape};
+use std::sync::Arc;
+
+/// A contiguous row-major tensor. Clones are cheap (one reference count) and share storage;
+/// reshapes and time slices ([`Tensor::narrow0`]) are views into the same storage.
+///
+/// `is_spike` records that every value is known to be 0 or 1; spiking neurons set it and ops
+/// that keep it true (reshape, max pooling, multiplying spikes) propagate it.
+#[derive(Clone)]
+pub struct Tensor(Arc<TensorInner>);
+
+struct TensorInner {
+    storage: Arc<Storage>,
+    shape: Shape,
+    /// First element of this view within the storage.
+    offset: usize,
+    is_spike: bool,
+}
+
+impl std::fmt::Debug for Tensor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "Tensor({}, {}, {}{})",
+            self.shape(),
+            self.dtype(),
+            self.device(),
+            if self.is_spike() { ", spike" } else { "" }
+        )
+    }
+}
+
+impl Tensor {
+    /// A tensor viewing all of `storage` with `shape`.
+    pub fn from_storage(storage: Arc<Storage>, shape: impl Into<Shape>) -> Result<Tensor> {
+        let shape = shape.into();
+        if shape.elem_count() != storage.len() {
+            return Err(CoreError::shape(
+                "Tensor::from_storage",
+                format!("a shape with {} elements", storage.len()),
+                &shape,
+            ));
+        }
+        Ok(Tensor(Arc::new(TensorInner {
+            storage,
+            shape,
+            offset: 0,
+            is_spike: false,
+        })))
+    }
+
+    fn view(&self, shape: Shape, offset: usize, is_spike: bool) -> Tensor {
+        Tensor(Arc::new(TensorInner {
+            storage: self.0.storage.clone(),
+            shape,
+            offset,
+            is_spike,
+        }))
+    }
+
+    /// Shape.
+    pub fn shape(&self) -> &Shape {
+        &self.0.shape
+    }
+
+    /// Dimensions.
+    pub fn dims(&self) -> &[usize] {
+        self.0.shape.dims()
+    }
+
+    /// Number of dimensions.
+    pub fn rank(&self) -> usize {
+        self.0.shape.rank()
+    }
+
+    /// Number of elements.
+    pub fn elem_count(&self) -> usize {
+        self.0.shape.elem_count()
+    }
+
+    /// Element type.
+    pub fn dtype(&self) -> DType {
+        self.0.storage.dtype()
+    }
+
+    /// Device.
+    pub fn device(&self) -> Device {
+        self.0.storage.device()
+    }
+
+    /// Whether every value is known to be 0 or 1.
+    pub fn is_spike(&self) -> bool {
+        self.0.is_spike
+    }
+
+    /// The same data with the spike flag set to `is_spike`. Setting it on data that is not binary
+    /// is the caller's promise; compressors trust it.
+    pub fn with_spike_flag(&self, is_spike: bool) -> Tensor {
+        self.view(self.0.shape.clone(), self.0.offset, is_spike)
+    }
+
+    /// The storage behind the view.
+    pub fn storage(&self) -> &Arc<Storage> {
+        &self.0.storage
+    }
+
+    /// Offset of the first element of this view in its storage, in elements.
+    pub fn storage_offset(&self) -> usize {
+        self.0.offset
+    }
+
+    /// Bytes of this view's elements (not of the whole storage).
+    pub fn view_bytes(&self) -> u64 {
+        (self.elem_count() * self.dtype().size_in_bytes()) as u64
+    }
+
+    /// Whether two tensors share storage.
+    pub fn same_storage(&self, other: &Tensor) -> bool {
+        Arc::ptr_eq(&self.0.storage, &other.0.storage)
+    }
+
+    /// Whether two handles are the same tensor view (same storage, offset and shape).
+    pub fn same_view(&self, other: &Tensor) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+            || (self.same_storage(other) && self.0.offset == other.0.offset && self.0.shape == other.0.shape)
+    }
+
+    /// Kind of the storage as recorded by the tracker.
+    pub fn kind(&self) -> MemoryKind {
+        self.0.storage.allocation().kind()
+    }
+
+    /// Re-tags the storage (e.g. activation -> saved for backward); the tracker records the move
+    /// of its bytes between kinds.
+    pub fn set_kind(&self, kind: MemoryKind) {
+        self.0.storage.allocation().retag(kind);
+    }
+
+    /// A view with another shape of the same element count. Keeps the spike flag.
+    pub fn reshape(&self, shape: impl Into<Shape>) -> Result<Tensor> {
+        let shape = shape.into();
+        if shape.elem_count() != self.elem_count() {
+            return Err(CoreError::shape(
+                "reshape",
+                format!(
+                    "a shape with {} elements (from {})",
+                    self.elem_count(),
+                    self.shape()
+                ),
+                &shape,
+            ));
+        }
+        Ok(self.view(shape, self.0.offset, self.0.is_spike))
+    }
+
+    /// Collapses dimensions from 1 on into one: `[N, C, H, W]` -> `[N, C*H*W]`.
+    pub fn flatten_from1(&self) -> Result<Tensor> {
+        match self.dims().first() {
+            Some(&n) => self.reshape([n, self.shape().inner_count()]),
+            None => Err(CoreError::invalid("flatten", "cannot flatten a scalar")),
+        }
+    }
+
+    /// A view of `len` entries of dimension 0 starting at `start` (a time slice of `[T, ...]`).
+    pub fn narrow0(&self, start: usize, len: usize) -> Result<Tensor> {
+        let Some(&d0) = self.dims().first() else {
+            return Err(CoreError::invalid("narrow0", "cannot slice a scalar"));
+        };
+        if start.checked_add(len).is_none_or(|end| end > d0) {
+            return Err(CoreError::invalid(
+                "narrow0",
+                format!(
+                    "range {start}..{} is outside dimension 0 of size {d0}",
+                    start.saturating_add(len)
+                ),
+            ));
+        }
+        let inner = self.shape().inner_count();
+        Ok(self.view(
+            self.shape().with_dim0(len),
+            self.0.offset + start * inner,
+            self.0.is_spike,
+        ))
+    }
+
+    /// Checks that the tensor has dtype `dtype`.
+    pub fn expect_dtype(&self, op: &'static str, dtype: DType) -> Result<()> {
+        if self.dtype() == dtype {
+            return Ok(());
+        }
+        let hint = if dtype == DType::F32 && self.dtype().is_float() {
+            format!("; kernels compute in f32: convert with to_dtype(F32) first")
+        } else {
+            String::new()
+        };
+        Err(CoreError::DTypeMismatch {
+            op,
+            expected: dtype,
+            got: self.dtype(),
+            hint,
+        })
+    }
+
+    /// Checks that the tensor has exactly `shape`.
+    pub fn expect_shape(&self, op: &'static str, shape: &[usize]) -> Result<()> {
+        if self.dims() == shape {
+            Ok(())
+        } else {
+            Err(CoreError::shape(op, Shape::from(shape).to_string(), self.shape()))
+        }
+    }
+
+    /// Checks that `other` is on the same device.
+    pub fn expect_same_device(&self, op: &'static str, other: &Tensor) -> Result<()> {
+        if self.device() == other.device() {
+            Ok(())
+        } else {
+            Err(CoreError::DeviceMismatch {
+                op,
+                a: self.device(),
+                b: other.device(),
+            })
+        }
+    }
+}

@@ -1,0 +1,1 @@
+//! memopt-profiler (built in its own issue).

@@ -1,0 +1,1 @@
+//! memopt-search (built in its own issue).

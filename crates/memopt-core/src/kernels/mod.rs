@@ -20,6 +20,26 @@ pub mod pool;
 pub mod reduce;
 pub mod shape_ops;
 
+/// Which gradients a backward kernel should compute; the others are not allocated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GradNeeds {
+    /// Gradient of the input.
+    pub input: bool,
+    /// Gradient of the weight.
+    pub weight: bool,
+    /// Gradient of the bias (ignored when the op has none).
+    pub bias: bool,
+}
+
+impl GradNeeds {
+    /// All gradients.
+    pub const ALL: GradNeeds = GradNeeds {
+        input: true,
+        weight: true,
+        bias: true,
+    };
+}
+
 pub use batch_norm::*;
 pub use conv::*;
 pub use dropout::*;

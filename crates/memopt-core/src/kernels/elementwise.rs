@@ -149,6 +149,22 @@ pub fn add_assign(acc: &Tensor, x: &Tensor) -> Result<()> {
     Ok(())
 }
 
+/// `dst = src` in place (same shapes): writes a chunk's result into its time slice of a
+/// preallocated tensor, e.g. `assign(&full.narrow0(t0, len)?, &chunk)`.
+pub fn assign(dst: &Tensor, src: &Tensor) -> Result<()> {
+    const OP: &str = "assign";
+    same_shape(OP, dst, src)?;
+    if dst.same_storage(src) {
+        return Err(CoreError::invalid(OP, "source and destination share storage"));
+    }
+    let sr = src.read::<f32>(OP)?;
+    let mut w = dst.write::<f32>(OP)?;
+    if let (Some(d), Some(s)) = (w.slice_mut(), sr.slice()) {
+        update2(d, s, |_, b| b);
+    }
+    Ok(())
+}
+
 /// Sets every element of `x` to zero in place.
 pub fn zero_(x: &Tensor) -> Result<()> {
     let mut w = x.write::<f32>("zero_")?;
@@ -196,5 +212,14 @@ mod tests {
         add_assign(&acc, &t(&[0.5, 0.5])).unwrap();
         assert_eq!(acc.to_vec_f32().unwrap(), vec![1.5, 2.5]);
         assert!(add_assign(&acc, &acc).is_err());
+    }
+
+    #[test]
+    fn assign_writes_a_time_slice() {
+        let full = Tensor::zeros([3, 2], crate::DType::F32, Device::Cpu, MemoryKind::Activation).unwrap();
+        let part = Tensor::from_vec(vec![1.0f32, 2.0, 3.0, 4.0], [2, 2], Device::Cpu, MemoryKind::Input).unwrap();
+        assign(&full.narrow0(1, 2).unwrap(), &part).unwrap();
+        assert_eq!(full.to_vec_f32().unwrap(), vec![0.0, 0.0, 1.0, 2.0, 3.0, 4.0]);
+        assert!(assign(&full.narrow0(0, 1).unwrap(), &part).is_err());
     }
 }

@@ -129,6 +129,12 @@ impl Tensor {
         Arc::ptr_eq(&self.0.storage, &other.0.storage)
     }
 
+    /// Whether this handle is the only reference to its view and to its storage, so that an
+    /// in-place update cannot be observed through another handle.
+    pub fn is_exclusive(&self) -> bool {
+        Arc::strong_count(&self.0) == 1 && Arc::strong_count(&self.0.storage) == 1
+    }
+
     /// Whether two handles are the same tensor view (same storage, offset and shape).
     pub fn same_view(&self, other: &Tensor) -> bool {
         Arc::ptr_eq(&self.0, &other.0)

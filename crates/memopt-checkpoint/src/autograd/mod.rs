@@ -1,0 +1,17 @@
+//! Tape-based reverse-mode autograd. The tape is an explicit value owned by the forward context
+//! ([`crate::Cx`]): each op records a [`BackwardOp`] holding what its backward needs
+//! ([`SavedTensor`]s, recorded by the tracker as saved-for-backward); backward runs the nodes in
+//! reverse, drops each node (and so frees its saved tensors) as soon as it has run, and
+//! accumulates parameter gradients into [`Gradients`].
+
+mod gradients;
+mod saved;
+mod states;
+mod tape;
+mod var;
+
+pub use gradients::Gradients;
+pub use saved::SavedTensor;
+pub use states::StateStore;
+pub use tape::{BackwardGrads, BackwardOp, Tape};
+pub use var::{Var, VarId};

@@ -1,0 +1,58 @@
+//! The explicit state of stateful modules (neuron membrane potentials), keyed by module path.
+
+use super::Var;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// Membrane states of the neurons that have run in this step. A neuron reads its state on entry
+/// (absent = reset value) and writes its final state on exit; checkpointed segments read and
+/// write the states under their path as explicit inputs and outputs, so BPTT crosses segment and
+/// chunk boundaries exactly.
+#[derive(Debug, Default, Clone)]
+pub struct StateStore {
+    map: BTreeMap<Arc<str>, Var>,
+}
+
+impl StateStore {
+    /// The state of the module at `path`.
+    pub fn get(&self, path: &str) -> Option<&Var> {
+        self.map.get(path)
+    }
+
+    /// Sets the state of the module at `path`.
+    pub fn set(&mut self, path: Arc<str>, state: Var) {
+        self.map.insert(path, state);
+    }
+
+    /// States of the modules at `prefix` or below it (all states for the root prefix `""`), in
+    /// path order.
+    pub fn under(&self, prefix: &str) -> Vec<(Arc<str>, Var)> {
+        self.map
+            .iter()
+            .filter(|(p, _)| is_under(p, prefix))
+            .map(|(p, v)| (p.clone(), v.clone()))
+            .collect()
+    }
+
+    /// Removes every state (the reset at the start of a step).
+    pub fn clear(&mut self) {
+        self.map.clear();
+    }
+
+    /// Number of states held.
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    /// Whether no state is held.
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+}
+
+/// Whether `path` is `prefix` or a descendant of it.
+pub fn is_under(path: &str, prefix: &str) -> bool {
+    prefix.is_empty()
+        || path == prefix
+        || (path.len() > prefix.len() && path.starts_with(prefix) && path.as_bytes()[prefix.len()] == b'.')
+}

@@ -1,0 +1,187 @@
+//! The tape and the backward pass.
+
+use super::{Var, VarId};
+use crate::context::Cx;
+use crate::param::ParamId;
+use crate::{CheckpointError, Result};
+use memopt_core::memory::{Phase, Scope, enter_scope};
+use memopt_core::{MemoryKind, Tensor, kernels};
+use std::collections::{HashMap, HashSet};
+
+/// What a backward op receives.
+pub struct BackwardGrads {
+    /// Gradient of each output (`None` = no gradient reached it, i.e. zero).
+    pub outputs: Vec<Option<Tensor>>,
+    /// For each input, the parameter it is, if any: ops accumulate such gradients straight into
+    /// [`Cx::param_grad`] instead of returning them.
+    pub input_params: Vec<Option<ParamId>>,
+    /// For each input, whether a gradient is wanted.
+    pub input_needs: Vec<bool>,
+}
+
+impl BackwardGrads {
+    /// The gradient of output `i`, or zeros shaped like `like` when none reached it (the
+    /// zeros are recorded as a gradient).
+    pub fn output_or_zeros(&self, i: usize, like: &Tensor) -> Result<Tensor> {
+        match self.outputs.get(i).cloned().flatten() {
+            Some(g) => Ok(g),
+            None => Ok(Tensor::zeros(like.shape().clone(), like.dtype(), like.device(), MemoryKind::Gradient)?),
+        }
+    }
+}
+
+/// The backward half of a recorded op. Implementations live next to their forward in
+/// [`crate::ops`].
+pub trait BackwardOp<'m> {
+    /// Op name for errors and profiles.
+    fn name(&self) -> &'static str;
+    /// Gradients of the inputs given the gradients of the outputs. Returns one entry per input:
+    /// `None` where no gradient is wanted or it was accumulated into a parameter gradient.
+    fn backward(self: Box<Self>, cx: &mut Cx<'m>, grads: BackwardGrads) -> Result<Vec<Option<Tensor>>>;
+}
+
+struct Node<'m> {
+    op: Box<dyn BackwardOp<'m> + 'm>,
+    inputs: Vec<Option<VarId>>,
+    outputs: Vec<VarId>,
+    scope: Scope,
+}
+
+/// The record of one forward pass: nodes in execution order, and which leaf values are
+/// parameters or inputs whose gradient was requested.
+#[derive(Default)]
+pub struct Tape<'m> {
+    nodes: Vec<Node<'m>>,
+    params: HashMap<VarId, ParamId>,
+    leaves: HashSet<VarId>,
+}
+
+impl<'m> Tape<'m> {
+    /// An empty tape.
+    pub fn new() -> Self {
+        Tape {
+            nodes: Vec::new(),
+            params: HashMap::new(),
+            leaves: HashSet::new(),
+        }
+    }
+
+    /// Number of recorded ops.
+    pub fn len(&self) -> usize {
+        self.nodes.len()
+    }
+
+    /// Whether nothing was recorded.
+    pub fn is_empty(&self) -> bool {
+        self.nodes.is_empty()
+    }
+
+    pub(crate) fn param_leaf(&mut self, id: ParamId) -> VarId {
+        let v = VarId::fresh();
+        self.params.insert(v, id);
+        v
+    }
+
+    pub(crate) fn input_leaf(&mut self) -> VarId {
+        let v = VarId::fresh();
+        self.leaves.insert(v);
+        v
+    }
+
+    pub(crate) fn push(
+        &mut self,
+        op: Box<dyn BackwardOp<'m> + 'm>,
+        inputs: Vec<Option<VarId>>,
+        outputs: Vec<VarId>,
+        scope: Scope,
+    ) {
+        self.nodes.push(Node {
+            op,
+            inputs,
+            outputs,
+            scope,
+        });
+    }
+
+    /// Runs backward from `seeds` (value id and its gradient), newest node first. Parameter
+    /// gradients accumulate into `cx`'s [`crate::Gradients`]; returns the gradients of the input
+    /// leaves (see [`Cx::leaf`]) that received one.
+    pub(crate) fn backward(self, cx: &mut Cx<'m>, seeds: Vec<(VarId, Tensor)>) -> Result<HashMap<VarId, Tensor>> {
+        let Tape {
+            nodes,
+            params,
+            leaves,
+        } = self;
+        let mut grads: HashMap<VarId, Tensor> = HashMap::new();
+        for (id, g) in seeds {
+            accumulate(&mut grads, id, g)?;
+        }
+        for node in nodes.into_iter().rev() {
+            let outputs: Vec<Option<Tensor>> = node.outputs.iter().map(|id| grads.remove(id)).collect();
+            if outputs.iter().all(Option::is_none) {
+                continue;
+            }
+            let input_params: Vec<Option<ParamId>> =
+                node.inputs.iter().map(|i| i.and_then(|v| params.get(&v).copied())).collect();
+            let input_needs: Vec<bool> = node.inputs.iter().map(Option::is_some).collect();
+            let _scope = enter_scope(node.scope.with_phase(Phase::Backward));
+            let name = node.op.name();
+            let input_grads = node.op.backward(
+                cx,
+                BackwardGrads {
+                    outputs,
+                    input_params: input_params.clone(),
+                    input_needs,
+                },
+            )?;
+            if input_grads.len() != node.inputs.len() {
+                return Err(CheckpointError::Autograd(format!(
+                    "op {name} returned {} input gradients for {} inputs",
+                    input_grads.len(),
+                    node.inputs.len()
+                )));
+            }
+            for ((input, param), g) in node.inputs.iter().zip(&input_params).zip(input_grads) {
+                let (Some(id), Some(g)) = (input, g) else { continue };
+                match param {
+                    Some(p) => {
+                        let acc = cx.grads_mut().accumulator(*p, &g)?;
+                        kernels::add_assign(&acc, &g)?;
+                    }
+                    None => accumulate(&mut grads, *id, g)?,
+                }
+            }
+        }
+        grads.retain(|id, _| leaves.contains(id));
+        Ok(grads)
+    }
+}
+
+/// Adds `g` to the gradient of `id`, in place when the existing gradient is not shared.
+fn accumulate(grads: &mut HashMap<VarId, Tensor>, id: VarId, g: Tensor) -> Result<()> {
+    match grads.remove(&id) {
+        None => {
+            grads.insert(id, g);
+        }
+        Some(old) => {
+            let sum = if old.is_exclusive() {
+                kernels::add_assign(&old, &g)?;
+                old
+            } else {
+                let s = kernels::add(&old, &g)?;
+                s.set_kind(MemoryKind::Gradient);
+                s
+            };
+            grads.insert(id, sum);
+        }
+    }
+    Ok(())
+}
+
+impl Var {
+    /// The id of a value that must be on the tape (errors otherwise).
+    pub(crate) fn expect_id(&self, what: &str) -> Result<VarId> {
+        self.id()
+            .ok_or_else(|| CheckpointError::Autograd(format!("{what} does not require a gradient")))
+    }
+}

@@ -1,0 +1,257 @@
+//! The forward context: the tape (when recording), the RNG, the mode, neuron states, the
+//! memory policies in force and the parameter gradients of the step.
+
+use crate::autograd::{BackwardOp, Gradients, SavedTensor, StateStore, Tape, Var, VarId};
+use crate::module::Module;
+use crate::param::{Param, ParamId};
+use crate::policy::{Policy, PolicyTable};
+use crate::{CheckpointError, Result};
+use memopt_core::memory::{Phase, current_scope, enter_module, enter_phase};
+use memopt_core::{Device, MemoryKind, Philox, Tensor};
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// Whether a forward pass records for backward.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Recording {
+    /// Record a tape (training step).
+    On,
+    /// Record nothing (`no_grad`): every value is a constant, nothing is saved.
+    Off,
+}
+
+/// The context a forward pass runs in. Modules call their children through [`Cx::call`], which
+/// applies the memory policy assigned to the child's path.
+pub struct Cx<'m> {
+    device: Device,
+    pub(crate) tape: Option<Tape<'m>>,
+    pub(crate) rng: Philox,
+    training: bool,
+    recompute_depth: usize,
+    pub(crate) states: StateStore,
+    policies: &'m PolicyTable,
+    grads: Gradients,
+}
+
+impl<'m> Cx<'m> {
+    /// A context on `device` applying `policies`, drawing random numbers from `rng`.
+    pub fn new(device: Device, policies: &'m PolicyTable, rng: Philox, recording: Recording, training: bool) -> Self {
+        Cx {
+            device,
+            tape: matches!(recording, Recording::On).then(Tape::new),
+            rng,
+            training,
+            recompute_depth: 0,
+            states: StateStore::default(),
+            policies,
+            grads: Gradients::default(),
+        }
+    }
+
+    /// Compute device.
+    pub fn device(&self) -> Device {
+        self.device
+    }
+
+    /// Where offloaded tensors go: the host for a GPU; the same device otherwise (on the CPU
+    /// the offloaded copy is tracked with kind `offloaded`, so the accounting stays honest).
+    pub fn host_device(&self) -> Device {
+        match self.device {
+            Device::Cuda(_) => Device::Cpu,
+            d => d,
+        }
+    }
+
+    /// Whether modules run in training mode (batch statistics, dropout).
+    pub fn is_training(&self) -> bool {
+        self.training
+    }
+
+    /// Whether a tape is being recorded.
+    pub fn is_recording(&self) -> bool {
+        self.tape.is_some()
+    }
+
+    /// Whether this forward pass is a recomputation inside backward. Modules with side effects
+    /// (BatchNorm running statistics) skip them then, so they happen once per step.
+    pub fn is_recomputing(&self) -> bool {
+        self.recompute_depth > 0
+    }
+
+    pub(crate) fn enter_recompute(&mut self) {
+        self.recompute_depth += 1;
+    }
+
+    pub(crate) fn leave_recompute(&mut self) {
+        self.recompute_depth -= 1;
+    }
+
+    /// The random generator (dropout masks, initialisation).
+    pub fn rng(&mut self) -> &mut Philox {
+        &mut self.rng
+    }
+
+    /// Parameter gradients accumulated so far.
+    pub fn grads(&self) -> &Gradients {
+        &self.grads
+    }
+
+    pub(crate) fn grads_mut(&mut self) -> &mut Gradients {
+        &mut self.grads
+    }
+
+    /// Takes the accumulated parameter gradients, leaving none.
+    pub fn take_grads(&mut self) -> Gradients {
+        std::mem::take(&mut self.grads)
+    }
+
+    /// The gradient accumulator of a parameter (zeros on first use). Backward ops of layers
+    /// with weights accumulate into it directly, in a fixed order.
+    pub fn param_grad(&mut self, id: ParamId, param: &Tensor) -> Result<Tensor> {
+        self.grads.accumulator(id, param)
+    }
+
+    /// Neuron states of this pass.
+    pub fn states(&self) -> &StateStore {
+        &self.states
+    }
+
+    /// The state of the stateful module at the current scope path.
+    pub fn state(&self) -> Option<Var> {
+        self.states.get(current_scope().path()).cloned()
+    }
+
+    /// Sets the state of the stateful module at the current scope path.
+    pub fn set_state(&mut self, state: Var) {
+        self.states.set(current_scope().path_arc().clone(), state);
+    }
+
+    /// Forgets all neuron states (start of a step: every neuron starts from its reset value).
+    pub fn reset_states(&mut self) {
+        self.states.clear();
+    }
+
+    /// A parameter as a value of this pass (on the tape when recording).
+    pub fn param(&mut self, p: &Param) -> Var {
+        match &mut self.tape {
+            Some(tape) => Var::tracked(p.tensor().clone(), tape.param_leaf(p.id())),
+            None => Var::constant(p.tensor().clone()),
+        }
+    }
+
+    /// An input value; with `requires_grad` its gradient is returned by [`Cx::backward`].
+    pub fn leaf(&mut self, t: Tensor, requires_grad: bool) -> Var {
+        match (&mut self.tape, requires_grad) {
+            (Some(tape), true) => Var::tracked(t, tape.input_leaf()),
+            _ => Var::constant(t),
+        }
+    }
+
+    /// Whether any of `inputs` needs a gradient while recording: ops save nothing otherwise.
+    pub fn needs_grad(&self, inputs: &[&Var]) -> bool {
+        self.tape.is_some() && inputs.iter().any(|v| v.requires_grad())
+    }
+
+    /// Keeps `t` for backward (re-tagged saved-for-backward if it is an activation).
+    pub fn save(&self, t: &Tensor) -> SavedTensor {
+        SavedTensor::new(t)
+    }
+
+    /// Records an op whose outputs are `outputs`, returning them as values. Call only when
+    /// [`Cx::needs_grad`] holds for `inputs`; otherwise the outputs are returned as constants.
+    pub fn record(&mut self, op: impl BackwardOp<'m> + 'm, inputs: &[&Var], outputs: Vec<Tensor>) -> Vec<Var> {
+        self.record_boxed(Box::new(op), inputs.iter().map(|v| v.id()).collect(), outputs)
+    }
+
+    /// Records an op with one output.
+    pub fn record1(&mut self, op: impl BackwardOp<'m> + 'm, inputs: &[&Var], output: Tensor) -> Var {
+        let mut v = self.record(op, inputs, vec![output]);
+        v.pop().expect("record returns one value per output")
+    }
+
+    pub(crate) fn record_boxed(
+        &mut self,
+        op: Box<dyn BackwardOp<'m> + 'm>,
+        inputs: Vec<Option<VarId>>,
+        outputs: Vec<Tensor>,
+    ) -> Vec<Var> {
+        let Some(tape) = self.tape.as_mut().filter(|_| inputs.iter().any(Option::is_some)) else {
+            return outputs.into_iter().map(Var::constant).collect();
+        };
+        let ids: Vec<VarId> = outputs.iter().map(|_| VarId::fresh()).collect();
+        tape.push(op, inputs, ids.clone(), current_scope());
+        outputs.into_iter().zip(ids).map(|(t, id)| Var::tracked(t, id)).collect()
+    }
+
+    /// Calls child module `name` with `inputs`, under the child's scope and with the memory
+    /// policy assigned to its path.
+    pub fn call(&mut self, name: &str, module: &'m dyn Module, inputs: Vec<Var>) -> Result<Vec<Var>> {
+        let _scope = enter_module(name);
+        self.call_here(module, inputs)
+    }
+
+    /// Calls `module` in the current scope with the policy assigned to the current path (used
+    /// for the root, whose path is empty).
+    pub fn call_here(&mut self, module: &'m dyn Module, inputs: Vec<Var>) -> Result<Vec<Var>> {
+        let path = current_scope().path_arc().clone();
+        match self.policies.get(&path) {
+            Some(policy) if self.is_recording() => match policy {
+                Policy::Store => module.forward(self, inputs),
+                Policy::Checkpoint { .. } | Policy::Offload { .. } => {
+                    crate::policy::checkpoint::forward(self, path, module, inputs, policy.clone())
+                }
+            },
+            _ => module.forward(self, inputs),
+        }
+    }
+
+    /// Calls a child with one input and one output.
+    pub fn call1(&mut self, name: &str, module: &'m dyn Module, x: Var) -> Result<Var> {
+        let path = current_scope().child(name).path().to_string();
+        single(self.call(name, module, vec![x])?, &path, module)
+    }
+
+    /// Runs backward from a scalar `loss`: parameter gradients accumulate into
+    /// [`Cx::grads`]; returns the gradients of the leaves created with `requires_grad`.
+    pub fn backward(&mut self, loss: &Var) -> Result<HashMap<VarId, Tensor>> {
+        let id = loss.expect_id("the loss")?;
+        if loss.tensor().elem_count() != 1 {
+            return Err(CheckpointError::Autograd(format!(
+                "backward needs a scalar loss, got shape {}",
+                loss.shape()
+            )));
+        }
+        let tape = self
+            .tape
+            .take()
+            .ok_or_else(|| CheckpointError::Autograd("backward called without a recorded tape".into()))?;
+        let _phase = enter_phase(Phase::Backward);
+        let seed = Tensor::full(loss.shape().clone(), 1.0, self.device, MemoryKind::Gradient)?;
+        tape.backward(self, vec![(id, seed)])
+    }
+
+    /// Runs a tape backward from several seeds (used by recomputation).
+    pub(crate) fn backward_tape(&mut self, tape: Tape<'m>, seeds: Vec<(VarId, Tensor)>) -> Result<HashMap<VarId, Tensor>> {
+        tape.backward(self, seeds)
+    }
+
+    pub(crate) fn policies(&self) -> &'m PolicyTable {
+        self.policies
+    }
+
+    pub(crate) fn path_arc(&self) -> Arc<str> {
+        current_scope().path_arc().clone()
+    }
+}
+
+/// The single output of a module that must return exactly one.
+pub(crate) fn single(mut out: Vec<Var>, path: &str, module: &dyn Module) -> Result<Var> {
+    if out.len() != 1 {
+        return Err(CheckpointError::Module {
+            path: path.to_string(),
+            module: module.type_name().to_string(),
+            message: format!("expected one output, got {}", out.len()),
+        });
+    }
+    Ok(out.pop().expect("length checked above"))
+}

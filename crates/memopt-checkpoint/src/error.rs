@@ -1,0 +1,65 @@
+//! The error type of memopt-checkpoint.
+
+use memopt_compress::CompressError;
+use memopt_core::CoreError;
+
+/// Result alias of this crate.
+pub type Result<T> = std::result::Result<T, CheckpointError>;
+
+/// Everything that can go wrong when building, planning or running a model.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum CheckpointError {
+    /// A kernel rejected its inputs.
+    #[error(transparent)]
+    Core(#[from] CoreError),
+    /// A compressor rejected its input.
+    #[error(transparent)]
+    Compress(#[from] CompressError),
+    /// A plan names a module path that the model does not have.
+    #[error("unknown module path '{path}'{}", suggest(.suggestions))]
+    UnknownPath {
+        /// The path as given.
+        path: String,
+        /// Existing paths that look alike.
+        suggestions: Vec<String>,
+    },
+    /// A policy cannot be applied to a module.
+    #[error("policy {policy} cannot be applied to '{path}' ({module}): {reason}")]
+    InvalidPolicy {
+        /// Module path.
+        path: String,
+        /// Module type, e.g. `BatchNorm2d`.
+        module: String,
+        /// The policy, as written in plans.
+        policy: String,
+        /// Why, and what would be valid.
+        reason: String,
+    },
+    /// A plan file or value is malformed.
+    #[error("invalid plan: {0}")]
+    InvalidPlan(String),
+    /// An input does not fit the model.
+    #[error("input does not fit the model: {0}")]
+    InvalidInput(String),
+    /// A module was called in a way it does not support.
+    #[error("{module} at '{path}': {message}")]
+    Module {
+        /// Module path.
+        path: String,
+        /// Module type.
+        module: String,
+        /// What went wrong.
+        message: String,
+    },
+    /// The tape was used wrongly (e.g. backward twice).
+    #[error("autograd: {0}")]
+    Autograd(String),
+}
+
+fn suggest(s: &[String]) -> String {
+    if s.is_empty() {
+        String::new()
+    } else {
+        format!("; did you mean {}?", s.iter().map(|p| format!("'{p}'")).collect::<Vec<_>>().join(" or "))
+    }
+}

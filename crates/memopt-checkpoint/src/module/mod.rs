@@ -1,0 +1,57 @@
+//! The module tree: named children, parameters and buffers by path, and the forward pass.
+//!
+//! Containers call their children through [`crate::Cx::call`], never directly: that is where the
+//! memory policy assigned to the child's path takes effect, and where its scope (module path) is
+//! entered so that every allocation is attributed to it.
+
+mod tree;
+
+pub use tree::{ModuleInfo, find_module, module_infos, named_buffers, named_params, time_coupling_in};
+
+use crate::autograd::Var;
+use crate::context::Cx;
+use crate::param::{Buffer, Param};
+use crate::Result;
+
+/// A layer or a container of layers.
+pub trait Module {
+    /// Type name as shown in tables and errors (`Conv2d`, `LIF`, `Sequential`, ...).
+    fn type_name(&self) -> &'static str;
+
+    /// The forward pass. Multi-step layers take `[T, N, ...]`; stateless layers fold `T` into
+    /// the batch. Most modules take and return one value.
+    fn forward<'m>(&'m self, cx: &mut Cx<'m>, inputs: Vec<Var>) -> Result<Vec<Var>>;
+
+    /// Direct children with their names (path segments).
+    fn children(&self) -> Vec<(String, &dyn Module)> {
+        Vec::new()
+    }
+
+    /// This module's own parameters (not its children's), by name.
+    fn params(&self) -> Vec<(&'static str, &Param)> {
+        Vec::new()
+    }
+
+    /// This module's own buffers, by name.
+    fn buffers(&self) -> Vec<(&'static str, &Buffer)> {
+        Vec::new()
+    }
+
+    /// Why this module (itself, not its children) cannot run on a part of the time steps at a
+    /// time, if it cannot. BatchNorm in training mode returns a reason: its statistics couple
+    /// all time steps.
+    fn time_coupling(&self, _training: bool) -> Option<String> {
+        None
+    }
+
+    /// The children that receive this module's policy when it is split spatially, like
+    /// SpikingJelly's `__spatial_split__`. Default: every direct child.
+    fn split_children(&self) -> Vec<String> {
+        self.children().into_iter().map(|(n, _)| n).collect()
+    }
+
+    /// Whether the module keeps a state across time steps (spiking neurons).
+    fn is_stateful(&self) -> bool {
+        false
+    }
+}

@@ -1,0 +1,177 @@
+//! The policies in force, by module path, and their validation.
+
+use super::{Plan, PlanEntry, Policy, PLAN_VERSION};
+use crate::module::{Module, find_module, module_infos, time_coupling_in};
+use crate::{CheckpointError, Result};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// The policy of every module that is not stored, by path. Built from a [`Plan`] by
+/// [`PolicyTable::from_plan`], which validates every entry before anything is assigned.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PolicyTable {
+    map: BTreeMap<Arc<str>, Policy>,
+}
+
+/// What validation needs to know about the run a plan is for.
+#[derive(Debug, Clone, Copy)]
+pub struct RunShape {
+    /// Whether modules run in training mode.
+    pub training: bool,
+    /// Time steps of the input, when known.
+    pub time_steps: Option<usize>,
+}
+
+impl PolicyTable {
+    /// The policy assigned to `path`, if any.
+    pub fn get(&self, path: &str) -> Option<&Policy> {
+        self.map.get(path)
+    }
+
+    /// Assignments in path order.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &Policy)> {
+        self.map.iter().map(|(k, v)| (&**k, v))
+    }
+
+    /// Number of modules with a policy other than store.
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    /// Whether everything is stored.
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+
+    /// The table as a plan (entries in path order).
+    pub fn to_plan(&self) -> Plan {
+        Plan {
+            version: PLAN_VERSION,
+            entries: self
+                .map
+                .iter()
+                .map(|(p, pol)| PlanEntry {
+                    path: p.to_string(),
+                    policy: *pol,
+                })
+                .collect(),
+        }
+    }
+
+    /// Validates `plan` against the module tree and builds the table. Errors name the entry:
+    /// an unknown path (with look-alike suggestions), a duplicate, zero chunks, more chunks than
+    /// time steps, or chunking a segment whose modules couple time steps.
+    pub fn from_plan(root: &dyn Module, plan: &Plan, run: RunShape) -> Result<PolicyTable> {
+        if plan.version != PLAN_VERSION {
+            return Err(CheckpointError::InvalidPlan(format!(
+                "plan version {} is not supported (this build reads version {PLAN_VERSION})",
+                plan.version
+            )));
+        }
+        let mut map = BTreeMap::new();
+        for e in &plan.entries {
+            check_entry(root, &e.path, &e.policy, run)?;
+            if map.insert(Arc::from(e.path.as_str()), e.policy).is_some() {
+                return Err(CheckpointError::InvalidPlan(format!("path '{}' appears more than once", e.path)));
+            }
+        }
+        map.retain(|_, p| *p != Policy::Store);
+        Ok(PolicyTable { map })
+    }
+
+    /// The table with `path`'s policy moved to the children its module names in
+    /// [`Module::split_children`] (SpikingJelly's spatial split). The path must hold a policy
+    /// and have children.
+    pub fn split(&self, root: &dyn Module, path: &str, run: RunShape) -> Result<PolicyTable> {
+        let policy = *self
+            .get(path)
+            .ok_or_else(|| CheckpointError::InvalidPlan(format!("cannot split '{path}': it has no policy to move")))?;
+        let module = find_module(root, path).ok_or_else(|| unknown_path(root, path))?;
+        let children = module.split_children();
+        if children.is_empty() {
+            return Err(CheckpointError::InvalidPolicy {
+                path: path.to_string(),
+                module: module.type_name().to_string(),
+                policy: policy.to_string(),
+                reason: "it has no children to split into".into(),
+            });
+        }
+        let mut next = self.clone();
+        next.map.remove(path);
+        for c in children {
+            let child = if path.is_empty() { c } else { format!("{path}.{c}") };
+            check_entry(root, &child, &policy, run)?;
+            next.map.insert(Arc::from(child.as_str()), policy);
+        }
+        Ok(next)
+    }
+
+    /// The table with `path` set to `policy` (validated).
+    pub fn with(&self, root: &dyn Module, path: &str, policy: Policy, run: RunShape) -> Result<PolicyTable> {
+        check_entry(root, path, &policy, run)?;
+        let mut next = self.clone();
+        if policy == Policy::Store {
+            next.map.remove(path);
+        } else {
+            next.map.insert(Arc::from(path), policy);
+        }
+        Ok(next)
+    }
+}
+
+fn check_entry(root: &dyn Module, path: &str, policy: &Policy, run: RunShape) -> Result<()> {
+    let module = find_module(root, path).ok_or_else(|| unknown_path(root, path))?;
+    let invalid = |reason: String| CheckpointError::InvalidPolicy {
+        path: path.to_string(),
+        module: module.type_name().to_string(),
+        policy: policy.to_string(),
+        reason,
+    };
+    if let Policy::Checkpoint { chunks, .. } = *policy {
+        if chunks == 0 {
+            return Err(invalid("chunks must be at least 1".into()));
+        }
+        if chunks > 1 {
+            if let Some(t) = run.time_steps
+                && chunks > t
+            {
+                return Err(invalid(format!("{chunks} chunks exceed the {t} time steps of the input (valid: 1..={t})")));
+            }
+            if let Some((who, why)) = time_coupling_in(module, path, run.training) {
+                return Err(invalid(format!(
+                    "it cannot be chunked over time because it contains {who}: {why}; checkpoint it with chunks = 1 \
+                     or chunk a smaller segment"
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The error for a path that does not exist, with up to three look-alike paths.
+pub(crate) fn unknown_path(root: &dyn Module, path: &str) -> CheckpointError {
+    let mut scored: Vec<(usize, String)> = module_infos(root)
+        .into_iter()
+        .filter(|i| !i.path.is_empty())
+        .map(|i| (edit_distance(&i.path, path), i.path))
+        .collect();
+    scored.sort();
+    let limit = (path.len() / 3).max(2);
+    CheckpointError::UnknownPath {
+        path: path.to_string(),
+        suggestions: scored.into_iter().take_while(|(d, _)| *d <= limit).take(3).map(|(_, p)| p).collect(),
+    }
+}
+
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut cur = vec![i + 1; b.len() + 1];
+        for (j, cb) in b.iter().enumerate() {
+            cur[j + 1] = (prev[j] + usize::from(ca != *cb)).min(prev[j + 1] + 1).min(cur[j] + 1);
+        }
+        prev = cur;
+    }
+    prev[b.len()]
+}

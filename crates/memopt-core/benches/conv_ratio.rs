@@ -8,6 +8,7 @@
 //! Target on the default layer: ratios >= 0.60.
 //!
 //! `cargo bench -p memopt-core --bench conv_ratio -- --rounds 5 --reps 3 [--shape 320,128,6,128]`
+//! (under `cargo test --benches` it runs one quick round).
 
 mod common;
 
@@ -39,12 +40,15 @@ fn arg<'a>(args: &'a [String], name: &str) -> Option<&'a str> {
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
-    let num = |name: &str, default: usize| {
-        arg(&args, name)
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(default)
+    let num = |name: &str, default: usize| arg(&args, name).and_then(|v| v.parse().ok()).unwrap_or(default);
+    // `cargo bench` passes --bench; without it (`cargo test --benches`) one quick round checks
+    // that the bench runs.
+    let bench = args.iter().any(|a| a == "--bench");
+    let (rounds, reps) = if bench {
+        (num("--rounds", 5), num("--reps", 3))
+    } else {
+        (num("--rounds", 1), num("--reps", 1))
     };
-    let (rounds, reps) = (num("--rounds", 5), num("--reps", 3));
     let layer = match arg(&args, "--shape") {
         Some(s) => Layer::parse(s).expect("--shape takes b,c,hw,co"),
         None => VGG,

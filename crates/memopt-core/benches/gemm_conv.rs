@@ -56,11 +56,8 @@ fn conv(c: &mut Criterion) {
         });
         group.throughput(Throughput::Elements(layer.backward_flops()));
         group.bench_function(format!("backward {layer}"), |bench| {
-            bench.iter(|| {
-                black_box(
-                    conv2d_backward(&t.grad, &t.x, &t.w, true, &t.p, GradNeeds::ALL).unwrap(),
-                )
-            })
+            bench
+                .iter(|| black_box(conv2d_backward(&t.grad, &t.x, &t.w, true, &t.p, GradNeeds::ALL).unwrap()))
         });
         group.finish();
     }

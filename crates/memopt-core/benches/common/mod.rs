@@ -1,5 +1,8 @@
 //! Shared by the GEMM/conv benches: the VGG-like problem and a plain GEMM baseline.
 
+// Each bench target compiles this module and uses a subset of it.
+#![allow(dead_code)]
+
 use memopt_core::kernels::Conv2dParams;
 use memopt_core::{Device, MemoryKind, Philox, Tensor};
 
@@ -23,7 +26,10 @@ pub const VGG: Layer = Layer {
 impl Layer {
     /// Parses `b,c,hw,co`.
     pub fn parse(s: &str) -> Option<Layer> {
-        let v: Vec<usize> = s.split(',').map(|t| t.trim().parse().ok()).collect::<Option<_>>()?;
+        let v: Vec<usize> = s
+            .split(',')
+            .map(|t| t.trim().parse().ok())
+            .collect::<Option<_>>()?;
         match v[..] {
             [b, c, hw, co] => Some(Layer { b, c, hw, co }),
             _ => None,
@@ -57,9 +63,21 @@ impl Layer {
     pub fn gemms(&self) -> [(String, Gemm, usize); 3] {
         let ((m, n, k), count) = self.gemm_sizes();
         [
-            (format!("forward W[{m},{k}] x cols[{k},{n}]"), Gemm::new(m, n, k, false, false), count),
-            (format!("grad_w grad[{m},{n}] x cols^T[{n},{k}]"), Gemm::new(m, k, n, false, true), count),
-            (format!("grad_x W^T[{k},{m}] x grad[{m},{n}]"), Gemm::new(k, n, m, true, false), count),
+            (
+                format!("forward W[{m},{k}] x cols[{k},{n}]"),
+                Gemm::new(m, n, k, false, false),
+                count,
+            ),
+            (
+                format!("grad_w grad[{m},{n}] x cols^T[{n},{k}]"),
+                Gemm::new(m, k, n, false, true),
+                count,
+            ),
+            (
+                format!("grad_x W^T[{k},{m}] x grad[{m},{n}]"),
+                Gemm::new(k, n, m, true, false),
+                count,
+            ),
         ]
     }
 
@@ -175,4 +193,3 @@ impl Gemm {
         }
     }
 }
-

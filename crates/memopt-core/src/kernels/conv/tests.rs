@@ -398,6 +398,22 @@ fn empty_batch_gives_empty_results() {
 }
 
 #[test]
+fn empty_images_with_padding_see_only_zeros() {
+    // 0 x 3 images padded by 1: the output is all padding, so it is the bias.
+    let mut c = case([2, 2, 0, 3], 3, 1, params(1, 1, 1, 1));
+    c.w = 3;
+    let (x, w, b) = c.tensors(Device::Cpu);
+    let out = conv2d(&x, &w, Some(&b), &c.p).unwrap();
+    assert_eq!(out.dims(), &[2, 3, 2, 5]);
+    let bv = b.to_vec_f32().unwrap();
+    let want: Vec<f64> = (0..60).map(|i| bv[(i / 10) % 3] as f64).collect();
+    assert_close("conv2d", &out.to_vec_f32().unwrap(), &want, 0.0);
+    let g = conv2d_backward(&out, &x, &w, true, &c.p, GradNeeds::ALL).unwrap();
+    assert_eq!(g.x.unwrap().elem_count(), 0);
+    assert_eq!(g.w.unwrap().to_vec_f32().unwrap(), vec![0.0; 6]);
+}
+
+#[test]
 fn params_serialize_and_default_like_pytorch() {
     let p = Conv2dParams::default();
     assert_eq!(p, params(1, 0, 1, 1));
@@ -420,7 +436,7 @@ fn errors_name_the_problem() {
     let err = |x: &Tensor, w: &Tensor, b: Option<&Tensor>, p: Conv2dParams| {
         conv2d(x, w, b, &p).unwrap_err().to_string()
     };
-    let cases: Vec<(String, &str)> = vec![
+    let checks: Vec<(String, &str)> = vec![
         (err(&tensor(&[4, 5, 5], 0, dev), &w, None, ok), "rank 4 [batch"),
         (
             err(&x, &tensor(&[6, 2, 9], 0, dev), None, ok),
@@ -469,7 +485,7 @@ fn errors_name_the_problem() {
             "different devices",
         ),
     ];
-    for (e, want) in cases {
+    for (e, want) in checks {
         assert!(
             e.starts_with("conv2d") && e.contains(want),
             "{e:?} should contain {want:?}"

@@ -65,39 +65,58 @@ pub(super) fn im2col(g: &ConvGeom, x: &[f32], n: usize, col: &mut [f32]) {
     let (pix, ncols, plane) = (g.out_pixels(), n * g.out_pixels(), g.in_pixels());
     let taps = g.kh * g.kw;
     let col = &mut col[..g.c * taps * ncols];
-    let sw = g.p.stride[1];
     let row = |(r, dst): (usize, &mut [f32])| {
         let (ci, t) = (r / taps, r % taps);
         let tap = Tap::new(g, t / g.kw, t % g.kw);
-        let (xlo, xhi) = tap.cols;
         for img in 0..n {
             let src = &x[(img * g.c + ci) * plane..][..plane];
-            for (oy, d) in dst[img * pix..][..pix].chunks_exact_mut(g.wo).enumerate() {
-                if oy < tap.rows.0 || oy >= tap.rows.1 {
-                    d.fill(0.0);
-                    continue;
-                }
-                let s = &src[tap.iy(g, oy) * g.w..][..g.w];
-                d[..xlo].fill(0.0);
-                d[xhi..].fill(0.0);
-                if xlo == xhi {
-                    continue;
-                }
-                let x0 = tap.ix(g, xlo);
-                if sw == 1 {
-                    d[xlo..xhi].copy_from_slice(&s[x0..x0 + (xhi - xlo)]);
-                } else {
-                    for (k, v) in d[xlo..xhi].iter_mut().enumerate() {
-                        *v = s[x0 + k * sw];
-                    }
-                }
-            }
+            tap_block(g, &tap, src, &mut dst[img * pix..][..pix]);
         }
     };
     if col.len() < PAR_THRESHOLD {
         col.chunks_mut(ncols).enumerate().for_each(row);
     } else {
         col.par_chunks_mut(ncols).enumerate().for_each(row);
+    }
+}
+
+/// Writes the `ho x wo` block that kernel tap `tap` reads from the input plane `src` into `dst`.
+fn tap_block(g: &ConvGeom, tap: &Tap, src: &[f32], dst: &mut [f32]) {
+    let ((ylo, yhi), (xlo, xhi)) = (tap.rows, tap.cols);
+    let (wo, sw) = (g.wo, g.p.stride[1]);
+    if ylo == yhi || xlo == xhi {
+        dst.fill(0.0);
+        return;
+    }
+    dst[..ylo * wo].fill(0.0);
+    dst[yhi * wo..].fill(0.0);
+    if g.p.stride == [1, 1] && wo == g.w {
+        // Stride 1 and output rows as long as input rows: the valid rows are one contiguous
+        // shifted span of the plane: copy it at once, then zero the columns that wrapped in
+        // from the neighbouring rows (column-major order keeps these few stores inline).
+        let (start, end) = (ylo * wo + xlo, (yhi - 1) * wo + xhi);
+        let s0 = tap.iy(g, ylo) * g.w + tap.ix(g, xlo);
+        dst[start..end].copy_from_slice(&src[s0..s0 + (end - start)]);
+        for ox in (0..xlo).chain(xhi..wo) {
+            for oy in ylo..yhi {
+                dst[oy * wo + ox] = 0.0;
+            }
+        }
+        return;
+    }
+    for oy in ylo..yhi {
+        let d = &mut dst[oy * wo..(oy + 1) * wo];
+        let s = &src[tap.iy(g, oy) * g.w..][..g.w];
+        d[..xlo].fill(0.0);
+        d[xhi..].fill(0.0);
+        let x0 = tap.ix(g, xlo);
+        if sw == 1 {
+            d[xlo..xhi].copy_from_slice(&s[x0..x0 + (xhi - xlo)]);
+        } else {
+            for (k, v) in d[xlo..xhi].iter_mut().enumerate() {
+                *v = s[x0 + k * sw];
+            }
+        }
     }
 }
 

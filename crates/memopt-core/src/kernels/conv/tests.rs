@@ -122,7 +122,9 @@ impl Case {
 }
 
 /// Random small problems with random stride, padding, dilation and groups; `pointwise` forces
-/// 1x1 kernels with stride 1 and no padding (the path without im2col).
+/// 1x1 kernels with stride 1 and no padding (the path without im2col). A third of the cases
+/// are "same" convolutions (stride 1, padding `dilation * (kernel - 1) / 2`), the common case
+/// with its own im2col path.
 fn cases(pointwise: bool) -> impl Strategy<Value = Case> {
     (
         (1usize..=3, 1usize..=3, 1usize..=3, 1usize..=3),
@@ -133,13 +135,17 @@ fn cases(pointwise: bool) -> impl Strategy<Value = Case> {
             proptest::array::uniform2(1usize..=2),
         ),
         proptest::array::uniform2(0usize..=4),
+        (0..3).prop_map(|v| v == 0),
         any::<bool>(),
         any::<u64>(),
     )
         .prop_map(
-            move |((b, groups, cg, cog), (kh, kw), (stride, padding, dilation), extra, bias, seed)| {
+            move |((b, groups, cg, cog), (kh, kw), (stride, padding, dilation), extra, same, bias, seed)| {
                 let (kh, kw, stride, padding) = if pointwise {
                     (1, 1, [1, 1], [0, 0])
+                } else if same {
+                    let pad = |k: usize, d: usize| d * (k - 1) / 2;
+                    (kh, kw, [1, 1], [pad(kh, dilation[0]), pad(kw, dilation[1])])
                 } else {
                     (kh, kw, stride, padding)
                 };

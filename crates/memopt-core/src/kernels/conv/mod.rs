@@ -1,10 +1,11 @@
 //! 2-d convolution with PyTorch semantics (stride, padding, dilation, groups), forward and
 //! backward, as im2col + GEMM.
 //!
-//! Images are processed in chunks of [`ConvGeom::images_per_chunk`] (a function of the shapes
-//! only): the chunk's im2col columns go to a tracked workspace buffer, and each group is one GEMM
-//! that rayon parallelizes inside when it is big; small GEMMs run in parallel with each other
-//! instead. 1x1 kernels with stride 1 and no padding use the input as its own column matrix and
+//! Images are processed in chunks of enough images to give 1024 GEMM columns (output pixels),
+//! a function of the shapes only: the chunk's im2col columns go to a tracked workspace buffer,
+//! and each group is one GEMM that rayon parallelizes inside when it is big; small GEMMs run in
+//! parallel with each other instead. Several images per chunk also need a staging buffer
+//! `[Co, images x pixels]` between the GEMM and the `[B, Co, Ho, Wo]` layout. 1x1 kernels with stride 1 and no padding use the input as its own column matrix and
 //! allocate no workspace. All workspace is freed before the kernel returns.
 
 mod backward;

@@ -1,5 +1,6 @@
 //! Matrix products: [`matmul`], the fully connected layer [`linear`] (PyTorch weight layout) and
-//! its backward [`linear_backward`], all on one shared GEMM ([`gemm_f32`]).
+//! its backward [`linear_backward`], all on one shared GEMM (the `gemm` crate, on all rayon
+//! threads for products of at least 2^20 multiply-adds).
 
 mod gemm;
 #[cfg(test)]

@@ -1,0 +1,179 @@
+//! 2-d convolution with PyTorch semantics (stride, padding, dilation, groups), forward and
+//! backward, as im2col + GEMM.
+//!
+//! Images are processed in chunks of enough images to give 1024 GEMM columns (output pixels),
+//! a function of the shapes only: the chunk's im2col columns go to a tracked workspace buffer,
+//! and each group is one GEMM that rayon parallelizes inside when it is big; small GEMMs run in
+//! parallel with each other instead. Several images per chunk also need a staging buffer
+//! `[Co, images x pixels]` between the GEMM and the `[B, Co, Ho, Wo]` layout. 1x1 kernels with stride 1 and no padding use the input as its own column matrix and
+//! allocate no workspace. All workspace is freed before the kernel returns.
+
+mod backward;
+mod forward;
+mod im2col;
+mod params;
+#[cfg(test)]
+mod tests;
+
+pub use params::Conv2dParams;
+
+use super::GradNeeds;
+use super::matmul::{GemmPar, check_f32_same_device};
+use crate::memory::MemoryKind;
+use crate::{CoreError, Device, KernelBuffer, Result, Shape, Tensor};
+use params::ConvGeom;
+use rayon::prelude::*;
+
+/// Runs `f(index, block, par)` on the consecutive blocks of `len` elements of `dst`, each the
+/// destination of GEMMs of `macs` multiply-adds: one block after the other (GEMMs parallel
+/// inside) when the GEMMs are big, the blocks in parallel (GEMMs serial) when they are small.
+fn for_each_product(
+    dst: &mut [f32],
+    len: usize,
+    macs: usize,
+    f: impl Fn(usize, &mut [f32], GemmPar) + Sync + Send,
+) {
+    if len == 0 {
+        return;
+    }
+    let blocks = dst.len() / len;
+    match GemmPar::for_size(macs) {
+        GemmPar::Serial if blocks > 1 && GemmPar::for_size(blocks * macs) == GemmPar::Auto => dst
+            .par_chunks_mut(len)
+            .enumerate()
+            .for_each(|(i, d)| f(i, d, GemmPar::Serial)),
+        par => dst.chunks_mut(len).enumerate().for_each(|(i, d)| f(i, d, par)),
+    }
+}
+
+/// The im2col and staging workspace of one call, allocated on the calling thread.
+struct Workspace {
+    col: Option<KernelBuffer<f32>>,
+    stage: Option<KernelBuffer<f32>>,
+}
+
+impl Workspace {
+    /// Allocates the buffers `g` calls for when `needed` (none otherwise).
+    fn new(op: &'static str, device: Device, g: &ConvGeom, needed: bool) -> Result<Self> {
+        let alloc = |len: usize| {
+            (needed && len > 0)
+                .then(|| KernelBuffer::<f32>::workspace(op, device, len))
+                .transpose()
+        };
+        Ok(Workspace {
+            col: alloc(g.col_len())?,
+            stage: alloc(g.stage_len())?,
+        })
+    }
+
+    /// The CPU slices (empty where a buffer was not needed).
+    fn slices(&mut self) -> (&mut [f32], &mut [f32]) {
+        fn slice(b: &mut Option<KernelBuffer<f32>>) -> &mut [f32] {
+            match b.as_mut().and_then(|b| b.slice_mut()) {
+                Some(s) => s,
+                None => &mut [],
+            }
+        }
+        (slice(&mut self.col), slice(&mut self.stage))
+    }
+}
+
+/// `x [B, C, H, W]` convolved with `w [Co, C / groups, kh, kw]`, plus `b [Co]`, giving
+/// `[B, Co, Ho, Wo]` (PyTorch's `conv2d`). The im2col buffer is tracked as
+/// [`MemoryKind::Workspace`] and freed before returning; the output is an
+/// [`MemoryKind::Activation`].
+pub fn conv2d(x: &Tensor, w: &Tensor, b: Option<&Tensor>, p: &Conv2dParams) -> Result<Tensor> {
+    const OP: &str = "conv2d";
+    check_f32_same_device(OP, &[x, w])?;
+    if let Some(b) = b {
+        check_f32_same_device(OP, &[x, b])?;
+    }
+    let g = ConvGeom::new(OP, x, w, p)?;
+    if let Some(b) = b {
+        if b.dims() != [g.co] {
+            return Err(CoreError::shape(
+                OP,
+                format!("a bias of shape [{}] (one per output channel)", g.co),
+                b.shape(),
+            ));
+        }
+    }
+    let (xr, wr) = (x.read::<f32>(OP)?, w.read::<f32>(OP)?);
+    let br = b.map(|b| b.read::<f32>(OP)).transpose()?;
+    let device = x.device();
+    let mut out = KernelBuffer::<f32>::zeros(OP, device, g.out_len(), MemoryKind::Activation)?;
+    let mut ws = Workspace::new(OP, device, &g, true)?;
+    if let (Some(xs), Some(wv), Some(o)) = (xr.slice(), wr.slice(), out.slice_mut()) {
+        let bias = br.as_ref().and_then(|b| b.slice());
+        let (col, stage) = ws.slices();
+        forward::forward(&g, xs, wv, bias, forward::ForwardBufs { out: o, col, stage });
+    }
+    drop(ws);
+    out.into_tensor(g.out_dims())
+}
+
+/// Gradients of [`conv2d`]; each is `None` when it was not asked for.
+#[derive(Debug, Clone)]
+pub struct Conv2dGrads {
+    /// Gradient of the input, `[B, C, H, W]`.
+    pub x: Option<Tensor>,
+    /// Gradient of the weight, `[Co, C / groups, kh, kw]`.
+    pub w: Option<Tensor>,
+    /// Gradient of the bias, `[Co]` (only with a bias).
+    pub b: Option<Tensor>,
+}
+
+/// Backward of [`conv2d`]: `grad [B, Co, Ho, Wo]` is the gradient of its output, `x` and `w` its
+/// input and weight. Computes (and allocates, in the order x, w, b, as
+/// [`MemoryKind::Gradient`]) only the gradients `needs` asks for; the bias gradient only when
+/// `has_bias`. The im2col buffer (needed for the input or weight gradient) is tracked as
+/// [`MemoryKind::Workspace`] and freed before returning.
+pub fn conv2d_backward(
+    grad: &Tensor,
+    x: &Tensor,
+    w: &Tensor,
+    has_bias: bool,
+    p: &Conv2dParams,
+    needs: GradNeeds,
+) -> Result<Conv2dGrads> {
+    const OP: &str = "conv2d_backward";
+    check_f32_same_device(OP, &[grad, x, w])?;
+    let g = ConvGeom::new(OP, x, w, p)?;
+    if grad.dims() != g.out_dims() {
+        return Err(CoreError::shape(
+            OP,
+            format!(
+                "a gradient of the output's shape {}",
+                Shape::from(g.out_dims().to_vec())
+            ),
+            grad.shape(),
+        ));
+    }
+    let (gr, xr, wr) = (grad.read::<f32>(OP)?, x.read::<f32>(OP)?, w.read::<f32>(OP)?);
+    let device = x.device();
+    let alloc = |need: bool, len: usize| {
+        need.then(|| KernelBuffer::<f32>::zeros(OP, device, len, MemoryKind::Gradient))
+            .transpose()
+    };
+    let mut gx = alloc(needs.input, x.elem_count())?;
+    let mut gw = alloc(needs.weight, w.elem_count())?;
+    let mut gb = alloc(needs.bias && has_bias, g.co)?;
+    let mut ws = Workspace::new(OP, device, &g, needs.input || needs.weight)?;
+    if let (Some(gs), Some(xs), Some(wv)) = (gr.slice(), xr.slice(), wr.slice()) {
+        let (col, stage) = ws.slices();
+        let bufs = backward::BackwardBufs {
+            gx: gx.as_mut().and_then(|b| b.slice_mut()),
+            gw: gw.as_mut().and_then(|b| b.slice_mut()),
+            gb: gb.as_mut().and_then(|b| b.slice_mut()),
+            col,
+            stage,
+        };
+        backward::backward(&g, gs, xs, wv, bufs);
+    }
+    drop(ws);
+    Ok(Conv2dGrads {
+        x: gx.map(|b| b.into_tensor(x.shape().clone())).transpose()?,
+        w: gw.map(|b| b.into_tensor(w.shape().clone())).transpose()?,
+        b: gb.map(|b| b.into_tensor([g.co])).transpose()?,
+    })
+}

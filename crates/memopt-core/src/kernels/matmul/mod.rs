@@ -1,0 +1,240 @@
+//! Matrix products: [`matmul`], the fully connected layer [`linear`] (PyTorch weight layout) and
+//! its backward [`linear_backward`], all on one shared GEMM (the `gemm` crate, on all rayon
+//! threads for products of at least 2^20 multiply-adds).
+
+mod gemm;
+#[cfg(test)]
+pub(crate) mod tests;
+
+#[cfg(test)]
+pub(crate) use gemm::GEMM_PAR_MIN_MACS;
+pub(crate) use gemm::{GemmPar, MatRef, gemm_f32};
+
+use super::GradNeeds;
+use super::par::PAR_THRESHOLD;
+use crate::memory::MemoryKind;
+use crate::{CoreError, DType, KernelBuffer, Result, Tensor};
+use rayon::prelude::*;
+
+/// Checks that every tensor is f32 and that all live on the first one's device.
+pub(crate) fn check_f32_same_device(op: &'static str, tensors: &[&Tensor]) -> Result<()> {
+    for t in tensors {
+        t.expect_dtype(op, DType::F32)?;
+    }
+    if let Some((first, rest)) = tensors.split_first() {
+        for t in rest {
+            first.expect_same_device(op, t)?;
+        }
+    }
+    Ok(())
+}
+
+/// `a [M, K] x b [K, N] -> [M, N]`.
+pub fn matmul(a: &Tensor, b: &Tensor) -> Result<Tensor> {
+    const OP: &str = "matmul";
+    check_f32_same_device(OP, &[a, b])?;
+    let &[m, k] = a.dims() else {
+        return Err(CoreError::shape(OP, "a matrix a of rank 2 [M, K]", a.shape()));
+    };
+    let &[kb, n] = b.dims() else {
+        return Err(CoreError::shape(OP, "a matrix b of rank 2 [K, N]", b.shape()));
+    };
+    if kb != k {
+        return Err(CoreError::shape(
+            OP,
+            format!("b with {k} rows to match a {}", a.shape()),
+            b.shape(),
+        ));
+    }
+    let (ar, br) = (a.read::<f32>(OP)?, b.read::<f32>(OP)?);
+    let mut out = KernelBuffer::<f32>::zeros(OP, a.device(), m * n, MemoryKind::Activation)?;
+    if let (Some(av), Some(bv), Some(o)) = (ar.slice(), br.slice(), out.slice_mut()) {
+        gemm_f32(
+            o,
+            n,
+            MatRef::row_major(av, m, k),
+            MatRef::row_major(bv, k, n),
+            false,
+            GemmPar::Auto,
+        );
+    }
+    out.into_tensor([m, n])
+}
+
+/// Sizes of a linear layer: `M` rows (x's leading dimensions flattened), `K` inputs, `N` outputs.
+struct LinearDims {
+    m: usize,
+    k: usize,
+    n: usize,
+}
+
+fn linear_dims(op: &'static str, x: &Tensor, w: &Tensor) -> Result<LinearDims> {
+    let &[n, k] = w.dims() else {
+        return Err(CoreError::shape(
+            op,
+            "a weight of rank 2 [out_features, in_features]",
+            w.shape(),
+        ));
+    };
+    match x.dims().last() {
+        Some(&kx) if kx == k => Ok(LinearDims {
+            m: x.dims()[..x.rank() - 1].iter().product(),
+            k,
+            n,
+        }),
+        _ => Err(CoreError::shape(
+            op,
+            format!("an input [.., {k}] (in_features of the weight {})", w.shape()),
+            x.shape(),
+        )),
+    }
+}
+
+fn check_bias(op: &'static str, b: &Tensor, n: usize) -> Result<()> {
+    if b.dims() != [n] {
+        return Err(CoreError::shape(
+            op,
+            format!("a bias of shape [{n}] (one per output)"),
+            b.shape(),
+        ));
+    }
+    Ok(())
+}
+
+/// x's shape with the last dimension replaced by `n`.
+fn with_last(x: &Tensor, n: usize) -> Vec<usize> {
+    let mut dims = x.dims().to_vec();
+    if let Some(last) = dims.last_mut() {
+        *last = n;
+    }
+    dims
+}
+
+/// `x [.., K] w^T + b`: x's leading dimensions are flattened to M rows, `w` is `[N, K]` (PyTorch
+/// layout), `b` is `[N]`; the result is `[.., N]`.
+pub fn linear(x: &Tensor, w: &Tensor, b: Option<&Tensor>) -> Result<Tensor> {
+    const OP: &str = "linear";
+    check_f32_same_device(OP, &[x, w])?;
+    if let Some(b) = b {
+        check_f32_same_device(OP, &[x, b])?;
+    }
+    let LinearDims { m, k, n } = linear_dims(OP, x, w)?;
+    if let Some(b) = b {
+        check_bias(OP, b, n)?;
+    }
+    let (xr, wr) = (x.read::<f32>(OP)?, w.read::<f32>(OP)?);
+    let br = b.map(|b| b.read::<f32>(OP)).transpose()?;
+    let mut out = KernelBuffer::<f32>::zeros(OP, x.device(), m * n, MemoryKind::Activation)?;
+    if let (Some(xs), Some(ws), Some(o)) = (xr.slice(), wr.slice(), out.slice_mut()) {
+        let bias = br.as_ref().and_then(|b| b.slice());
+        if let Some(bias) = bias {
+            fill_rows(o, bias);
+        }
+        gemm_f32(
+            o,
+            n,
+            MatRef::row_major(xs, m, k),
+            MatRef::row_major(ws, n, k).t(),
+            bias.is_some(),
+            GemmPar::Auto,
+        );
+    }
+    out.into_tensor(with_last(x, n))
+}
+
+/// Copies `row` into every row of `dst` (rows of `row.len()` elements).
+fn fill_rows(dst: &mut [f32], row: &[f32]) {
+    if row.is_empty() {
+        return;
+    }
+    if dst.len() < PAR_THRESHOLD {
+        dst.chunks_mut(row.len()).for_each(|d| d.copy_from_slice(row));
+    } else {
+        dst.par_chunks_mut(row.len()).for_each(|d| d.copy_from_slice(row));
+    }
+}
+
+/// Gradients of [`linear`]; each is `None` when it was not asked for.
+#[derive(Debug, Clone)]
+pub struct LinearGrads {
+    /// Gradient of the input, shaped like `x`.
+    pub x: Option<Tensor>,
+    /// Gradient of the weight, `[N, K]`.
+    pub w: Option<Tensor>,
+    /// Gradient of the bias, `[N]` (only with a bias).
+    pub b: Option<Tensor>,
+}
+
+/// Backward of [`linear`]: `grad [.., N]` is the gradient of its output. Computes (and
+/// allocates, in the order x, w, b, as [`MemoryKind::Gradient`]) only the gradients `needs` asks
+/// for; the bias gradient only when `has_bias`.
+pub fn linear_backward(
+    grad: &Tensor,
+    x: &Tensor,
+    w: &Tensor,
+    has_bias: bool,
+    needs: GradNeeds,
+) -> Result<LinearGrads> {
+    const OP: &str = "linear_backward";
+    check_f32_same_device(OP, &[grad, x, w])?;
+    let LinearDims { m, k, n } = linear_dims(OP, x, w)?;
+    let out_dims = with_last(x, n);
+    if grad.dims() != out_dims.as_slice() {
+        return Err(CoreError::shape(
+            OP,
+            format!(
+                "a gradient of the output's shape {}",
+                crate::Shape::from(out_dims)
+            ),
+            grad.shape(),
+        ));
+    }
+    let (gr, xr, wr) = (grad.read::<f32>(OP)?, x.read::<f32>(OP)?, w.read::<f32>(OP)?);
+    let dev = x.device();
+    let alloc = |need: bool, len: usize| {
+        need.then(|| KernelBuffer::<f32>::zeros(OP, dev, len, MemoryKind::Gradient))
+            .transpose()
+    };
+    let mut gx = alloc(needs.input, m * k)?;
+    let mut gw = alloc(needs.weight, n * k)?;
+    let mut gb = alloc(needs.bias && has_bias, n)?;
+    if let (Some(gs), Some(xs), Some(ws)) = (gr.slice(), xr.slice(), wr.slice()) {
+        let g = MatRef::row_major(gs, m, n);
+        if let Some(o) = gx.as_mut().and_then(|b| b.slice_mut()) {
+            gemm_f32(o, k, g, MatRef::row_major(ws, n, k), false, GemmPar::Auto);
+        }
+        if let Some(o) = gw.as_mut().and_then(|b| b.slice_mut()) {
+            gemm_f32(o, k, g.t(), MatRef::row_major(xs, m, k), false, GemmPar::Auto);
+        }
+        if let Some(o) = gb.as_mut().and_then(|b| b.slice_mut()) {
+            column_sums(gs, m, n, o);
+        }
+    }
+    Ok(LinearGrads {
+        x: gx.map(|b| b.into_tensor(x.shape().clone())).transpose()?,
+        w: gw.map(|b| b.into_tensor([n, k])).transpose()?,
+        b: gb.map(|b| b.into_tensor([n])).transpose()?,
+    })
+}
+
+/// Columns handled by one task of [`column_sums`].
+const SUM_BLOCK: usize = 64;
+
+/// `out[j] = sum_i src[i * cols + j]` for a row-major `rows x cols` matrix, accumulated in f64
+/// in row order (the result does not depend on the thread count).
+fn column_sums(src: &[f32], rows: usize, cols: usize, out: &mut [f32]) {
+    let block = |(bi, o): (usize, &mut [f32])| {
+        let j0 = bi * SUM_BLOCK;
+        let mut acc = [0f64; SUM_BLOCK];
+        for r in 0..rows {
+            let row = &src[r * cols + j0..r * cols + j0 + o.len()];
+            acc.iter_mut().zip(row).for_each(|(a, &v)| *a += v as f64);
+        }
+        o.iter_mut().zip(acc).for_each(|(o, a)| *o = a as f32);
+    };
+    if rows * cols < PAR_THRESHOLD {
+        out.chunks_mut(SUM_BLOCK).enumerate().for_each(block);
+    } else {
+        out.par_chunks_mut(SUM_BLOCK).enumerate().for_each(block);
+    }
+}

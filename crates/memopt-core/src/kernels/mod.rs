@@ -40,6 +40,48 @@ impl GradNeeds {
     };
 }
 
+/// Accumulators for the weight and bias gradients of a layer whose batch folds `time_steps`
+/// time steps (`[T*N, ...]` rows or images). The `_acc` backward kernels add each time step's
+/// contribution into them, last time step first, so that recomputing the time steps in chunks
+/// performs the same floating-point additions in the same order as one whole pass.
+#[derive(Debug, Clone, Copy)]
+pub struct WeightGradAcc<'a> {
+    /// Weight gradient accumulator (same shape as the weight), if wanted.
+    pub weight: Option<&'a crate::Tensor>,
+    /// Bias gradient accumulator `[N]`, if wanted.
+    pub bias: Option<&'a crate::Tensor>,
+    /// Time steps folded into the batch (>= 1; must divide it).
+    pub time_steps: usize,
+}
+
+impl WeightGradAcc<'_> {
+    /// Checks the accumulators against the weight's shape, the bias length and the batch, and
+    /// that they do not alias the kernel's inputs.
+    pub(crate) fn check(&self, op: &'static str, w_dims: &[usize], n_out: usize, batch: usize, inputs: &[&crate::Tensor]) -> crate::Result<usize> {
+        use crate::{CoreError, DType};
+        if self.time_steps == 0 || batch % self.time_steps != 0 {
+            return Err(CoreError::invalid(
+                op,
+                format!("time_steps = {} must be >= 1 and divide the batch of {batch}", self.time_steps),
+            ));
+        }
+        for (acc, dims) in [(self.weight, w_dims), (self.bias, &[n_out][..])] {
+            let Some(acc) = acc else { continue };
+            acc.expect_dtype(op, DType::F32)?;
+            if acc.dims() != dims {
+                return Err(CoreError::shape(op, format!("a gradient accumulator of shape {:?}", dims), acc.shape()));
+            }
+            if let Some(t) = inputs.iter().find(|t| t.same_storage(acc)) {
+                return Err(CoreError::invalid(op, format!("the accumulator shares storage with an input {}", t.shape())));
+            }
+            if let Some(first) = inputs.first() {
+                first.expect_same_device(op, acc)?;
+            }
+        }
+        Ok(batch / self.time_steps)
+    }
+}
+
 pub use batch_norm::*;
 pub use conv::*;
 pub use dropout::*;

@@ -19,6 +19,8 @@ pub(super) struct BackwardBufs<'a> {
     pub gb: Option<&'a mut [f32]>,
     pub col: &'a mut [f32],
     pub stage: &'a mut [f32],
+    /// Whether `gw` already holds a sum to add to (it is overwritten otherwise).
+    pub accumulate: bool,
 }
 
 /// Gradients of conv2d given the output gradient `grad` and the forward's `x` and `w`. The
@@ -30,6 +32,7 @@ pub(super) fn backward(g: &ConvGeom, grad: &[f32], x: &[f32], w: &[f32], bufs: B
         gb,
         col,
         stage,
+        accumulate,
     } = bufs;
     if let Some(gb) = gb {
         bias_grad(g, grad, gb);
@@ -48,7 +51,7 @@ pub(super) fn backward(g: &ConvGeom, grad: &[f32], x: &[f32], w: &[f32], bufs: B
                 for b in 0..g.b {
                     let gr = MatRef::row_major(&grad[b * out_len + gi * cog * pix..], cog, pix);
                     let xs = MatRef::row_major(&x[b * in_len + gi * k * pix..], k, pix);
-                    gemm_f32(dst, k, gr, xs.t(), b > 0, par);
+                    gemm_f32(dst, k, gr, xs.t(), accumulate || b > 0, par);
                 }
             });
         }
@@ -82,7 +85,7 @@ pub(super) fn backward(g: &ConvGeom, grad: &[f32], x: &[f32], w: &[f32], bufs: B
             let col = &*col;
             for_each_product(gw, cog * k, cog * k * ncols, |gi, dst, par| {
                 let cols = MatRef::row_major(&col[gi * k * ncols..], k, ncols);
-                gemm_f32(dst, k, gsrc(gi), cols.t(), b0 > 0, par);
+                gemm_f32(dst, k, gsrc(gi), cols.t(), accumulate || b0 > 0, par);
             });
         }
         if let Some(gx) = gx.as_deref_mut() {
@@ -110,7 +113,7 @@ fn stage_grad(g: &ConvGeom, grad: &[f32], n: usize, stage: &mut [f32]) {
 }
 
 /// `gb[c] = sum over images and pixels of grad[.., c, ..]`, accumulated in f64 in a fixed order.
-fn bias_grad(g: &ConvGeom, grad: &[f32], gb: &mut [f32]) {
+pub(super) fn bias_grad(g: &ConvGeom, grad: &[f32], gb: &mut [f32]) {
     let pix = g.out_pixels();
     let one = |(c, o): (usize, &mut f32)| {
         let mut acc = 0f64;

@@ -8,6 +8,7 @@
 //! `[Co, images x pixels]` between the GEMM and the `[B, Co, Ho, Wo]` layout. 1x1 kernels with stride 1 and no padding use the input as its own column matrix and
 //! allocate no workspace. All workspace is freed before the kernel returns.
 
+mod accumulate;
 mod backward;
 mod forward;
 mod im2col;
@@ -15,6 +16,7 @@ mod params;
 #[cfg(test)]
 mod tests;
 
+pub use accumulate::conv2d_backward_acc;
 pub use params::Conv2dParams;
 
 use super::GradNeeds;
@@ -47,7 +49,7 @@ fn for_each_product(
 }
 
 /// The im2col and staging workspace of one call, allocated on the calling thread.
-struct Workspace {
+pub(super) struct Workspace {
     col: Option<KernelBuffer<f32>>,
     stage: Option<KernelBuffer<f32>>,
 }
@@ -55,19 +57,21 @@ struct Workspace {
 impl Workspace {
     /// Allocates the buffers `g` calls for when `needed` (none otherwise).
     fn new(op: &'static str, device: Device, g: &ConvGeom, needed: bool) -> Result<Self> {
-        let alloc = |len: usize| {
-            (needed && len > 0)
-                .then(|| KernelBuffer::<f32>::workspace(op, device, len))
-                .transpose()
-        };
+        let (col, stage) = if needed { (g.col_len(), g.stage_len()) } else { (0, 0) };
+        Self::with_lens(op, device, col, stage)
+    }
+
+    /// Allocates `col` and `stage` elements (no buffer for 0).
+    pub(super) fn with_lens(op: &'static str, device: Device, col: usize, stage: usize) -> Result<Self> {
+        let alloc = |len: usize| (len > 0).then(|| KernelBuffer::<f32>::workspace(op, device, len)).transpose();
         Ok(Workspace {
-            col: alloc(g.col_len())?,
-            stage: alloc(g.stage_len())?,
+            col: alloc(col)?,
+            stage: alloc(stage)?,
         })
     }
 
     /// The CPU slices (empty where a buffer was not needed).
-    fn slices(&mut self) -> (&mut [f32], &mut [f32]) {
+    pub(super) fn slices(&mut self) -> (&mut [f32], &mut [f32]) {
         fn slice(b: &mut Option<KernelBuffer<f32>>) -> &mut [f32] {
             match b.as_mut().and_then(|b| b.slice_mut()) {
                 Some(s) => s,
@@ -167,6 +171,7 @@ pub fn conv2d_backward(
             gb: gb.as_mut().and_then(|b| b.slice_mut()),
             col,
             stage,
+            accumulate: false,
         };
         backward::backward(&g, gs, xs, wv, bufs);
     }

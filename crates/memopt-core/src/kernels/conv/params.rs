@@ -246,6 +246,11 @@ impl ConvGeom {
         self.out_len
     }
 
+    /// The same call on a batch of `b` images (one time step of a folded batch).
+    pub fn with_batch(&self, op: &'static str, b: usize) -> Result<Self> {
+        ConvGeom { b, ..*self }.with_sizes(op)
+    }
+
     /// Computes the buffer sizes, failing (instead of overflowing) on absurd shapes.
     fn with_sizes(mut self, op: &'static str) -> Result<Self> {
         let overflow = || CoreError::invalid(op, "the output or im2col buffer size overflows usize");

@@ -2,12 +2,14 @@
 //! its backward [`linear_backward`], all on one shared GEMM (the `gemm` crate, on all rayon
 //! threads for products of at least 2^20 multiply-adds).
 
+mod accumulate;
 mod gemm;
 #[cfg(test)]
 pub(crate) mod tests;
 
 #[cfg(test)]
 pub(crate) use gemm::GEMM_PAR_MIN_MACS;
+pub use accumulate::linear_backward_acc;
 pub(crate) use gemm::{GemmPar, MatRef, gemm_f32};
 
 use super::GradNeeds;

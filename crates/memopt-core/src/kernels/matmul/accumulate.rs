@@ -1,0 +1,54 @@
+//! linear backward that accumulates the weight and bias gradients one time step at a time.
+
+use super::{GemmPar, LinearDims, MatRef, check_f32_same_device, column_sums, gemm_f32, linear_dims, with_last};
+use crate::kernels::WeightGradAcc;
+use crate::memory::MemoryKind;
+use crate::{CoreError, KernelBuffer, Result, Shape, Tensor};
+
+/// Backward of [`super::linear`] whose rows fold `acc.time_steps` time steps (`[T, N, K]` or
+/// `[T*N, K]` inputs). Adds the weight and bias gradients into the accumulators of `acc`, time
+/// step `T-1` first, and returns the input gradient when `input` is set. Recomputing the time
+/// steps in chunks, last chunk first, gives bit-identical accumulators.
+pub fn linear_backward_acc(
+    grad: &Tensor,
+    x: &Tensor,
+    w: &Tensor,
+    acc: WeightGradAcc<'_>,
+    input: bool,
+) -> Result<Option<Tensor>> {
+    const OP: &str = "linear_backward_acc";
+    check_f32_same_device(OP, &[grad, x, w])?;
+    let LinearDims { m, k, n } = linear_dims(OP, x, w)?;
+    let out_dims = with_last(x, n);
+    if grad.dims() != out_dims.as_slice() {
+        return Err(CoreError::shape(
+            OP,
+            format!("a gradient of the output's shape {}", Shape::from(out_dims)),
+            grad.shape(),
+        ));
+    }
+    let rows = acc.check(OP, w.dims(), n, m, &[grad, x, w])?;
+    let (gr, xr, wr) = (grad.read::<f32>(OP)?, x.read::<f32>(OP)?, w.read::<f32>(OP)?);
+    let mut gx = input.then(|| KernelBuffer::<f32>::zeros(OP, x.device(), m * k, MemoryKind::Gradient)).transpose()?;
+    let mut wacc = acc.weight.map(|t| t.write::<f32>(OP)).transpose()?;
+    let mut bacc = acc.bias.map(|t| t.write::<f32>(OP)).transpose()?;
+    if let (Some(gs), Some(xs), Some(ws)) = (gr.slice(), xr.slice(), wr.slice()) {
+        if let Some(o) = gx.as_mut().and_then(|b| b.slice_mut()) {
+            gemm_f32(o, k, MatRef::row_major(gs, m, n), MatRef::row_major(ws, n, k), false, GemmPar::Auto);
+        }
+        let mut partial = vec![0f32; n];
+        for t in (0..acc.time_steps).rev() {
+            let g_t = &gs[t * rows * n..][..rows * n];
+            if let Some(aw) = wacc.as_mut().and_then(|a| a.slice_mut()) {
+                let x_t = MatRef::row_major(&xs[t * rows * k..], rows, k);
+                gemm_f32(aw, k, MatRef::row_major(g_t, rows, n).t(), x_t, true, GemmPar::Auto);
+            }
+            if let Some(ab) = bacc.as_mut().and_then(|a| a.slice_mut()) {
+                column_sums(g_t, rows, n, &mut partial);
+                ab.iter_mut().zip(&partial).for_each(|(a, &s)| *a += s);
+            }
+        }
+    }
+    drop((wacc, bacc));
+    gx.map(|b| b.into_tensor(x.shape().clone())).transpose()
+}

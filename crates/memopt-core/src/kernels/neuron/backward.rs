@@ -1,10 +1,10 @@
 //! Backward through time on the CPU: one reverse pass over `T` per neuron, carrying the
 //! gradient of the membrane state in a stack array.
 
+use super::Surrogate;
 use super::chunks::{CHUNK, SharedOut, for_each_chunk};
 use super::config::{DecayGrad, Dynamics, fire, reset};
 use super::surrogate::{atan_grad, sigmoid_grad};
-use super::Surrogate;
 
 /// Data of one backward call: sequences are `[T, n]`, states `[n]`, `partials` one slot per
 /// chunk (PLIF only).
@@ -54,15 +54,7 @@ pub(super) fn backward_cpu(d: &Dynamics, surrogate: Surrogate, io: BackwardIo<'_
 /// by `reset_grad`, 0 under detach_reset) and through the spike (`dS/dH = sg`).
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-fn grad_h<const HARD: bool>(
-    gv: f32,
-    gs: f32,
-    h: f32,
-    sg: f32,
-    vth: f32,
-    vr: f32,
-    reset_grad: f32,
-) -> f32 {
+fn grad_h<const HARD: bool>(gv: f32, gs: f32, h: f32, sg: f32, vth: f32, vr: f32, reset_grad: f32) -> f32 {
     let dv_dh = if HARD {
         (1.0 - fire(h, vth)) + (vr - h) * sg * reset_grad
     } else {

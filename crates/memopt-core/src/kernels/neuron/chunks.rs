@@ -90,7 +90,10 @@ impl<'a> SharedOut<'a> {
     /// time row, chunks are disjoint, and it drops each slice before asking for the next one.
     #[allow(clippy::mut_from_ref)]
     pub unsafe fn slice(&self, range: Range<usize>) -> &mut [f32] {
-        assert!(range.start <= range.end && range.end <= self.len, "SharedOut range out of bounds");
+        assert!(
+            range.start <= range.end && range.end <= self.len,
+            "SharedOut range out of bounds"
+        );
         // SAFETY: in bounds (checked above) of a live exclusive borrow; disjointness is the
         // caller's contract.
         unsafe { std::slice::from_raw_parts_mut(self.ptr.add(range.start), range.end - range.start) }

@@ -194,7 +194,10 @@ fn sequence_dims(op: &'static str, name: &str, seq: &Tensor) -> Result<(usize, u
         )),
         Some(0) => Err(CoreError::invalid(
             op,
-            format!("{name} of shape {} has T = 0 time steps; need T >= 1", seq.shape()),
+            format!(
+                "{name} of shape {} has T = 0 time steps; need T >= 1",
+                seq.shape()
+            ),
         )),
         Some(&t) => Ok((t, seq.shape().inner_count())),
     }
@@ -211,7 +214,11 @@ fn check_state(op: &'static str, name: &str, state: &Tensor, seq: &Tensor) -> Re
     if state.dims() != &seq.dims()[1..] {
         return Err(CoreError::shape(
             op,
-            format!("{name} of shape {} (one time step of {})", state_shape(seq), seq.shape()),
+            format!(
+                "{name} of shape {} (one time step of {})",
+                state_shape(seq),
+                seq.shape()
+            ),
             state.shape(),
         ));
     }

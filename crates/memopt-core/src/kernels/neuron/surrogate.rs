@@ -117,11 +117,17 @@ mod tests {
                 let sg = 1.0 / (1.0 + (-a * xd).exp());
                 let want = a * sg * (1.0 - sg);
                 let got = Surrogate::Sigmoid { alpha }.grad(x) as f64;
-                assert!((got - want).abs() <= 1e-6 * want.max(1e-3), "sigmoid {alpha} {x}: {got} {want}");
+                assert!(
+                    (got - want).abs() <= 1e-6 * want.max(1e-3),
+                    "sigmoid {alpha} {x}: {got} {want}"
+                );
                 let u = std::f64::consts::FRAC_PI_2 * a * xd;
                 let want = a / 2.0 / (1.0 + u * u);
                 let got = Surrogate::ATan { alpha }.grad(x) as f64;
-                assert!((got - want).abs() <= 1e-6 * want, "atan {alpha} {x}: {got} {want}");
+                assert!(
+                    (got - want).abs() <= 1e-6 * want,
+                    "atan {alpha} {x}: {got} {want}"
+                );
             }
         }
         assert_eq!(Surrogate::default(), Surrogate::Sigmoid { alpha: 4.0 });

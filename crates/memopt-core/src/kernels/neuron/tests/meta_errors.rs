@@ -6,8 +6,11 @@ use crate::memory::{MemoryAction, MemoryEvent, MemorySubscriber};
 use crate::{Device, MemoryKind, MemoryTracker, Tensor};
 use std::sync::{Arc, Mutex};
 
+/// Tracker events as (action, bytes, kind).
+type Events = Vec<(MemoryAction, u64, MemoryKind)>;
+
 #[derive(Default)]
-struct Recorder(Mutex<Vec<(MemoryAction, u64, MemoryKind)>>);
+struct Recorder(Mutex<Events>);
 
 impl MemorySubscriber for Recorder {
     fn on_event(&self, e: &MemoryEvent) {
@@ -17,7 +20,7 @@ impl MemorySubscriber for Recorder {
 
 /// Runs `case` forward and backward on `device` under a fresh tracker; returns the output and
 /// gradient shapes and the tracker's event stream.
-fn traced(case: &Case, device: Device, want_v_init_grad: bool) -> (Vec<Vec<usize>>, Vec<(MemoryAction, u64, MemoryKind)>) {
+fn traced(case: &Case, device: Device, want_v_init_grad: bool) -> (Vec<Vec<usize>>, Events) {
     let tracker = MemoryTracker::new(device);
     let _guard = MemoryTracker::install(tracker.clone());
     let rec = Arc::new(Recorder::default());
@@ -126,9 +129,21 @@ fn errors_name_the_problem() {
     let w = tensor(vec![0.0], &[1], dev);
 
     // Shapes of x.
-    let e = err_of(neuron_forward(&lif, &tensor(vec![0.0; 0], &[0, 4], dev), None, None, false));
+    let e = err_of(neuron_forward(
+        &lif,
+        &tensor(vec![0.0; 0], &[0, 4], dev),
+        None,
+        None,
+        false,
+    ));
     assert!(e.contains("neuron_forward") && e.contains("T = 0"), "{e}");
-    let e = err_of(neuron_forward(&lif, &tensor(vec![1.0], &[], dev), None, None, false));
+    let e = err_of(neuron_forward(
+        &lif,
+        &tensor(vec![1.0], &[], dev),
+        None,
+        None,
+        false,
+    ));
     assert!(e.contains("scalar") && e.contains("[T, ...]"), "{e}");
     // v_init shape.
     let bad = tensor(vec![0.0; 3], &[3], dev);
@@ -137,7 +152,13 @@ fn errors_name_the_problem() {
     // PLIF parameter.
     let e = err_of(neuron_forward(&plif, &x, None, None, false));
     assert!(e.contains("PLIF") && e.contains("w"), "{e}");
-    let e = err_of(neuron_forward(&plif, &x, None, Some(&tensor(vec![0.0; 2], &[2], dev)), false));
+    let e = err_of(neuron_forward(
+        &plif,
+        &x,
+        None,
+        Some(&tensor(vec![0.0; 2], &[2], dev)),
+        false,
+    ));
     assert!(e.contains("w of shape [1]") && e.contains("[2]"), "{e}");
     let e = err_of(neuron_forward(&lif, &x, None, Some(&w), false));
     assert!(e.contains("pass None"), "{e}");
@@ -174,7 +195,13 @@ fn errors_name_the_problem() {
         assert!(e.contains(needle), "{e}");
     }
     // dtype and device.
-    let e = err_of(neuron_forward(&lif, &x.to_dtype(crate::DType::F16).unwrap(), None, None, false));
+    let e = err_of(neuron_forward(
+        &lif,
+        &x.to_dtype(crate::DType::F16).unwrap(),
+        None,
+        None,
+        false,
+    ));
     assert!(e.contains("expected dtype f32"), "{e}");
     let meta_state = Tensor::full([4], 0.0, Device::Meta, MemoryKind::Input).unwrap();
     let e = err_of(neuron_forward(&lif, &x, Some(&meta_state), None, false));
@@ -190,9 +217,25 @@ fn errors_name_the_problem() {
     assert!(e.contains("v_init of shape [4]"), "{e}");
     let e = err_of(neuron_backward(&plif, &x, None, &x, None, None, false));
     assert!(e.contains("PLIF"), "{e}");
-    let e = err_of(neuron_backward(&lif, &tensor(vec![], &[0, 4], dev), None, &x, None, None, false));
+    let e = err_of(neuron_backward(
+        &lif,
+        &tensor(vec![], &[0, 4], dev),
+        None,
+        &x,
+        None,
+        None,
+        false,
+    ));
     assert!(e.contains("T = 0"), "{e}");
-    let e = err_of(neuron_backward(&lif, &tensor(vec![1.0], &[], dev), None, &x, None, None, false));
+    let e = err_of(neuron_backward(
+        &lif,
+        &tensor(vec![1.0], &[], dev),
+        None,
+        &x,
+        None,
+        None,
+        false,
+    ));
     assert!(e.contains("scalar"), "{e}");
     // Valid calls still work with all the pieces.
     let g = neuron_backward(&plif, &x, Some(&state), &x, Some(&state), Some(&w), true).unwrap();
@@ -209,7 +252,13 @@ fn rank_one_sequences_and_empty_steps() {
     assert!((out.v_final.to_scalar_f32().unwrap() - 0.6).abs() < 1e-6);
     // x [T, 0] has no neurons.
     let x = tensor(vec![], &[2, 0], Device::Cpu);
-    let out = neuron_forward(&NeuronConfig::plif(), &x, None, Some(&tensor(vec![0.0], &[1], Device::Cpu)), true)
-        .unwrap();
+    let out = neuron_forward(
+        &NeuronConfig::plif(),
+        &x,
+        None,
+        Some(&tensor(vec![0.0], &[1], Device::Cpu)),
+        true,
+    )
+    .unwrap();
     assert_eq!(out.spikes.dims(), &[2, 0]);
 }

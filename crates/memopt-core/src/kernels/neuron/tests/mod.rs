@@ -3,6 +3,9 @@
 //! differences of the exact part of the gradient, temporal chunking, Meta event streams and
 //! errors.
 
+// Indexed loops over perturbed positions read more plainly than iterator chains here.
+#![allow(clippy::needless_range_loop)]
+
 mod meta_errors;
 mod reference;
 
@@ -100,7 +103,10 @@ fn assert_close(what: &str, got: &[f32], want: &[f64], rtol: f64) {
     let scale = want.iter().fold(1.0f64, |m, v| m.max(v.abs()));
     for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
         let tol = rtol * (w.abs() + 1e-2 * scale).max(1e-3);
-        assert!((g as f64 - w).abs() <= tol, "{what}[{i}]: got {g}, want {w} (tol {tol})");
+        assert!(
+            (g as f64 - w).abs() <= tol,
+            "{what}[{i}]: got {g}, want {w} (tol {tol})"
+        );
     }
 }
 
@@ -126,7 +132,11 @@ fn check_against_reference(case: &Case, rtol: f64) {
             assert_eq!(gw.dims(), &[1]);
             let g = gw.to_scalar_f32().unwrap() as f64;
             let tol = rtol * (r.grad_w_scale + 1e-3);
-            assert!((g - r.grad_w).abs() <= tol, "grad_w: got {g}, want {} (tol {tol})", r.grad_w);
+            assert!(
+                (g - r.grad_w).abs() <= tol,
+                "grad_w: got {g}, want {} (tol {tol})",
+                r.grad_w
+            );
         }
         None => assert!(!case.is_plif(), "PLIF must return grad_w"),
     }
@@ -204,7 +214,9 @@ fn large_dyadic_cases_cross_chunks_and_run_in_parallel() {
     let mut rng = Rng::new(7);
     let (steps, n) = (9, 2 * chunks::CHUNK + 37);
     let dyadic = |rng: &mut Rng, len: usize| -> Vec<f32> {
-        (0..len).map(|_| (rng.uniform(-16.0, 24.0).floor()) / 8.0).collect()
+        (0..len)
+            .map(|_| (rng.uniform(-16.0, 24.0).floor()) / 8.0)
+            .collect()
     };
     let configs = [
         NeuronConfig::lif(2.0),
@@ -307,10 +319,16 @@ fn finite_differences_of_the_membrane_path() {
         };
         let check = |what: String, got: f32, want: Option<f64>| {
             if let Some(want) = want {
-                assert!((got as f64 - want).abs() <= 2e-3 * (1.0 + want.abs()), "{what}: {got} vs {want}");
+                assert!(
+                    (got as f64 - want).abs() <= 2e-3 * (1.0 + want.abs()),
+                    "{what}: {got} vs {want}"
+                );
             }
         };
-        let (gx, gv) = (grads.x.to_vec_f32().unwrap(), grads.v_init.unwrap().to_vec_f32().unwrap());
+        let (gx, gv) = (
+            grads.x.to_vec_f32().unwrap(),
+            grads.v_init.unwrap().to_vec_f32().unwrap(),
+        );
         let mut compared = 0;
         for i in 0..steps * n {
             let want = fd(&|c: &mut Case, e: f32| c.x[i] += e, 1e-2);
@@ -326,7 +344,10 @@ fn finite_differences_of_the_membrane_path() {
             assert!(want.is_some(), "spikes changed under a w perturbation of 1e-3");
             check(format!("{cfg:?} grad_w"), gw.to_scalar_f32().unwrap(), want);
         }
-        assert!(compared > steps * n / 2, "too few finite differences compared: {compared}");
+        assert!(
+            compared > steps * n / 2,
+            "too few finite differences compared: {compared}"
+        );
     }
 }
 
@@ -369,7 +390,10 @@ fn temporal_chunks_compose() {
         let (_, grads1) = first.run(Device::Cpu, true).unwrap();
         let cat = |a: &Tensor, b: &Tensor| [a.to_vec_f32().unwrap(), b.to_vec_f32().unwrap()].concat();
         assert_eq!(cat(&out1.spikes, &out2.spikes), out.spikes.to_vec_f32().unwrap());
-        assert_eq!(out2.v_final.to_vec_f32().unwrap(), out.v_final.to_vec_f32().unwrap());
+        assert_eq!(
+            out2.v_final.to_vec_f32().unwrap(),
+            out.v_final.to_vec_f32().unwrap()
+        );
         assert_eq!(cat(&grads1.x, &grads2.x), grads.x.to_vec_f32().unwrap());
         assert_eq!(
             grads1.v_init.unwrap().to_vec_f32().unwrap(),
@@ -378,7 +402,10 @@ fn temporal_chunks_compose() {
         if let (Some(w1), Some(w2), Some(w)) = (grads1.w, grads2.w, grads.w) {
             let sum = w1.to_scalar_f32().unwrap() + w2.to_scalar_f32().unwrap();
             let whole_w = w.to_scalar_f32().unwrap();
-            assert!((sum - whole_w).abs() <= 1e-5 * (1.0 + whole_w.abs()), "{sum} vs {whole_w}");
+            assert!(
+                (sum - whole_w).abs() <= 1e-5 * (1.0 + whole_w.abs()),
+                "{sum} vs {whole_w}"
+            );
         }
     }
 }

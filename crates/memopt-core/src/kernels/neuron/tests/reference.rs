@@ -1,6 +1,9 @@
 //! A plain scalar reference of the multi-step neuron in f64, written from the equations (not
 //! from the fast kernels): one neuron at a time, forward then backward through time.
 
+// Plain indexed loops on purpose: the reference should read like the equations.
+#![allow(clippy::needless_range_loop)]
+
 use crate::kernels::{NeuronConfig, NeuronKind, Surrogate};
 
 /// Inputs of one reference run; sequences are `[steps, n]` row-major.

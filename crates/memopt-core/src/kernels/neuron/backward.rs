@@ -90,64 +90,70 @@ where
     } = *d;
     let grad_x = SharedOut::new(grad_x);
     let grad_v_init = grad_v_init.map(SharedOut::new);
-    for_each_chunk(n, steps, partials, |r| {
-        let len = r.len();
-        // dL/dV[t] for the step being processed; starts as the gradient of the final state.
-        let mut gv_buf = [0f32; CHUNK];
-        let gv = &mut gv_buf[..len];
-        if let Some(g) = grad_v_final {
-            gv.copy_from_slice(&g[r.clone()]);
-        }
-        // PLIF only: V[t-1] of the step, and the per-neuron sum of dL/dH * dH/dk.
-        let mut vprev_buf = [0f32; CHUNK];
-        let mut acc_buf = [0f32; CHUNK];
-        let (vprev, acc) = (&mut vprev_buf[..len], &mut acc_buf[..len]);
-        for t in (0..steps).rev() {
-            let row = t * n + r.start..t * n + r.end;
-            let (hs, gss) = (&h_seq[row.clone()], &grad_spikes[row.clone()]);
-            // SAFETY: `row` is this task's chunk of time row `t`; no other slice of it is live.
-            let gx = unsafe { grad_x.slice(row) };
-            if PLIF {
-                if t > 0 {
-                    let prev = &h_seq[(t - 1) * n + r.start..(t - 1) * n + r.end];
-                    for (vp, &h) in vprev.iter_mut().zip(prev) {
-                        *vp = reset::<HARD>(h, fire(h, vth), vth, vr);
+    for_each_chunk(
+        n,
+        steps,
+        partials,
+        #[inline(always)]
+        |r| {
+            let len = r.len();
+            // dL/dV[t] for the step being processed; starts as the gradient of the final state.
+            let mut gv_buf = [0f32; CHUNK];
+            let gv = &mut gv_buf[..len];
+            if let Some(g) = grad_v_final {
+                gv.copy_from_slice(&g[r.clone()]);
+            }
+            // PLIF only: V[t-1] of the step, and the per-neuron sum of dL/dH * dH/dk.
+            let mut vprev_buf = [0f32; CHUNK];
+            let mut acc_buf = [0f32; CHUNK];
+            let (vprev, acc) = (&mut vprev_buf[..len], &mut acc_buf[..len]);
+            for t in (0..steps).rev() {
+                let row = t * n + r.start..t * n + r.end;
+                let (hs, gss) = (&h_seq[row.clone()], &grad_spikes[row.clone()]);
+                // SAFETY: `row` is this task's chunk of time row `t`; no other slice of it is live.
+                let gx = unsafe { grad_x.slice(row) };
+                if PLIF {
+                    if t > 0 {
+                        let prev = &h_seq[(t - 1) * n + r.start..(t - 1) * n + r.end];
+                        for (vp, &h) in vprev.iter_mut().zip(prev) {
+                            *vp = reset::<HARD>(h, fire(h, vth), vth, vr);
+                        }
+                    } else {
+                        match v_init {
+                            Some(vi) => vprev.copy_from_slice(&vi[r.clone()]),
+                            None => vprev.fill(v_rest),
+                        }
+                    }
+                    for (((((g, &h), &gs), gx), a), &vp) in gv
+                        .iter_mut()
+                        .zip(hs)
+                        .zip(gss)
+                        .zip(gx.iter_mut())
+                        .zip(acc.iter_mut())
+                        .zip(vprev.iter())
+                    {
+                        let gh = grad_h::<HARD>(*g, gs, h, surrogate(h - vth), vth, vr, reset_grad);
+                        *gx = gh * dh_dx;
+                        *g = gh * dh_dv;
+                        *a += gh * dh_dk(h, vp);
                     }
                 } else {
-                    match v_init {
-                        Some(vi) => vprev.copy_from_slice(&vi[r.clone()]),
-                        None => vprev.fill(v_rest),
+                    for (((g, &h), &gs), gx) in gv.iter_mut().zip(hs).zip(gss).zip(gx.iter_mut()) {
+                        let gh = grad_h::<HARD>(*g, gs, h, surrogate(h - vth), vth, vr, reset_grad);
+                        *gx = gh * dh_dx;
+                        *g = gh * dh_dv;
                     }
                 }
-                for (((((g, &h), &gs), gx), a), &vp) in gv
-                    .iter_mut()
-                    .zip(hs)
-                    .zip(gss)
-                    .zip(gx.iter_mut())
-                    .zip(acc.iter_mut())
-                    .zip(vprev.iter())
-                {
-                    let gh = grad_h::<HARD>(*g, gs, h, surrogate(h - vth), vth, vr, reset_grad);
-                    *gx = gh * dh_dx;
-                    *g = gh * dh_dv;
-                    *a += gh * dh_dk(h, vp);
-                }
-            } else {
-                for (((g, &h), &gs), gx) in gv.iter_mut().zip(hs).zip(gss).zip(gx.iter_mut()) {
-                    let gh = grad_h::<HARD>(*g, gs, h, surrogate(h - vth), vth, vr, reset_grad);
-                    *gx = gh * dh_dx;
-                    *g = gh * dh_dv;
-                }
             }
-        }
-        if let Some(out) = &grad_v_init {
-            // SAFETY: `r` is this task's own chunk of the state buffer.
-            unsafe { out.slice(r) }.copy_from_slice(gv);
-        }
-        if PLIF {
-            acc.iter().map(|&a| a as f64).sum::<f64>() as f32
-        } else {
-            0.0
-        }
-    });
+            if let Some(out) = &grad_v_init {
+                // SAFETY: `r` is this task's own chunk of the state buffer.
+                unsafe { out.slice(r) }.copy_from_slice(gv);
+            }
+            if PLIF {
+                acc.iter().map(|&a| a as f64).sum::<f64>() as f32
+            } else {
+                0.0
+            }
+        },
+    );
 }

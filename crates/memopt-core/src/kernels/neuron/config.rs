@@ -123,23 +123,18 @@ impl NeuronConfig {
     }
 }
 
-/// How `H` is computed from `V` and `X`, with SpikingJelly's exact expression for each case
-/// (it uses simpler forms when `V_reset` is 0, and multiplies by `sigmoid(w)` for PLIF where
-/// LIF divides by `tau`).
+/// How `H` is computed from `V` and `X`, in the form of SpikingJelly's CUDA multi-step kernels
+/// (`auto_cuda/neuron_kernel`): `k = 1/tau` (for LIF computed in f64 and rounded to f32, as
+/// SpikingJelly passes `1.0 / tau` to the kernel; for PLIF `sigmoid(w)`) and `vr` the reset
+/// potential (0 under soft reset).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(super) enum Charge {
-    /// `V + X`.
+    /// `X + V`.
     If,
-    /// `V + (X - (V - vr)) / tau`.
-    DecayDiv { tau: f32, vr: f32 },
-    /// `V + (X - (V - vr)) * k`.
-    DecayMul { k: f32, vr: f32 },
-    /// `V * d + X` (no decay of the input, `V_reset` = 0; `d = 1 - 1/tau`).
-    NoDecayScale { d: f32 },
-    /// `V - (V - vr) / tau + X`.
-    NoDecayDiv { tau: f32, vr: f32 },
-    /// `V - (V - vr) * k + X`.
-    NoDecayMul { k: f32, vr: f32 },
+    /// `(X - (V - vr)) * k + V`.
+    Decay { k: f32, vr: f32 },
+    /// `(X - k * (V - vr)) + V`.
+    NoDecay { k: f32, vr: f32 },
 }
 
 /// How the PLIF parameter's gradient is accumulated (`dH/dk` with `k = 1/tau`).
@@ -178,33 +173,20 @@ impl Dynamics {
     /// Resolves `cfg` (already validated) with the PLIF parameter `w` (ignored for IF and LIF).
     pub fn new(cfg: &NeuronConfig, w: f32) -> Self {
         let vr = cfg.v_rest();
-        let reset0 = vr == 0.0;
-        let (charge, dh_dv, dh_dx, decay_grad, dk_dw) = match cfg.kind {
-            NeuronKind::If => (Charge::If, 1.0, 1.0, DecayGrad::None, 0.0),
-            NeuronKind::Lif { tau, decay_input } => {
-                let dh_dv = (1.0 - 1.0 / tau as f64) as f32;
-                let charge = match (decay_input, reset0) {
-                    (true, _) => Charge::DecayDiv { tau, vr },
-                    (false, true) => Charge::NoDecayScale { d: dh_dv },
-                    (false, false) => Charge::NoDecayDiv { tau, vr },
-                };
-                let dh_dx = if decay_input { 1.0 / tau } else { 1.0 };
-                (charge, dh_dv, dh_dx, DecayGrad::None, 0.0)
-            }
-            NeuronKind::Plif { decay_input } => {
-                let k = sigmoid_f32(w);
-                let charge = match (decay_input, reset0) {
-                    (true, _) => Charge::DecayMul { k, vr },
-                    (false, true) => Charge::NoDecayScale { d: 1.0 - k },
-                    (false, false) => Charge::NoDecayMul { k, vr },
-                };
-                let (dh_dx, decay_grad) = if decay_input {
-                    (k, DecayGrad::DecayInput { k })
-                } else {
-                    (1.0, DecayGrad::NoDecayInput { vr })
-                };
-                (charge, 1.0 - k, dh_dx, decay_grad, k * (1.0 - k))
-            }
+        let (k, decay_input) = match cfg.kind {
+            NeuronKind::If => (0.0, false),
+            NeuronKind::Lif { tau, decay_input } => ((1.0 / tau as f64) as f32, decay_input),
+            NeuronKind::Plif { decay_input } => (sigmoid_f32(w), decay_input),
+        };
+        let (charge, dh_dv, dh_dx) = match (cfg.kind, decay_input) {
+            (NeuronKind::If, _) => (Charge::If, 1.0, 1.0),
+            (_, true) => (Charge::Decay { k, vr }, 1.0 - k, k),
+            (_, false) => (Charge::NoDecay { k, vr }, 1.0 - k, 1.0),
+        };
+        let (decay_grad, dk_dw) = match (cfg.kind, decay_input) {
+            (NeuronKind::Plif { .. }, true) => (DecayGrad::DecayInput { k }, k * (1.0 - k)),
+            (NeuronKind::Plif { .. }, false) => (DecayGrad::NoDecayInput { vr }, k * (1.0 - k)),
+            _ => (DecayGrad::None, 0.0),
         };
         Dynamics {
             charge,

@@ -26,12 +26,9 @@ pub(super) fn forward_cpu(d: &Dynamics, io: ForwardIo<'_>) {
         };
     }
     match d.charge {
-        Charge::If => run!(|v: f32, x: f32| v + x),
-        Charge::DecayDiv { tau, vr } => run!(move |v: f32, x: f32| v + (x - (v - vr)) / tau),
-        Charge::DecayMul { k, vr } => run!(move |v: f32, x: f32| v + (x - (v - vr)) * k),
-        Charge::NoDecayScale { d } => run!(move |v: f32, x: f32| v * d + x),
-        Charge::NoDecayDiv { tau, vr } => run!(move |v: f32, x: f32| v - (v - vr) / tau + x),
-        Charge::NoDecayMul { k, vr } => run!(move |v: f32, x: f32| v - (v - vr) * k + x),
+        Charge::If => run!(|v: f32, x: f32| x + v),
+        Charge::Decay { k, vr } => run!(move |v: f32, x: f32| (x - (v - vr)) * k + v),
+        Charge::NoDecay { k, vr } => run!(move |v: f32, x: f32| (x - k * (v - vr)) + v),
     }
 }
 
@@ -52,42 +49,48 @@ where
     let spikes = SharedOut::new(spikes);
     let h_seq = h_seq.map(SharedOut::new);
     let v_final = SharedOut::new(v_final);
-    for_each_chunk(n, steps, None, |r| {
-        let mut state = [0f32; CHUNK];
-        let v = &mut state[..r.len()];
-        match v_init {
-            Some(vi) => v.copy_from_slice(&vi[r.clone()]),
-            None => v.fill(v_rest),
-        }
-        for t in 0..steps {
-            let row = t * n + r.start..t * n + r.end;
-            let xs = &x[row.clone()];
-            // SAFETY: `row` is this task's chunk of time row `t`; no other slice of it is live.
-            let ss = unsafe { spikes.slice(row.clone()) };
-            match &h_seq {
-                Some(hs) => {
-                    // SAFETY: as above, for the `h_seq` buffer.
-                    let hs = unsafe { hs.slice(row) };
-                    for (((v, &x), s), h) in v.iter_mut().zip(xs).zip(ss.iter_mut()).zip(hs.iter_mut()) {
-                        let hv = charge(*v, x);
-                        let sp = fire(hv, vth);
-                        *h = hv;
-                        *s = sp;
-                        *v = reset::<HARD>(hv, sp, vth, vr);
+    for_each_chunk(
+        n,
+        steps,
+        None,
+        #[inline(always)]
+        |r| {
+            let mut state = [0f32; CHUNK];
+            let v = &mut state[..r.len()];
+            match v_init {
+                Some(vi) => v.copy_from_slice(&vi[r.clone()]),
+                None => v.fill(v_rest),
+            }
+            for t in 0..steps {
+                let row = t * n + r.start..t * n + r.end;
+                let xs = &x[row.clone()];
+                // SAFETY: `row` is this task's chunk of time row `t`; no other slice of it is live.
+                let ss = unsafe { spikes.slice(row.clone()) };
+                match &h_seq {
+                    Some(hs) => {
+                        // SAFETY: as above, for the `h_seq` buffer.
+                        let hs = unsafe { hs.slice(row) };
+                        for (((v, &x), s), h) in v.iter_mut().zip(xs).zip(ss.iter_mut()).zip(hs.iter_mut()) {
+                            let hv = charge(*v, x);
+                            let sp = fire(hv, vth);
+                            *h = hv;
+                            *s = sp;
+                            *v = reset::<HARD>(hv, sp, vth, vr);
+                        }
                     }
-                }
-                None => {
-                    for ((v, &x), s) in v.iter_mut().zip(xs).zip(ss.iter_mut()) {
-                        let hv = charge(*v, x);
-                        let sp = fire(hv, vth);
-                        *s = sp;
-                        *v = reset::<HARD>(hv, sp, vth, vr);
+                    None => {
+                        for ((v, &x), s) in v.iter_mut().zip(xs).zip(ss.iter_mut()) {
+                            let hv = charge(*v, x);
+                            let sp = fire(hv, vth);
+                            *s = sp;
+                            *v = reset::<HARD>(hv, sp, vth, vr);
+                        }
                     }
                 }
             }
-        }
-        // SAFETY: `r` is this task's own chunk of the state buffer.
-        unsafe { v_final.slice(r) }.copy_from_slice(v);
-        0.0
-    });
+            // SAFETY: `r` is this task's own chunk of the state buffer.
+            unsafe { v_final.slice(r) }.copy_from_slice(v);
+            0.0
+        },
+    );
 }

@@ -107,7 +107,7 @@ pub fn neuron_forward(
 /// the forward's. The initial state's gradient is computed when `want_v_init_grad`.
 ///
 /// Allocates, in this order: grad_x `[T, ...]`, grad_v_init `[...]` (when asked), grad_w `[1]`
-/// (PLIF), and for PLIF a workspace of one f32 per chunk of 2048 neurons, freed before returning.
+/// (PLIF), and for PLIF a workspace of one f32 per chunk of 8192 neurons, freed before returning.
 pub fn neuron_backward(
     cfg: &NeuronConfig,
     grad_spikes: &Tensor,

@@ -207,8 +207,8 @@ proptest! {
 }
 
 /// Dyadic inputs (multiples of 1/8, tau 2, w 0) make the f32 forward exact, so a large case
-/// with exact threshold ties can be compared too; 4133 neurons span three chunks (one partial)
-/// and 9 steps put the work above the parallel threshold.
+/// with exact threshold ties can be compared too; 2 chunks + 37 neurons span three chunks (one
+/// partial) and 9 steps put the work above the parallel threshold.
 #[test]
 fn large_dyadic_cases_cross_chunks_and_run_in_parallel() {
     let mut rng = Rng::new(7);
@@ -407,5 +407,67 @@ fn temporal_chunks_compose() {
                 "{sum} vs {whole_w}"
             );
         }
+    }
+}
+
+/// The AVX2 build of the kernels (chosen at run time) and the baseline build give bitwise
+/// identical results for every kind, reset, surrogate and PLIF gradient, so results do not
+/// depend on the machine's vector width.
+#[test]
+fn wide_vector_build_is_bitwise_identical_to_baseline() {
+    use std::sync::atomic::Ordering;
+    let mut rng = Rng::new(17);
+    let (steps, n) = (4, chunks::CHUNK + 300);
+    let configs = [
+        NeuronConfig::lif(1.333),
+        NeuronConfig {
+            kind: NeuronKind::Lif {
+                tau: 3.0,
+                decay_input: false,
+            },
+            v_reset: None,
+            surrogate: Surrogate::ATan { alpha: 2.0 },
+            ..NeuronConfig::lif(3.0)
+        },
+        NeuronConfig::plif(),
+        NeuronConfig {
+            kind: NeuronKind::Plif { decay_input: false },
+            v_reset: Some(-0.3),
+            detach_reset: true,
+            ..NeuronConfig::plif()
+        },
+        NeuronConfig::if_neuron(),
+    ];
+    let bits = |t: &Tensor| {
+        t.to_vec_f32()
+            .unwrap()
+            .iter()
+            .map(|v| v.to_bits())
+            .collect::<Vec<_>>()
+    };
+    for cfg in configs {
+        let case = Case {
+            cfg,
+            shape: vec![steps, n],
+            x: rng.vec(steps * n, -2.0, 3.0),
+            v_init: Some(rng.vec(n, -1.0, 1.0)),
+            w: rng.uniform(-1.0, 1.0),
+            grad_spikes: rng.vec(steps * n, -1.0, 1.0),
+            grad_v_final: Some(rng.vec(n, -1.0, 1.0)),
+        };
+        let runs: Vec<_> = [true, false]
+            .into_iter()
+            .map(|baseline| {
+                chunks::BASELINE_ONLY.store(baseline, Ordering::Relaxed);
+                let (out, grads) = case.run(Device::Cpu, true).unwrap();
+                let mut all = vec![bits(&out.spikes), bits(&out.v_final), bits(&out.h_seq.unwrap())];
+                all.push(bits(&grads.x));
+                all.push(bits(&grads.v_init.unwrap()));
+                all.extend(grads.w.map(|w| bits(&w)));
+                all
+            })
+            .collect();
+        chunks::BASELINE_ONLY.store(false, Ordering::Relaxed);
+        assert_eq!(runs[0], runs[1], "{cfg:?}");
     }
 }

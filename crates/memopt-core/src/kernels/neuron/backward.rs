@@ -85,7 +85,6 @@ where
         v_threshold: vth,
         v_reset: vr,
         reset_grad,
-        v_rest,
         ..
     } = *d;
     let grad_x = SharedOut::new(grad_x);
@@ -121,7 +120,7 @@ where
                     } else {
                         match v_init {
                             Some(vi) => vprev.copy_from_slice(&vi[r.clone()]),
-                            None => vprev.fill(v_rest),
+                            None => vprev.fill(vr),
                         }
                     }
                     for (((((g, &h), &gs), gx), a), &vp) in gv

@@ -157,13 +157,12 @@ pub(super) struct Dynamics {
     /// `dH/dX`.
     pub dh_dx: f32,
     pub v_threshold: f32,
-    /// Reset potential (hard reset only).
+    /// Reset potential under hard reset; 0 under soft reset. Either way also the initial
+    /// potential when none is given.
     pub v_reset: f32,
     pub hard: bool,
     /// 0 with detach_reset, 1 without: the weight of the reset's dependency on the spike.
     pub reset_grad: f32,
-    /// Initial potential when none is given.
-    pub v_rest: f32,
     pub decay_grad: DecayGrad,
     /// `dk/dw = k (1 - k)` for PLIF (0 otherwise).
     pub dk_dw: f32,
@@ -196,7 +195,6 @@ impl Dynamics {
             v_reset: vr,
             hard: !cfg.soft_reset(),
             reset_grad: if cfg.detach_reset { 0.0 } else { 1.0 },
-            v_rest: vr,
             decay_grad,
             dk_dw,
         }

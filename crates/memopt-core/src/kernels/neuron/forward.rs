@@ -45,7 +45,7 @@ where
         h_seq,
         v_final,
     } = io;
-    let (vth, vr, v_rest) = (d.v_threshold, d.v_reset, d.v_rest);
+    let (vth, vr) = (d.v_threshold, d.v_reset);
     let spikes = SharedOut::new(spikes);
     let h_seq = h_seq.map(SharedOut::new);
     let v_final = SharedOut::new(v_final);
@@ -59,7 +59,7 @@ where
             let v = &mut state[..r.len()];
             match v_init {
                 Some(vi) => v.copy_from_slice(&vi[r.clone()]),
-                None => v.fill(v_rest),
+                None => v.fill(vr),
             }
             for t in 0..steps {
                 let row = t * n + r.start..t * n + r.end;

@@ -1,0 +1,158 @@
+//! Backward through time on the CPU: one reverse pass over `T` per neuron, carrying the
+//! gradient of the membrane state in a stack array.
+
+use super::Surrogate;
+use super::chunks::{CHUNK, SharedOut, for_each_chunk};
+use super::config::{DecayGrad, Dynamics, fire, reset};
+use super::surrogate::{atan_grad, sigmoid_grad};
+
+/// Data of one backward call: sequences are `[T, n]`, states `[n]`, `partials` one slot per
+/// chunk (PLIF only).
+pub(super) struct BackwardIo<'a> {
+    pub steps: usize,
+    pub n: usize,
+    pub grad_spikes: &'a [f32],
+    pub grad_v_final: Option<&'a [f32]>,
+    pub h_seq: &'a [f32],
+    pub v_init: Option<&'a [f32]>,
+    pub grad_x: &'a mut [f32],
+    pub grad_v_init: Option<&'a mut [f32]>,
+    pub partials: Option<&'a mut [f32]>,
+}
+
+/// Runs the reverse recurrence for every neuron. For PLIF, each chunk's sum of
+/// `dL/dH * dH/dk` (`k = 1/tau`) goes to its slot of `io.partials`.
+pub(super) fn backward_cpu(d: &Dynamics, surrogate: Surrogate, io: BackwardIo<'_>) {
+    macro_rules! run {
+        ($sg:expr) => {
+            match (d.hard, d.decay_grad) {
+                (true, DecayGrad::None) => run::<true, false, _, _>(d, io, $sg, |_, _| 0.0),
+                (false, DecayGrad::None) => run::<false, false, _, _>(d, io, $sg, |_, _| 0.0),
+                (true, DecayGrad::DecayInput { k }) => {
+                    run::<true, true, _, _>(d, io, $sg, move |h: f32, v: f32| (h - v) / k)
+                }
+                (false, DecayGrad::DecayInput { k }) => {
+                    run::<false, true, _, _>(d, io, $sg, move |h: f32, v: f32| (h - v) / k)
+                }
+                (true, DecayGrad::NoDecayInput { vr }) => {
+                    run::<true, true, _, _>(d, io, $sg, move |_: f32, v: f32| vr - v)
+                }
+                (false, DecayGrad::NoDecayInput { vr }) => {
+                    run::<false, true, _, _>(d, io, $sg, move |_: f32, v: f32| vr - v)
+                }
+            }
+        };
+    }
+    match surrogate {
+        Surrogate::Sigmoid { alpha } => run!(move |z: f32| sigmoid_grad(alpha, z)),
+        Surrogate::ATan { alpha } => run!(move |z: f32| atan_grad(alpha, z)),
+    }
+}
+
+/// `dL/dH[t]` from `gv = dL/dV[t]` and `gs = dL/dS[t]`: through the reset
+/// (`dV/dH = 1 - S + (v_reset - H) sg` hard, `1 - v_threshold sg` soft, the `sg` terms weighted
+/// by `reset_grad`, 0 under detach_reset) and through the spike (`dS/dH = sg`).
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn grad_h<const HARD: bool>(gv: f32, gs: f32, h: f32, sg: f32, vth: f32, vr: f32, reset_grad: f32) -> f32 {
+    let dv_dh = if HARD {
+        (1.0 - fire(h, vth)) + (vr - h) * sg * reset_grad
+    } else {
+        1.0 - vth * sg * reset_grad
+    };
+    gv * dv_dh + gs * sg
+}
+
+fn run<const HARD: bool, const PLIF: bool, S, K>(d: &Dynamics, io: BackwardIo<'_>, surrogate: S, dh_dk: K)
+where
+    S: Fn(f32) -> f32 + Copy + Send + Sync,
+    K: Fn(f32, f32) -> f32 + Copy + Send + Sync,
+{
+    let BackwardIo {
+        steps,
+        n,
+        grad_spikes,
+        grad_v_final,
+        h_seq,
+        v_init,
+        grad_x,
+        grad_v_init,
+        partials,
+    } = io;
+    let Dynamics {
+        dh_dv,
+        dh_dx,
+        v_threshold: vth,
+        v_reset: vr,
+        reset_grad,
+        ..
+    } = *d;
+    let grad_x = SharedOut::new(grad_x);
+    let grad_v_init = grad_v_init.map(SharedOut::new);
+    for_each_chunk(
+        n,
+        steps,
+        partials,
+        #[inline(always)]
+        |r| {
+            let len = r.len();
+            // dL/dV[t] for the step being processed; starts as the gradient of the final state.
+            let mut gv_buf = [0f32; CHUNK];
+            let gv = &mut gv_buf[..len];
+            if let Some(g) = grad_v_final {
+                gv.copy_from_slice(&g[r.clone()]);
+            }
+            // PLIF only: V[t-1] of the step, and the per-neuron sum of dL/dH * dH/dk.
+            let mut vprev_buf = [0f32; CHUNK];
+            let mut acc_buf = [0f32; CHUNK];
+            let (vprev, acc) = (&mut vprev_buf[..len], &mut acc_buf[..len]);
+            for t in (0..steps).rev() {
+                let row = t * n + r.start..t * n + r.end;
+                let (hs, gss) = (&h_seq[row.clone()], &grad_spikes[row.clone()]);
+                // SAFETY: `row` is this task's chunk of time row `t`; no other slice of it is live.
+                let gx = unsafe { grad_x.slice(row) };
+                if PLIF {
+                    if t > 0 {
+                        let prev = &h_seq[(t - 1) * n + r.start..(t - 1) * n + r.end];
+                        for (vp, &h) in vprev.iter_mut().zip(prev) {
+                            *vp = reset::<HARD>(h, fire(h, vth), vth, vr);
+                        }
+                    } else {
+                        match v_init {
+                            Some(vi) => vprev.copy_from_slice(&vi[r.clone()]),
+                            None => vprev.fill(vr),
+                        }
+                    }
+                    for (((((g, &h), &gs), gx), a), &vp) in gv
+                        .iter_mut()
+                        .zip(hs)
+                        .zip(gss)
+                        .zip(gx.iter_mut())
+                        .zip(acc.iter_mut())
+                        .zip(vprev.iter())
+                    {
+                        let gh = grad_h::<HARD>(*g, gs, h, surrogate(h - vth), vth, vr, reset_grad);
+                        *gx = gh * dh_dx;
+                        *g = gh * dh_dv;
+                        *a += gh * dh_dk(h, vp);
+                    }
+                } else {
+                    for (((g, &h), &gs), gx) in gv.iter_mut().zip(hs).zip(gss).zip(gx.iter_mut()) {
+                        let gh = grad_h::<HARD>(*g, gs, h, surrogate(h - vth), vth, vr, reset_grad);
+                        *gx = gh * dh_dx;
+                        *g = gh * dh_dv;
+                    }
+                }
+            }
+            if let Some(out) = &grad_v_init {
+                // SAFETY: `r` is this task's own chunk of the state buffer.
+                unsafe { out.slice(r) }.copy_from_slice(gv);
+            }
+            if PLIF {
+                acc.iter().map(|&a| a as f64).sum::<f64>() as f32
+            } else {
+                0.0
+            }
+        },
+    );
+}

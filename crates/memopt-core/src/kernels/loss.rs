@@ -13,7 +13,11 @@ fn check_ce(op: &'static str, logits: &Tensor, labels: &Tensor) -> Result<(usize
         return Err(CoreError::shape(op, "logits of shape [N, C]", logits.shape()));
     };
     if c == 0 {
-        return Err(CoreError::shape(op, "logits with at least one class", logits.shape()));
+        return Err(CoreError::shape(
+            op,
+            "logits with at least one class",
+            logits.shape(),
+        ));
     }
     logits.expect_same_device(op, labels)?;
     if labels.dims() != [n] {
@@ -111,7 +115,11 @@ pub fn cross_entropy_backward(grad_loss: &Tensor, logits: &Tensor, labels: &Tens
 fn check_scalar_grad(op: &'static str, grad: &Tensor, like: &Tensor) -> Result<()> {
     like.expect_same_device(op, grad)?;
     if grad.elem_count() != 1 {
-        return Err(CoreError::shape(op, "a scalar loss gradient (one element)", grad.shape()));
+        return Err(CoreError::shape(
+            op,
+            "a scalar loss gradient (one element)",
+            grad.shape(),
+        ));
     }
     Ok(())
 }
@@ -240,7 +248,13 @@ mod tests {
         let l = cross_entropy(&logits, &labels).unwrap().to_scalar_f32().unwrap();
         assert!((l as f64 - (2000.0 + 2f64.ln()) / 2.0).abs() < 1e-3, "{l}");
         let g = cross_entropy_backward(&cpu(&[1.0], &[]), &logits, &labels).unwrap();
-        assert_close(&g.to_vec_f32().unwrap(), &[0.5, -0.5, -0.25, 0.25], 1e-6, 1e-7, "grad");
+        assert_close(
+            &g.to_vec_f32().unwrap(),
+            &[0.5, -0.5, -0.25, 0.25],
+            1e-6,
+            1e-7,
+            "grad",
+        );
     }
 
     #[test]
@@ -249,14 +263,19 @@ mod tests {
         let x = values(n * c, 3).iter().map(|v| v * 3.0).collect::<Vec<_>>();
         let labels = tensor(vec![2i64, 0, 3], &[n], Device::Cpu);
         let fd = central_diff(&x, 1e-2, |v| {
-            cross_entropy(&cpu(v, &[n, c]), &labels).unwrap().to_scalar_f32().unwrap() as f64
+            cross_entropy(&cpu(v, &[n, c]), &labels)
+                .unwrap()
+                .to_scalar_f32()
+                .unwrap() as f64
         });
         let g = cross_entropy_backward(&cpu(&[1.0], &[]), &cpu(&x, &[n, c]), &labels).unwrap();
         assert_close(&g.to_vec_f32().unwrap(), &fd, 1e-2, 2e-4, "ce backward");
 
         let t = values(12, 4);
         let tt = cpu(&t, &[3, 4]);
-        let fd = central_diff(&x, 1e-2, |v| mse(&cpu(v, &[3, 4]), &tt).unwrap().to_scalar_f32().unwrap() as f64);
+        let fd = central_diff(&x, 1e-2, |v| {
+            mse(&cpu(v, &[3, 4]), &tt).unwrap().to_scalar_f32().unwrap() as f64
+        });
         let g = mse_backward(&cpu(&[1.0], &[]), &cpu(&x, &[3, 4]), &tt).unwrap();
         assert_close(&g.to_vec_f32().unwrap(), &fd, 1e-2, 2e-4, "mse backward");
     }
@@ -304,13 +323,20 @@ mod tests {
         let g = cpu(&[1.0], &[]);
         let e = cross_entropy_backward(&g, &logits, &neg).unwrap_err().to_string();
         assert!(e.contains("label -1"), "{e}");
-        let e = cross_entropy(&logits, &tensor(vec![0i64; 3], &[3], Device::Cpu)).unwrap_err().to_string();
+        let e = cross_entropy(&logits, &tensor(vec![0i64; 3], &[3], Device::Cpu))
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("labels of shape [2]") && e.contains("got [3]"), "{e}");
-        let e = cross_entropy(&logits, &cpu(&[0.0, 1.0], &[2])).unwrap_err().to_string();
+        let e = cross_entropy(&logits, &cpu(&[0.0, 1.0], &[2]))
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("expected dtype i64, got f32"), "{e}");
         assert!(cross_entropy(&cpu(&[0.0; 6], &[6]), &bad).is_err());
         let e = mse(&logits, &cpu(&[0.0; 6], &[6])).unwrap_err().to_string();
-        assert!(e.contains("mse") && e.contains("[2, 3]") && e.contains("[6]"), "{e}");
+        assert!(
+            e.contains("mse") && e.contains("[2, 3]") && e.contains("[6]"),
+            "{e}"
+        );
         let e = mse_backward(&logits, &logits, &logits).unwrap_err().to_string();
         assert!(e.contains("scalar loss gradient"), "{e}");
         // Meta labels cannot be checked, but shapes still are.

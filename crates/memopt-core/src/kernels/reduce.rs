@@ -251,7 +251,13 @@ mod tests {
         assert_eq!(a.to_bits(), b.to_bits());
         let t2 = cpu(&x[..100_000], &[40, 2500]);
         let want = naive_sum_dim(&x[..100_000], &[40, 2500], 0);
-        assert_close(&sum_dim(&t2, 0).unwrap().to_vec_f32().unwrap(), &want, 1e-6, 1e-6, "sum_dim");
+        assert_close(
+            &sum_dim(&t2, 0).unwrap().to_vec_f32().unwrap(),
+            &want,
+            1e-6,
+            1e-6,
+            "sum_dim",
+        );
         let one = pool.install(|| sum_dim(&t2, 0).unwrap().to_vec_f32().unwrap());
         assert_eq!(one, sum_dim(&t2, 0).unwrap().to_vec_f32().unwrap());
     }
@@ -262,7 +268,14 @@ mod tests {
         assert_eq!(sum_all(&e).unwrap().to_scalar_f32().unwrap(), 0.0);
         assert!(mean_all(&e).unwrap().to_scalar_f32().unwrap().is_nan());
         assert_eq!(sum_dim(&e, 1).unwrap().to_vec_f32().unwrap(), vec![0.0; 6]);
-        assert!(mean_dim(&e, 1).unwrap().to_vec_f32().unwrap().iter().all(|v| v.is_nan()));
+        assert!(
+            mean_dim(&e, 1)
+                .unwrap()
+                .to_vec_f32()
+                .unwrap()
+                .iter()
+                .all(|v| v.is_nan())
+        );
         assert_eq!(sum_dim(&e, 0).unwrap().dims(), &[0, 3]);
     }
 
@@ -275,10 +288,14 @@ mod tests {
         let fd = central_diff(&x, 1e-2, loss);
         let g = broadcast_dim(&cpu(&w, &[3, 2]), 1, 4, 0.25).unwrap();
         assert_close(&g.to_vec_f32().unwrap(), &fd, 1e-3, 1e-4, "mean_dim backward");
-        let fd = central_diff(&x, 1e-2, |v| sum_all(&cpu(v, &dims)).unwrap().to_scalar_f32().unwrap() as f64 * 1.5);
+        let fd = central_diff(&x, 1e-2, |v| {
+            sum_all(&cpu(v, &dims)).unwrap().to_scalar_f32().unwrap() as f64 * 1.5
+        });
         let g = broadcast_scalar(&cpu(&[1.5], &[]), &dims, 1.0).unwrap();
         assert_close(&g.to_vec_f32().unwrap(), &fd, 1e-3, 1e-4, "sum_all backward");
-        let fd = central_diff(&x, 1e-2, |v| sum_dim(&cpu(v, &dims), 2).unwrap().to_vec_f32().unwrap()[5] as f64);
+        let fd = central_diff(&x, 1e-2, |v| {
+            sum_dim(&cpu(v, &dims), 2).unwrap().to_vec_f32().unwrap()[5] as f64
+        });
         let mut onehot = vec![0f32; 12];
         onehot[5] = 1.0;
         let g = broadcast_dim(&cpu(&onehot, &[3, 4]), 2, 2, 1.0).unwrap();
@@ -308,13 +325,21 @@ mod tests {
     fn errors_name_the_problem() {
         let x = cpu(&[1.0, 2.0], &[2]);
         let e = sum_dim(&x, 1).unwrap_err().to_string();
-        assert!(e.contains("sum_dim") && e.contains("dimension 1") && e.contains("[2]"), "{e}");
+        assert!(
+            e.contains("sum_dim") && e.contains("dimension 1") && e.contains("[2]"),
+            "{e}"
+        );
         let e = broadcast_dim(&x, 2, 3, 1.0).unwrap_err().to_string();
         assert!(e.contains("broadcast_dim") && e.contains("0..=1"), "{e}");
         let e = broadcast_scalar(&x, &[2, 2], 1.0).unwrap_err().to_string();
         assert!(e.contains("scalar"), "{e}");
         let h = tensor(vec![1i64, 2], &[2], Device::Cpu);
-        assert!(sum_all(&h).unwrap_err().to_string().contains("expected dtype f32, got i64"));
+        assert!(
+            sum_all(&h)
+                .unwrap_err()
+                .to_string()
+                .contains("expected dtype f32, got i64")
+        );
         assert!(mean_dim(&cpu(&[1.0], &[]), 0).is_err());
     }
 }

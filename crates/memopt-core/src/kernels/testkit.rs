@@ -36,8 +36,14 @@ pub fn assert_meta_matches_cpu(f: impl Fn(Device) -> Vec<Vec<usize>>) {
     let (cpu_events, cpu_shapes) = record(Device::Cpu, &f);
     let (meta_events, meta_shapes) = record(Device::Meta, &f);
     assert!(!cpu_events.is_empty(), "the closure recorded no events");
-    assert_eq!(cpu_shapes, meta_shapes, "output shapes differ between cpu and meta");
-    assert_eq!(cpu_events, meta_events, "event streams differ between cpu and meta");
+    assert_eq!(
+        cpu_shapes, meta_shapes,
+        "output shapes differ between cpu and meta"
+    );
+    assert_eq!(
+        cpu_events, meta_events,
+        "event streams differ between cpu and meta"
+    );
 }
 
 /// A tensor of `dims` holding `data` on `device` (kind Input; data dropped on Meta).

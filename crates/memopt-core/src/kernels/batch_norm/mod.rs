@@ -178,13 +178,20 @@ pub fn batch_norm_train(
     if let Some(r) = &running {
         check_channel(OP, "running mean", Some(r.mean), x, l.c)?;
         check_channel(OP, "running var", Some(r.var), x, l.c)?;
-        let inputs = [("the running var", Some(r.var)), ("x", Some(x)), ("the weight", weight), ("the bias", bias)];
+        let inputs = [
+            ("the running var", Some(r.var)),
+            ("x", Some(x)),
+            ("the weight", weight),
+            ("the bias", bias),
+        ];
         for (name, t) in inputs {
             if let Some(t) = t {
                 if r.mean.same_storage(t) || (name != "the running var" && r.var.same_storage(t)) {
                     return Err(CoreError::invalid(
                         OP,
-                        format!("the running statistics share storage with {name}; they are updated in place and must be separate buffers"),
+                        format!(
+                            "the running statistics share storage with {name}; they are updated in place and must be separate buffers"
+                        ),
                     ));
                 }
             }
@@ -233,7 +240,10 @@ pub fn batch_norm_train(
             ms[c] = mean[c] as f32;
             is[c] = (1.0 / (var[c] + eps as f64).sqrt()) as f32;
         }
-        let (ws_, bs_) = (wr.as_ref().and_then(|r| r.slice()), br.as_ref().and_then(|r| r.slice()));
+        let (ws_, bs_) = (
+            wr.as_ref().and_then(|r| r.slice()),
+            br.as_ref().and_then(|r| r.slice()),
+        );
         let (ms, is): (&[f32], &[f32]) = (ms, is);
         l.for_planes(ys, |p, yp| {
             let c = p % l.c;
@@ -285,7 +295,10 @@ pub fn batch_norm_eval(
     let (mr, vr) = (running_mean.read::<f32>(OP)?, running_var.read::<f32>(OP)?);
     let mut y = KernelBuffer::<f32>::zeros(OP, x.device(), x.elem_count(), MemoryKind::Activation)?;
     if let (Some(xs), Some(ys), Some(rm), Some(rv)) = (xr.slice(), y.slice_mut(), mr.slice(), vr.slice()) {
-        let (ws_, bs_) = (wr.as_ref().and_then(|r| r.slice()), br.as_ref().and_then(|r| r.slice()));
+        let (ws_, bs_) = (
+            wr.as_ref().and_then(|r| r.slice()),
+            br.as_ref().and_then(|r| r.slice()),
+        );
         l.for_planes(ys, |p, yp| {
             let c = p % l.c;
             let invstd = 1.0 / (rv[c] as f64 + eps as f64).sqrt();

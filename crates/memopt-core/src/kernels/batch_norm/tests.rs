@@ -1,6 +1,8 @@
 use super::*;
 use crate::kernels::GradNeeds;
-use crate::kernels::testkit::{assert_close, assert_meta_matches_cpu, central_diff, cpu, dot, tensor, values};
+use crate::kernels::testkit::{
+    assert_close, assert_meta_matches_cpu, central_diff, cpu, dot, tensor, values,
+};
 use crate::{DType, Device};
 use proptest::prelude::*;
 
@@ -33,20 +35,25 @@ fn case() -> impl Strategy<Value = Case> {
             prop::collection::vec(-2.0f32..2.0, n),
             prop::option::of(prop::collection::vec(0.5f32..2.0, c)),
             prop::option::of(prop::collection::vec(-1.0f32..1.0, c)),
-            prop::option::of((prop::collection::vec(-1.0f32..1.0, c), prop::collection::vec(0.5f32..2.0, c))),
+            prop::option::of((
+                prop::collection::vec(-1.0f32..1.0, c),
+                prop::collection::vec(0.5f32..2.0, c),
+            )),
             0.0f32..1.0,
             prop_oneof![Just(1e-5f32), Just(1e-3f32), Just(0.0f32)],
         )
-            .prop_map(|(dims, x, offset, g, weight, bias, running, momentum, eps)| Case {
-                dims,
-                x: x.iter().map(|v| v + offset).collect(),
-                g,
-                weight,
-                bias,
-                running,
-                momentum,
-                eps,
-            })
+            .prop_map(
+                |(dims, x, offset, g, weight, bias, running, momentum, eps)| Case {
+                    dims,
+                    x: x.iter().map(|v| v + offset).collect(),
+                    g,
+                    weight,
+                    bias,
+                    running,
+                    momentum,
+                    eps,
+                },
+            )
     })
 }
 
@@ -71,7 +78,14 @@ fn naive_stats(x: &[f32], dims: &[usize]) -> (Vec<f64>, Vec<f64>) {
 }
 
 /// f64 reference forward: `(x - mean) * invstd * w + b` with per-channel statistics.
-fn naive_normalize(x: &[f32], dims: &[usize], mean: &[f64], invstd: &[f64], w: Option<&[f32]>, bias: Option<&[f32]>) -> Vec<f64> {
+fn naive_normalize(
+    x: &[f32],
+    dims: &[usize],
+    mean: &[f64],
+    invstd: &[f64],
+    w: Option<&[f32]>,
+    bias: Option<&[f32]>,
+) -> Vec<f64> {
     let (_, c, s) = bcs(dims);
     x.iter()
         .enumerate()
@@ -85,7 +99,13 @@ fn naive_normalize(x: &[f32], dims: &[usize], mean: &[f64], invstd: &[f64], w: O
 }
 
 /// f64 reference backward: (grad_x, grad_weight, grad_bias).
-fn naive_backward(g: &[f32], x: &[f32], dims: &[usize], w: Option<&[f32]>, eps: f32) -> (Vec<f64>, Vec<f64>, Vec<f64>) {
+fn naive_backward(
+    g: &[f32],
+    x: &[f32],
+    dims: &[usize],
+    w: Option<&[f32]>,
+    eps: f32,
+) -> (Vec<f64>, Vec<f64>, Vec<f64>) {
     let (b, c, s) = bcs(dims);
     let m = (b * s) as f64;
     let (mean, var) = naive_stats(x, dims);
@@ -206,7 +226,11 @@ fn finite_difference_check(dims: &[usize], affine: bool) {
     let b0 = values(c, 14);
     let loss = |xv: &[f32], wv: &[f32], bv: &[f32]| {
         let (w, b) = (cpu(wv, &[c]), cpu(bv, &[c]));
-        let (w, b) = if affine { (Some(&w), Some(&b)) } else { (None, None) };
+        let (w, b) = if affine {
+            (Some(&w), Some(&b))
+        } else {
+            (None, None)
+        };
         let y = batch_norm_train(&cpu(xv, dims), w, b, None, 0.1, 1e-5).unwrap().y;
         dot(&y.to_vec_f32().unwrap(), &r)
     };
@@ -214,14 +238,34 @@ fn finite_difference_check(dims: &[usize], affine: bool) {
     let wt = cpu(&w0, &[c]);
     let w = affine.then_some(&wt);
     let fwd = batch_norm_train(&xt, w, None, None, 0.1, 1e-5).unwrap();
-    let g = batch_norm_backward(&cpu(&r, dims), &xt, w, &fwd.save_mean, &fwd.save_invstd, GradNeeds::ALL).unwrap();
+    let g = batch_norm_backward(
+        &cpu(&r, dims),
+        &xt,
+        w,
+        &fwd.save_mean,
+        &fwd.save_invstd,
+        GradNeeds::ALL,
+    )
+    .unwrap();
     let fd_x = central_diff(&x, 1e-2, |v| loss(v, &w0, &b0));
     assert_close(&g.x.unwrap().to_vec_f32().unwrap(), &fd_x, 2e-2, 2e-3, "grad x");
     if affine {
         let fd_w = central_diff(&w0, 1e-2, |v| loss(&x, v, &b0));
-        assert_close(&g.weight.unwrap().to_vec_f32().unwrap(), &fd_w, 1e-2, 1e-3, "grad weight");
+        assert_close(
+            &g.weight.unwrap().to_vec_f32().unwrap(),
+            &fd_w,
+            1e-2,
+            1e-3,
+            "grad weight",
+        );
         let fd_b = central_diff(&b0, 1e-2, |v| loss(&x, &w0, v));
-        assert_close(&g.bias.unwrap().to_vec_f32().unwrap(), &fd_b, 1e-2, 1e-3, "grad bias");
+        assert_close(
+            &g.bias.unwrap().to_vec_f32().unwrap(),
+            &fd_b,
+            1e-2,
+            1e-3,
+            "grad bias",
+        );
     }
 }
 
@@ -246,15 +290,27 @@ fn large_offset_input_is_accurate_and_thread_count_independent() {
     let (mean, var) = naive_stats(&x, &dims);
     let invstd: Vec<f64> = var.iter().map(|v| 1.0 / (v + 1e-5).sqrt()).collect();
     assert_close(&out.save_mean.to_vec_f32().unwrap(), &mean, 1e-7, 0.0, "mean");
-    assert_close(&out.save_invstd.to_vec_f32().unwrap(), &invstd, 1e-5, 0.0, "invstd");
+    assert_close(
+        &out.save_invstd.to_vec_f32().unwrap(),
+        &invstd,
+        1e-5,
+        0.0,
+        "invstd",
+    );
     let pool = rayon::ThreadPoolBuilder::new().num_threads(1).build().unwrap();
     let one = pool.install(|| batch_norm_train(&xt, None, None, None, 0.1, 1e-5).unwrap());
-    assert_eq!(one.save_invstd.to_vec_f32().unwrap(), out.save_invstd.to_vec_f32().unwrap());
+    assert_eq!(
+        one.save_invstd.to_vec_f32().unwrap(),
+        out.save_invstd.to_vec_f32().unwrap()
+    );
     assert_eq!(one.y.to_vec_f32().unwrap(), out.y.to_vec_f32().unwrap());
     let g = cpu(&values(n, 22), &dims);
     let back = |fwd: &BatchNormOutput| {
         let r = batch_norm_backward(&g, &xt, None, &fwd.save_mean, &fwd.save_invstd, GradNeeds::ALL).unwrap();
-        (r.x.unwrap().to_vec_f32().unwrap(), r.weight.unwrap().to_vec_f32().unwrap())
+        (
+            r.x.unwrap().to_vec_f32().unwrap(),
+            r.weight.unwrap().to_vec_f32().unwrap(),
+        )
     };
     assert_eq!(pool.install(|| back(&one)), back(&out));
 }
@@ -263,13 +319,33 @@ fn large_offset_input_is_accurate_and_thread_count_independent() {
 fn running_stats_update_only_when_given() {
     let x = cpu(&[1.0, 2.0, 3.0, 5.0], &[4, 1]);
     let (rm, rv) = (cpu(&[0.0], &[1]), cpu(&[1.0], &[1]));
-    let out = batch_norm_train(&x, None, None, Some(RunningStats { mean: &rm, var: &rv }), 0.1, 1e-5).unwrap();
+    let out = batch_norm_train(
+        &x,
+        None,
+        None,
+        Some(RunningStats { mean: &rm, var: &rv }),
+        0.1,
+        1e-5,
+    )
+    .unwrap();
     // mean 2.75, biased var 2.1875, unbiased 2.916666...
     assert_close(&rm.to_vec_f32().unwrap(), &[0.275], 1e-6, 0.0, "running mean");
-    assert_close(&rv.to_vec_f32().unwrap(), &[0.9 + 0.1 * 35.0 / 12.0], 1e-6, 0.0, "running var");
+    assert_close(
+        &rv.to_vec_f32().unwrap(),
+        &[0.9 + 0.1 * 35.0 / 12.0],
+        1e-6,
+        0.0,
+        "running var",
+    );
     assert_close(&out.save_mean.to_vec_f32().unwrap(), &[2.75], 0.0, 0.0, "mean");
     batch_norm_train(&x, None, None, None, 0.1, 1e-5).unwrap();
-    assert_close(&rm.to_vec_f32().unwrap(), &[0.275], 1e-6, 0.0, "unchanged running mean");
+    assert_close(
+        &rm.to_vec_f32().unwrap(),
+        &[0.275],
+        1e-6,
+        0.0,
+        "unchanged running mean",
+    );
 }
 
 #[test]
@@ -283,18 +359,41 @@ fn meta_records_the_same_events_as_cpu() {
         let b = tensor(vec![0.5f32; 8], &[8], dev);
         let rm = tensor(vec![0.0f32; 8], &[8], dev);
         let rv = tensor(vec![1.0f32; 8], &[8], dev);
-        let out = batch_norm_train(&x, Some(&w), Some(&b), Some(RunningStats { mean: &rm, var: &rv }), 0.1, 1e-5).unwrap();
+        let out = batch_norm_train(
+            &x,
+            Some(&w),
+            Some(&b),
+            Some(RunningStats { mean: &rm, var: &rv }),
+            0.1,
+            1e-5,
+        )
+        .unwrap();
         let ev = batch_norm_eval(&x, Some(&w), Some(&b), &rm, &rv, 1e-5).unwrap();
-        let all = batch_norm_backward(&g, &x, Some(&w), &out.save_mean, &out.save_invstd, GradNeeds::ALL).unwrap();
-        let some = GradNeeds { input: true, weight: false, bias: false };
+        let all =
+            batch_norm_backward(&g, &x, Some(&w), &out.save_mean, &out.save_invstd, GradNeeds::ALL).unwrap();
+        let some = GradNeeds {
+            input: true,
+            weight: false,
+            bias: false,
+        };
         let only_x = batch_norm_backward(&g, &x, Some(&w), &out.save_mean, &out.save_invstd, some).unwrap();
         assert!(only_x.weight.is_none() && only_x.bias.is_none());
         let x1 = tensor(values(40, 3), &[10, 4], dev);
         let o1 = batch_norm_train(&x1, None, None, None, 0.1, 1e-5).unwrap();
-        [&out.y, &out.save_mean, &out.save_invstd, &ev, all.x.as_ref().unwrap(), all.weight.as_ref().unwrap(), all.bias.as_ref().unwrap(), only_x.x.as_ref().unwrap(), &o1.y]
-            .iter()
-            .map(|t| t.dims().to_vec())
-            .collect()
+        [
+            &out.y,
+            &out.save_mean,
+            &out.save_invstd,
+            &ev,
+            all.x.as_ref().unwrap(),
+            all.weight.as_ref().unwrap(),
+            all.bias.as_ref().unwrap(),
+            only_x.x.as_ref().unwrap(),
+            &o1.y,
+        ]
+        .iter()
+        .map(|t| t.dims().to_vec())
+        .collect()
     });
 }
 
@@ -302,31 +401,80 @@ fn meta_records_the_same_events_as_cpu() {
 fn errors_name_the_problem() {
     let x = cpu(&values(24, 1), &[2, 3, 4]);
     let e = |r: Result<BatchNormOutput>| r.err().map(|e| e.to_string()).unwrap_or_default();
-    let msg = e(batch_norm_train(&cpu(&[1.0, 2.0], &[2]), None, None, None, 0.1, 1e-5));
-    assert!(msg.contains("batch_norm_train") && msg.contains("[B, C]"), "{msg}");
+    let msg = e(batch_norm_train(
+        &cpu(&[1.0, 2.0], &[2]),
+        None,
+        None,
+        None,
+        0.1,
+        1e-5,
+    ));
+    assert!(
+        msg.contains("batch_norm_train") && msg.contains("[B, C]"),
+        "{msg}"
+    );
     let w = cpu(&[1.0; 2], &[2]);
     let msg = e(batch_norm_train(&x, Some(&w), None, None, 0.1, 1e-5));
-    assert!(msg.contains("weight of shape [3]") && msg.contains("got [2]"), "{msg}");
-    let msg = e(batch_norm_train(&cpu(&[1.0; 3], &[1, 3]), None, None, None, 0.1, 1e-5));
+    assert!(
+        msg.contains("weight of shape [3]") && msg.contains("got [2]"),
+        "{msg}"
+    );
+    let msg = e(batch_norm_train(
+        &cpu(&[1.0; 3], &[1, 3]),
+        None,
+        None,
+        None,
+        0.1,
+        1e-5,
+    ));
     assert!(msg.contains("more than 1 value per channel"), "{msg}");
     let msg = e(batch_norm_train(&x, None, None, None, 0.1, -1.0));
     assert!(msg.contains("eps"), "{msg}");
     let msg = e(batch_norm_train(&x, None, None, None, 1.5, 1e-5));
     assert!(msg.contains("momentum"), "{msg}");
     let rm = cpu(&[0.0; 3], &[3]);
-    let msg = e(batch_norm_train(&x, None, None, Some(RunningStats { mean: &rm, var: &rm }), 0.1, 1e-5));
+    let msg = e(batch_norm_train(
+        &x,
+        None,
+        None,
+        Some(RunningStats { mean: &rm, var: &rm }),
+        0.1,
+        1e-5,
+    ));
     assert!(msg.contains("share storage"), "{msg}");
     let rv = cpu(&[1.0; 3], &[3]);
     let xv = cpu(&[0.0; 6], &[2, 3]);
     let alias = xv.narrow0(0, 1).unwrap().reshape([3]).unwrap();
-    let msg = e(batch_norm_train(&xv, None, None, Some(RunningStats { mean: &alias, var: &rv }), 0.1, 1e-5));
+    let msg = e(batch_norm_train(
+        &xv,
+        None,
+        None,
+        Some(RunningStats {
+            mean: &alias,
+            var: &rv,
+        }),
+        0.1,
+        1e-5,
+    ));
     assert!(msg.contains("share storage with x"), "{msg}");
     // Distinct buffers are fine.
-    assert!(batch_norm_train(&x, None, None, Some(RunningStats { mean: &rv, var: &rm }), 0.1, 1e-5).is_ok());
+    assert!(
+        batch_norm_train(
+            &x,
+            None,
+            None,
+            Some(RunningStats { mean: &rv, var: &rm }),
+            0.1,
+            1e-5
+        )
+        .is_ok()
+    );
     let h = x.to_dtype(DType::F16).unwrap();
     let msg = e(batch_norm_train(&h, None, None, None, 0.1, 1e-5));
     assert!(msg.contains("expected dtype f32, got f16"), "{msg}");
-    let msg = batch_norm_eval(&x, None, None, &rm, &cpu(&[1.0; 2], &[2]), 1e-5).unwrap_err().to_string();
+    let msg = batch_norm_eval(&x, None, None, &rm, &cpu(&[1.0; 2], &[2]), 1e-5)
+        .unwrap_err()
+        .to_string();
     assert!(msg.contains("running var of shape [3]"), "{msg}");
     let fwd = batch_norm_train(&x, None, None, None, 0.1, 1e-5).unwrap();
     let bad_g = cpu(&values(12, 2), &[2, 3, 2]);
@@ -334,8 +482,14 @@ fn errors_name_the_problem() {
         .err()
         .unwrap()
         .to_string();
-    assert!(msg.contains("grad_y of x's shape [2, 3, 4]") && msg.contains("[2, 3, 2]"), "{msg}");
-    let msg = batch_norm_backward(&x, &x, None, &w, &fwd.save_invstd, GradNeeds::ALL).err().unwrap().to_string();
+    assert!(
+        msg.contains("grad_y of x's shape [2, 3, 4]") && msg.contains("[2, 3, 2]"),
+        "{msg}"
+    );
+    let msg = batch_norm_backward(&x, &x, None, &w, &fwd.save_invstd, GradNeeds::ALL)
+        .err()
+        .unwrap()
+        .to_string();
     assert!(msg.contains("save_mean of shape [3]"), "{msg}");
     let meta = tensor(vec![0f32; 3], &[3], Device::Meta);
     let msg = e(batch_norm_train(&x, Some(&meta), None, None, 0.1, 1e-5));

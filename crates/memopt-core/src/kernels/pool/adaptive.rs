@@ -16,7 +16,10 @@ fn check_out(op: &'static str, out_hw: [usize; 2]) -> Result<()> {
     if out_hw[0] == 0 || out_hw[1] == 0 {
         return Err(CoreError::invalid(
             op,
-            format!("the output size must be at least 1x1, got {}x{}", out_hw[0], out_hw[1]),
+            format!(
+                "the output size must be at least 1x1, got {}x{}",
+                out_hw[0], out_hw[1]
+            ),
         ));
     }
     Ok(())
@@ -29,7 +32,11 @@ pub fn adaptive_avg_pool2d(x: &Tensor, out_hw: [usize; 2]) -> Result<Tensor> {
     const OP: &str = "adaptive_avg_pool2d";
     let g = Geom::input(OP, x.dims())?;
     check_out(OP, out_hw)?;
-    let g = Geom { oh: out_hw[0], ow: out_hw[1], ..g };
+    let g = Geom {
+        oh: out_hw[0],
+        ow: out_hw[1],
+        ..g
+    };
     let xr = x.read::<f32>(OP)?;
     let n = g.b * g.c * g.out_plane();
     let mut y = KernelBuffer::<f32>::zeros(OP, x.device(), n, MemoryKind::Activation)?;
@@ -45,7 +52,10 @@ pub fn adaptive_avg_pool2d(x: &Tensor, out_hw: [usize; 2]) -> Result<Tensor> {
                         let (w0, w1) = adaptive_window(ox, g.w, g.ow);
                         let mut sum = 0f64;
                         for hh in h0..h1 {
-                            sum += xp[hh * g.w + w0..hh * g.w + w1].iter().map(|&v| v as f64).sum::<f64>();
+                            sum += xp[hh * g.w + w0..hh * g.w + w1]
+                                .iter()
+                                .map(|&v| v as f64)
+                                .sum::<f64>();
                         }
                         yp[oy * g.ow + ox] = (sum / ((h1 - h0) * (w1 - w0)) as f64) as f32;
                     }
@@ -66,7 +76,10 @@ pub fn adaptive_avg_pool2d_backward(grad_y: &Tensor, input_dims: &[usize]) -> Re
         _ => {
             return Err(CoreError::shape(
                 OP,
-                format!("grad_y of shape [{}, {}, oh, ow] (the pooled input has shape {:?})", g.b, g.c, input_dims),
+                format!(
+                    "grad_y of shape [{}, {}, oh, ow] (the pooled input has shape {:?})",
+                    g.b, g.c, input_dims
+                ),
                 grad_y.shape(),
             ));
         }
@@ -74,7 +87,12 @@ pub fn adaptive_avg_pool2d_backward(grad_y: &Tensor, input_dims: &[usize]) -> Re
     check_out(OP, [oh, ow])?;
     let g = Geom { oh, ow, ..g };
     let gr = grad_y.read::<f32>(OP)?;
-    let mut gx = KernelBuffer::<f32>::zeros(OP, grad_y.device(), g.b * g.c * g.in_plane(), MemoryKind::Gradient)?;
+    let mut gx = KernelBuffer::<f32>::zeros(
+        OP,
+        grad_y.device(),
+        g.b * g.c * g.in_plane(),
+        MemoryKind::Gradient,
+    )?;
     if let (Some(gs), Some(out)) = (gr.slice(), gx.slice_mut()) {
         out.par_chunks_mut(g.in_plane())
             .zip(gs.par_chunks(g.out_plane()))

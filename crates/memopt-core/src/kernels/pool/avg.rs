@@ -38,7 +38,10 @@ pub fn avg_pool2d(x: &Tensor, p: &Pool2dParams, count_include_pad: bool) -> Resu
                         let ww = window(ox, kw, sw, pw, g.w);
                         let mut sum = 0f64;
                         for hh in wh.0..wh.1 {
-                            sum += xp[hh * g.w + ww.0..hh * g.w + ww.1].iter().map(|&v| v as f64).sum::<f64>();
+                            sum += xp[hh * g.w + ww.0..hh * g.w + ww.1]
+                                .iter()
+                                .map(|&v| v as f64)
+                                .sum::<f64>();
                         }
                         yp[oy * g.ow + ox] = (sum / divisor(wh, ww, count_include_pad)) as f32;
                     }
@@ -61,7 +64,12 @@ pub fn avg_pool2d_backward(
     let g = Geom::pooled(OP, input_dims, p)?;
     g.expect_out(OP, grad_y)?;
     let gr = grad_y.read::<f32>(OP)?;
-    let mut gx = KernelBuffer::<f32>::zeros(OP, grad_y.device(), g.b * g.c * g.in_plane(), MemoryKind::Gradient)?;
+    let mut gx = KernelBuffer::<f32>::zeros(
+        OP,
+        grad_y.device(),
+        g.b * g.c * g.in_plane(),
+        MemoryKind::Gradient,
+    )?;
     if let (Some(gs), Some(out), true) = (gr.slice(), gx.slice_mut(), g.out_plane() > 0) {
         let ([kh, kw], [sh, sw], [ph, pw]) = (p.kernel, p.stride, p.padding);
         out.par_chunks_mut(g.in_plane())
@@ -74,7 +82,9 @@ pub fn avg_pool2d_backward(
                         let ww = window(ox, kw, sw, pw, g.w);
                         let v = (gp[oy * g.ow + ox] as f64 / divisor(wh, ww, count_include_pad)) as f32;
                         for hh in wh.0..wh.1 {
-                            o[hh * g.w + ww.0..hh * g.w + ww.1].iter_mut().for_each(|d| *d += v);
+                            o[hh * g.w + ww.0..hh * g.w + ww.1]
+                                .iter_mut()
+                                .for_each(|d| *d += v);
                         }
                     }
                 }

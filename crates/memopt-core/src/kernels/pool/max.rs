@@ -72,7 +72,10 @@ pub fn max_pool2d_backward(grad_y: &Tensor, indices: &Tensor, input_dims: &[usiz
         _ => {
             return Err(CoreError::shape(
                 OP,
-                format!("grad_y of shape [{}, {}, oh, ow] (the pooled input has shape {:?})", g.b, g.c, input_dims),
+                format!(
+                    "grad_y of shape [{}, {}, oh, ow] (the pooled input has shape {:?})",
+                    g.b, g.c, input_dims
+                ),
                 grad_y.shape(),
             ));
         }

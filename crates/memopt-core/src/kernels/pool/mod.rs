@@ -43,13 +43,19 @@ impl Pool2dParams {
             if k == 0 || s == 0 {
                 return Err(CoreError::invalid(
                     op,
-                    format!("kernel and stride must be at least 1, got kernel {:?} and stride {:?}", self.kernel, self.stride),
+                    format!(
+                        "kernel and stride must be at least 1, got kernel {:?} and stride {:?}",
+                        self.kernel, self.stride
+                    ),
                 ));
             }
             if p > k / 2 {
                 return Err(CoreError::invalid(
                     op,
-                    format!("padding {p} along the {axis} is more than half the kernel size {k}; valid padding is 0..={}", k / 2),
+                    format!(
+                        "padding {p} along the {axis} is more than half the kernel size {k}; valid padding is 0..={}",
+                        k / 2
+                    ),
                 ));
             }
             if n + 2 * p < k {
@@ -79,7 +85,14 @@ impl Geom {
     /// Checks that `dims` is `[B, C, H, W]` with non-empty planes; the output size is set later.
     fn input(op: &'static str, dims: &[usize]) -> Result<Geom> {
         match *dims {
-            [b, c, h, w] if h > 0 && w > 0 => Ok(Geom { b, c, h, w, oh: 0, ow: 0 }),
+            [b, c, h, w] if h > 0 && w > 0 => Ok(Geom {
+                b,
+                c,
+                h,
+                w,
+                oh: 0,
+                ow: 0,
+            }),
             _ => Err(CoreError::shape(
                 op,
                 "an input of shape [B, C, H, W] with H, W >= 1",

@@ -1,5 +1,7 @@
 use super::*;
-use crate::kernels::testkit::{assert_close, assert_meta_matches_cpu, central_diff, cpu, dot, tensor, values};
+use crate::kernels::testkit::{
+    assert_close, assert_meta_matches_cpu, central_diff, cpu, dot, tensor, values,
+};
 use crate::{Device, MemoryKind};
 use proptest::prelude::*;
 
@@ -14,14 +16,25 @@ struct Case {
 }
 
 fn case() -> impl Strategy<Value = Case> {
-    (1usize..3, 1usize..3, [1usize..5, 1usize..5], [1usize..4, 1usize..4], [0usize..3, 0usize..3], [0usize..7, 0usize..7])
+    (
+        1usize..3,
+        1usize..3,
+        [1usize..5, 1usize..5],
+        [1usize..4, 1usize..4],
+        [0usize..3, 0usize..3],
+        [0usize..7, 0usize..7],
+    )
         .prop_flat_map(|(b, c, kernel, stride, pad, extra)| {
             let padding = [pad[0].min(kernel[0] / 2), pad[1].min(kernel[1] / 2)];
             // Smallest input the kernel fits in, plus up to 6.
             let h = kernel[0].saturating_sub(2 * padding[0]).max(1) + extra[0];
             let w = kernel[1].saturating_sub(2 * padding[1]).max(1) + extra[1];
             let dims = [b, c, h, w];
-            let p = Pool2dParams { kernel, stride, padding };
+            let p = Pool2dParams {
+                kernel,
+                stride,
+                padding,
+            };
             let [oh, ow] = p.output_hw([h, w]).unwrap();
             (
                 Just(dims),
@@ -37,7 +50,14 @@ fn case() -> impl Strategy<Value = Case> {
 /// positions of its window, with the padded window size.
 fn naive_windows(dims: [usize; 4], p: &Pool2dParams) -> Vec<(usize, Vec<usize>, usize)> {
     let [b, c, h, w] = dims;
-    let (kh, kw, sh, sw, ph, pw) = (p.kernel[0], p.kernel[1], p.stride[0], p.stride[1], p.padding[0] as i64, p.padding[1] as i64);
+    let (kh, kw, sh, sw, ph, pw) = (
+        p.kernel[0],
+        p.kernel[1],
+        p.stride[0],
+        p.stride[1],
+        p.padding[0] as i64,
+        p.padding[1] as i64,
+    );
     let oh = (h + 2 * p.padding[0] - kh) / sh + 1;
     let ow = (w + 2 * p.padding[1] - kw) / sw + 1;
     let mut out = Vec::new();
@@ -70,10 +90,19 @@ fn naive_adaptive(dims: [usize; 4], out_hw: [usize; 2]) -> Vec<(usize, Vec<usize
     let mut out = Vec::new();
     for plane in 0..b * c {
         for oy in 0..oh {
-            let (y0, y1) = ((oy * h) / oh, ((oy + 1) * h + oh - 1) / oh);
+            // PyTorch: start = floor(i*H/oh), end = ceil((i+1)*H/oh), in f64 to stay independent.
+            let (y0, y1) = (
+                (oy * h) / oh,
+                ((oy + 1) as f64 * h as f64 / oh as f64).ceil() as usize,
+            );
             for ox in 0..ow {
-                let (x0, x1) = ((ox * w) / ow, ((ox + 1) * w + ow - 1) / ow);
-                let members = (y0..y1).flat_map(|y| (x0..x1).map(move |x| plane * h * w + y * w + x)).collect();
+                let (x0, x1) = (
+                    (ox * w) / ow,
+                    ((ox + 1) as f64 * w as f64 / ow as f64).ceil() as usize,
+                );
+                let members = (y0..y1)
+                    .flat_map(|y| (x0..x1).map(move |x| plane * h * w + y * w + x))
+                    .collect();
                 out.push(((plane * oh + oy) * ow + ox, members));
             }
         }
@@ -82,7 +111,11 @@ fn naive_adaptive(dims: [usize; 4], out_hw: [usize; 2]) -> Vec<(usize, Vec<usize
 }
 
 fn avg_divisor(members: &[usize], padded: usize, include_pad: bool) -> f64 {
-    if include_pad { padded as f64 } else { members.len() as f64 }
+    if include_pad {
+        padded as f64
+    } else {
+        members.len() as f64
+    }
 }
 
 proptest! {
@@ -158,9 +191,16 @@ fn max_pool_backward_routes_to_the_argmax() {
         0.0, 0.0, 4.0, 0.0,
         5.0, 0.0, 0.0, 6.0,
     ];
-    let p = Pool2dParams { kernel: [2, 2], stride: [1, 1], padding: [0, 0] };
+    let p = Pool2dParams {
+        kernel: [2, 2],
+        stride: [1, 1],
+        padding: [0, 0],
+    };
     let (y, idx) = max_pool2d(&cpu(&x, &[1, 1, 4, 4]), &p).unwrap();
-    assert_eq!(y.to_vec_f32().unwrap(), vec![9.0, 9.0, 2.0, 9.0, 9.0, 4.0, 5.0, 4.0, 6.0]);
+    assert_eq!(
+        y.to_vec_f32().unwrap(),
+        vec![9.0, 9.0, 2.0, 9.0, 9.0, 4.0, 5.0, 4.0, 6.0]
+    );
     assert_eq!(idx.to_vec::<u32>().unwrap(), vec![5, 5, 3, 5, 5, 10, 12, 10, 15]);
     let g: Vec<f32> = (1..=9).map(|v| v as f32).collect();
     let gx = max_pool2d_backward(&cpu(&g, &[1, 1, 3, 3]), &idx, &[1, 1, 4, 4]).unwrap();
@@ -175,7 +215,11 @@ fn max_pool_backward_routes_to_the_argmax() {
 
 #[test]
 fn max_pool_nan_and_padding_follow_pytorch() {
-    let p = Pool2dParams { kernel: [3, 3], stride: [2, 2], padding: [1, 1] };
+    let p = Pool2dParams {
+        kernel: [3, 3],
+        stride: [2, 2],
+        padding: [1, 1],
+    };
     let x = [1.0, f32::NAN, 2.0, 3.0];
     let (y, idx) = max_pool2d(&cpu(&x, &[1, 1, 2, 2]), &p).unwrap();
     assert!(y.to_vec_f32().unwrap()[0].is_nan());
@@ -189,16 +233,36 @@ fn max_pool_nan_and_padding_follow_pytorch() {
 fn smooth_backwards_match_finite_differences() {
     let dims = [1, 2, 5, 6];
     let x = values(60, 31);
-    let p = Pool2dParams { kernel: [3, 2], stride: [2, 1], padding: [1, 1] };
+    let p = Pool2dParams {
+        kernel: [3, 2],
+        stride: [2, 1],
+        padding: [1, 1],
+    };
     for include_pad in [false, true] {
         let y = avg_pool2d(&cpu(&x, &dims), &p, include_pad).unwrap();
         let r = values(y.elem_count(), 32);
-        let fd = central_diff(&x, 1e-2, |v| dot(&avg_pool2d(&cpu(v, &dims), &p, include_pad).unwrap().to_vec_f32().unwrap(), &r));
+        let fd = central_diff(&x, 1e-2, |v| {
+            dot(
+                &avg_pool2d(&cpu(v, &dims), &p, include_pad)
+                    .unwrap()
+                    .to_vec_f32()
+                    .unwrap(),
+                &r,
+            )
+        });
         let g = avg_pool2d_backward(&cpu(&r, y.dims()), &dims, &p, include_pad).unwrap();
         assert_close(&g.to_vec_f32().unwrap(), &fd, 1e-3, 1e-4, "avg backward");
     }
     let r = values(2 * 3 * 4, 33);
-    let fd = central_diff(&x, 1e-2, |v| dot(&adaptive_avg_pool2d(&cpu(v, &dims), [3, 4]).unwrap().to_vec_f32().unwrap(), &r));
+    let fd = central_diff(&x, 1e-2, |v| {
+        dot(
+            &adaptive_avg_pool2d(&cpu(v, &dims), [3, 4])
+                .unwrap()
+                .to_vec_f32()
+                .unwrap(),
+            &r,
+        )
+    });
     let g = adaptive_avg_pool2d_backward(&cpu(&r, &[1, 2, 3, 4]), &dims).unwrap();
     assert_close(&g.to_vec_f32().unwrap(), &fd, 1e-3, 1e-4, "adaptive backward");
 }
@@ -208,23 +272,45 @@ fn meta_records_the_same_events_as_cpu() {
     assert_meta_matches_cpu(|dev| {
         let dims = [4, 8, 12, 12];
         let x = tensor(values(4 * 8 * 144, 1), &dims, dev).with_spike_flag(true);
-        let p = Pool2dParams { kernel: [2, 2], stride: [2, 2], padding: [0, 0] };
+        let p = Pool2dParams {
+            kernel: [2, 2],
+            stride: [2, 2],
+            padding: [0, 0],
+        };
         let (y, idx) = max_pool2d(&x, &p).unwrap();
         assert!(y.is_spike());
         let g = tensor(values(y.elem_count(), 2), y.dims(), dev);
         let gx = max_pool2d_backward(&g, &idx, &dims).unwrap();
-        let p3 = Pool2dParams { kernel: [3, 3], stride: [1, 2], padding: [1, 1] };
+        let p3 = Pool2dParams {
+            kernel: [3, 3],
+            stride: [1, 2],
+            padding: [1, 1],
+        };
         let a = avg_pool2d(&x, &p3, false).unwrap();
-        let ga = avg_pool2d_backward(&tensor(values(a.elem_count(), 3), a.dims(), dev), &dims, &p3, false).unwrap();
+        let ga = avg_pool2d_backward(
+            &tensor(values(a.elem_count(), 3), a.dims(), dev),
+            &dims,
+            &p3,
+            false,
+        )
+        .unwrap();
         let ad = adaptive_avg_pool2d(&x, [5, 1]).unwrap();
-        let gad = adaptive_avg_pool2d_backward(&tensor(values(ad.elem_count(), 4), ad.dims(), dev), &dims).unwrap();
-        [&y, &idx, &gx, &a, &ga, &ad, &gad].iter().map(|t| t.dims().to_vec()).collect()
+        let gad =
+            adaptive_avg_pool2d_backward(&tensor(values(ad.elem_count(), 4), ad.dims(), dev), &dims).unwrap();
+        [&y, &idx, &gx, &a, &ga, &ad, &gad]
+            .iter()
+            .map(|t| t.dims().to_vec())
+            .collect()
     });
 }
 
 #[test]
 fn params_serialize_and_report_output_sizes() {
-    let p = Pool2dParams { kernel: [3, 2], stride: [2, 2], padding: [1, 0] };
+    let p = Pool2dParams {
+        kernel: [3, 2],
+        stride: [2, 2],
+        padding: [1, 0],
+    };
     let json = serde_json::to_string(&p).unwrap();
     assert_eq!(serde_json::from_str::<Pool2dParams>(&json).unwrap(), p);
     assert_eq!(p.output_hw([48, 48]).unwrap(), [24, 24]);
@@ -235,34 +321,79 @@ fn params_serialize_and_report_output_sizes() {
 fn errors_name_the_problem() {
     let x = cpu(&values(2 * 3 * 4 * 4, 1), &[2, 3, 4, 4]);
     let e = |p: Pool2dParams| max_pool2d(&x, &p).unwrap_err().to_string();
-    let msg = e(Pool2dParams { kernel: [2, 2], stride: [1, 1], padding: [2, 0] });
-    assert!(msg.contains("max_pool2d") && msg.contains("padding 2") && msg.contains("0..=1"), "{msg}");
-    let msg = e(Pool2dParams { kernel: [0, 2], stride: [1, 1], padding: [0, 0] });
+    let msg = e(Pool2dParams {
+        kernel: [2, 2],
+        stride: [1, 1],
+        padding: [2, 0],
+    });
+    assert!(
+        msg.contains("max_pool2d") && msg.contains("padding 2") && msg.contains("0..=1"),
+        "{msg}"
+    );
+    let msg = e(Pool2dParams {
+        kernel: [0, 2],
+        stride: [1, 1],
+        padding: [0, 0],
+    });
     assert!(msg.contains("at least 1"), "{msg}");
-    let msg = e(Pool2dParams { kernel: [2, 2], stride: [1, 0], padding: [0, 0] });
+    let msg = e(Pool2dParams {
+        kernel: [2, 2],
+        stride: [1, 0],
+        padding: [0, 0],
+    });
     assert!(msg.contains("at least 1"), "{msg}");
-    let msg = e(Pool2dParams { kernel: [5, 2], stride: [1, 1], padding: [0, 0] });
+    let msg = e(Pool2dParams {
+        kernel: [5, 2],
+        stride: [1, 1],
+        padding: [0, 0],
+    });
     assert!(msg.contains("smaller than the kernel size 5"), "{msg}");
-    let p = Pool2dParams { kernel: [2, 2], stride: [2, 2], padding: [0, 0] };
-    let msg = avg_pool2d(&cpu(&[0.0; 16], &[4, 4]), &p, true).unwrap_err().to_string();
+    let p = Pool2dParams {
+        kernel: [2, 2],
+        stride: [2, 2],
+        padding: [0, 0],
+    };
+    let msg = avg_pool2d(&cpu(&[0.0; 16], &[4, 4]), &p, true)
+        .unwrap_err()
+        .to_string();
     assert!(msg.contains("[B, C, H, W]"), "{msg}");
-    let msg = avg_pool2d(&x.to_dtype(crate::DType::BF16).unwrap(), &p, true).unwrap_err().to_string();
+    let msg = avg_pool2d(&x.to_dtype(crate::DType::BF16).unwrap(), &p, true)
+        .unwrap_err()
+        .to_string();
     assert!(msg.contains("expected dtype f32, got bf16"), "{msg}");
     let (y, idx) = max_pool2d(&x, &p).unwrap();
     let g = cpu(&values(y.elem_count(), 2), y.dims());
     let bad_idx = tensor(vec![16u32; y.elem_count()], y.dims(), Device::Cpu);
-    let msg = max_pool2d_backward(&g, &bad_idx, &[2, 3, 4, 4]).unwrap_err().to_string();
-    assert!(msg.contains("index 16 at position 0") && msg.contains("0..16"), "{msg}");
-    let msg = max_pool2d_backward(&g, &y, &[2, 3, 4, 4]).unwrap_err().to_string();
+    let msg = max_pool2d_backward(&g, &bad_idx, &[2, 3, 4, 4])
+        .unwrap_err()
+        .to_string();
+    assert!(
+        msg.contains("index 16 at position 0") && msg.contains("0..16"),
+        "{msg}"
+    );
+    let msg = max_pool2d_backward(&g, &y, &[2, 3, 4, 4])
+        .unwrap_err()
+        .to_string();
     assert!(msg.contains("expected dtype u32, got f32"), "{msg}");
-    let msg = max_pool2d_backward(&g, &idx, &[2, 4, 4, 4]).unwrap_err().to_string();
+    let msg = max_pool2d_backward(&g, &idx, &[2, 4, 4, 4])
+        .unwrap_err()
+        .to_string();
     assert!(msg.contains("grad_y of shape [2, 4, oh, ow]"), "{msg}");
-    let msg = avg_pool2d_backward(&g, &[2, 3, 6, 4], &p, true).unwrap_err().to_string();
-    assert!(msg.contains("[2, 3, 3, 2]") && msg.contains("got [2, 3, 2, 2]"), "{msg}");
+    let msg = avg_pool2d_backward(&g, &[2, 3, 6, 4], &p, true)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        msg.contains("[2, 3, 3, 2]") && msg.contains("got [2, 3, 2, 2]"),
+        "{msg}"
+    );
     let msg = adaptive_avg_pool2d(&x, [0, 2]).unwrap_err().to_string();
     assert!(msg.contains("at least 1x1"), "{msg}");
-    let msg = adaptive_avg_pool2d_backward(&g, &[2, 3, 4]).unwrap_err().to_string();
+    let msg = adaptive_avg_pool2d_backward(&g, &[2, 3, 4])
+        .unwrap_err()
+        .to_string();
     assert!(msg.contains("[B, C, H, W]"), "{msg}");
-    let msg = adaptive_avg_pool2d(&cpu(&[], &[1, 1, 0, 3]), [1, 1]).unwrap_err().to_string();
+    let msg = adaptive_avg_pool2d(&cpu(&[], &[1, 1, 0, 3]), [1, 1])
+        .unwrap_err()
+        .to_string();
     assert!(msg.contains("H, W >= 1"), "{msg}");
 }

@@ -27,7 +27,7 @@ fn check(op: &'static str, p: f32, mask_period: usize, n: usize) -> Result<()> {
     Ok(())
 }
 
-/// `out[k] = src[k] * scale` where mask element `(base + k) % period` is kept, else 0. Keeps the
+/// `out[k] = src[k] * scale` where mask element `(base + k) % period` is kept, else `src[k] * 0`. Keeps the
 /// current Philox block between consecutive values, so each block of four uniforms is computed
 /// once; the values are exactly those of [`RngState::uniform_at`].
 fn apply_mask(rng: RngState, p: f32, scale: f32, period: usize, base: usize, src: &[f32], out: &mut [f32]) {
@@ -42,7 +42,9 @@ fn apply_mask(rng: RngState, p: f32, scale: f32, period: usize, base: usize, src
             lanes = philox4x32_10([block as u32, (block >> 32) as u32, 0, 0], key);
         }
         let u = (lanes[(pos % 4) as usize] >> 8) as f32 * (1.0 / 16_777_216.0);
-        *o = if u >= p { v * scale } else { 0.0 };
+        // A multiply by 0 or scale, as PyTorch's `input * mask` (and free of unpredictable
+        // branches); non-finite inputs that are dropped give NaN there too.
+        *o = v * if u >= p { scale } else { 0.0 };
         j += 1;
         if j == period {
             j = 0;

@@ -133,9 +133,10 @@ pub fn sgd_step(
     } else {
         None
     };
-    let mut named = vec![("param", param), ("grad", grad)];
-    named.extend(buf.map(|b| ("momentum buffer", b)));
-    check_tensors(OP, &named)?;
+    match buf {
+        Some(b) => check_tensors(OP, &[("param", param), ("grad", grad), ("momentum buffer", b)])?,
+        None => check_tensors(OP, &[("param", param), ("grad", grad)])?,
+    }
 
     let gr = grad.read::<f32>(OP)?;
     let mut pw = param.write::<f32>(OP)?;

@@ -5,6 +5,65 @@ use crate::memory::MemoryKind;
 use crate::{CoreError, KernelBuffer, Result, Tensor};
 use rayon::prelude::*;
 
+/// Output columns updated together by [`update_row`].
+const LANES: usize = 8;
+
+/// For each output column `k`, PyTorch's update `if v > y || isnan(v) { y = v; i = pos }` with
+/// `v = cols[k * stride]` and `pos = base + k * stride`. Columns are processed in blocks of
+/// [`LANES`] with the update written over whole blocks, which compiles to vector compares and
+/// blends: on real data the outcome is unpredictable, and a branch per element would mispredict.
+/// A ragged end is covered by one more block ending at the last column: the update is
+/// idempotent (re-applying it with the same value and position changes nothing).
+fn update_row(y: &mut [f32], i: &mut [u32], cols: &[f32], stride: usize, base: u32) {
+    let n = y.len();
+    if n < LANES {
+        for k in 0..n {
+            let v = cols[k * stride];
+            if v > y[k] || v.is_nan() {
+                y[k] = v;
+                i[k] = base + (k * stride) as u32;
+            }
+        }
+        return;
+    }
+    let mut k0 = 0;
+    loop {
+        update_block(
+            &mut y[k0..k0 + LANES],
+            &mut i[k0..k0 + LANES],
+            cols,
+            stride,
+            base,
+            k0,
+        );
+        if k0 + LANES == n {
+            break;
+        }
+        k0 = (k0 + LANES).min(n - LANES);
+    }
+}
+
+/// [`update_row`] on columns `k0..k0 + LANES`.
+#[inline(always)]
+fn update_block(y: &mut [f32], i: &mut [u32], cols: &[f32], stride: usize, base: u32, k0: usize) {
+    let seg = &cols[k0 * stride..(k0 + LANES - 1) * stride + 1];
+    let mut v = [0f32; LANES];
+    let mut take = [0u32; LANES];
+    for j in 0..LANES {
+        v[j] = seg[j * stride];
+    }
+    for j in 0..LANES {
+        #[allow(clippy::eq_op)]
+        let t = (v[j] > y[j]) | (v[j] != v[j]);
+        take[j] = (t as u32).wrapping_neg();
+    }
+    for j in 0..LANES {
+        y[j] = f32::from_bits((v[j].to_bits() & take[j]) | (y[j].to_bits() & !take[j]));
+        let pos = base + ((k0 + j) * stride) as u32;
+        i[j] = (pos & take[j]) | (i[j] & !take[j]);
+    }
+}
+
 /// 2-D max pooling of `x` `[B, C, H, W]` (PyTorch semantics: floor mode, padding ignored, NaN
 /// propagates, first maximum wins ties). Returns `(y, indices)`, both `[B, C, oh, ow]` and kind
 /// Activation: `indices` are u32 positions `h * W + w` of each maximum within its input plane;
@@ -32,22 +91,33 @@ pub fn max_pool2d(x: &Tensor, p: &Pool2dParams) -> Result<(Tensor, Tensor)> {
                 let xp = &xs[plane * g.in_plane()..(plane + 1) * g.in_plane()];
                 for oy in 0..g.oh {
                     let (h0, h1, _) = window(oy, kh, sh, ph, g.h);
-                    for ox in 0..g.ow {
-                        let (w0, w1, _) = window(ox, kw, sw, pw, g.w);
-                        let mut best = f32::NEG_INFINITY;
-                        let mut best_i = h0 * g.w + w0;
-                        for hh in h0..h1 {
-                            let row = hh * g.w;
-                            for (i, &v) in xp[row + w0..row + w1].iter().enumerate() {
-                                if v > best || v.is_nan() {
-                                    best = v;
-                                    best_i = row + w0 + i;
-                                }
+                    let yrow = &mut yp[oy * g.ow..(oy + 1) * g.ow];
+                    let irow = &mut ip[oy * g.ow..(oy + 1) * g.ow];
+                    // Start from -inf at the window's first in-bounds position (PyTorch's
+                    // initial index), then visit the window in row-major order, one window
+                    // element at a time across the whole output row: the output columns are
+                    // independent, so the compare-and-select chains run side by side.
+                    for (ox, (y, i)) in yrow.iter_mut().zip(irow.iter_mut()).enumerate() {
+                        *y = f32::NEG_INFINITY;
+                        // Positions are < H*W, checked above to fit u32.
+                        *i = (h0 * g.w + window(ox, kw, sw, pw, g.w).0) as u32;
+                    }
+                    for hh in h0..h1 {
+                        let xrow = &xp[hh * g.w..(hh + 1) * g.w];
+                        for dx in 0..kw {
+                            // Output columns whose window column `ox*sw + dx - pw` is in bounds.
+                            let lo = pw.saturating_sub(dx).div_ceil(sw);
+                            let hi = ((g.w + pw).saturating_sub(dx)).div_ceil(sw).min(g.ow);
+                            if lo >= hi {
+                                continue;
                             }
+                            let first = lo * sw + dx - pw;
+                            let n = hi - lo;
+                            let cols = &xrow[first..first + (n - 1) * sw + 1];
+                            let base = (hh * g.w + first) as u32;
+                            let (yr, ir) = (&mut yrow[lo..hi], &mut irow[lo..hi]);
+                            update_row(yr, ir, cols, sw, base);
                         }
-                        yp[oy * g.ow + ox] = best;
-                        // In range: best_i < H*W, checked above to fit u32.
-                        ip[oy * g.ow + ox] = best_i as u32;
                     }
                 }
             });

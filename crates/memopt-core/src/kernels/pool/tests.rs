@@ -22,11 +22,12 @@ fn case() -> impl Strategy<Value = Case> {
         [1usize..5, 1usize..5],
         [1usize..4, 1usize..4],
         [0usize..3, 0usize..3],
-        [0usize..7, 0usize..7],
+        [0usize..7, 0usize..30],
     )
         .prop_flat_map(|(b, c, kernel, stride, pad, extra)| {
             let padding = [pad[0].min(kernel[0] / 2), pad[1].min(kernel[1] / 2)];
-            // Smallest input the kernel fits in, plus up to 6.
+            // Smallest input the kernel fits in, plus up to 6 rows and 29 columns (rows of
+            // more than 8 outputs exercise the blocked max-pool update).
             let h = kernel[0].saturating_sub(2 * padding[0]).max(1) + extra[0];
             let w = kernel[1].saturating_sub(2 * padding[1]).max(1) + extra[1];
             let dims = [b, c, h, w];
@@ -39,7 +40,11 @@ fn case() -> impl Strategy<Value = Case> {
             (
                 Just(dims),
                 Just(p),
-                prop::collection::vec(-5.0f32..5.0, b * c * h * w),
+                // Repeated values make ties (the first maximum must win).
+                prop::collection::vec(
+                    prop_oneof![-5.0f32..5.0, Just(1.0f32), Just(-1.0f32)],
+                    b * c * h * w,
+                ),
                 prop::collection::vec(-2.0f32..2.0, b * c * oh * ow),
             )
         })
@@ -122,7 +127,16 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(64))]
 
     #[test]
-    fn max_pool_matches_naive(k in case(), spike in any::<bool>()) {
+    fn max_pool_matches_naive(
+        k in case(),
+        spike in any::<bool>(),
+        specials in prop::collection::vec((any::<prop::sample::Index>(), prop_oneof![Just(f32::NAN), Just(f32::NEG_INFINITY)]), 0..4),
+    ) {
+        let mut k = k;
+        for (at, v) in specials {
+            let i = at.index(k.x.len());
+            k.x[i] = v;
+        }
         let x = cpu(&k.x, &k.dims).with_spike_flag(spike);
         let (y, idx) = max_pool2d(&x, &k.p).unwrap();
         prop_assert_eq!(y.is_spike(), spike);
@@ -130,8 +144,15 @@ proptest! {
         let plane = k.dims[2] * k.dims[3];
         let mut want_gx = vec![0f64; k.x.len()];
         for (o, members, _) in naive_windows(k.dims, &k.p) {
-            let best = members.iter().copied().fold(members[0], |b, j| if k.x[j] > k.x[b] { j } else { b });
-            prop_assert_eq!(ys[o], k.x[best]);
+            // PyTorch: start at -inf and the first member; take v if v > max or v is NaN.
+            let (mut best, mut max) = (members[0], f32::NEG_INFINITY);
+            for &j in &members {
+                if k.x[j] > max || k.x[j].is_nan() {
+                    best = j;
+                    max = k.x[j];
+                }
+            }
+            prop_assert_eq!(ys[o].to_bits(), max.to_bits());
             prop_assert_eq!(is[o] as usize, best % plane);
             want_gx[best] += k.g[o] as f64;
         }

@@ -26,7 +26,7 @@ fn check_out(op: &'static str, out_hw: [usize; 2]) -> Result<()> {
 }
 
 /// Adaptive 2-D average pooling of `x` `[B, C, H, W]` to `[B, C, oh, ow]` with PyTorch's windows
-/// (see [`adaptive_window`]: rows `floor(i*H/oh)..ceil((i+1)*H/oh)`, likewise for columns).
+/// (rows `floor(i*H/oh)..ceil((i+1)*H/oh)`, likewise for columns; windows may overlap).
 /// Window sums in f64. Kind Activation.
 pub fn adaptive_avg_pool2d(x: &Tensor, out_hw: [usize; 2]) -> Result<Tensor> {
     const OP: &str = "adaptive_avg_pool2d";

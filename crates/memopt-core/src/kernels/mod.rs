@@ -7,6 +7,7 @@
 //! allocations and frees happen and nothing is computed. Forward outputs are recorded as
 //! [`crate::MemoryKind::Activation`], backward outputs as [`crate::MemoryKind::Gradient`].
 
+mod accum;
 pub mod batch_norm;
 pub mod conv;
 pub mod dropout;
@@ -19,6 +20,8 @@ mod par;
 pub mod pool;
 pub mod reduce;
 pub mod shape_ops;
+#[cfg(test)]
+pub(crate) mod testkit;
 
 /// Which gradients a backward kernel should compute; the others are not allocated.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,0 +1,124 @@
+//! Backward of training-mode batch normalisation.
+
+use super::{Layout, at, check_channel};
+use crate::kernels::GradNeeds;
+use crate::kernels::accum::{F64Workspace, sum_f64, sum_zip_f64};
+use crate::memory::MemoryKind;
+use crate::{CoreError, KernelBuffer, Result, Tensor};
+use rayon::prelude::*;
+
+/// Gradients returned by [`batch_norm_backward`]; each is `Some` exactly when asked for.
+pub struct BatchNormGrads {
+    /// Gradient of `x`, shape of `x`.
+    pub x: Option<Tensor>,
+    /// Gradient of the weight, `[C]`.
+    pub weight: Option<Tensor>,
+    /// Gradient of the bias, `[C]`.
+    pub bias: Option<Tensor>,
+}
+
+/// Backward of [`super::batch_norm_train`] (PyTorch's formula), with `xhat = (x - save_mean) *
+/// save_invstd` recomputed from `x`:
+/// `grad_x = invstd * w * (g - mean(g) - xhat * mean(g * xhat))`, `grad_weight = sum(g * xhat)`,
+/// `grad_bias = sum(g)`, means and sums per channel. `weight` `None` means w = 1. The gradients of
+/// the weight and bias are returned whenever `needs` asks for them (callers without affine
+/// parameters ask for neither). Outputs are Gradient; tracked workspace of `8 * (2*B*C + 2*C)`
+/// bytes lives during the call.
+pub fn batch_norm_backward(
+    grad_y: &Tensor,
+    x: &Tensor,
+    weight: Option<&Tensor>,
+    save_mean: &Tensor,
+    save_invstd: &Tensor,
+    needs: GradNeeds,
+) -> Result<BatchNormGrads> {
+    const OP: &str = "batch_norm_backward";
+    let l = Layout::of(OP, x)?;
+    x.expect_same_device(OP, grad_y)?;
+    if grad_y.shape() != x.shape() {
+        return Err(CoreError::shape(
+            OP,
+            format!("grad_y of x's shape {}", x.shape()),
+            grad_y.shape(),
+        ));
+    }
+    check_channel(OP, "weight", weight, x, l.c)?;
+    check_channel(OP, "save_mean", Some(save_mean), x, l.c)?;
+    check_channel(OP, "save_invstd", Some(save_invstd), x, l.c)?;
+    let (gr, xr) = (grad_y.read::<f32>(OP)?, x.read::<f32>(OP)?);
+    let wr = weight.map(|w| w.read::<f32>(OP)).transpose()?;
+    let (mr, ir) = (save_mean.read::<f32>(OP)?, save_invstd.read::<f32>(OP)?);
+    if !(needs.input || needs.weight || needs.bias) {
+        return Ok(BatchNormGrads {
+            x: None,
+            weight: None,
+            bias: None,
+        });
+    }
+    let dev = x.device();
+    let alloc = |need: bool, len: usize| {
+        need.then(|| KernelBuffer::<f32>::zeros(OP, dev, len, MemoryKind::Gradient))
+            .transpose()
+    };
+    let mut gx = alloc(needs.input, x.elem_count())?;
+    let mut gw = alloc(needs.weight, l.c)?;
+    let mut gb = alloc(needs.bias, l.c)?;
+    // Workspace: per-plane (sum g, sum g*(x-mean)) pairs, then the same two sums per channel.
+    let mut ws = F64Workspace::new(OP, dev, 2 * l.planes() + 2 * l.c)?;
+    if let (Some(gs), Some(xs), Some(means), Some(invstds), Some(w)) =
+        (gr.slice(), xr.slice(), mr.slice(), ir.slice(), ws.slice_mut())
+    {
+        let (part, sums) = w.split_at_mut(2 * l.planes());
+        let (sum_g, dot) = sums.split_at_mut(l.c);
+        part.par_chunks_mut(2)
+            .enumerate()
+            .with_min_len(l.min_planes())
+            .for_each(|(p, pair)| {
+                let (g, xp) = (&gs[l.plane(p)], &xs[l.plane(p)]);
+                let mu = means[p % l.c] as f64;
+                pair[0] = sum_f64(g);
+                pair[1] = sum_zip_f64(g, xp, |g, x| g as f64 * (x as f64 - mu));
+            });
+        sum_g.fill(0.0);
+        dot.fill(0.0);
+        for row in part.chunks_exact(2 * l.c.max(1)) {
+            for c in 0..l.c {
+                sum_g[c] += row[2 * c];
+                dot[c] += row[2 * c + 1];
+            }
+        }
+        if let Some(b) = gb.as_mut().and_then(KernelBuffer::slice_mut) {
+            for c in 0..l.c {
+                b[c] = sum_g[c] as f32;
+            }
+        }
+        if let Some(wg) = gw.as_mut().and_then(KernelBuffer::slice_mut) {
+            for c in 0..l.c {
+                wg[c] = (dot[c] * invstds[c] as f64) as f32;
+            }
+        }
+        let ws_ = wr.as_ref().and_then(|r| r.slice());
+        let m = l.per_channel() as f64;
+        let (sum_g, dot): (&[f64], &[f64]) = (sum_g, dot);
+        if let (Some(out), true) = (gx.as_mut().and_then(KernelBuffer::slice_mut), m > 0.0) {
+            l.for_planes(out, |p, op| {
+                let c = p % l.c;
+                let invstd = invstds[c] as f64;
+                let a = (invstd * at(ws_, c, 1.0) as f64) as f32;
+                let mean_g = (sum_g[c] / m) as f32;
+                let k = (dot[c] * invstd * invstd / m) as f32;
+                let mu = means[c];
+                let (gp, xp) = (&gs[l.plane(p)], &xs[l.plane(p)]);
+                for (o, (&g, &x)) in op.iter_mut().zip(gp.iter().zip(xp)) {
+                    *o = a * (g - mean_g - (x - mu) * k);
+                }
+            });
+        }
+    }
+    drop(ws);
+    Ok(BatchNormGrads {
+        x: gx.map(|b| b.into_tensor(x.shape().clone())).transpose()?,
+        weight: gw.map(|b| b.into_tensor([l.c])).transpose()?,
+        bias: gb.map(|b| b.into_tensor([l.c])).transpose()?,
+    })
+}

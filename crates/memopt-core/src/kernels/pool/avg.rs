@@ -1,0 +1,94 @@
+//! Average pooling and its backward.
+
+use super::{Geom, Pool2dParams, window};
+use crate::memory::MemoryKind;
+use crate::{KernelBuffer, Result, Tensor};
+use rayon::prelude::*;
+
+/// The divisor of a window: its length clipped to the padded input when padding counts, else
+/// the number of in-bounds elements (PyTorch's `count_include_pad`).
+#[inline]
+fn divisor(h: (usize, usize, usize), w: (usize, usize, usize), count_include_pad: bool) -> f64 {
+    if count_include_pad {
+        (h.2 * w.2) as f64
+    } else {
+        ((h.1 - h.0) * (w.1 - w.0)) as f64
+    }
+}
+
+/// 2-D average pooling of `x` `[B, C, H, W]` (PyTorch semantics: floor mode; padded zeros count
+/// in the divisor when `count_include_pad`). Window sums in f64. Output `[B, C, oh, ow]`, kind
+/// Activation.
+pub fn avg_pool2d(x: &Tensor, p: &Pool2dParams, count_include_pad: bool) -> Result<Tensor> {
+    const OP: &str = "avg_pool2d";
+    let g = Geom::pooled(OP, x.dims(), p)?;
+    let xr = x.read::<f32>(OP)?;
+    let n = g.b * g.c * g.out_plane();
+    let mut y = KernelBuffer::<f32>::zeros(OP, x.device(), n, MemoryKind::Activation)?;
+    if let (Some(xs), Some(ys), true) = (xr.slice(), y.slice_mut(), n > 0) {
+        let ([kh, kw], [sh, sw], [ph, pw]) = (p.kernel, p.stride, p.padding);
+        ys.par_chunks_mut(g.out_plane())
+            .enumerate()
+            .with_min_len(g.min_planes())
+            .for_each(|(plane, yp)| {
+                let xp = &xs[plane * g.in_plane()..(plane + 1) * g.in_plane()];
+                for oy in 0..g.oh {
+                    let wh = window(oy, kh, sh, ph, g.h);
+                    for ox in 0..g.ow {
+                        let ww = window(ox, kw, sw, pw, g.w);
+                        let mut sum = 0f64;
+                        for hh in wh.0..wh.1 {
+                            sum += xp[hh * g.w + ww.0..hh * g.w + ww.1]
+                                .iter()
+                                .map(|&v| v as f64)
+                                .sum::<f64>();
+                        }
+                        yp[oy * g.ow + ox] = (sum / divisor(wh, ww, count_include_pad)) as f32;
+                    }
+                }
+            });
+    }
+    y.into_tensor(g.out_dims())
+}
+
+/// Backward of [`avg_pool2d`]: each output gradient, divided by its window's divisor, is added to
+/// every in-bounds input of the window. `input_dims` is `[B, C, H, W]` of the pooled input and
+/// `grad_y` must have the pooled shape. Output `[B, C, H, W]`, kind Gradient.
+pub fn avg_pool2d_backward(
+    grad_y: &Tensor,
+    input_dims: &[usize],
+    p: &Pool2dParams,
+    count_include_pad: bool,
+) -> Result<Tensor> {
+    const OP: &str = "avg_pool2d_backward";
+    let g = Geom::pooled(OP, input_dims, p)?;
+    g.expect_out(OP, grad_y)?;
+    let gr = grad_y.read::<f32>(OP)?;
+    let mut gx = KernelBuffer::<f32>::zeros(
+        OP,
+        grad_y.device(),
+        g.b * g.c * g.in_plane(),
+        MemoryKind::Gradient,
+    )?;
+    if let (Some(gs), Some(out), true) = (gr.slice(), gx.slice_mut(), g.out_plane() > 0) {
+        let ([kh, kw], [sh, sw], [ph, pw]) = (p.kernel, p.stride, p.padding);
+        out.par_chunks_mut(g.in_plane())
+            .zip(gs.par_chunks(g.out_plane()))
+            .with_min_len(g.min_planes())
+            .for_each(|(o, gp)| {
+                for oy in 0..g.oh {
+                    let wh = window(oy, kh, sh, ph, g.h);
+                    for ox in 0..g.ow {
+                        let ww = window(ox, kw, sw, pw, g.w);
+                        let v = (gp[oy * g.ow + ox] as f64 / divisor(wh, ww, count_include_pad)) as f32;
+                        for hh in wh.0..wh.1 {
+                            o[hh * g.w + ww.0..hh * g.w + ww.1]
+                                .iter_mut()
+                                .for_each(|d| *d += v);
+                        }
+                    }
+                }
+            });
+    }
+    gx.into_tensor(g.in_dims())
+}

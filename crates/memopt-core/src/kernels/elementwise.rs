@@ -217,7 +217,13 @@ mod tests {
     #[test]
     fn assign_writes_a_time_slice() {
         let full = Tensor::zeros([3, 2], crate::DType::F32, Device::Cpu, MemoryKind::Activation).unwrap();
-        let part = Tensor::from_vec(vec![1.0f32, 2.0, 3.0, 4.0], [2, 2], Device::Cpu, MemoryKind::Input).unwrap();
+        let part = Tensor::from_vec(
+            vec![1.0f32, 2.0, 3.0, 4.0],
+            [2, 2],
+            Device::Cpu,
+            MemoryKind::Input,
+        )
+        .unwrap();
         assign(&full.narrow0(1, 2).unwrap(), &part).unwrap();
         assert_eq!(full.to_vec_f32().unwrap(), vec![0.0, 0.0, 1.0, 2.0, 3.0, 4.0]);
         assert!(assign(&full.narrow0(0, 1).unwrap(), &part).is_err());

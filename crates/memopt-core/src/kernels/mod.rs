@@ -60,22 +60,39 @@ pub struct WeightGradAcc<'a> {
 impl WeightGradAcc<'_> {
     /// Checks the accumulators against the weight's shape, the bias length and the batch, and
     /// that they do not alias the kernel's inputs.
-    pub(crate) fn check(&self, op: &'static str, w_dims: &[usize], n_out: usize, batch: usize, inputs: &[&crate::Tensor]) -> crate::Result<usize> {
+    pub(crate) fn check(
+        &self,
+        op: &'static str,
+        w_dims: &[usize],
+        n_out: usize,
+        batch: usize,
+        inputs: &[&crate::Tensor],
+    ) -> crate::Result<usize> {
         use crate::{CoreError, DType};
         if self.time_steps == 0 || batch % self.time_steps != 0 {
             return Err(CoreError::invalid(
                 op,
-                format!("time_steps = {} must be >= 1 and divide the batch of {batch}", self.time_steps),
+                format!(
+                    "time_steps = {} must be >= 1 and divide the batch of {batch}",
+                    self.time_steps
+                ),
             ));
         }
         for (acc, dims) in [(self.weight, w_dims), (self.bias, &[n_out][..])] {
             let Some(acc) = acc else { continue };
             acc.expect_dtype(op, DType::F32)?;
             if acc.dims() != dims {
-                return Err(CoreError::shape(op, format!("a gradient accumulator of shape {:?}", dims), acc.shape()));
+                return Err(CoreError::shape(
+                    op,
+                    format!("a gradient accumulator of shape {:?}", dims),
+                    acc.shape(),
+                ));
             }
             if let Some(t) = inputs.iter().find(|t| t.same_storage(acc)) {
-                return Err(CoreError::invalid(op, format!("the accumulator shares storage with an input {}", t.shape())));
+                return Err(CoreError::invalid(
+                    op,
+                    format!("the accumulator shares storage with an input {}", t.shape()),
+                ));
             }
             if let Some(first) = inputs.first() {
                 first.expect_same_device(op, acc)?;

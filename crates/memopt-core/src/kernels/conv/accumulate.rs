@@ -28,7 +28,10 @@ pub fn conv2d_backward_acc(
     if grad.dims() != g.out_dims() {
         return Err(CoreError::shape(
             OP,
-            format!("a gradient of the output's shape {}", Shape::from(g.out_dims().to_vec())),
+            format!(
+                "a gradient of the output's shape {}",
+                Shape::from(g.out_dims().to_vec())
+            ),
             grad.shape(),
         ));
     }
@@ -36,7 +39,9 @@ pub fn conv2d_backward_acc(
     let step = g.with_batch(OP, per_step)?;
     let (gr, xr, wr) = (grad.read::<f32>(OP)?, x.read::<f32>(OP)?, w.read::<f32>(OP)?);
     let device = x.device();
-    let mut gx = input.then(|| KernelBuffer::<f32>::zeros(OP, device, x.elem_count(), MemoryKind::Gradient)).transpose()?;
+    let mut gx = input
+        .then(|| KernelBuffer::<f32>::zeros(OP, device, x.elem_count(), MemoryKind::Gradient))
+        .transpose()?;
     let (mut col, mut stage) = (0, 0);
     if input {
         (col, stage) = (g.col_len(), g.stage_len());

@@ -57,13 +57,21 @@ pub(super) struct Workspace {
 impl Workspace {
     /// Allocates the buffers `g` calls for when `needed` (none otherwise).
     fn new(op: &'static str, device: Device, g: &ConvGeom, needed: bool) -> Result<Self> {
-        let (col, stage) = if needed { (g.col_len(), g.stage_len()) } else { (0, 0) };
+        let (col, stage) = if needed {
+            (g.col_len(), g.stage_len())
+        } else {
+            (0, 0)
+        };
         Self::with_lens(op, device, col, stage)
     }
 
     /// Allocates `col` and `stage` elements (no buffer for 0).
     pub(super) fn with_lens(op: &'static str, device: Device, col: usize, stage: usize) -> Result<Self> {
-        let alloc = |len: usize| (len > 0).then(|| KernelBuffer::<f32>::workspace(op, device, len)).transpose();
+        let alloc = |len: usize| {
+            (len > 0)
+                .then(|| KernelBuffer::<f32>::workspace(op, device, len))
+                .transpose()
+        };
         Ok(Workspace {
             col: alloc(col)?,
             stage: alloc(stage)?,

@@ -1,6 +1,8 @@
 //! linear backward that accumulates the weight and bias gradients one time step at a time.
 
-use super::{GemmPar, LinearDims, MatRef, check_f32_same_device, column_sums, gemm_f32, linear_dims, with_last};
+use super::{
+    GemmPar, LinearDims, MatRef, check_f32_same_device, column_sums, gemm_f32, linear_dims, with_last,
+};
 use crate::kernels::WeightGradAcc;
 use crate::memory::MemoryKind;
 use crate::{CoreError, KernelBuffer, Result, Shape, Tensor};
@@ -29,19 +31,35 @@ pub fn linear_backward_acc(
     }
     let rows = acc.check(OP, w.dims(), n, m, &[grad, x, w])?;
     let (gr, xr, wr) = (grad.read::<f32>(OP)?, x.read::<f32>(OP)?, w.read::<f32>(OP)?);
-    let mut gx = input.then(|| KernelBuffer::<f32>::zeros(OP, x.device(), m * k, MemoryKind::Gradient)).transpose()?;
+    let mut gx = input
+        .then(|| KernelBuffer::<f32>::zeros(OP, x.device(), m * k, MemoryKind::Gradient))
+        .transpose()?;
     let mut wacc = acc.weight.map(|t| t.write::<f32>(OP)).transpose()?;
     let mut bacc = acc.bias.map(|t| t.write::<f32>(OP)).transpose()?;
     if let (Some(gs), Some(xs), Some(ws)) = (gr.slice(), xr.slice(), wr.slice()) {
         if let Some(o) = gx.as_mut().and_then(|b| b.slice_mut()) {
-            gemm_f32(o, k, MatRef::row_major(gs, m, n), MatRef::row_major(ws, n, k), false, GemmPar::Auto);
+            gemm_f32(
+                o,
+                k,
+                MatRef::row_major(gs, m, n),
+                MatRef::row_major(ws, n, k),
+                false,
+                GemmPar::Auto,
+            );
         }
         let mut partial = vec![0f32; n];
         for t in (0..acc.time_steps).rev() {
             let g_t = &gs[t * rows * n..][..rows * n];
             if let Some(aw) = wacc.as_mut().and_then(|a| a.slice_mut()) {
                 let x_t = MatRef::row_major(&xs[t * rows * k..], rows, k);
-                gemm_f32(aw, k, MatRef::row_major(g_t, rows, n).t(), x_t, true, GemmPar::Auto);
+                gemm_f32(
+                    aw,
+                    k,
+                    MatRef::row_major(g_t, rows, n).t(),
+                    x_t,
+                    true,
+                    GemmPar::Auto,
+                );
             }
             if let Some(ab) = bacc.as_mut().and_then(|a| a.slice_mut()) {
                 column_sums(g_t, rows, n, &mut partial);

@@ -7,9 +7,9 @@ mod gemm;
 #[cfg(test)]
 pub(crate) mod tests;
 
+pub use accumulate::linear_backward_acc;
 #[cfg(test)]
 pub(crate) use gemm::GEMM_PAR_MIN_MACS;
-pub use accumulate::linear_backward_acc;
 pub(crate) use gemm::{GemmPar, MatRef, gemm_f32};
 
 use super::GradNeeds;

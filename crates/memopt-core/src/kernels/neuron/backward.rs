@@ -6,7 +6,7 @@ use super::chunks::{CHUNK, SharedOut, for_each_chunk};
 use super::config::{DecayGrad, Dynamics, fire, reset};
 use super::surrogate::{atan_grad, sigmoid_grad};
 
-/// Data of one backward call: sequences are `[T, n]`, states `[n]`, `partials` one slot per
+/// Data of one backward call: sequences are `[T, n]`, states `[n]`, `partials` `T` slots per
 /// chunk (PLIF only).
 pub(super) struct BackwardIo<'a> {
     pub steps: usize,
@@ -20,8 +20,8 @@ pub(super) struct BackwardIo<'a> {
     pub partials: Option<&'a mut [f32]>,
 }
 
-/// Runs the reverse recurrence for every neuron. For PLIF, each chunk's sum of
-/// `dL/dH * dH/dk` (`k = 1/tau`) goes to its slot of `io.partials`.
+/// Runs the reverse recurrence for every neuron. For PLIF, each chunk's sum over its neurons of
+/// `dL/dH[t] * dH[t]/dk` (`k = 1/tau`) goes to slot `t` of its row of `io.partials`.
 pub(super) fn backward_cpu(d: &Dynamics, surrogate: Surrogate, io: BackwardIo<'_>) {
     macro_rules! run {
         ($sg:expr) => {
@@ -94,7 +94,7 @@ where
         steps,
         partials,
         #[inline(always)]
-        |r| {
+        |r, mut partial_row: Option<&mut [f32]>| {
             let len = r.len();
             // dL/dV[t] for the step being processed; starts as the gradient of the final state.
             let mut gv_buf = [0f32; CHUNK];
@@ -102,7 +102,7 @@ where
             if let Some(g) = grad_v_final {
                 gv.copy_from_slice(&g[r.clone()]);
             }
-            // PLIF only: V[t-1] of the step, and the per-neuron sum of dL/dH * dH/dk.
+            // PLIF only: V[t-1] of the step, and the per-neuron dL/dH * dH/dk of the step.
             let mut vprev_buf = [0f32; CHUNK];
             let mut acc_buf = [0f32; CHUNK];
             let (vprev, acc) = (&mut vprev_buf[..len], &mut acc_buf[..len]);
@@ -134,7 +134,10 @@ where
                         let gh = grad_h::<HARD>(*g, gs, h, surrogate(h - vth), vth, vr, reset_grad);
                         *gx = gh * dh_dx;
                         *g = gh * dh_dv;
-                        *a += gh * dh_dk(h, vp);
+                        *a = gh * dh_dk(h, vp);
+                    }
+                    if let Some(row) = partial_row.as_deref_mut() {
+                        row[t] = acc.iter().map(|&a| a as f64).sum::<f64>() as f32;
                     }
                 } else {
                     for (((g, &h), &gs), gx) in gv.iter_mut().zip(hs).zip(gss).zip(gx.iter_mut()) {
@@ -147,11 +150,6 @@ where
             if let Some(out) = &grad_v_init {
                 // SAFETY: `r` is this task's own chunk of the state buffer.
                 unsafe { out.slice(r) }.copy_from_slice(gv);
-            }
-            if PLIF {
-                acc.iter().map(|&a| a as f64).sum::<f64>() as f32
-            } else {
-                0.0
             }
         },
     );

@@ -22,43 +22,43 @@ fn chunk_range(c: usize, n: usize) -> Range<usize> {
 }
 
 /// Runs `f` on every chunk of `n` neurons, in parallel when `n * steps` is large enough. When
-/// `partials` is given (one slot per chunk), the value `f` returns for chunk `c` goes to slot
-/// `c`, so that a later sum over the slots is independent of scheduling. `f` should be an
-/// `#[inline(always)]` closure, so that it is compiled into the wide-vector variant of
-/// [`with_wide_vectors`].
+/// `partials` is given (`steps` slots per chunk), chunk `c` receives its own row
+/// `partials[c * steps..(c + 1) * steps]`, so that later sums over the rows are independent of
+/// scheduling. `f` should be an `#[inline(always)]` closure, so that it is compiled into the
+/// wide-vector variant of [`with_wide_vectors`].
 pub(super) fn for_each_chunk(
     n: usize,
     steps: usize,
     partials: Option<&mut [f32]>,
-    f: impl Fn(Range<usize>) -> f32 + Sync + Send,
+    f: impl Fn(Range<usize>, Option<&mut [f32]>) + Sync + Send,
 ) {
-    let f = |c: usize| -> f32 {
+    let f = |c: usize, row: Option<&mut [f32]>| {
         let r = chunk_range(c, n);
         with_wide_vectors(
             #[inline(always)]
-            || f(r),
+            || f(r, row),
         )
     };
     let chunks = chunk_count(n);
     let parallel = chunks > 1 && n.saturating_mul(steps) >= PAR_THRESHOLD;
     match partials {
-        Some(p) => {
-            debug_assert_eq!(p.len(), chunks);
+        Some(p) if steps > 0 => {
+            debug_assert_eq!(p.len(), chunks * steps);
             if parallel {
-                p.par_iter_mut().enumerate().for_each(|(c, slot)| *slot = f(c));
+                p.par_chunks_mut(steps)
+                    .enumerate()
+                    .for_each(|(c, row)| f(c, Some(row)));
             } else {
-                p.iter_mut().enumerate().for_each(|(c, slot)| *slot = f(c));
+                p.chunks_mut(steps)
+                    .enumerate()
+                    .for_each(|(c, row)| f(c, Some(row)));
             }
         }
-        None => {
+        _ => {
             if parallel {
-                (0..chunks).into_par_iter().for_each(|c| {
-                    f(c);
-                });
+                (0..chunks).into_par_iter().for_each(|c| f(c, None));
             } else {
-                (0..chunks).for_each(|c| {
-                    f(c);
-                });
+                (0..chunks).for_each(|c| f(c, None));
             }
         }
     }

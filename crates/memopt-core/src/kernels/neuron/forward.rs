@@ -54,7 +54,7 @@ where
         steps,
         None,
         #[inline(always)]
-        |r| {
+        |r, _| {
             let mut state = [0f32; CHUNK];
             let v = &mut state[..r.len()];
             match v_init {
@@ -90,7 +90,6 @@ where
             }
             // SAFETY: `r` is this task's own chunk of the state buffer.
             unsafe { v_final.slice(r) }.copy_from_slice(v);
-            0.0
         },
     );
 }

@@ -113,7 +113,8 @@ pub fn neuron_forward(
 /// the forward's. The initial state's gradient is computed when `want_v_init_grad`.
 ///
 /// Allocates, in this order: grad_x `[T, ...]`, grad_v_init `[...]` (when asked), grad_w `[1]`
-/// (PLIF), and for PLIF a workspace of one f32 per chunk of 8192 neurons, freed before returning.
+/// (PLIF), and for PLIF a workspace of `T` f32 per chunk of 8192 neurons, freed before
+/// returning.
 pub fn neuron_backward(
     cfg: &NeuronConfig,
     grad_spikes: &Tensor,
@@ -122,6 +123,33 @@ pub fn neuron_backward(
     v_init: Option<&Tensor>,
     w: Option<&Tensor>,
     want_v_init_grad: bool,
+) -> Result<NeuronGrads> {
+    neuron_backward_acc(
+        cfg,
+        grad_spikes,
+        grad_v_final,
+        h_seq,
+        v_init,
+        w,
+        want_v_init_grad,
+        None,
+    )
+}
+
+/// [`neuron_backward`] that adds the PLIF parameter's gradient into `w_acc` (`[1]`) instead of
+/// returning it (then `NeuronGrads::w` is `None`). The contribution of each time step is added
+/// separately, step `T-1` first, so that running the time steps in chunks (last chunk first,
+/// states and their gradients carried between chunks) gives a bit-identical accumulator.
+#[allow(clippy::too_many_arguments)]
+pub fn neuron_backward_acc(
+    cfg: &NeuronConfig,
+    grad_spikes: &Tensor,
+    grad_v_final: Option<&Tensor>,
+    h_seq: &Tensor,
+    v_init: Option<&Tensor>,
+    w: Option<&Tensor>,
+    want_v_init_grad: bool,
+    w_acc: Option<&Tensor>,
 ) -> Result<NeuronGrads> {
     const OP: &str = "neuron_backward";
     cfg.validate()?;
@@ -141,6 +169,23 @@ pub fn neuron_backward(
         check_state(OP, "v_init", v, grad_spikes)?;
     }
     check_w(OP, cfg, w, grad_spikes)?;
+    if let Some(acc) = w_acc {
+        if !matches!(cfg.kind, NeuronKind::Plif { .. }) {
+            return Err(CoreError::invalid(
+                OP,
+                "w_acc accumulates the PLIF parameter's gradient; pass None for other neurons",
+            ));
+        }
+        acc.expect_dtype(OP, crate::DType::F32)?;
+        grad_spikes.expect_same_device(OP, acc)?;
+        if acc.dims() != [1] || w.is_some_and(|w| w.same_storage(acc)) {
+            return Err(CoreError::shape(
+                OP,
+                "a w_acc of shape [1], separate from w",
+                acc.shape(),
+            ));
+        }
+    }
     let gsr = grad_spikes.read::<f32>(OP)?;
     let hr = h_seq.read::<f32>(OP)?;
     let gvr = grad_v_final.map(|g| g.read::<f32>(OP)).transpose()?;
@@ -154,11 +199,15 @@ pub fn neuron_backward(
     let mut grad_v_init = want_v_init_grad
         .then(|| KernelBuffer::<f32>::zeros(OP, device, n, kind))
         .transpose()?;
-    let mut grad_w = is_plif
-        .then(|| KernelBuffer::<f32>::zeros(OP, device, 1, kind))
+    let grad_w = (is_plif && w_acc.is_none())
+        .then(|| Tensor::zeros([1], crate::DType::F32, device, kind))
         .transpose()?;
     let mut partials = is_plif
-        .then(|| KernelBuffer::<f32>::workspace(OP, device, chunks::chunk_count(n)))
+        .then(|| KernelBuffer::<f32>::workspace(OP, device, chunks::chunk_count(n) * steps))
+        .transpose()?;
+    let mut w_target = w_acc
+        .or(grad_w.as_ref())
+        .map(|t| t.write::<f32>(OP))
         .transpose()?;
     if let (Some(gs), Some(hs), Some(gx)) = (gsr.slice(), hr.slice(), grad_x.slice_mut()) {
         let io = BackwardIo {
@@ -173,21 +222,23 @@ pub fn neuron_backward(
             partials: partials.as_mut().and_then(|p| p.slice_mut()),
         };
         backward_cpu(&dynamics, cfg.surrogate, io);
-        let sum_dk: f64 = partials
-            .as_mut()
-            .and_then(|p| p.slice_mut())
-            .map_or(0.0, |p| p.iter().map(|&v| v as f64).sum());
-        if let Some(gw) = grad_w.as_mut().and_then(|g| g.slice_mut()) {
-            gw[0] = (sum_dk * dynamics.dk_dw as f64) as f32;
+        if let (Some(p), Some(gw)) = (
+            partials.as_mut().and_then(|p| p.slice_mut()),
+            w_target.as_mut().and_then(|g| g.slice_mut()),
+        ) {
+            for t in (0..steps).rev() {
+                let s: f64 = p.iter().skip(t).step_by(steps).map(|&v| v as f64).sum();
+                gw[0] += (s * dynamics.dk_dw as f64) as f32;
+            }
         }
     }
-    drop(partials);
+    drop((partials, w_target));
     Ok(NeuronGrads {
         x: grad_x.into_tensor(grad_spikes.shape().clone())?,
         v_init: grad_v_init
             .map(|g| g.into_tensor(state_shape(grad_spikes)))
             .transpose()?,
-        w: grad_w.map(|g| g.into_tensor([1])).transpose()?,
+        w: grad_w,
     })
 }
 

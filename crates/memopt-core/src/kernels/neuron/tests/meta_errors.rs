@@ -83,7 +83,7 @@ fn meta_and_cpu_allocate_identically() {
             let chunks = n.div_ceil(super::super::chunks::CHUNK) as u64;
             assert_eq!(ws.len(), is_plif as usize);
             if is_plif {
-                assert_eq!(ws[0].1, 4 * chunks);
+                assert_eq!(ws[0].1, 4 * chunks * steps as u64);
             }
             let grads: u64 = cpu_events
                 .iter()

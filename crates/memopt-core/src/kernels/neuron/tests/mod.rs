@@ -471,3 +471,65 @@ fn wide_vector_build_is_bitwise_identical_to_baseline() {
         assert_eq!(runs[0], runs[1], "{cfg:?}");
     }
 }
+
+/// With an accumulator, PLIF's parameter gradient of a run split in two time chunks (second
+/// chunk's backward first, the state gradient carried back) is bitwise the whole run's.
+#[test]
+fn plif_accumulator_is_bitwise_identical_across_time_chunks() {
+    use crate::{DType, MemoryKind};
+    let mut rng = Rng::new(23);
+    let (steps, n, split) = (9, chunks::CHUNK + 77, 4);
+    let cfg = NeuronConfig::plif();
+    let t = |v: Vec<f32>, dims: &[usize]| Tensor::from_vec(v, dims, Device::Cpu, MemoryKind::Input).unwrap();
+    let x = t(rng.vec(steps * n, -1.0, 2.5), &[steps, n]);
+    let gs = t(rng.vec(steps * n, -1.0, 1.0), &[steps, n]);
+    let w = t(vec![0.3], &[1]);
+    let zeros = || Tensor::zeros([1], DType::F32, Device::Cpu, MemoryKind::Gradient).unwrap();
+
+    let whole = neuron_forward(&cfg, &x, None, Some(&w), true).unwrap();
+    let acc_whole = zeros();
+    let h = whole.h_seq.unwrap();
+    neuron_backward_acc(&cfg, &gs, None, &h, None, Some(&w), false, Some(&acc_whole)).unwrap();
+
+    let (x1, x2) = (
+        x.narrow0(0, split).unwrap(),
+        x.narrow0(split, steps - split).unwrap(),
+    );
+    let (g1, g2) = (
+        gs.narrow0(0, split).unwrap(),
+        gs.narrow0(split, steps - split).unwrap(),
+    );
+    let f1 = neuron_forward(&cfg, &x1, None, Some(&w), true).unwrap();
+    let f2 = neuron_forward(&cfg, &x2, Some(&f1.v_final), Some(&w), true).unwrap();
+    let acc = zeros();
+    let b2 = neuron_backward_acc(
+        &cfg,
+        &g2,
+        None,
+        f2.h_seq.as_ref().unwrap(),
+        Some(&f1.v_final),
+        Some(&w),
+        true,
+        Some(&acc),
+    )
+    .unwrap();
+    let b1 = neuron_backward_acc(
+        &cfg,
+        &g1,
+        b2.v_init.as_ref(),
+        f1.h_seq.as_ref().unwrap(),
+        None,
+        Some(&w),
+        false,
+        Some(&acc),
+    )
+    .unwrap();
+    assert!(b1.w.is_none() && b2.w.is_none(), "accumulated, not returned");
+    assert_eq!(acc.to_vec_f32().unwrap(), acc_whole.to_vec_f32().unwrap());
+    assert_ne!(acc.to_vec_f32().unwrap(), vec![0.0]);
+    let plain = neuron_backward(&cfg, &gs, None, &h, None, Some(&w), false).unwrap();
+    assert_eq!(
+        plain.w.unwrap().to_vec_f32().unwrap(),
+        acc_whole.to_vec_f32().unwrap()
+    );
+}

@@ -52,10 +52,15 @@ fn pack_par<W: SpikeWord, const CHECK: bool>(src: &[W], one: W, dst: &mut [u8]) 
         .reduce(|| false, |a, b| a | b)
 }
 
-/// Packs `src` into `dst` (`ceil(src.len()/8)` bytes); returns whether a non-binary value was
-/// seen (only computed with `CHECK`).
-#[inline]
+/// Packs `src` into `dst` (`ceil(src.len()/8)` bytes) on this thread, with SIMD where the CPU
+/// has it; returns whether a non-binary value was seen (only computed with `CHECK`).
 fn pack_serial<W: SpikeWord, const CHECK: bool>(src: &[W], one: W, dst: &mut [u8]) -> bool {
+    let (bad, done) = W::pack_simd::<CHECK>(src, one, dst);
+    bad | pack_scalar::<W, CHECK>(&src[done..], one, &mut dst[done / 8..])
+}
+
+/// The portable loop of [`pack_serial`].
+fn pack_scalar<W: SpikeWord, const CHECK: bool>(src: &[W], one: W, dst: &mut [u8]) -> bool {
     let mut bad = false;
     let full = src.len() / 8;
     let (body, tail) = dst.split_at_mut(full);
@@ -126,8 +131,14 @@ impl<W: SpikeWord> Lut<W> {
     }
 }
 
-#[inline]
+/// Unpacks on this thread, with SIMD where the CPU has it.
 fn unpack_serial<W: SpikeWord>(src: &[u8], lut: &Lut<W>, dst: &mut [W]) {
+    let done = W::unpack_simd(src, lut.0[1][0], dst);
+    unpack_scalar(&src[done..], lut, &mut dst[8 * done..]);
+}
+
+/// The portable loop of [`unpack_serial`].
+fn unpack_scalar<W: SpikeWord>(src: &[u8], lut: &Lut<W>, dst: &mut [W]) {
     let full = dst.len() / 8;
     let mut chunks = dst.chunks_exact_mut(8);
     for (o, &b) in (&mut chunks).zip(src) {
@@ -137,6 +148,53 @@ fn unpack_serial<W: SpikeWord>(src: &[u8], lut: &Lut<W>, dst: &mut [W]) {
     if let Some(&b) = src.get(full) {
         for (o, &w) in rest.iter_mut().zip(lut.0[b as usize].iter()) {
             *o = w;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn pack_both<W: SpikeWord>(src: &[W], one: W) {
+        let n = src.len().div_ceil(8);
+        let (mut a, mut b) = (vec![0u8; n], vec![0u8; n]);
+        assert_eq!(
+            pack_serial::<W, true>(src, one, &mut a),
+            pack_scalar::<W, true>(src, one, &mut b)
+        );
+        assert_eq!(a, b);
+        let (mut a, mut b) = (vec![0u8; n], vec![0u8; n]);
+        pack_serial::<W, false>(src, one, &mut a);
+        pack_scalar::<W, false>(src, one, &mut b);
+        assert_eq!(a, b);
+        let lut = Lut::new(one);
+        let (mut x, mut y) = (vec![W::ZERO; src.len()], vec![W::ZERO; src.len()]);
+        unpack_serial(&a, &lut, &mut x);
+        unpack_scalar(&a, &lut, &mut y);
+        assert_eq!(x, y);
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(48))]
+        /// The SIMD kernels (when the CPU has them) compute exactly what the scalar loops do,
+        /// including the non-binary verdict, for f32 and 16-bit words, on any length.
+        #[test]
+        fn simd_matches_scalar(
+            picks in proptest::collection::vec(0u8..8, 0..300),
+            bad_at in proptest::option::of(0usize..300),
+        ) {
+            let f32s = [0.0f32, -0.0, 1.0, 1.0, 0.0, 0.5, f32::NAN, -1.0];
+            let mut w32: Vec<u32> = picks.iter().map(|&p| f32s[(p % 5) as usize].to_bits()).collect();
+            let mut w16: Vec<u16> = picks.iter().map(|&p| [0u16, 0x8000, 0x3C00, 0x3C00, 0][(p % 5) as usize]).collect();
+            if let Some(i) = bad_at.filter(|&i| i < picks.len()) {
+                w32[i] = f32s[5 + i % 3].to_bits();
+                w16[i] = 0x3800;
+            }
+            pack_both(&w32, 0x3F80_0000u32);
+            pack_both(&w16, 0x3C00u16);
+            pack_both(&w16, 0x3F80u16);
         }
     }
 }

@@ -5,6 +5,8 @@
 
 mod bits;
 mod bytes;
+#[cfg(target_arch = "x86_64")]
+mod simd;
 mod sparse;
 mod word;
 
@@ -14,7 +16,7 @@ pub use sparse::{IndexBuf, chunk_count, count_ones, fill_indices, scatter_ones};
 pub use word::{SpikeElem, SpikeWord, first_non_binary};
 
 /// Values below which loops stay on the calling thread (threads do not pay below this).
-pub(crate) const PAR_THRESHOLD: usize = 1 << 16;
+pub(crate) const PAR_THRESHOLD: usize = 1 << 19;
 
 /// Values per parallel task (a multiple of 64, so chunks split at whole bytes and words).
 pub(crate) const CHUNK: usize = 1 << 16;

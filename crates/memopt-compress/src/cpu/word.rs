@@ -10,6 +10,17 @@ pub trait SpikeWord: Copy + Send + Sync + Eq + bytemuck::Pod + std::fmt::Debug +
     const ZERO: Self;
     /// Whether the value is +0.0 or -0.0 (magnitude bits clear).
     fn is_zero_value(self) -> bool;
+    /// Packs a prefix of `src` into `dst` with SIMD when the CPU allows; returns whether a
+    /// non-binary value was seen (with `CHECK`) and the values consumed (a multiple of 8).
+    fn pack_simd<const CHECK: bool>(src: &[Self], one: Self, dst: &mut [u8]) -> (bool, usize) {
+        let _ = (src, one, dst);
+        (false, 0)
+    }
+    /// Unpacks a prefix of `src` with SIMD when the CPU allows; returns the bytes consumed.
+    fn unpack_simd(src: &[u8], one: Self, dst: &mut [Self]) -> usize {
+        let _ = (src, one, dst);
+        0
+    }
 }
 
 impl SpikeWord for u32 {
@@ -18,6 +29,34 @@ impl SpikeWord for u32 {
     fn is_zero_value(self) -> bool {
         self & 0x7FFF_FFFF == 0
     }
+    #[cfg(target_arch = "x86_64")]
+    fn pack_simd<const CHECK: bool>(src: &[Self], one: Self, dst: &mut [u8]) -> (bool, usize) {
+        if super::simd::has_avx512() {
+            // SAFETY: the CPU has AVX-512F and BW (checked above).
+            let (bad, done) = unsafe { super::simd::pack_u32_512::<CHECK>(src, one, dst) };
+            // SAFETY: as above; AVX-512 implies AVX2. The AVX2 kernel packs what is left.
+            let (bad2, done2) =
+                unsafe { super::simd::pack_u32::<CHECK>(&src[done..], one, &mut dst[done / 8..]) };
+            return (bad | bad2, done + done2);
+        }
+        if super::simd::has_avx2() {
+            // SAFETY: the CPU has AVX2 (checked above).
+            return unsafe { super::simd::pack_u32::<CHECK>(src, one, dst) };
+        }
+        (false, 0)
+    }
+    #[cfg(target_arch = "x86_64")]
+    fn unpack_simd(src: &[u8], one: Self, dst: &mut [Self]) -> usize {
+        if super::simd::has_avx512() {
+            // SAFETY: the CPU has AVX-512F and BW (checked above).
+            return unsafe { super::simd::unpack_u32_512(src, one, dst) };
+        }
+        if super::simd::has_avx2() {
+            // SAFETY: the CPU has AVX2 (checked above).
+            return unsafe { super::simd::unpack_u32(src, one, dst) };
+        }
+        0
+    }
 }
 
 impl SpikeWord for u16 {
@@ -25,6 +64,34 @@ impl SpikeWord for u16 {
     #[inline(always)]
     fn is_zero_value(self) -> bool {
         self & 0x7FFF == 0
+    }
+    #[cfg(target_arch = "x86_64")]
+    fn pack_simd<const CHECK: bool>(src: &[Self], one: Self, dst: &mut [u8]) -> (bool, usize) {
+        if super::simd::has_avx512() {
+            // SAFETY: the CPU has AVX-512F and BW (checked above).
+            let (bad, done) = unsafe { super::simd::pack_u16_512::<CHECK>(src, one, dst) };
+            // SAFETY: as above; AVX-512 implies AVX2. The AVX2 kernel packs what is left.
+            let (bad2, done2) =
+                unsafe { super::simd::pack_u16::<CHECK>(&src[done..], one, &mut dst[done / 8..]) };
+            return (bad | bad2, done + done2);
+        }
+        if super::simd::has_avx2() {
+            // SAFETY: the CPU has AVX2 (checked above).
+            return unsafe { super::simd::pack_u16::<CHECK>(src, one, dst) };
+        }
+        (false, 0)
+    }
+    #[cfg(target_arch = "x86_64")]
+    fn unpack_simd(src: &[u8], one: Self, dst: &mut [Self]) -> usize {
+        if super::simd::has_avx512() {
+            // SAFETY: the CPU has AVX-512F and BW (checked above).
+            return unsafe { super::simd::unpack_u16_512(src, one, dst) };
+        }
+        if super::simd::has_avx2() {
+            // SAFETY: the CPU has AVX2 (checked above).
+            return unsafe { super::simd::unpack_u16(src, one, dst) };
+        }
+        0
     }
 }
 

@@ -25,7 +25,7 @@ fn spikes(n: usize) -> Vec<f32> {
             s ^= s << 13;
             s ^= s >> 7;
             s ^= s << 17;
-            if s % 5 == 0 { 1.0 } else { 0.0 }
+            if s.is_multiple_of(5) { 1.0 } else { 0.0 }
         })
         .collect()
 }

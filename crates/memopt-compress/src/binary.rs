@@ -78,10 +78,10 @@ pub(crate) fn compress<C: ByteCodec>(x: &Tensor) -> Result<Packed> {
         DType::F16 => pack_host::<C, f16>(x, &mut out, check),
         _ => pack_host::<C, bf16>(x, &mut out, check),
     };
-    if let (Err(CompressError::NonBinary { index, .. }), Some(s)) = (&r, status.as_mut()) {
-        if let Some(w) = s.slice_mut() {
-            w[0] = *index as i64;
-        }
+    if let (Err(CompressError::NonBinary { index, .. }), Some(Some(w))) =
+        (&r, status.as_mut().map(|s| s.slice_mut()))
+    {
+        w[0] = *index as i64;
     }
     drop(status);
     r?;

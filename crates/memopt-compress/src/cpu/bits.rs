@@ -176,6 +176,42 @@ mod tests {
         assert_eq!(x, y);
     }
 
+    /// The AVX2 kernels directly (on AVX-512 machines the dispatcher prefers AVX-512, so
+    /// they would otherwise only see tails).
+    #[cfg(target_arch = "x86_64")]
+    fn avx2_matches_scalar(w32: &[u32], w16: &[u16]) {
+        use crate::cpu::simd;
+        if !simd::has_avx2() {
+            return eprintln!("no AVX2 on this CPU: AVX2 kernels not tested");
+        }
+        let n = w32.len().div_ceil(8);
+        let (mut a, mut b) = (vec![0u8; n], vec![0u8; n]);
+        // SAFETY: the CPU has AVX2 (checked above).
+        let (bad, done) = unsafe { simd::pack_u32::<true>(w32, 0x3F80_0000, &mut a) };
+        let bad = bad | pack_scalar::<u32, true>(&w32[done..], 0x3F80_0000, &mut a[done / 8..]);
+        assert_eq!(bad, pack_scalar::<u32, true>(w32, 0x3F80_0000, &mut b));
+        assert_eq!(a, b);
+        let (mut c, mut d) = (vec![0u8; n], vec![0u8; n]);
+        // SAFETY: as above.
+        let (bad, done) = unsafe { simd::pack_u16::<true>(w16, 0x3C00, &mut c) };
+        let bad = bad | pack_scalar::<u16, true>(&w16[done..], 0x3C00, &mut c[done / 8..]);
+        assert_eq!(bad, pack_scalar::<u16, true>(w16, 0x3C00, &mut d));
+        assert_eq!(c, d);
+        let (lut32, lut16) = (Lut::new(0x3F80_0000u32), Lut::new(0x3C00u16));
+        let (mut x, mut y) = (vec![0u32; w32.len()], vec![0u32; w32.len()]);
+        // SAFETY: as above.
+        let done = unsafe { simd::unpack_u32(&a, 0x3F80_0000, &mut x) };
+        unpack_scalar(&a[done..], &lut32, &mut x[8 * done..]);
+        unpack_scalar(&a, &lut32, &mut y);
+        assert_eq!(x, y);
+        let (mut x, mut y) = (vec![0u16; w16.len()], vec![0u16; w16.len()]);
+        // SAFETY: as above.
+        let done = unsafe { simd::unpack_u16(&c, 0x3C00, &mut x) };
+        unpack_scalar(&c[done..], &lut16, &mut x[8 * done..]);
+        unpack_scalar(&c, &lut16, &mut y);
+        assert_eq!(x, y);
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(48))]
         /// The SIMD kernels (when the CPU has them) compute exactly what the scalar loops do,
@@ -195,6 +231,8 @@ mod tests {
             pack_both(&w32, 0x3F80_0000u32);
             pack_both(&w16, 0x3C00u16);
             pack_both(&w16, 0x3F80u16);
+            #[cfg(target_arch = "x86_64")]
+            avx2_matches_scalar(&w32, &w16);
         }
     }
 }

@@ -11,9 +11,20 @@ const GPU: Device = Device::Cuda(0);
 const KINDS: [CompressorKind; 2] = [CompressorKind::BitSpike, CompressorKind::U8];
 const DTYPES: [DType; 3] = [DType::F32, DType::F16, DType::BF16];
 
+/// Whether a GPU and NVRTC are there; prints why a test skips otherwise. A GPU without NVRTC
+/// fails instead when MEMOPT_REQUIRE_NVRTC=1.
 fn gpu_or_skip(test: &str) -> bool {
     match cuda_device_count() {
-        Ok(n) if n > 0 => true,
+        Ok(n) if n > 0 => match memopt_core::cuda::nvrtc_available() {
+            Ok(()) => true,
+            Err(e) if std::env::var("MEMOPT_REQUIRE_NVRTC").as_deref() == Ok("1") => {
+                panic!("{test}: MEMOPT_REQUIRE_NVRTC=1 but {e}")
+            }
+            Err(e) => {
+                eprintln!("skipping {test}: a GPU is present but {e}");
+                false
+            }
+        },
         Ok(_) => {
             eprintln!("skipping {test}: no CUDA device");
             false

@@ -95,3 +95,41 @@ pub fn cuda_function(ordinal: usize, src: &'static KernelSource, kernel: &str) -
 pub fn loaded_module_count() -> usize {
     cache().loaded.len()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    static SRC: KernelSource = KernelSource {
+        name: "cache_test.cu",
+        source: "extern \"C\" __global__ void k(float* x) { x[threadIdx.x] = 2.0f; }",
+        kernels: &["k"],
+    };
+
+    /// Undeclared kernels are refused before any driver call; without a GPU the error says
+    /// why, and never panics. With a GPU, the module is loaded once per context.
+    #[test]
+    fn lookups_fail_clearly_or_load_once() {
+        let e = cuda_function(0, &SRC, "missing").unwrap_err().to_string();
+        assert!(e.contains("cache_test.cu") && e.contains("missing"), "{e}");
+        match (crate::cuda_device_count(), super::super::nvrtc_available()) {
+            (Ok(n), Ok(())) if n > 0 => {
+                cuda_function(0, &SRC, "k").unwrap();
+                let loaded = loaded_module_count();
+                cuda_function(0, &SRC, "k").unwrap();
+                assert_eq!(loaded_module_count(), loaded);
+            }
+            (Ok(n), _) if n > 0 => eprintln!("GPU present but no NVRTC: load not tested"),
+            _ => {
+                let e = cuda_function(0, &SRC, "k").unwrap_err();
+                assert!(
+                    matches!(
+                        e,
+                        CoreError::CudaUnavailable { .. } | CoreError::CudaDeviceNotFound { .. }
+                    ),
+                    "{e}"
+                );
+            }
+        }
+    }
+}

@@ -14,6 +14,7 @@
 //! ```
 #![warn(missing_docs)]
 
+pub mod cuda;
 mod device;
 mod dtype;
 mod error;

@@ -69,6 +69,35 @@ pub fn cuda_context(ordinal: usize) -> Result<Arc<CudaContext>> {
 }
 
 impl CudaData {
+    /// Element type.
+    pub fn dtype(&self) -> DType {
+        match self {
+            CudaData::F32(_) => DType::F32,
+            CudaData::F16(_) => DType::F16,
+            CudaData::BF16(_) => DType::BF16,
+            CudaData::U8(_) => DType::U8,
+            CudaData::U32(_) => DType::U32,
+            CudaData::I64(_) => DType::I64,
+        }
+    }
+
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        match self {
+            CudaData::F32(s) => s.len(),
+            CudaData::F16(s) => s.len(),
+            CudaData::BF16(s) => s.len(),
+            CudaData::U8(s) => s.len(),
+            CudaData::U32(s) => s.len(),
+            CudaData::I64(s) => s.len(),
+        }
+    }
+
+    /// Whether there are no elements.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
     /// `len` zeros of `dtype` on GPU `ordinal`.
     pub fn zeros(ordinal: usize, dtype: DType, len: usize) -> Result<CudaData> {
         let stream = cuda_context(ordinal)?.default_stream();

@@ -57,6 +57,13 @@ impl Storage {
         Self::from_parts(StorageData::Cpu(data), dtype, len, Device::Cpu, kind)
     }
 
+    /// Wraps device memory of GPU `ordinal` (e.g. the output of a CUDA kernel) and records its
+    /// allocation on that GPU's tracker. The data must have been allocated on that GPU.
+    pub fn from_cuda(data: CudaData, ordinal: usize, kind: MemoryKind) -> Storage {
+        let (dtype, len) = (data.dtype(), data.len());
+        Self::from_parts(StorageData::Cuda(data), dtype, len, Device::Cuda(ordinal), kind)
+    }
+
     /// Wraps data already on `device` and records its allocation. `data` must match `device`.
     pub(crate) fn from_parts(
         data: StorageData,

@@ -1,0 +1,121 @@
+//! The shared path of the byte-payload binary compressors (BitSpike, Bool/U8): validation,
+//! tracked allocation in one order on every device, the status word of the binary check, and
+//! dispatch to the CPU kernels or the CUDA kernels.
+
+use crate::compressor::{expect_float, expect_kind};
+use crate::cpu::SpikeElem;
+use crate::{CompressError, CompressorKind, Packed, Result};
+use half::{bf16, f16};
+use memopt_core::{DType, Device, KernelBuffer, MemoryKind, Tensor};
+
+/// A binary compressor whose payload is a byte buffer of a length fixed by the element count.
+pub(crate) trait ByteCodec {
+    /// Its kind.
+    const KIND: CompressorKind;
+    /// Op names used in tracker-facing errors.
+    const PACK_OP: &'static str;
+    /// Op name of decompression.
+    const UNPACK_OP: &'static str;
+    /// CUDA kernels: the source and the pack and unpack kernel names for f32, f16, bf16.
+    const CUDA: CudaKernels;
+    /// Payload bytes for `n` values.
+    fn payload_len(n: usize) -> usize;
+    /// CPU pack (see [`crate::cpu::pack_bits`]).
+    fn pack<E: SpikeElem>(src: &[E], dst: &mut [u8], check: bool) -> Result<()>;
+    /// CPU unpack.
+    fn unpack<E: SpikeElem>(src: &[u8], dst: &mut [E]) -> Result<()>;
+}
+
+/// The CUDA kernels of a [`ByteCodec`].
+pub(crate) struct CudaKernels {
+    /// Their source.
+    pub source: &'static memopt_core::cuda::KernelSource,
+    /// Pack kernels for f32, f16, bf16.
+    pub pack: [&'static str; 3],
+    /// Unpack kernels for f32, f16, bf16.
+    pub unpack: [&'static str; 3],
+}
+
+impl CudaKernels {
+    /// Index of `dtype` in the kernel tables (f32, f16, bf16).
+    pub fn slot(dtype: DType) -> usize {
+        match dtype {
+            DType::F16 => 1,
+            DType::BF16 => 2,
+            _ => 0,
+        }
+    }
+}
+
+/// The 8-byte status word of the binary check: -1, or the first offending index. It is the
+/// GPU kernel's `atomicMin` target; the CPU records it too, so that every device allocates
+/// exactly the same.
+pub(crate) fn status_word(op: &'static str, device: Device) -> Result<KernelBuffer<i64>> {
+    let mut w = KernelBuffer::<i64>::workspace(op, device, 1)?;
+    if let Some(s) = w.slice_mut() {
+        s[0] = -1;
+    }
+    Ok(w)
+}
+
+/// Compresses `x` with codec `C`.
+pub(crate) fn compress<C: ByteCodec>(x: &Tensor) -> Result<Packed> {
+    let name = C::KIND.name();
+    expect_float(name, x.dtype())?;
+    let check = !x.is_spike();
+    if let Device::Cuda(ordinal) = x.device() {
+        let payload = crate::cuda::pack(x, ordinal, &C::CUDA, C::payload_len(x.elem_count()), check, name)?;
+        return Ok(Packed::new(C::KIND, payload, x));
+    }
+    let len = C::payload_len(x.elem_count());
+    let mut out = KernelBuffer::<u8>::zeros(C::PACK_OP, x.device(), len, MemoryKind::Packed)?;
+    let mut status = match check {
+        true => Some(status_word(C::PACK_OP, x.device())?),
+        false => None,
+    };
+    let r = match x.dtype() {
+        DType::F32 => pack_host::<C, f32>(x, &mut out, check),
+        DType::F16 => pack_host::<C, f16>(x, &mut out, check),
+        _ => pack_host::<C, bf16>(x, &mut out, check),
+    };
+    if let (Err(CompressError::NonBinary { index, .. }), Some(Some(w))) =
+        (&r, status.as_mut().map(|s| s.slice_mut()))
+    {
+        w[0] = *index as i64;
+    }
+    drop(status);
+    r?;
+    Ok(Packed::new(C::KIND, out.into_tensor([len])?, x))
+}
+
+fn pack_host<C: ByteCodec, E: SpikeElem>(x: &Tensor, out: &mut KernelBuffer<u8>, check: bool) -> Result<()> {
+    let xr = x.read::<E>(C::PACK_OP)?;
+    if let (Some(s), Some(d)) = (xr.slice(), out.slice_mut()) {
+        C::pack(s, d, check)?;
+    }
+    Ok(())
+}
+
+/// Decompresses a payload made by codec `C`.
+pub(crate) fn decompress<C: ByteCodec>(packed: &Packed) -> Result<Tensor> {
+    expect_kind(packed, C::KIND)?;
+    let out = match packed.device() {
+        Device::Cuda(ordinal) => crate::cuda::unpack(packed, ordinal, &C::CUDA)?,
+        _ => match packed.dtype() {
+            DType::F32 => unpack_host::<C, f32>(packed)?,
+            DType::F16 => unpack_host::<C, f16>(packed)?,
+            _ => unpack_host::<C, bf16>(packed)?,
+        },
+    };
+    Ok(out.with_spike_flag(packed.is_spike()))
+}
+
+fn unpack_host<C: ByteCodec, E: SpikeElem>(packed: &Packed) -> Result<Tensor> {
+    let src = packed.payload().read::<u8>(C::UNPACK_OP)?;
+    let n = packed.shape().elem_count();
+    let mut out = KernelBuffer::<E>::zeros(C::UNPACK_OP, packed.device(), n, MemoryKind::Activation)?;
+    if let (Some(s), Some(d)) = (src.slice(), out.slice_mut()) {
+        C::unpack(s, d)?;
+    }
+    Ok(out.into_tensor(packed.shape().clone())?)
+}

@@ -1,0 +1,71 @@
+//! A compressed tensor.
+
+use crate::{CompressorKind, Result};
+use memopt_core::{DType, Device, Shape, Tensor};
+
+/// A tensor in compressed form: the payload (tracked with kind [`memopt_core::MemoryKind::Packed`];
+/// for the null compressor the original tensor itself, not copied) and what is needed to
+/// recreate the original: shape, dtype, device, spike flag and the compressor that made it.
+/// Clones share the payload.
+#[derive(Debug, Clone)]
+pub struct Packed {
+    kind: CompressorKind,
+    payload: Tensor,
+    shape: Shape,
+    dtype: DType,
+    is_spike: bool,
+}
+
+impl Packed {
+    /// Wraps a payload made by `kind` from `original`.
+    pub(crate) fn new(kind: CompressorKind, payload: Tensor, original: &Tensor) -> Packed {
+        Packed {
+            kind,
+            payload,
+            shape: original.shape().clone(),
+            dtype: original.dtype(),
+            is_spike: original.is_spike(),
+        }
+    }
+
+    /// Bytes held by the payload (the original's bytes for the null compressor).
+    pub fn payload_bytes(&self) -> u64 {
+        self.payload.view_bytes()
+    }
+
+    /// The payload tensor (1-D bytes or indices, or a half-precision copy; the original tensor
+    /// for the null compressor).
+    pub fn payload(&self) -> &Tensor {
+        &self.payload
+    }
+
+    /// Shape of the original tensor.
+    pub fn shape(&self) -> &Shape {
+        &self.shape
+    }
+
+    /// Dtype of the original tensor.
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+
+    /// Device of the original tensor (and of the payload).
+    pub fn device(&self) -> Device {
+        self.payload.device()
+    }
+
+    /// The compressor that made this.
+    pub fn kind(&self) -> CompressorKind {
+        self.kind
+    }
+
+    /// Whether the original tensor carried the spike flag (restored by decompression).
+    pub fn is_spike(&self) -> bool {
+        self.is_spike
+    }
+
+    /// Decompresses with the compressor that made this.
+    pub fn decompress(&self) -> Result<Tensor> {
+        self.kind.build().decompress(self)
+    }
+}

@@ -1,0 +1,197 @@
+//! The CUDA kernels against the CPU path, bit for bit. Each test prints why it skips and passes
+//! on a machine without a CUDA driver or device.
+
+mod common;
+
+use common::{bits, record, tensor};
+use memopt_compress::{CompressError, CompressorKind};
+use memopt_core::{DType, Device, cuda_device_count};
+
+const GPU: Device = Device::Cuda(0);
+const KINDS: [CompressorKind; 2] = [CompressorKind::BitSpike, CompressorKind::U8];
+const DTYPES: [DType; 3] = [DType::F32, DType::F16, DType::BF16];
+
+/// Whether a GPU and NVRTC are there; prints why a test skips otherwise. A GPU without NVRTC
+/// fails instead when MEMOPT_REQUIRE_NVRTC=1.
+fn gpu_or_skip(test: &str) -> bool {
+    match cuda_device_count() {
+        Ok(n) if n > 0 => match memopt_core::cuda::nvrtc_available() {
+            Ok(()) => true,
+            Err(e) if std::env::var("MEMOPT_REQUIRE_NVRTC").as_deref() == Ok("1") => {
+                panic!("{test}: MEMOPT_REQUIRE_NVRTC=1 but {e}")
+            }
+            Err(e) => {
+                eprintln!("skipping {test}: a GPU is present but {e}");
+                false
+            }
+        },
+        Ok(_) => {
+            eprintln!("skipping {test}: no CUDA device");
+            false
+        }
+        Err(e) => {
+            eprintln!("skipping {test}: {e}");
+            false
+        }
+    }
+}
+
+/// Spikes with roughly one in `1 << k` ones, irregular.
+fn spikes(n: usize, k: u32) -> Vec<f32> {
+    (0..n as u64)
+        .map(|i| ((i.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 40) % (1 << k) == 0) as u32 as f32)
+        .collect()
+}
+
+const LENGTHS: [usize; 14] = [
+    0,
+    1,
+    7,
+    8,
+    31,
+    32,
+    33,
+    255,
+    256,
+    257,
+    2047,
+    2049,
+    100_003,
+    (1 << 20) + 3,
+];
+
+#[test]
+fn gpu_payloads_and_outputs_match_the_cpu_bit_for_bit() {
+    if !gpu_or_skip("gpu_payloads_and_outputs_match_the_cpu_bit_for_bit") {
+        return;
+    }
+    for (j, &n) in LENGTHS.iter().enumerate() {
+        let v = spikes(n, 1 + j as u32 % 4);
+        for dtype in DTYPES {
+            let cpu = tensor(&v, &[n], dtype, Device::Cpu);
+            let gpu = tensor(&v, &[n], dtype, GPU);
+            for kind in KINDS {
+                for spike in [false, true] {
+                    let c = kind.build();
+                    let pc = c.compress(&cpu.with_spike_flag(spike)).unwrap();
+                    let pg = c.compress(&gpu.with_spike_flag(spike)).unwrap();
+                    assert_eq!(pg.device(), GPU);
+                    assert_eq!(pg.payload_bytes(), pc.payload_bytes());
+                    assert_eq!(
+                        pg.payload().to_vec::<u8>().unwrap(),
+                        pc.payload().to_vec::<u8>().unwrap(),
+                        "{kind} {dtype} n={n}"
+                    );
+                    let y = c.decompress(&pg).unwrap();
+                    assert_eq!(
+                        (y.device(), y.dtype(), y.dims(), y.is_spike()),
+                        (GPU, dtype, &[n][..], spike)
+                    );
+                    assert_eq!(bits(&y), bits(&cpu), "{kind} {dtype} n={n}");
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn gpu_views_and_multi_dimensional_shapes() {
+    if !gpu_or_skip("gpu_views_and_multi_dimensional_shapes") {
+        return;
+    }
+    let v = spikes(7 * 3 * 5 * 11, 2);
+    for dtype in DTYPES {
+        let cpu = tensor(&v, &[7, 3, 5, 11], dtype, Device::Cpu)
+            .narrow0(3, 3)
+            .unwrap();
+        let gpu = tensor(&v, &[7, 3, 5, 11], dtype, GPU).narrow0(3, 3).unwrap();
+        for kind in KINDS {
+            let c = kind.build();
+            let (pc, pg) = (c.compress(&cpu).unwrap(), c.compress(&gpu).unwrap());
+            assert_eq!(
+                pg.payload().to_vec::<u8>().unwrap(),
+                pc.payload().to_vec::<u8>().unwrap()
+            );
+            let y = c.decompress(&pg).unwrap();
+            assert_eq!(y.dims(), &[3, 3, 5, 11]);
+            assert_eq!(bits(&y), bits(&cpu), "{kind} {dtype}");
+        }
+    }
+}
+
+#[test]
+fn gpu_rejects_non_binary_input_like_the_cpu() {
+    if !gpu_or_skip("gpu_rejects_non_binary_input_like_the_cpu") {
+        return;
+    }
+    for &n in &[1usize, 40, 5000, (1 << 20) + 3] {
+        let mut v = spikes(n, 2);
+        let at = n * 2 / 3;
+        v[at] = 0.5;
+        if at + 1 < n {
+            v[n - 1] = 2.0;
+        }
+        for dtype in DTYPES {
+            for kind in KINDS {
+                let e = kind.build().compress(&tensor(&v, &[n], dtype, GPU)).unwrap_err();
+                match e {
+                    CompressError::NonBinary { index, value, .. } => {
+                        assert_eq!((index, value), (at as u64, 0.5), "{kind} {dtype} n={n}")
+                    }
+                    e => panic!("{kind} {dtype}: {e}"),
+                }
+                // With the spike flag the GPU trusts it, exactly as the CPU does.
+                let x = tensor(&v, &[n], dtype, GPU).with_spike_flag(true);
+                let y = kind.build().compress(&x).unwrap().decompress().unwrap();
+                let c = tensor(&v, &[n], dtype, Device::Cpu).with_spike_flag(true);
+                let z = kind.build().compress(&c).unwrap().decompress().unwrap();
+                assert_eq!(bits(&y), bits(&z));
+            }
+        }
+    }
+}
+
+/// The GPU records the same tracker events as Meta (and so as the CPU): planning on Meta is
+/// exact for the GPU too.
+#[test]
+fn gpu_records_what_meta_records() {
+    if !gpu_or_skip("gpu_records_what_meta_records") {
+        return;
+    }
+    let v = spikes(1000, 2);
+    for dtype in DTYPES {
+        for kind in KINDS {
+            for spike in [false, true] {
+                let events = |device: Device| {
+                    let x = tensor(&v, &[10, 100], dtype, device).with_spike_flag(spike);
+                    record(device, || {
+                        let p = kind.build().compress(&x).unwrap();
+                        let y = p.decompress().unwrap();
+                        drop(p);
+                        drop(y);
+                    })
+                    .1
+                };
+                assert_eq!(events(GPU), events(Device::Meta), "{kind} {dtype} spike={spike}");
+            }
+        }
+    }
+}
+
+#[test]
+fn gpu_kernels_are_loaded_once() {
+    if !gpu_or_skip("gpu_kernels_are_loaded_once") {
+        return;
+    }
+    let x = tensor(&spikes(100, 1), &[100], DType::F32, GPU);
+    for kind in KINDS {
+        kind.build().compress(&x).unwrap().decompress().unwrap();
+    }
+    let loaded = memopt_core::cuda::loaded_module_count();
+    for _ in 0..3 {
+        for kind in KINDS {
+            kind.build().compress(&x).unwrap().decompress().unwrap();
+        }
+    }
+    assert_eq!(memopt_core::cuda::loaded_module_count(), loaded);
+}

@@ -1,0 +1,145 @@
+//! NVRTC: availability, version and compilation of CUDA C to PTX.
+
+use super::KernelSource;
+use crate::{CoreError, Result};
+use cudarc::nvrtc::{CompileError, CompileOptions, Ptx};
+use std::sync::OnceLock;
+
+/// How to make NVRTC available, appended to every "not found" message.
+const INSTALL_HINT: &str = "install it with `pip install --target .nvrtc nvidia-cuda-nvrtc==13.0.*` \
+     and add `.nvrtc/nvidia/cu13/lib` to LD_LIBRARY_PATH (or install the CUDA 13 toolkit)";
+
+/// Whether NVRTC (`libnvrtc.so`) can be loaded; the error says why not and how to fix it.
+/// Checked once per process; must precede every NVRTC call because cudarc panics when the
+/// library is absent.
+pub fn nvrtc_available() -> Result<()> {
+    static PRESENT: OnceLock<bool> = OnceLock::new();
+    // SAFETY: only tries to dlopen the library by its candidate names; no NVRTC call is made.
+    let present = *PRESENT.get_or_init(|| unsafe { cudarc::nvrtc::sys::is_culib_present() });
+    if present {
+        Ok(())
+    } else {
+        Err(CoreError::CudaUnavailable {
+            reason: format!(
+                "the NVRTC library (libnvrtc.so.13) was not found, so CUDA kernels cannot be \
+                 compiled; {INSTALL_HINT}"
+            ),
+        })
+    }
+}
+
+/// The version of the loaded NVRTC as (major, minor).
+pub fn nvrtc_version() -> Result<(i32, i32)> {
+    nvrtc_available()?;
+    let (mut major, mut minor) = (0, 0);
+    // SAFETY: the library is present (checked above) and both pointers are valid for writes.
+    let status = unsafe { cudarc::nvrtc::sys::nvrtcVersion(&mut major, &mut minor) };
+    if status != cudarc::nvrtc::sys::nvrtcResult::NVRTC_SUCCESS {
+        return Err(CoreError::Cuda {
+            op: "querying the NVRTC version",
+            message: format!("{status:?}"),
+        });
+    }
+    Ok((major, minor))
+}
+
+/// Compiles CUDA C `source` to PTX with NVRTC; `name` is the file name used in messages.
+/// A compile failure returns [`CoreError::Cuda`] with NVRTC's full log.
+pub fn compile_ptx(source: &str, name: &str) -> Result<Ptx> {
+    const OP: &str = "compiling a CUDA kernel with NVRTC";
+    nvrtc_available()?;
+    // cudarc panics on interior NUL bytes; reject them here instead.
+    if source.contains('\0') || name.contains('\0') {
+        return Err(CoreError::invalid(
+            OP,
+            format!("{name}: the source or its name contains a NUL byte"),
+        ));
+    }
+    let opts = CompileOptions {
+        name: Some(name.to_string()),
+        options: vec!["--std=c++17".into()],
+        ..Default::default()
+    };
+    cudarc::nvrtc::compile_ptx_with_opts(source, opts).map_err(|e| CoreError::Cuda {
+        op: OP,
+        message: describe(name, e),
+    })
+}
+
+/// Compiles a [`KernelSource`] and checks that the PTX defines every kernel it declares.
+pub fn compile_kernel_source(src: &KernelSource) -> Result<Ptx> {
+    let ptx = compile_ptx(src.source, src.name)?;
+    let text = ptx.to_src();
+    let missing: Vec<&str> = src
+        .kernels
+        .iter()
+        .copied()
+        .filter(|k| !text.contains(&format!(".entry {k}(")))
+        .collect();
+    if !missing.is_empty() {
+        return Err(CoreError::invalid(
+            "compiling a CUDA kernel with NVRTC",
+            format!(
+                "{}: the PTX defines no kernel named {missing:?}; declare them `extern \"C\" \
+                 __global__` or fix KernelSource::kernels",
+                src.name
+            ),
+        ));
+    }
+    Ok(ptx)
+}
+
+fn describe(name: &str, e: CompileError) -> String {
+    match e {
+        CompileError::CompileError { nvrtc, options, log } => format!(
+            "{name} failed to compile ({nvrtc:?}, options {options:?}):\n{}",
+            log.to_string_lossy().trim_end()
+        ),
+        other => format!("{name}: {other:?}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Skips (returning false) when NVRTC is absent, unless MEMOPT_REQUIRE_NVRTC=1.
+    fn nvrtc_or_skip(test: &str) -> bool {
+        match nvrtc_available() {
+            Ok(()) => true,
+            Err(e) if std::env::var("MEMOPT_REQUIRE_NVRTC").as_deref() == Ok("1") => {
+                panic!("{test}: MEMOPT_REQUIRE_NVRTC=1 but {e}")
+            }
+            Err(e) => {
+                eprintln!("skipping {test}: {e}");
+                false
+            }
+        }
+    }
+
+    #[test]
+    fn compiles_and_reports_errors_with_the_log() {
+        if !nvrtc_or_skip("compiles_and_reports_errors_with_the_log") {
+            return;
+        }
+        let (major, _) = nvrtc_version().unwrap();
+        assert!(major >= 11);
+        let ok = KernelSource {
+            name: "ok.cu",
+            source: "extern \"C\" __global__ void k(float* x) { x[threadIdx.x] = 1.0f; }",
+            kernels: &["k"],
+        };
+        assert!(compile_kernel_source(&ok).unwrap().to_src().contains(".entry k("));
+        let missing = KernelSource {
+            kernels: &["k", "absent"],
+            ..ok
+        };
+        let e = compile_kernel_source(&missing).unwrap_err().to_string();
+        assert!(e.contains("absent"), "{e}");
+        let e = compile_ptx("__global__ void k() { undeclared = 1; }", "bad.cu")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("bad.cu") && e.contains("undeclared"), "{e}");
+        assert!(compile_ptx("a\0b", "nul.cu").is_err());
+    }
+}

@@ -28,6 +28,8 @@ pub struct Cx<'m> {
     pub(crate) rng: Philox,
     training: bool,
     recompute_depth: usize,
+    /// How many chunked segments enclose the current call (see [`Cx::in_time_chunk`]).
+    pub(crate) time_chunk_depth: usize,
     pub(crate) states: StateStore,
     policies: &'m PolicyTable,
     grads: Gradients,
@@ -35,13 +37,20 @@ pub struct Cx<'m> {
 
 impl<'m> Cx<'m> {
     /// A context on `device` applying `policies`, drawing random numbers from `rng`.
-    pub fn new(device: Device, policies: &'m PolicyTable, rng: Philox, recording: Recording, training: bool) -> Self {
+    pub fn new(
+        device: Device,
+        policies: &'m PolicyTable,
+        rng: Philox,
+        recording: Recording,
+        training: bool,
+    ) -> Self {
         Cx {
             device,
             tape: matches!(recording, Recording::On).then(Tape::new),
             rng,
             training,
             recompute_depth: 0,
+            time_chunk_depth: 0,
             states: StateStore::default(),
             policies,
             grads: Gradients::default(),
@@ -78,6 +87,12 @@ impl<'m> Cx<'m> {
         self.recompute_depth > 0
     }
 
+    /// Whether the current call runs on one time chunk of an enclosing chunked segment. A
+    /// chunked child then splits each of its parent's chunks (into at most that many steps).
+    pub fn in_time_chunk(&self) -> bool {
+        self.time_chunk_depth > 0
+    }
+
     pub(crate) fn enter_recompute(&mut self) {
         self.recompute_depth += 1;
     }
@@ -107,8 +122,8 @@ impl<'m> Cx<'m> {
 
     /// The gradient accumulator of a parameter (zeros on first use). Backward ops of layers
     /// with weights accumulate into it directly, in a fixed order.
-    pub fn param_grad(&mut self, id: ParamId, param: &Tensor) -> Result<Tensor> {
-        self.grads.accumulator(id, param)
+    pub fn param_grad(&mut self, id: ParamId, dims: &[usize], device: Device) -> Result<Tensor> {
+        self.grads.accumulator(id, dims, device)
     }
 
     /// Neuron states of this pass.
@@ -159,7 +174,12 @@ impl<'m> Cx<'m> {
 
     /// Records an op whose outputs are `outputs`, returning them as values. Call only when
     /// [`Cx::needs_grad`] holds for `inputs`; otherwise the outputs are returned as constants.
-    pub fn record(&mut self, op: impl BackwardOp<'m> + 'm, inputs: &[&Var], outputs: Vec<Tensor>) -> Vec<Var> {
+    pub fn record(
+        &mut self,
+        op: impl BackwardOp<'m> + 'm,
+        inputs: &[&Var],
+        outputs: Vec<Tensor>,
+    ) -> Vec<Var> {
         self.record_boxed(Box::new(op), inputs.iter().map(|v| v.id()).collect(), outputs)
     }
 
@@ -180,7 +200,31 @@ impl<'m> Cx<'m> {
         };
         let ids: Vec<VarId> = outputs.iter().map(|_| VarId::fresh()).collect();
         tape.push(op, inputs, ids.clone(), current_scope());
-        outputs.into_iter().zip(ids).map(|(t, id)| Var::tracked(t, id)).collect()
+        outputs
+            .into_iter()
+            .zip(ids)
+            .map(|(t, id)| Var::tracked(t, id))
+            .collect()
+    }
+
+    /// Records an op even when none of its inputs needs a gradient (a checkpointed segment's
+    /// parameters do). Returns constants when not recording.
+    pub(crate) fn record_always(
+        &mut self,
+        op: Box<dyn BackwardOp<'m> + 'm>,
+        inputs: Vec<Option<VarId>>,
+        outputs: Vec<Tensor>,
+    ) -> Vec<Var> {
+        let Some(tape) = self.tape.as_mut() else {
+            return outputs.into_iter().map(Var::constant).collect();
+        };
+        let ids: Vec<VarId> = outputs.iter().map(|_| VarId::fresh()).collect();
+        tape.push(op, inputs, ids.clone(), current_scope());
+        outputs
+            .into_iter()
+            .zip(ids)
+            .map(|(t, id)| Var::tracked(t, id))
+            .collect()
     }
 
     /// Calls child module `name` with `inputs`, under the child's scope and with the memory
@@ -231,12 +275,12 @@ impl<'m> Cx<'m> {
     }
 
     /// Runs a tape backward from several seeds (used by recomputation).
-    pub(crate) fn backward_tape(&mut self, tape: Tape<'m>, seeds: Vec<(VarId, Tensor)>) -> Result<HashMap<VarId, Tensor>> {
+    pub(crate) fn backward_tape(
+        &mut self,
+        tape: Tape<'m>,
+        seeds: Vec<(VarId, Tensor)>,
+    ) -> Result<HashMap<VarId, Tensor>> {
         tape.backward(self, seeds)
-    }
-
-    pub(crate) fn policies(&self) -> &'m PolicyTable {
-        self.policies
     }
 
     pub(crate) fn path_arc(&self) -> Arc<str> {

@@ -60,6 +60,12 @@ fn suggest(s: &[String]) -> String {
     if s.is_empty() {
         String::new()
     } else {
-        format!("; did you mean {}?", s.iter().map(|p| format!("'{p}'")).collect::<Vec<_>>().join(" or "))
+        format!(
+            "; did you mean {}?",
+            s.iter()
+                .map(|p| format!("'{p}'"))
+                .collect::<Vec<_>>()
+                .join(" or ")
+        )
     }
 }

@@ -1,1 +1,39 @@
-//! memopt-checkpoint (built in its own issue).
+//! memopt-checkpoint: tape autograd, spiking-network modules, per-module memory policies with
+//! exact recomputation, and the model zoo.
+//!
+//! A [`Model`] is a tree of named modules (paths like `features.3.neuron`). Each node can carry a
+//! [`Policy`] — store, checkpoint (with a compressor and time chunks) or offload — assigned from a
+//! [`Plan`] without rewriting the model. Checkpointed segments save their (bit-packed) input, the
+//! RNG state and the neuron states they start from, and recompute in backward with gradients
+//! bit-identical to storing everything.
+//!
+//! ```
+//! use memopt_checkpoint::{zoo, Plan, Policy};
+//! use memopt_core::Device;
+//! let spec = zoo::entry("spiking-mlp").unwrap().small;
+//! let mut model = zoo::build("spiking-mlp", &spec, Device::Meta, 0).unwrap();
+//! model.apply_plan(&Plan::from_entries([("1", Policy::CHECKPOINT)])).unwrap();
+//! assert_eq!(model.plan().entries.len(), 1);
+//! ```
+#![warn(missing_docs)]
+
+pub mod autograd;
+mod context;
+mod error;
+pub mod model;
+pub mod module;
+pub mod ops;
+pub mod optim;
+pub mod param;
+pub mod policy;
+pub mod train;
+pub mod zoo;
+
+pub use autograd::{Gradients, Var};
+pub use context::{Cx, Recording};
+pub use error::{CheckpointError, Result};
+pub use model::{InputSpec, Model};
+pub use module::Module;
+pub use param::{Buffer, Param, ParamId};
+pub use policy::{Plan, PlanEntry, Policy, PolicyTable, RunShape};
+pub use train::{Batch, StepOptions, StepOutput, Target, Trainer};

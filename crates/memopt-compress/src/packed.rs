@@ -1,7 +1,7 @@
 //! A compressed tensor.
 
 use crate::{CompressorKind, Result};
-use memopt_core::{DType, Device, Shape, Tensor};
+use memopt_core::{DType, Device, MemoryKind, Shape, Tensor};
 
 /// A tensor in compressed form: the payload (tracked with kind [`memopt_core::MemoryKind::Packed`];
 /// for the null compressor the original tensor itself, not copied) and what is needed to
@@ -62,6 +62,15 @@ impl Packed {
     /// Whether the original tensor carried the spike flag (restored by decompression).
     pub fn is_spike(&self) -> bool {
         self.is_spike
+    }
+
+    /// The same packed tensor with its payload copied to `device` and recorded there with
+    /// `kind` (the offload policy moves payloads to host memory and back).
+    pub fn to_device(&self, device: Device, kind: MemoryKind) -> Result<Packed> {
+        Ok(Packed {
+            payload: self.payload.to_device_as(device, kind)?,
+            ..self.clone()
+        })
     }
 
     /// Decompresses with the compressor that made this.

@@ -1,8 +1,8 @@
 //! Accumulated parameter gradients of one step.
 
-use crate::param::ParamId;
 use crate::Result;
-use memopt_core::{DType, MemoryKind, Tensor};
+use crate::param::ParamId;
+use memopt_core::{DType, Device, MemoryKind, Tensor};
 use std::collections::BTreeMap;
 
 /// Parameter gradients, created as zeros on a parameter's first contribution and accumulated in
@@ -34,13 +34,13 @@ impl Gradients {
         self.map.iter().map(|(k, v)| (*k, v))
     }
 
-    /// The accumulator of parameter `id` shaped like `param`, created as zeros (kind gradient)
-    /// on first use.
-    pub fn accumulator(&mut self, id: ParamId, param: &Tensor) -> Result<Tensor> {
+    /// The accumulator of parameter `id` of shape `dims` on `device`, created as zeros (kind
+    /// gradient) on first use.
+    pub fn accumulator(&mut self, id: ParamId, dims: &[usize], device: Device) -> Result<Tensor> {
         if let Some(t) = self.map.get(&id) {
             return Ok(t.clone());
         }
-        let t = Tensor::zeros(param.shape().clone(), DType::F32, param.device(), MemoryKind::Gradient)?;
+        let t = Tensor::zeros(dims, DType::F32, device, MemoryKind::Gradient)?;
         self.map.insert(id, t.clone());
         Ok(t)
     }

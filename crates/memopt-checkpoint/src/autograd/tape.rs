@@ -25,7 +25,12 @@ impl BackwardGrads {
     pub fn output_or_zeros(&self, i: usize, like: &Tensor) -> Result<Tensor> {
         match self.outputs.get(i).cloned().flatten() {
             Some(g) => Ok(g),
-            None => Ok(Tensor::zeros(like.shape().clone(), like.dtype(), like.device(), MemoryKind::Gradient)?),
+            None => Ok(Tensor::zeros(
+                like.shape().clone(),
+                like.dtype(),
+                like.device(),
+                MemoryKind::Gradient,
+            )?),
         }
     }
 }
@@ -106,7 +111,11 @@ impl<'m> Tape<'m> {
     /// Runs backward from `seeds` (value id and its gradient), newest node first. Parameter
     /// gradients accumulate into `cx`'s [`crate::Gradients`]; returns the gradients of the input
     /// leaves (see [`Cx::leaf`]) that received one.
-    pub(crate) fn backward(self, cx: &mut Cx<'m>, seeds: Vec<(VarId, Tensor)>) -> Result<HashMap<VarId, Tensor>> {
+    pub(crate) fn backward(
+        self,
+        cx: &mut Cx<'m>,
+        seeds: Vec<(VarId, Tensor)>,
+    ) -> Result<HashMap<VarId, Tensor>> {
         let Tape {
             nodes,
             params,
@@ -121,8 +130,11 @@ impl<'m> Tape<'m> {
             if outputs.iter().all(Option::is_none) {
                 continue;
             }
-            let input_params: Vec<Option<ParamId>> =
-                node.inputs.iter().map(|i| i.and_then(|v| params.get(&v).copied())).collect();
+            let input_params: Vec<Option<ParamId>> = node
+                .inputs
+                .iter()
+                .map(|i| i.and_then(|v| params.get(&v).copied()))
+                .collect();
             let input_needs: Vec<bool> = node.inputs.iter().map(Option::is_some).collect();
             let _scope = enter_scope(node.scope.with_phase(Phase::Backward));
             let name = node.op.name();
@@ -145,7 +157,7 @@ impl<'m> Tape<'m> {
                 let (Some(id), Some(g)) = (input, g) else { continue };
                 match param {
                     Some(p) => {
-                        let acc = cx.grads_mut().accumulator(*p, &g)?;
+                        let acc = cx.grads_mut().accumulator(*p, g.dims(), g.device())?;
                         kernels::add_assign(&acc, &g)?;
                     }
                     None => accumulate(&mut grads, *id, g)?,

@@ -4,14 +4,31 @@
 //! memory policy assigned to the child's path takes effect, and where its scope (module path) is
 //! entered so that every allocation is attributed to it.
 
+mod batch_norm;
+mod conv;
+mod fold;
+mod init;
+mod linear;
+mod neuron;
+mod pool;
+mod sequential;
+mod simple;
 mod tree;
 
+pub use batch_norm::BatchNorm;
+pub use conv::Conv2d;
+pub use init::Init;
+pub use linear::Linear;
+pub use neuron::Neuron;
+pub use pool::{Pool2d, PoolKind};
+pub use sequential::Sequential;
+pub use simple::{Dropout, Flatten, Relu};
 pub use tree::{ModuleInfo, find_module, module_infos, named_buffers, named_params, time_coupling_in};
 
+use crate::Result;
 use crate::autograd::Var;
 use crate::context::Cx;
 use crate::param::{Buffer, Param};
-use crate::Result;
 
 /// A layer or a container of layers.
 pub trait Module {

@@ -21,7 +21,11 @@ pub struct ModuleInfo {
 }
 
 fn join(prefix: &str, name: &str) -> String {
-    if prefix.is_empty() { name.to_string() } else { format!("{prefix}.{name}") }
+    if prefix.is_empty() {
+        name.to_string()
+    } else {
+        format!("{prefix}.{name}")
+    }
 }
 
 fn walk<'a>(m: &'a dyn Module, path: String, depth: usize, f: &mut dyn FnMut(&str, usize, &'a dyn Module)) {
@@ -59,7 +63,11 @@ pub fn find_module<'a>(root: &'a dyn Module, path: &str) -> Option<&'a dyn Modul
     }
     let mut cur = root;
     for seg in path.split('.') {
-        cur = cur.children().into_iter().find(|(n, _)| n == seg).map(|(_, c)| c)?;
+        cur = cur
+            .children()
+            .into_iter()
+            .find(|(n, _)| n == seg)
+            .map(|(_, c)| c)?;
     }
     Some(cur)
 }

@@ -7,7 +7,7 @@ mod plan;
 mod saved_input;
 mod table;
 
-pub use plan::{Plan, PlanEntry, PLAN_VERSION};
+pub use plan::{PLAN_VERSION, Plan, PlanEntry};
 pub use table::{PolicyTable, RunShape};
 
 use memopt_compress::CompressorKind;
@@ -73,7 +73,10 @@ impl std::fmt::Display for Policy {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Policy::Store => f.write_str("store"),
-            Policy::Checkpoint { compressor, chunks: 1 } => write!(f, "checkpoint({})", compressor.name()),
+            Policy::Checkpoint {
+                compressor,
+                chunks: 1,
+            } => write!(f, "checkpoint({})", compressor.name()),
             Policy::Checkpoint { compressor, chunks } => {
                 write!(f, "checkpoint({}, chunks={chunks})", compressor.name())
             }

@@ -1,6 +1,6 @@
 //! The policies in force, by module path, and their validation.
 
-use super::{Plan, PlanEntry, Policy, PLAN_VERSION};
+use super::{PLAN_VERSION, Plan, PlanEntry, Policy};
 use crate::module::{Module, find_module, module_infos, time_coupling_in};
 use crate::{CheckpointError, Result};
 use std::collections::BTreeMap;
@@ -72,7 +72,10 @@ impl PolicyTable {
         for e in &plan.entries {
             check_entry(root, &e.path, &e.policy, run)?;
             if map.insert(Arc::from(e.path.as_str()), e.policy).is_some() {
-                return Err(CheckpointError::InvalidPlan(format!("path '{}' appears more than once", e.path)));
+                return Err(CheckpointError::InvalidPlan(format!(
+                    "path '{}' appears more than once",
+                    e.path
+                )));
             }
         }
         map.retain(|_, p| *p != Policy::Store);
@@ -83,9 +86,9 @@ impl PolicyTable {
     /// [`Module::split_children`] (SpikingJelly's spatial split). The path must hold a policy
     /// and have children.
     pub fn split(&self, root: &dyn Module, path: &str, run: RunShape) -> Result<PolicyTable> {
-        let policy = *self
-            .get(path)
-            .ok_or_else(|| CheckpointError::InvalidPlan(format!("cannot split '{path}': it has no policy to move")))?;
+        let policy = *self.get(path).ok_or_else(|| {
+            CheckpointError::InvalidPlan(format!("cannot split '{path}': it has no policy to move"))
+        })?;
         let module = find_module(root, path).ok_or_else(|| unknown_path(root, path))?;
         let children = module.split_children();
         if children.is_empty() {
@@ -135,7 +138,9 @@ fn check_entry(root: &dyn Module, path: &str, policy: &Policy, run: RunShape) ->
             if let Some(t) = run.time_steps
                 && chunks > t
             {
-                return Err(invalid(format!("{chunks} chunks exceed the {t} time steps of the input (valid: 1..={t})")));
+                return Err(invalid(format!(
+                    "{chunks} chunks exceed the {t} time steps of the input (valid: 1..={t})"
+                )));
             }
             if let Some((who, why)) = time_coupling_in(module, path, run.training) {
                 return Err(invalid(format!(
@@ -159,7 +164,12 @@ pub(crate) fn unknown_path(root: &dyn Module, path: &str) -> CheckpointError {
     let limit = (path.len() / 3).max(2);
     CheckpointError::UnknownPath {
         path: path.to_string(),
-        suggestions: scored.into_iter().take_while(|(d, _)| *d <= limit).take(3).map(|(_, p)| p).collect(),
+        suggestions: scored
+            .into_iter()
+            .take_while(|(d, _)| *d <= limit)
+            .take(3)
+            .map(|(_, p)| p)
+            .collect(),
     }
 }
 
@@ -169,7 +179,9 @@ fn edit_distance(a: &str, b: &str) -> usize {
     for (i, ca) in a.chars().enumerate() {
         let mut cur = vec![i + 1; b.len() + 1];
         for (j, cb) in b.iter().enumerate() {
-            cur[j + 1] = (prev[j] + usize::from(ca != *cb)).min(prev[j + 1] + 1).min(cur[j] + 1);
+            cur[j + 1] = (prev[j] + usize::from(ca != *cb))
+                .min(prev[j + 1] + 1)
+                .min(cur[j] + 1);
         }
         prev = cur;
     }

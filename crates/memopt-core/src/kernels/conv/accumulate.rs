@@ -8,12 +8,12 @@ use crate::kernels::matmul::check_f32_same_device;
 use crate::memory::MemoryKind;
 use crate::{CoreError, KernelBuffer, Result, Shape, Tensor};
 
-/// Backward of [`super::conv2d`] for a batch `[T*N, C, H, W]` folding `acc.time_steps` time
-/// steps. Adds the weight and bias gradients into the accumulators of `acc`, time step `T-1`
-/// first and `0` last (each step's images in order), and returns the input gradient when
-/// `input` is set (a new [`MemoryKind::Gradient`] tensor). Splitting the time steps into chunks
-/// processed last-chunk-first therefore gives bit-identical accumulators. Workspace is tracked
-/// and freed before returning.
+/// Backward of [`super::conv2d_steps`] for a batch `[T*N, C, H, W]` folding `acc.time_steps`
+/// time steps. Adds the weight and bias gradients into the accumulators of `acc`, time step
+/// `T-1` first and `0` last (each step's images in order), and returns the input gradient when
+/// `input` is set (a new [`MemoryKind::Gradient`] tensor). Images are grouped only within a
+/// time step, so splitting the time steps into chunks processed last-chunk-first gives
+/// bit-identical results. Workspace is tracked and freed before returning.
 pub fn conv2d_backward_acc(
     grad: &Tensor,
     x: &Tensor,
@@ -36,36 +36,43 @@ pub fn conv2d_backward_acc(
         ));
     }
     let per_step = acc.check(OP, w.dims(), g.co, g.b, &[grad, x, w])?;
-    let step = g.with_batch(OP, per_step)?;
+    let step = g.with_batch(OP, super::per_step(OP, g.b, acc.time_steps)?)?;
     let (gr, xr, wr) = (grad.read::<f32>(OP)?, x.read::<f32>(OP)?, w.read::<f32>(OP)?);
     let device = x.device();
     let mut gx = input
         .then(|| KernelBuffer::<f32>::zeros(OP, device, x.elem_count(), MemoryKind::Gradient))
         .transpose()?;
-    let (mut col, mut stage) = (0, 0);
-    if input {
-        (col, stage) = (g.col_len(), g.stage_len());
-    }
-    if acc.weight.is_some() {
-        (col, stage) = (col.max(step.col_len()), stage.max(step.stage_len()));
-    }
+    let needed = input || acc.weight.is_some();
+    let (col, stage) = if needed {
+        (step.col_len(), step.stage_len())
+    } else {
+        (0, 0)
+    };
     let mut ws = Workspace::with_lens(OP, device, col, stage)?;
     let mut wacc = acc.weight.map(|t| t.write::<f32>(OP)).transpose()?;
     let mut bacc = acc.bias.map(|t| t.write::<f32>(OP)).transpose()?;
     if let (Some(gs), Some(xs), Some(wv)) = (gr.slice(), xr.slice(), wr.slice()) {
         let (col, stage) = ws.slices();
-        if let Some(gx) = gx.as_mut().and_then(|b| b.slice_mut()) {
-            let bufs = BackwardBufs {
-                gx: Some(gx),
-                gw: None,
-                gb: None,
-                col: &mut *col,
-                stage: &mut *stage,
-                accumulate: false,
-            };
-            backward(&g, gs, xs, wv, bufs);
-        }
         let (out_step, in_step) = (per_step * g.co * g.ho * g.wo, per_step * g.c * g.h * g.w);
+        if let Some(gx) = gx.as_mut().and_then(|b| b.slice_mut()) {
+            for t in 0..acc.time_steps {
+                let bufs = BackwardBufs {
+                    gx: Some(&mut gx[t * in_step..][..in_step]),
+                    gw: None,
+                    gb: None,
+                    col: &mut *col,
+                    stage: &mut *stage,
+                    accumulate: false,
+                };
+                backward(
+                    &step,
+                    &gs[t * out_step..][..out_step],
+                    &xs[t * in_step..][..in_step],
+                    wv,
+                    bufs,
+                );
+            }
+        }
         let mut partial = vec![0f32; g.co];
         for t in (0..acc.time_steps).rev() {
             let (gs_t, xs_t) = (&gs[t * out_step..][..out_step], &xs[t * in_step..][..in_step]);

@@ -95,6 +95,19 @@ impl Workspace {
 /// [`MemoryKind::Workspace`] and freed before returning; the output is an
 /// [`MemoryKind::Activation`].
 pub fn conv2d(x: &Tensor, w: &Tensor, b: Option<&Tensor>, p: &Conv2dParams) -> Result<Tensor> {
+    conv2d_steps(x, w, b, p, 1)
+}
+
+/// [`conv2d`] on a batch `[T*N, C, H, W]` folding `time_steps` time steps: images are grouped
+/// for the GEMMs only within a time step, so every GEMM has the same shape whether the time
+/// steps run together or in chunks, and the results are bit-identical either way.
+pub fn conv2d_steps(
+    x: &Tensor,
+    w: &Tensor,
+    b: Option<&Tensor>,
+    p: &Conv2dParams,
+    time_steps: usize,
+) -> Result<Tensor> {
     const OP: &str = "conv2d";
     check_f32_same_device(OP, &[x, w])?;
     if let Some(b) = b {
@@ -110,18 +123,38 @@ pub fn conv2d(x: &Tensor, w: &Tensor, b: Option<&Tensor>, p: &Conv2dParams) -> R
             ));
         }
     }
+    let step = g.with_batch(OP, per_step(OP, g.b, time_steps)?)?;
     let (xr, wr) = (x.read::<f32>(OP)?, w.read::<f32>(OP)?);
     let br = b.map(|b| b.read::<f32>(OP)).transpose()?;
     let device = x.device();
     let mut out = KernelBuffer::<f32>::zeros(OP, device, g.out_len(), MemoryKind::Activation)?;
-    let mut ws = Workspace::new(OP, device, &g, true)?;
+    let mut ws = Workspace::new(OP, device, &step, true)?;
     if let (Some(xs), Some(wv), Some(o)) = (xr.slice(), wr.slice(), out.slice_mut()) {
         let bias = br.as_ref().and_then(|b| b.slice());
         let (col, stage) = ws.slices();
-        forward::forward(&g, xs, wv, bias, forward::ForwardBufs { out: o, col, stage });
+        let (in_step, out_step) = (step.b * g.c * g.h * g.w, step.out_len());
+        for t in 0..time_steps {
+            let bufs = forward::ForwardBufs {
+                out: &mut o[t * out_step..][..out_step],
+                col: &mut *col,
+                stage: &mut *stage,
+            };
+            forward::forward(&step, &xs[t * in_step..][..in_step], wv, bias, bufs);
+        }
     }
     drop(ws);
     out.into_tensor(g.out_dims())
+}
+
+/// Images per time step of a batch of `b` folding `time_steps` steps.
+pub(super) fn per_step(op: &'static str, b: usize, time_steps: usize) -> Result<usize> {
+    if time_steps == 0 || b % time_steps != 0 {
+        return Err(CoreError::invalid(
+            op,
+            format!("time_steps = {time_steps} must be >= 1 and divide the batch of {b}"),
+        ));
+    }
+    Ok(b / time_steps)
 }
 
 /// Gradients of [`conv2d`]; each is `None` when it was not asked for.

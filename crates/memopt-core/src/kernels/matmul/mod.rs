@@ -115,6 +115,13 @@ fn with_last(x: &Tensor, n: usize) -> Vec<usize> {
 /// `x [.., K] w^T + b`: x's leading dimensions are flattened to M rows, `w` is `[N, K]` (PyTorch
 /// layout), `b` is `[N]`; the result is `[.., N]`.
 pub fn linear(x: &Tensor, w: &Tensor, b: Option<&Tensor>) -> Result<Tensor> {
+    linear_steps(x, w, b, 1)
+}
+
+/// [`linear`] whose rows fold `time_steps` time steps (`[T, N, K]` or `[T*N, K]`): one GEMM per
+/// time step, so every GEMM has the same shape whether the time steps run together or in
+/// chunks, and the results are bit-identical either way.
+pub fn linear_steps(x: &Tensor, w: &Tensor, b: Option<&Tensor>, time_steps: usize) -> Result<Tensor> {
     const OP: &str = "linear";
     check_f32_same_device(OP, &[x, w])?;
     if let Some(b) = b {
@@ -124,6 +131,7 @@ pub fn linear(x: &Tensor, w: &Tensor, b: Option<&Tensor>) -> Result<Tensor> {
     if let Some(b) = b {
         check_bias(OP, b, n)?;
     }
+    let rows = rows_per_step(OP, m, time_steps)?;
     let (xr, wr) = (x.read::<f32>(OP)?, w.read::<f32>(OP)?);
     let br = b.map(|b| b.read::<f32>(OP)).transpose()?;
     let mut out = KernelBuffer::<f32>::zeros(OP, x.device(), m * n, MemoryKind::Activation)?;
@@ -132,16 +140,29 @@ pub fn linear(x: &Tensor, w: &Tensor, b: Option<&Tensor>) -> Result<Tensor> {
         if let Some(bias) = bias {
             fill_rows(o, bias);
         }
-        gemm_f32(
-            o,
-            n,
-            MatRef::row_major(xs, m, k),
-            MatRef::row_major(ws, n, k).t(),
-            bias.is_some(),
-            GemmPar::Auto,
-        );
+        for t in 0..time_steps {
+            gemm_f32(
+                &mut o[t * rows * n..][..rows * n],
+                n,
+                MatRef::row_major(&xs[t * rows * k..], rows, k),
+                MatRef::row_major(ws, n, k).t(),
+                bias.is_some(),
+                GemmPar::Auto,
+            );
+        }
     }
     out.into_tensor(with_last(x, n))
+}
+
+/// Rows per time step of `m` rows folding `time_steps` steps.
+pub(crate) fn rows_per_step(op: &'static str, m: usize, time_steps: usize) -> Result<usize> {
+    if time_steps == 0 || m % time_steps != 0 {
+        return Err(CoreError::invalid(
+            op,
+            format!("time_steps = {time_steps} must be >= 1 and divide the {m} rows"),
+        ));
+    }
+    Ok(m / time_steps)
 }
 
 /// Copies `row` into every row of `dst` (rows of `row.len()` elements).

@@ -1,0 +1,88 @@
+//! Batch normalisation layers.
+
+use super::Module;
+use super::fold::{fold_time, one_input, unfold_time};
+use super::init::Init;
+use crate::autograd::Var;
+use crate::context::Cx;
+use crate::param::{Buffer, Param};
+use crate::{Result, ops};
+
+/// BatchNorm over channels: `BatchNorm1d` for `[N, C]` / `[N, C, L]` (rank 2 or 3), `BatchNorm2d`
+/// for `[N, C, H, W]`; a leading `T` is folded into the batch, so statistics span all time steps.
+#[derive(Debug)]
+pub struct BatchNorm {
+    weight: Param,
+    bias: Param,
+    running_mean: Buffer,
+    running_var: Buffer,
+    momentum: f32,
+    eps: f32,
+    rank: usize,
+}
+
+impl BatchNorm {
+    /// `BatchNorm2d(channels)` with PyTorch's defaults (momentum 0.1, eps 1e-5, affine).
+    pub fn new_2d(init: &mut Init, channels: usize) -> Result<Self> {
+        Self::new(init, channels, 4)
+    }
+
+    /// `BatchNorm1d(channels)` for `[N, C]` inputs (or `[T, N, C]`).
+    pub fn new_1d(init: &mut Init, channels: usize) -> Result<Self> {
+        Self::new(init, channels, 2)
+    }
+
+    fn new(init: &mut Init, channels: usize, rank: usize) -> Result<Self> {
+        Ok(BatchNorm {
+            weight: init.constant(&[channels], 1.0)?,
+            bias: init.constant(&[channels], 0.0)?,
+            running_mean: init.buffer(&[channels], 0.0)?,
+            running_var: init.buffer(&[channels], 1.0)?,
+            momentum: 0.1,
+            eps: 1e-5,
+            rank,
+        })
+    }
+
+    /// Running mean and variance `[C]`.
+    pub fn running_stats(&self) -> (&Buffer, &Buffer) {
+        (&self.running_mean, &self.running_var)
+    }
+}
+
+impl Module for BatchNorm {
+    fn type_name(&self) -> &'static str {
+        if self.rank == 4 {
+            "BatchNorm2d"
+        } else {
+            "BatchNorm1d"
+        }
+    }
+
+    fn forward<'m>(&'m self, cx: &mut Cx<'m>, inputs: Vec<Var>) -> Result<Vec<Var>> {
+        let name = self.type_name();
+        let x = one_input(inputs, name)?;
+        let layout = if self.rank == 4 { "C, H, W" } else { "C" };
+        let (x, folded) = fold_time(cx, &x, self.rank, name, layout)?;
+        let w = cx.param(&self.weight);
+        let b = cx.param(&self.bias);
+        let running = (self.running_mean.tensor(), self.running_var.tensor());
+        let y = ops::batch_norm(cx, &x, Some(&w), Some(&b), running, self.momentum, self.eps)?;
+        Ok(vec![unfold_time(cx, y, folded)?])
+    }
+
+    fn params(&self) -> Vec<(&'static str, &Param)> {
+        vec![("weight", &self.weight), ("bias", &self.bias)]
+    }
+
+    fn buffers(&self) -> Vec<(&'static str, &Buffer)> {
+        vec![
+            ("running_mean", &self.running_mean),
+            ("running_var", &self.running_var),
+        ]
+    }
+
+    fn time_coupling(&self, training: bool) -> Option<String> {
+        training.then(|| "its training statistics are computed over all time steps at once".to_string())
+    }
+}

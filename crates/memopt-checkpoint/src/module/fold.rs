@@ -1,0 +1,67 @@
+//! Multi-step inputs `[T, N, ...]` for stateless layers: fold `T` into the batch and back.
+
+use crate::autograd::Var;
+use crate::context::Cx;
+use crate::{CheckpointError, Result, ops};
+use memopt_core::memory::current_scope;
+
+/// How an input was folded: `Some([T, N])` for a multi-step input, `None` for a plain batch.
+pub(crate) type Folded = Option<[usize; 2]>;
+
+/// Folds `x` into `[T*N, rest]` when it has `rank + 1` dimensions; passes it through when it has
+/// `rank`. Any other rank is an error naming both accepted layouts.
+pub(crate) fn fold_time<'m>(
+    cx: &mut Cx<'m>,
+    x: &Var,
+    rank: usize,
+    module: &str,
+    layout: &str,
+) -> Result<(Var, Folded)> {
+    let d = x.dims();
+    if d.len() == rank {
+        return Ok((x.clone(), None));
+    }
+    if d.len() == rank + 1 {
+        let (t, n) = (d[0], d[1]);
+        let mut folded = vec![t * n];
+        folded.extend_from_slice(&d[2..]);
+        return Ok((ops::reshape(cx, x, folded)?, Some([t, n])));
+    }
+    Err(CheckpointError::Module {
+        path: current_scope().path().to_string(),
+        module: module.to_string(),
+        message: format!(
+            "expected input [T, N, {layout}] or [N, {layout}], got {}",
+            x.shape()
+        ),
+    })
+}
+
+/// Undoes [`fold_time`] on an output `[T*N, rest]`.
+pub(crate) fn unfold_time<'m>(cx: &mut Cx<'m>, y: Var, folded: Folded) -> Result<Var> {
+    match folded {
+        None => Ok(y),
+        Some([t, n]) => {
+            let mut dims = vec![t, n];
+            dims.extend_from_slice(&y.dims()[1..]);
+            ops::reshape(cx, &y, dims)
+        }
+    }
+}
+
+/// Time steps folded into the batch (1 for a plain batch).
+pub(crate) fn time_steps(folded: Folded) -> usize {
+    folded.map_or(1, |[t, _]| t)
+}
+
+/// The one input of a single-input module, or an error naming the module.
+pub(crate) fn one_input(mut inputs: Vec<Var>, module: &str) -> Result<Var> {
+    if inputs.len() != 1 {
+        return Err(CheckpointError::Module {
+            path: current_scope().path().to_string(),
+            module: module.to_string(),
+            message: format!("expected one input, got {}", inputs.len()),
+        });
+    }
+    Ok(inputs.pop().expect("length checked above"))
+}

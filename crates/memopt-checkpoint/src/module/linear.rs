@@ -1,0 +1,60 @@
+//! Fully connected layer.
+
+use super::Module;
+use super::fold::one_input;
+use super::init::Init;
+use crate::autograd::Var;
+use crate::context::Cx;
+use crate::param::Param;
+use crate::{Result, ops};
+
+/// `y = x wᵀ + b` over the last dimension; `[T, N, F]` inputs run as `T*N` rows.
+#[derive(Debug)]
+pub struct Linear {
+    weight: Param,
+    bias: Option<Param>,
+}
+
+impl Linear {
+    /// A layer from `in_features` to `out_features`, initialised as PyTorch does
+    /// (uniform in ±1/sqrt(in_features)).
+    pub fn new(init: &mut Init, in_features: usize, out_features: usize, bias: bool) -> Result<Self> {
+        let bound = 1.0 / (in_features.max(1) as f32).sqrt();
+        Ok(Linear {
+            weight: init.uniform(&[out_features, in_features], bound)?,
+            bias: if bias {
+                Some(init.uniform(&[out_features], bound)?)
+            } else {
+                None
+            },
+        })
+    }
+
+    /// The weight `[out, in]`.
+    pub fn weight(&self) -> &Param {
+        &self.weight
+    }
+}
+
+impl Module for Linear {
+    fn type_name(&self) -> &'static str {
+        "Linear"
+    }
+
+    fn forward<'m>(&'m self, cx: &mut Cx<'m>, inputs: Vec<Var>) -> Result<Vec<Var>> {
+        let x = one_input(inputs, "Linear")?;
+        // [T, N, F]: weight gradients accumulate per time step (see ops::linear).
+        let t = if x.dims().len() >= 3 { x.dims()[0] } else { 1 };
+        let w = cx.param(&self.weight);
+        let b = self.bias.as_ref().map(|b| cx.param(b));
+        Ok(vec![ops::linear(cx, &x, &w, b.as_ref(), t)?])
+    }
+
+    fn params(&self) -> Vec<(&'static str, &Param)> {
+        let mut p = vec![("weight", &self.weight)];
+        if let Some(b) = &self.bias {
+            p.push(("bias", b));
+        }
+        p
+    }
+}

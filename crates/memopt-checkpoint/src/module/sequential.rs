@@ -1,0 +1,79 @@
+//! A chain of modules.
+
+use super::Module;
+use crate::Result;
+use crate::autograd::Var;
+use crate::context::Cx;
+
+/// Runs its children in order, each on the previous one's outputs. Children are named by
+/// position (`"0"`, `"1"`, ...) unless given names.
+#[derive(Default)]
+pub struct Sequential {
+    children: Vec<(String, Box<dyn Module>)>,
+}
+
+impl std::fmt::Debug for Sequential {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list()
+            .entries(self.children.iter().map(|(n, m)| (n, m.type_name())))
+            .finish()
+    }
+}
+
+impl Sequential {
+    /// An empty chain.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Appends a child named by its position.
+    pub fn push(mut self, m: impl Module + 'static) -> Self {
+        let name = self.children.len().to_string();
+        self.children.push((name, Box::new(m)));
+        self
+    }
+
+    /// Appends a named child.
+    pub fn push_named(mut self, name: impl Into<String>, m: impl Module + 'static) -> Self {
+        self.children.push((name.into(), Box::new(m)));
+        self
+    }
+
+    /// Appends a boxed child named by its position.
+    pub fn push_boxed(mut self, m: Box<dyn Module>) -> Self {
+        let name = self.children.len().to_string();
+        self.children.push((name, m));
+        self
+    }
+
+    /// Number of children.
+    pub fn len(&self) -> usize {
+        self.children.len()
+    }
+
+    /// Whether there are no children.
+    pub fn is_empty(&self) -> bool {
+        self.children.is_empty()
+    }
+}
+
+impl Module for Sequential {
+    fn type_name(&self) -> &'static str {
+        "Sequential"
+    }
+
+    fn forward<'m>(&'m self, cx: &mut Cx<'m>, inputs: Vec<Var>) -> Result<Vec<Var>> {
+        let mut xs = inputs;
+        for (name, child) in &self.children {
+            xs = cx.call(name, child.as_ref(), xs)?;
+        }
+        Ok(xs)
+    }
+
+    fn children(&self) -> Vec<(String, &dyn Module)> {
+        self.children
+            .iter()
+            .map(|(n, m)| (n.clone(), m.as_ref() as &dyn Module))
+            .collect()
+    }
+}

@@ -1,0 +1,104 @@
+//! Parameter-free layers: Flatten, ReLU, Dropout.
+
+use super::Module;
+use super::fold::one_input;
+use crate::autograd::Var;
+use crate::context::Cx;
+use crate::{CheckpointError, Result, ops};
+use memopt_core::memory::current_scope;
+
+/// Flattens every dimension from `start_dim` on (SpikingJelly's multi-step `Flatten` uses
+/// `start_dim = 2` on `[T, N, ...]`).
+#[derive(Debug)]
+pub struct Flatten {
+    start_dim: usize,
+}
+
+impl Flatten {
+    /// Flatten from `start_dim`.
+    pub fn new(start_dim: usize) -> Self {
+        Flatten { start_dim }
+    }
+}
+
+impl Module for Flatten {
+    fn type_name(&self) -> &'static str {
+        "Flatten"
+    }
+
+    fn forward<'m>(&'m self, cx: &mut Cx<'m>, inputs: Vec<Var>) -> Result<Vec<Var>> {
+        let x = one_input(inputs, "Flatten")?;
+        if x.dims().len() < self.start_dim {
+            return Err(CheckpointError::Module {
+                path: current_scope().path().to_string(),
+                module: "Flatten".into(),
+                message: format!(
+                    "cannot flatten from dimension {} of a {}-D input",
+                    self.start_dim,
+                    x.dims().len()
+                ),
+            });
+        }
+        let mut dims = x.dims()[..self.start_dim].to_vec();
+        dims.push(x.dims()[self.start_dim..].iter().product());
+        Ok(vec![ops::reshape(cx, &x, dims)?])
+    }
+}
+
+/// `max(x, 0)`.
+#[derive(Debug, Default)]
+pub struct Relu;
+
+impl Module for Relu {
+    fn type_name(&self) -> &'static str {
+        "ReLU"
+    }
+
+    fn forward<'m>(&'m self, cx: &mut Cx<'m>, inputs: Vec<Var>) -> Result<Vec<Var>> {
+        let x = one_input(inputs, "ReLU")?;
+        Ok(vec![ops::relu(cx, &x)?])
+    }
+}
+
+/// Dropout with probability `p`. On a multi-step input `[T, N, ...]` one mask is shared by all
+/// time steps (SpikingJelly's `layer.Dropout` in multi-step mode); on a plain batch the mask is
+/// per element. The mask is regenerated from the RNG in backward, never stored.
+#[derive(Debug)]
+pub struct Dropout {
+    p: f32,
+    multi_step: bool,
+}
+
+impl Dropout {
+    /// Multi-step dropout (mask shared over time), p in `[0, 1)`.
+    pub fn new(p: f32) -> Self {
+        Dropout { p, multi_step: true }
+    }
+
+    /// Dropout with an independent mask per element, for non-temporal inputs.
+    pub fn per_element(p: f32) -> Self {
+        Dropout { p, multi_step: false }
+    }
+}
+
+impl Module for Dropout {
+    fn type_name(&self) -> &'static str {
+        "Dropout"
+    }
+
+    fn forward<'m>(&'m self, cx: &mut Cx<'m>, inputs: Vec<Var>) -> Result<Vec<Var>> {
+        let x = one_input(inputs, "Dropout")?;
+        let n = x.tensor().elem_count();
+        let period = match (self.multi_step, x.dims().first()) {
+            (true, Some(&t)) if t > 0 => n / t,
+            _ => n,
+        };
+        Ok(vec![ops::dropout(cx, &x, self.p, period.max(1))?])
+    }
+
+    fn time_coupling(&self, training: bool) -> Option<String> {
+        (training && !self.multi_step && self.p > 0.0).then(|| {
+            "it draws an independent mask per time step, which chunks would draw differently".to_string()
+        })
+    }
+}

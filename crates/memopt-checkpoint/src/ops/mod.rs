@@ -1,0 +1,78 @@
+//! Differentiable ops: each forward calls a memopt-core kernel and, when a gradient is needed,
+//! records a backward op defined next to it that holds exactly what its backward reads.
+
+mod conv;
+mod dropout;
+mod elementwise;
+mod linear;
+mod loss;
+mod neuron;
+mod norm;
+mod pool;
+mod reduce;
+mod shape;
+
+pub use conv::conv2d;
+pub use dropout::dropout;
+pub use elementwise::{add, mul, relu, scale, sigmoid};
+pub use linear::linear;
+pub use loss::{cross_entropy, mse};
+pub use neuron::neuron;
+pub use norm::batch_norm;
+pub use pool::{adaptive_avg_pool2d, avg_pool2d, max_pool2d};
+pub use reduce::{mean_all, mean_dim, sum_all, sum_dim};
+pub use shape::reshape;
+
+use crate::Result;
+use crate::autograd::BackwardGrads;
+use crate::context::Cx;
+use memopt_core::{DType, Device, MemoryKind, Tensor};
+
+/// Where the gradient of a weight-like input goes: a parameter's accumulator, or a fresh zeroed
+/// tensor returned to the tape.
+pub(crate) struct GradTarget {
+    acc: Tensor,
+    is_param: bool,
+}
+
+impl GradTarget {
+    /// The target for input `i` of shape `dims`, if its gradient is wanted.
+    pub(crate) fn for_input(
+        cx: &mut Cx<'_>,
+        g: &BackwardGrads,
+        i: usize,
+        dims: &[usize],
+        device: Device,
+    ) -> Result<Option<GradTarget>> {
+        if !g.input_needs.get(i).copied().unwrap_or(false) {
+            return Ok(None);
+        }
+        Ok(Some(match g.input_params[i] {
+            Some(p) => GradTarget {
+                acc: cx.param_grad(p, dims, device)?,
+                is_param: true,
+            },
+            None => GradTarget {
+                acc: Tensor::zeros(dims, DType::F32, device, MemoryKind::Gradient)?,
+                is_param: false,
+            },
+        }))
+    }
+
+    /// The accumulator to add into.
+    pub(crate) fn acc(&self) -> &Tensor {
+        &self.acc
+    }
+
+    /// What to return to the tape: nothing for a parameter (already accumulated).
+    pub(crate) fn into_returned(self) -> Option<Tensor> {
+        (!self.is_param).then_some(self.acc)
+    }
+}
+
+/// The gradient of the single output of an op (the tape only runs a node whose output has one).
+pub(crate) fn single_grad(g: &BackwardGrads) -> Result<Tensor> {
+    g.outputs.first().cloned().flatten().ok_or_else(|| {
+        crate::CheckpointError::Autograd("backward reached an op without an output gradient".into())
+    })
+}

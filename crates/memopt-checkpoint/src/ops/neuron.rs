@@ -1,0 +1,85 @@
+//! Multi-step spiking neurons with explicit membrane state.
+
+use super::GradTarget;
+use crate::Result;
+use crate::autograd::{BackwardGrads, BackwardOp, SavedTensor, Var};
+use crate::context::Cx;
+use memopt_core::Tensor;
+use memopt_core::kernels::{self, NeuronConfig};
+
+/// Runs a neuron over `x [T, ...]` from the state stored for the current module path (reset
+/// value when absent), stores the final state there and returns the spikes. The state is an
+/// explicit input and output on the tape, so gradients flow through it across checkpointed
+/// segments and time chunks. `w` is the PLIF parameter (`1/tau = sigmoid(w)`).
+pub fn neuron<'m>(cx: &mut Cx<'m>, cfg: &NeuronConfig, x: &Var, w: Option<&Var>) -> Result<Var> {
+    let v_init = cx.state();
+    let mut inputs = vec![x];
+    inputs.extend(v_init.as_ref());
+    inputs.extend(w);
+    let needs_grad = cx.needs_grad(&inputs);
+    let out = kernels::neuron_forward(
+        cfg,
+        x.tensor(),
+        v_init.as_ref().map(Var::tensor),
+        w.map(Var::tensor),
+        needs_grad,
+    )?;
+    let Some(h_seq) = out.h_seq.filter(|_| needs_grad) else {
+        cx.set_state(Var::constant(out.v_final));
+        return Ok(Var::constant(out.spikes));
+    };
+    let op = NeuronBackward {
+        cfg: *cfg,
+        h_seq: cx.save(&h_seq),
+        v_init: v_init.as_ref().map(|v| cx.save(v.tensor())),
+        w: w.map(|w| cx.save(w.tensor())),
+    };
+    drop(h_seq);
+    let mut vars = cx.record(op, &inputs, vec![out.spikes, out.v_final]);
+    let v_final = vars.pop().expect("two outputs recorded");
+    cx.set_state(v_final);
+    Ok(vars.pop().expect("two outputs recorded"))
+}
+
+struct NeuronBackward {
+    cfg: NeuronConfig,
+    h_seq: SavedTensor,
+    v_init: Option<SavedTensor>,
+    w: Option<SavedTensor>,
+}
+
+impl<'m> BackwardOp<'m> for NeuronBackward {
+    fn name(&self) -> &'static str {
+        "neuron"
+    }
+
+    fn backward(self: Box<Self>, cx: &mut Cx<'m>, mut g: BackwardGrads) -> Result<Vec<Option<Tensor>>> {
+        let h_seq = self.h_seq.tensor();
+        let grad_spikes = g.output_or_zeros(0, h_seq)?;
+        let grad_v_final = g.outputs.get_mut(1).and_then(Option::take);
+        let has_v = self.v_init.is_some();
+        let w_index = 1 + usize::from(has_v);
+        let wt = match &self.w {
+            Some(w) => GradTarget::for_input(cx, &g, w_index, w.tensor().dims(), w.tensor().device())?,
+            None => None,
+        };
+        let r = kernels::neuron_backward_acc(
+            &self.cfg,
+            &grad_spikes,
+            grad_v_final.as_ref(),
+            h_seq,
+            self.v_init.as_ref().map(SavedTensor::tensor),
+            self.w.as_ref().map(SavedTensor::tensor),
+            has_v && g.input_needs[1],
+            wt.as_ref().map(GradTarget::acc),
+        )?;
+        let mut out = vec![g.input_needs[0].then_some(r.x)];
+        if has_v {
+            out.push(r.v_init);
+        }
+        if self.w.is_some() {
+            out.push(wt.and_then(GradTarget::into_returned));
+        }
+        Ok(out)
+    }
+}

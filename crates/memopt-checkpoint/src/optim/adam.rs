@@ -1,0 +1,59 @@
+//! Adam (torch.optim.Adam semantics, L2 weight decay).
+
+use super::Optimizer;
+use crate::Result;
+use crate::autograd::Gradients;
+use crate::model::Model;
+use crate::param::ParamId;
+use memopt_core::kernels::{self, AdamConfig};
+use memopt_core::{DType, MemoryKind, Tensor};
+use std::collections::BTreeMap;
+
+/// Adam; keeps two moment buffers per parameter.
+#[derive(Debug)]
+pub struct Adam {
+    cfg: AdamConfig,
+    moments: BTreeMap<ParamId, (Tensor, Tensor)>,
+    step: u64,
+}
+
+impl Adam {
+    /// Adam for `model`'s parameters; allocates both moment buffers now.
+    pub fn new(model: &Model, cfg: AdamConfig) -> Result<Self> {
+        let mut moments = BTreeMap::new();
+        for (_, p) in model.params() {
+            let t = p.tensor();
+            let z = || {
+                Tensor::zeros(
+                    t.shape().clone(),
+                    DType::F32,
+                    t.device(),
+                    MemoryKind::OptimizerState,
+                )
+            };
+            moments.insert(p.id(), (z()?, z()?));
+        }
+        Ok(Adam {
+            cfg,
+            moments,
+            step: 0,
+        })
+    }
+}
+
+impl Optimizer for Adam {
+    fn name(&self) -> &'static str {
+        "adam"
+    }
+
+    fn step(&mut self, model: &Model, grads: &Gradients) -> Result<()> {
+        self.step += 1;
+        for (_, p) in model.params() {
+            let (Some(g), Some((m, v))) = (grads.get(p.id()), self.moments.get(&p.id())) else {
+                continue;
+            };
+            kernels::adam_step(p.tensor(), g, m, v, &self.cfg, self.step)?;
+        }
+        Ok(())
+    }
+}

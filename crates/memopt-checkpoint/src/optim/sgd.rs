@@ -1,0 +1,79 @@
+//! Stochastic gradient descent with momentum and weight decay (torch.optim.SGD semantics).
+
+use super::Optimizer;
+use crate::Result;
+use crate::autograd::Gradients;
+use crate::model::Model;
+use crate::param::ParamId;
+use memopt_core::kernels::{self, SgdConfig};
+use memopt_core::{DType, MemoryKind, Tensor};
+use std::collections::BTreeMap;
+
+/// SGD. With momentum it keeps one buffer per parameter.
+#[derive(Debug)]
+pub struct Sgd {
+    cfg: SgdConfig,
+    momentum: BTreeMap<ParamId, Tensor>,
+    started: bool,
+}
+
+impl Sgd {
+    /// SGD for `model`'s parameters; allocates the momentum buffers when `cfg.momentum != 0`.
+    pub fn new(model: &Model, cfg: SgdConfig) -> Result<Self> {
+        let mut momentum = BTreeMap::new();
+        if cfg.momentum != 0.0 {
+            for (_, p) in model.params() {
+                let t = p.tensor();
+                momentum.insert(
+                    p.id(),
+                    Tensor::zeros(
+                        t.shape().clone(),
+                        DType::F32,
+                        t.device(),
+                        MemoryKind::OptimizerState,
+                    )?,
+                );
+            }
+        }
+        Ok(Sgd {
+            cfg,
+            momentum,
+            started: false,
+        })
+    }
+
+    /// Plain SGD with learning rate `lr`.
+    pub fn plain(model: &Model, lr: f32) -> Result<Self> {
+        Self::new(
+            model,
+            SgdConfig {
+                lr,
+                momentum: 0.0,
+                dampening: 0.0,
+                weight_decay: 0.0,
+                nesterov: false,
+            },
+        )
+    }
+}
+
+impl Optimizer for Sgd {
+    fn name(&self) -> &'static str {
+        "sgd"
+    }
+
+    fn step(&mut self, model: &Model, grads: &Gradients) -> Result<()> {
+        for (_, p) in model.params() {
+            let Some(g) = grads.get(p.id()) else { continue };
+            kernels::sgd_step(
+                p.tensor(),
+                g,
+                self.momentum.get(&p.id()),
+                &self.cfg,
+                !self.started,
+            )?;
+        }
+        self.started = true;
+        Ok(())
+    }
+}

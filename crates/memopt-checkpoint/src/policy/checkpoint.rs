@@ -1,0 +1,370 @@
+//! The checkpoint node: forward without recording, keeping only the (compressed) inputs, the
+//! RNG state and the neuron states the segment starts from; backward restores them, recomputes
+//! with recording, backpropagates and frees — chunk by chunk in reverse when the time dimension
+//! is split.
+
+use super::Policy;
+use super::saved_input::SavedInput;
+use crate::autograd::{BackwardGrads, BackwardOp, SavedTensor, Tape, Var, VarId};
+use crate::context::Cx;
+use crate::module::{Module, time_coupling_in};
+use crate::{CheckpointError, Result};
+use memopt_core::memory::{Phase, Scope, enter_scope};
+use memopt_core::{MemoryKind, RngState, Tensor, kernels};
+use std::collections::BTreeMap;
+use std::ops::Range;
+use std::sync::Arc;
+
+/// What one chunk needs for its recomputation.
+struct ChunkSave {
+    inputs: Vec<SavedInput>,
+    states: Vec<(Arc<str>, SavedTensor)>,
+    rng: RngState,
+}
+
+struct CheckpointBackward<'m> {
+    module: &'m dyn Module,
+    path: Arc<str>,
+    chunks: Vec<ChunkSave>,
+    spans: Vec<Range<usize>>,
+    /// Whether each input wants a gradient.
+    input_needs: Vec<bool>,
+    /// Paths of the states the segment started from (node inputs after the regular inputs).
+    entry_states: Vec<Arc<str>>,
+    /// Paths of the states the segment ended with (node outputs after the regular outputs).
+    final_states: Vec<Arc<str>>,
+    /// Number of regular outputs.
+    n_out: usize,
+}
+
+/// The time spans of the chunks: `[0..T]` for one chunk; otherwise k nearly equal spans, the
+/// longer ones first (`[2, 1, 1]` for T = 4, k = 3).
+pub fn time_spans(t: usize, chunks: usize) -> Vec<Range<usize>> {
+    let (base, rem) = (t / chunks, t % chunks);
+    let mut start = 0;
+    (0..chunks)
+        .map(|i| {
+            let len = base + usize::from(i < rem);
+            let r = start..start + len;
+            start += len;
+            r
+        })
+        .collect()
+}
+
+fn module_error(path: &str, module: &dyn Module, message: String) -> CheckpointError {
+    CheckpointError::Module {
+        path: path.to_string(),
+        module: module.type_name().to_string(),
+        message,
+    }
+}
+
+/// Validates a chunked call and returns its spans.
+fn chunk_spans(
+    cx: &Cx<'_>,
+    path: &str,
+    module: &dyn Module,
+    inputs: &[Var],
+    chunks: usize,
+) -> Result<Vec<Range<usize>>> {
+    if chunks <= 1 {
+        return Ok(vec![
+            0..inputs
+                .first()
+                .and_then(|v| v.dims().first().copied())
+                .unwrap_or(0),
+        ]);
+    }
+    let Some(first) = inputs.first() else {
+        return Err(module_error(
+            path,
+            module,
+            "chunked checkpointing needs at least one input".into(),
+        ));
+    };
+    let t = first.dims().first().copied().unwrap_or(0);
+    if t == 0 || first.tensor().rank() == 0 {
+        return Err(module_error(
+            path,
+            module,
+            format!(
+                "chunked checkpointing needs inputs of shape [T, ...] with T >= 1, got {}",
+                first.shape()
+            ),
+        ));
+    }
+    if let Some(v) = inputs.iter().find(|v| v.dims().first() != Some(&t)) {
+        return Err(module_error(
+            path,
+            module,
+            format!(
+                "all inputs of a chunked segment need the same T = {t}; got an input of shape {}",
+                v.shape()
+            ),
+        ));
+    }
+    if chunks > t && !cx.in_time_chunk() {
+        return Err(module_error(
+            path,
+            module,
+            format!("{chunks} chunks exceed the {t} time steps (valid: 1..={t})"),
+        ));
+    }
+    if let Some((who, why)) = time_coupling_in(module, path, cx.is_training()) {
+        return Err(module_error(
+            path,
+            module,
+            format!("cannot chunk over time: {who}: {why}"),
+        ));
+    }
+    // Inside a parent's time chunk, a chunk shorter than `chunks` splits into single steps.
+    Ok(time_spans(t, chunks.min(t)))
+}
+
+/// Runs `module` under a checkpoint or offload policy. Called by [`Cx::call_here`] while
+/// recording.
+pub(crate) fn forward<'m>(
+    cx: &mut Cx<'m>,
+    path: Arc<str>,
+    module: &'m dyn Module,
+    inputs: Vec<Var>,
+    policy: Policy,
+) -> Result<Vec<Var>> {
+    let (compressor, chunks, offload) = match policy {
+        Policy::Checkpoint { compressor, chunks } => (compressor, chunks, false),
+        Policy::Offload { compressor } => (compressor, 1, true),
+        Policy::Store => return module.forward(cx, inputs),
+    };
+    let spans = chunk_spans(cx, &path, module, &inputs, chunks)?;
+    let rng_entry = cx.rng.state();
+    let entry = cx.states.under(&path);
+    let host = offload.then(|| cx.host_device());
+
+    let outer_tape = cx.tape.take();
+    let chunked = spans.len() > 1;
+    cx.time_chunk_depth += usize::from(chunked);
+    let ran = run_chunks(cx, module, &inputs, &spans, rng_entry, compressor, host);
+    cx.time_chunk_depth -= usize::from(chunked);
+    cx.tape = outer_tape;
+    let (saves, outputs) = ran?;
+
+    let finals = cx.states.under(&path);
+    let n_out = outputs.len();
+    let mut node_inputs: Vec<Option<VarId>> = inputs.iter().map(Var::id).collect();
+    node_inputs.extend(entry.iter().map(|(_, v)| v.id()));
+    let mut node_outputs = outputs;
+    node_outputs.extend(finals.iter().map(|(_, v)| v.tensor().clone()));
+    let op = CheckpointBackward {
+        module,
+        path: path.clone(),
+        chunks: saves,
+        spans,
+        input_needs: inputs.iter().map(Var::requires_grad).collect(),
+        entry_states: entry.into_iter().map(|(p, _)| p).collect(),
+        final_states: finals.iter().map(|(p, _)| p.clone()).collect(),
+        n_out,
+    };
+    drop(inputs);
+    let mut vars = cx.record_always(Box::new(op), node_inputs, node_outputs);
+    let state_vars = vars.split_off(n_out);
+    for ((p, _), v) in finals.into_iter().zip(state_vars) {
+        cx.states.set(p, v);
+    }
+    Ok(vars)
+}
+
+type ChunkRun = (Vec<ChunkSave>, Vec<Tensor>);
+
+/// The forward of every chunk without recording; chunk outputs are written into full-length
+/// outputs allocated after the first chunk.
+fn run_chunks<'m>(
+    cx: &mut Cx<'m>,
+    module: &'m dyn Module,
+    inputs: &[Var],
+    spans: &[Range<usize>],
+    rng_entry: RngState,
+    compressor: memopt_compress::CompressorKind,
+    host: Option<memopt_core::Device>,
+) -> Result<ChunkRun> {
+    let path = cx.path_arc();
+    let chunked = spans.len() > 1;
+    let mut saves = Vec::with_capacity(spans.len());
+    let mut outputs: Vec<Tensor> = Vec::new();
+    for span in spans {
+        if chunked {
+            // Every chunk replays the same random stream: dropout masks are shared over time.
+            cx.rng.set_state(rng_entry);
+        }
+        let rng = cx.rng.state();
+        let xs: Vec<Tensor> = if chunked {
+            inputs
+                .iter()
+                .map(|v| v.tensor().narrow0(span.start, span.len()))
+                .collect::<memopt_core::Result<_>>()?
+        } else {
+            inputs.iter().map(|v| v.tensor().clone()).collect()
+        };
+        let states = cx
+            .states
+            .under(&path)
+            .into_iter()
+            .map(|(p, v)| (p, cx.save(v.tensor())))
+            .collect::<Vec<_>>();
+        let saved = xs
+            .iter()
+            .map(|x| SavedInput::save(x, compressor, host))
+            .collect::<Result<Vec<_>>>()?;
+        let ys = module.forward(cx, xs.into_iter().map(Var::constant).collect())?;
+        saves.push(ChunkSave {
+            inputs: saved,
+            states,
+            rng,
+        });
+        if !chunked {
+            outputs = ys.into_iter().map(Var::into_tensor).collect();
+            continue;
+        }
+        if outputs.is_empty() {
+            let t: usize = spans.iter().map(|s| s.len()).sum();
+            for y in &ys {
+                let full = Tensor::zeros(
+                    y.shape().with_dim0(t),
+                    y.tensor().dtype(),
+                    y.tensor().device(),
+                    MemoryKind::Activation,
+                )?;
+                outputs.push(full.with_spike_flag(y.is_spike()));
+            }
+        }
+        for (full, y) in outputs.iter().zip(&ys) {
+            kernels::assign(&full.narrow0(span.start, span.len())?, y.tensor())?;
+        }
+    }
+    Ok((saves, outputs))
+}
+
+impl<'m> BackwardOp<'m> for CheckpointBackward<'m> {
+    fn name(&self) -> &'static str {
+        "checkpoint"
+    }
+
+    fn backward(self: Box<Self>, cx: &mut Cx<'m>, grads: BackwardGrads) -> Result<Vec<Option<Tensor>>> {
+        let rng_before = cx.rng.state();
+        let outer_states = std::mem::take(&mut cx.states);
+        let chunked = self.chunks.len() > 1;
+        cx.enter_recompute();
+        cx.time_chunk_depth += usize::from(chunked);
+        let result = self.recompute_backward(cx, grads.outputs);
+        cx.time_chunk_depth -= usize::from(chunked);
+        cx.leave_recompute();
+        cx.states = outer_states;
+        cx.rng.set_state(rng_before);
+        result
+    }
+}
+
+impl<'m> CheckpointBackward<'m> {
+    fn recompute_backward(
+        self,
+        cx: &mut Cx<'m>,
+        mut out_grads: Vec<Option<Tensor>>,
+    ) -> Result<Vec<Option<Tensor>>> {
+        let CheckpointBackward {
+            module,
+            path,
+            chunks,
+            spans,
+            input_needs,
+            entry_states,
+            final_states,
+            n_out,
+        } = self;
+        let state_grads = out_grads.split_off(n_out);
+        let mut carry: BTreeMap<Arc<str>, Tensor> = final_states
+            .into_iter()
+            .zip(state_grads)
+            .filter_map(|(p, g)| g.map(|g| (p, g)))
+            .collect();
+        let chunked = chunks.len() > 1;
+        let mut input_grads: Vec<Option<Tensor>> = vec![None; input_needs.len()];
+        for (span, chunk) in spans.iter().zip(chunks).rev() {
+            cx.rng.set_state(chunk.rng);
+            cx.states.clear();
+            let mut tape = Tape::new();
+            let mut xs = Vec::with_capacity(chunk.inputs.len());
+            let mut x_ids = Vec::with_capacity(chunk.inputs.len());
+            for (saved, needs) in chunk.inputs.into_iter().zip(&input_needs) {
+                let t = saved.restore()?;
+                if *needs {
+                    let id = tape.input_leaf();
+                    xs.push(Var::tracked(t, id));
+                    x_ids.push(Some(id));
+                } else {
+                    xs.push(Var::constant(t));
+                    x_ids.push(None);
+                }
+            }
+            let mut state_ids = Vec::with_capacity(chunk.states.len());
+            for (p, saved) in chunk.states {
+                let id = tape.input_leaf();
+                cx.states.set(p.clone(), Var::tracked(saved.tensor().clone(), id));
+                state_ids.push((p, id));
+            }
+            cx.tape = Some(tape);
+            let ys = {
+                let _recompute = enter_scope(Scope::new(path.clone(), Phase::Recompute));
+                module.forward(cx, xs)
+            };
+            let tape = cx.tape.take().expect("the recompute tape was installed above");
+            let ys = ys?;
+            let mut seeds = Vec::new();
+            for (y, g) in ys.iter().zip(&out_grads) {
+                if let (Some(id), Some(g)) = (y.id(), g) {
+                    let g = if chunked {
+                        g.narrow0(span.start, span.len())?
+                    } else {
+                        g.clone()
+                    };
+                    seeds.push((id, g));
+                }
+            }
+            for (p, v) in cx.states.under(&path) {
+                if let (Some(id), Some(g)) = (v.id(), carry.remove(&p)) {
+                    seeds.push((id, g));
+                }
+            }
+            drop(ys);
+            cx.states.clear();
+            let mut leaf_grads = cx.backward_tape(tape, seeds)?;
+            for (i, id) in x_ids.into_iter().enumerate() {
+                let Some(g) = id.and_then(|id| leaf_grads.remove(&id)) else {
+                    continue;
+                };
+                if !chunked {
+                    input_grads[i] = Some(g);
+                    continue;
+                }
+                if input_grads[i].is_none() {
+                    let t = spans.last().map_or(0, |s| s.end);
+                    input_grads[i] = Some(Tensor::zeros(
+                        g.shape().with_dim0(t),
+                        g.dtype(),
+                        g.device(),
+                        MemoryKind::Gradient,
+                    )?);
+                }
+                if let Some(full) = &input_grads[i] {
+                    kernels::assign(&full.narrow0(span.start, span.len())?, &g)?;
+                }
+            }
+            carry = state_ids
+                .into_iter()
+                .filter_map(|(p, id)| leaf_grads.remove(&id).map(|g| (p, g)))
+                .collect();
+        }
+        let mut result = input_grads;
+        result.extend(entry_states.iter().map(|p| carry.remove(p)));
+        Ok(result)
+    }
+}

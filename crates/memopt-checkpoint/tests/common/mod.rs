@@ -1,0 +1,156 @@
+//! Shared test fixtures: a small convolutional SNN that uses every layer kind, random batches,
+//! and a step that keeps everything the policies must not change.
+
+#![allow(dead_code)]
+
+use memopt_checkpoint::module::{
+    BatchNorm, Conv2d, Dropout, Flatten, Init, Linear, Neuron, Pool2d, Sequential,
+};
+use memopt_checkpoint::optim::Sgd;
+use memopt_checkpoint::{Batch, InputSpec, Model, StepOptions, StepOutput, Target, Trainer, zoo};
+use memopt_core::kernels::{Conv2dParams, NeuronConfig, NeuronKind, SgdConfig};
+use memopt_core::{Device, MemoryKind, Philox, Tensor};
+
+/// Conv-BN-LIF, MaxPool, Conv-BN-PLIF, AvgPool, Flatten, [Dropout, Linear, IF], Linear, on
+/// `[T, N, 2, 8, 8]`: every layer kind, a parametric neuron, dropout and pooling.
+pub fn tiny_conv_snn(device: Device, seed: u64, time_steps: usize) -> Model {
+    let mut init = Init::new(device, seed);
+    let pad1 = Conv2dParams {
+        padding: [1, 1],
+        ..Conv2dParams::default()
+    };
+    let plif = NeuronConfig {
+        kind: NeuronKind::Plif { decay_input: true },
+        ..NeuronConfig::plif()
+    };
+    let block1 = Sequential::new()
+        .push_named("conv", Conv2d::new(&mut init, 2, 4, 3, pad1, true).unwrap())
+        .push_named("bn", BatchNorm::new_2d(&mut init, 4).unwrap())
+        .push_named("sn", Neuron::lif(&mut init, 2.0).unwrap());
+    let block2 = Sequential::new()
+        .push_named("conv", Conv2d::new(&mut init, 4, 6, 3, pad1, false).unwrap())
+        .push_named("bn", BatchNorm::new_2d(&mut init, 6).unwrap())
+        .push_named("sn", Neuron::new(&mut init, plif, 3.0).unwrap());
+    let head = Sequential::new()
+        .push_named("drop", Dropout::new(0.3))
+        .push_named("fc", Linear::new(&mut init, 6 * 2 * 2, 12, true).unwrap())
+        .push_named(
+            "sn",
+            Neuron::new(&mut init, NeuronConfig::if_neuron(), 2.0).unwrap(),
+        );
+    let root = Sequential::new()
+        .push_named("block1", block1)
+        .push_named("pool1", Pool2d::max(2, 2, 0))
+        .push_named("block2", block2)
+        .push_named("pool2", Pool2d::avg(2, 2, 0))
+        .push_named("flatten", Flatten::new(2))
+        .push_named("head", head)
+        .push_named("out", Linear::new(&mut init, 12, 5, true).unwrap());
+    let spec = InputSpec {
+        time_steps,
+        sample: vec![2, 8, 8],
+        classes: 5,
+    };
+    Model::new("tiny-conv-snn", Box::new(root), spec, device)
+}
+
+/// A zoo model at its small size.
+pub fn zoo_small(name: &str, device: Device, seed: u64) -> Model {
+    let spec = zoo::entry(name).unwrap().small;
+    zoo::build(name, &spec, device, seed).unwrap()
+}
+
+/// A random batch of `n` for `model`: spike-like inputs (0/1) and labels.
+pub fn batch(model: &Model, n: usize, seed: u64) -> Batch {
+    let mut rng = Philox::new(seed ^ 0xBA7C);
+    let dims = model.spec().input_dims(n);
+    let count: usize = dims.iter().product();
+    let device = model.device();
+    let values: Vec<f32> = (0..count)
+        .map(|_| if rng.next_uniform() < 0.3 { 1.0 } else { 0.0 })
+        .collect();
+    let input = Tensor::from_vec(
+        if device.is_meta() {
+            vec![0.0; count]
+        } else {
+            values
+        },
+        dims,
+        device,
+        MemoryKind::Input,
+    )
+    .unwrap();
+    let classes = model.spec().classes as u64;
+    let labels: Vec<i64> = (0..n as u64).map(|i| ((i * 7 + seed) % classes) as i64).collect();
+    Batch {
+        input,
+        target: Target::Labels(Tensor::from_vec(labels, [n], device, MemoryKind::Input).unwrap()),
+    }
+}
+
+/// SGD with momentum and weight decay.
+pub fn trainer(model: &Model) -> Trainer {
+    let cfg = SgdConfig {
+        lr: 0.05,
+        momentum: 0.9,
+        dampening: 0.0,
+        weight_decay: 1e-4,
+        nesterov: false,
+    };
+    Trainer::new(Box::new(Sgd::new(model, cfg).unwrap()), 11)
+}
+
+/// Everything a step produces that memory policies must leave bit for bit unchanged.
+#[derive(Debug, PartialEq)]
+pub struct Fingerprint {
+    pub loss: Option<u32>,
+    pub grads: Vec<(String, Vec<u32>)>,
+    pub input_grad: Option<Vec<u32>>,
+    pub states: Vec<(String, Vec<u32>)>,
+    pub buffers: Vec<(String, Vec<u32>)>,
+    pub params_after: Vec<(String, Vec<u32>)>,
+}
+
+fn bits(t: &Tensor) -> Vec<u32> {
+    t.to_vec_f32().unwrap().into_iter().map(f32::to_bits).collect()
+}
+
+/// Runs `steps` training steps and fingerprints the last one (plus parameters after it).
+pub fn fingerprint(model: &Model, steps: usize, n: usize) -> Fingerprint {
+    let mut trainer = trainer(model);
+    let opts = StepOptions {
+        keep_grads: true,
+        input_grad: true,
+        keep_states: true,
+        skip_update: false,
+    };
+    let mut out = StepOutput::default();
+    for s in 0..steps {
+        out = trainer.step(model, &batch(model, n, s as u64), opts).unwrap();
+    }
+    let grads = out.grads.as_ref().unwrap();
+    Fingerprint {
+        loss: out.loss.map(f32::to_bits),
+        grads: model
+            .params()
+            .into_iter()
+            .filter_map(|(p, param)| grads.get(param.id()).map(|g| (p, bits(g))))
+            .collect(),
+        input_grad: out.input_grad.as_ref().map(bits),
+        states: out
+            .final_states
+            .iter()
+            .map(|(p, t)| (p.clone(), bits(t)))
+            .collect(),
+        buffers: model
+            .buffers()
+            .into_iter()
+            .map(|(p, b)| (p, bits(b.tensor())))
+            .collect(),
+        params_after: model
+            .params()
+            .into_iter()
+            .map(|(p, param)| (p, bits(param.tensor())))
+            .collect(),
+    }
+}

@@ -1,0 +1,126 @@
+//! Memory policies change what is kept, never what is computed: parameter and input gradients,
+//! BatchNorm running statistics, final neuron states, the loss and the updated parameters are
+//! bit-identical to storing everything, for any assignment of policies (nested checkpoints,
+//! time chunks, every lossless compressor, offload) on the CPU.
+
+mod common;
+
+use common::{fingerprint, tiny_conv_snn, zoo_small};
+use memopt_checkpoint::{Model, Plan, Policy};
+use memopt_compress::CompressorKind;
+use memopt_core::Device;
+use proptest::prelude::*;
+
+const LOSSLESS: [CompressorKind; 4] = [
+    CompressorKind::Null,
+    CompressorKind::BitSpike,
+    CompressorKind::U8,
+    CompressorKind::Sparse,
+];
+
+/// A random valid plan: each module gets store, checkpoint (random lossless compressor and, where
+/// the segment allows it, random chunks) or offload, from the random choices in `picks`.
+fn random_plan(model: &Model, picks: &[u32]) -> Plan {
+    let t = model.spec().time_steps;
+    let mut entries = Vec::new();
+    for (info, &r) in model
+        .modules()
+        .iter()
+        .filter(|i| !i.path.is_empty())
+        .zip(picks.iter().cycle())
+    {
+        let compressor = LOSSLESS[(r / 8) as usize % LOSSLESS.len()];
+        let policy = match r % 4 {
+            0 => continue,
+            1 => Policy::Offload { compressor },
+            _ => {
+                let chunks = 1 + (r as usize / 32) % t;
+                let chunked = Policy::Checkpoint { compressor, chunks };
+                let plan = Plan::from_entries([(info.path.clone(), chunked)]);
+                let mut probe = Model::clone_policies_probe(model);
+                if chunks > 1 && probe(&plan) {
+                    chunked
+                } else {
+                    Policy::Checkpoint {
+                        compressor,
+                        chunks: 1,
+                    }
+                }
+            }
+        };
+        entries.push((info.path.clone(), policy));
+    }
+    Plan::from_entries(entries)
+}
+
+trait Probe {
+    fn clone_policies_probe(model: &Model) -> Box<dyn FnMut(&Plan) -> bool + '_>;
+}
+
+impl Probe for Model {
+    /// Whether a plan would be accepted (validation only; the model is not changed).
+    fn clone_policies_probe(model: &Model) -> Box<dyn FnMut(&Plan) -> bool + '_> {
+        Box::new(move |plan| {
+            memopt_checkpoint::PolicyTable::from_plan(
+                model.root(),
+                plan,
+                memopt_checkpoint::RunShape {
+                    training: model.is_training(),
+                    time_steps: Some(model.spec().time_steps),
+                },
+            )
+            .is_ok()
+        })
+    }
+}
+
+fn check_plan_is_exact(
+    build: impl Fn() -> Model,
+    picks: &[u32],
+    steps: usize,
+    n: usize,
+) -> Result<(), TestCaseError> {
+    let baseline = fingerprint(&build(), steps, n);
+    let mut model = build();
+    let plan = random_plan(&model, picks);
+    model.apply_plan(&plan).unwrap();
+    let got = fingerprint(&model, steps, n);
+    prop_assert_eq!(&got, &baseline, "plan {}", plan.to_json());
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(24))]
+
+    #[test]
+    fn tiny_conv_snn_is_exact_under_any_plan(picks in proptest::collection::vec(0u32..1024, 1..24), t in 1usize..5) {
+        check_plan_is_exact(|| tiny_conv_snn(Device::Cpu, 3, t), &picks, 2, 2)?;
+    }
+
+    #[test]
+    fn spiking_mlp_is_exact_under_any_plan(picks in proptest::collection::vec(0u32..1024, 1..8)) {
+        check_plan_is_exact(|| zoo_small("spiking-mlp", Device::Cpu, 5), &picks, 2, 3)?;
+    }
+
+    #[test]
+    fn toy_if_is_exact_under_any_plan(picks in proptest::collection::vec(0u32..1024, 1..20)) {
+        check_plan_is_exact(|| zoo_small("toy-if", Device::Cpu, 7), &picks, 1, 2)?;
+    }
+}
+
+/// Every module checkpointed with the most chunks it accepts, nested inside checkpointed
+/// parents: the hardest plan.
+#[test]
+fn nested_chunked_checkpoints_everywhere_are_exact() {
+    let build = || tiny_conv_snn(Device::Cpu, 9, 4);
+    let baseline = fingerprint(&build(), 2, 2);
+    let mut model = build();
+    let picks: Vec<u32> = (0..64).map(|i| 2 + 8 + 32 * 3 + 4 * (i % 2)).collect();
+    let plan = random_plan(&model, &picks);
+    assert!(
+        plan.entries.iter().any(|e| e.policy.chunks() > 1),
+        "some module is chunked"
+    );
+    model.apply_plan(&plan).unwrap();
+    assert_eq!(fingerprint(&model, 2, 2), baseline);
+}

@@ -242,7 +242,7 @@ impl<'m> Cx<'m> {
             Some(policy) if self.is_recording() => match policy {
                 Policy::Store => module.forward(self, inputs),
                 Policy::Checkpoint { .. } | Policy::Offload { .. } => {
-                    crate::policy::checkpoint::forward(self, path, module, inputs, policy.clone())
+                    crate::policy::checkpoint::forward(self, path, module, inputs, *policy)
                 }
             },
             _ => module.forward(self, inputs),

@@ -69,12 +69,12 @@ fn chunk_spans(
     chunks: usize,
 ) -> Result<Vec<Range<usize>>> {
     if chunks <= 1 {
-        return Ok(vec![
-            0..inputs
-                .first()
-                .and_then(|v| v.dims().first().copied())
-                .unwrap_or(0),
-        ]);
+        // One span covering whatever the inputs are (they need not be time-major).
+        let t = inputs
+            .first()
+            .and_then(|v| v.dims().first().copied())
+            .unwrap_or(0);
+        return Ok(time_spans(t, 1));
     }
     let Some(first) = inputs.first() else {
         return Err(module_error(

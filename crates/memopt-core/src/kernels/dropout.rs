@@ -16,7 +16,7 @@ fn check(op: &'static str, p: f32, mask_period: usize, n: usize) -> Result<()> {
     if !(0.0..1.0).contains(&p) {
         return Err(CoreError::invalid(op, format!("p must be in [0, 1), got {p}")));
     }
-    if mask_period == 0 || n % mask_period != 0 {
+    if mask_period == 0 || !n.is_multiple_of(mask_period) {
         return Err(CoreError::invalid(
             op,
             format!(

@@ -69,7 +69,7 @@ impl WeightGradAcc<'_> {
         inputs: &[&crate::Tensor],
     ) -> crate::Result<usize> {
         use crate::{CoreError, DType};
-        if self.time_steps == 0 || batch % self.time_steps != 0 {
+        if self.time_steps == 0 || !batch.is_multiple_of(self.time_steps) {
             return Err(CoreError::invalid(
                 op,
                 format!(

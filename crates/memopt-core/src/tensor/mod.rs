@@ -205,7 +205,7 @@ impl Tensor {
             return Ok(());
         }
         let hint = if dtype == DType::F32 && self.dtype().is_float() {
-            format!("; kernels compute in f32: convert with to_dtype(F32) first")
+            "; kernels compute in f32: convert with to_dtype(F32) first".to_string()
         } else {
             String::new()
         };

@@ -185,15 +185,15 @@ pub fn batch_norm_train(
             ("the bias", bias),
         ];
         for (name, t) in inputs {
-            if let Some(t) = t {
-                if r.mean.same_storage(t) || (name != "the running var" && r.var.same_storage(t)) {
-                    return Err(CoreError::invalid(
-                        OP,
-                        format!(
-                            "the running statistics share storage with {name}; they are updated in place and must be separate buffers"
-                        ),
-                    ));
-                }
+            if let Some(t) = t
+                && (r.mean.same_storage(t) || (name != "the running var" && r.var.same_storage(t)))
+            {
+                return Err(CoreError::invalid(
+                    OP,
+                    format!(
+                        "the running statistics share storage with {name}; they are updated in place and must be separate buffers"
+                    ),
+                ));
             }
         }
     }

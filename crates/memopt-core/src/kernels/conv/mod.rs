@@ -114,14 +114,14 @@ pub fn conv2d_steps(
         check_f32_same_device(OP, &[x, b])?;
     }
     let g = ConvGeom::new(OP, x, w, p)?;
-    if let Some(b) = b {
-        if b.dims() != [g.co] {
-            return Err(CoreError::shape(
-                OP,
-                format!("a bias of shape [{}] (one per output channel)", g.co),
-                b.shape(),
-            ));
-        }
+    if let Some(b) = b
+        && b.dims() != [g.co]
+    {
+        return Err(CoreError::shape(
+            OP,
+            format!("a bias of shape [{}] (one per output channel)", g.co),
+            b.shape(),
+        ));
     }
     let step = g.with_batch(OP, per_step(OP, g.b, time_steps)?)?;
     let (xr, wr) = (x.read::<f32>(OP)?, w.read::<f32>(OP)?);
@@ -148,7 +148,7 @@ pub fn conv2d_steps(
 
 /// Images per time step of a batch of `b` folding `time_steps` steps.
 pub(super) fn per_step(op: &'static str, b: usize, time_steps: usize) -> Result<usize> {
-    if time_steps == 0 || b % time_steps != 0 {
+    if time_steps == 0 || !b.is_multiple_of(time_steps) {
         return Err(CoreError::invalid(
             op,
             format!("time_steps = {time_steps} must be >= 1 and divide the batch of {b}"),

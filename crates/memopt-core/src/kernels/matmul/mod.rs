@@ -156,7 +156,7 @@ pub fn linear_steps(x: &Tensor, w: &Tensor, b: Option<&Tensor>, time_steps: usiz
 
 /// Rows per time step of `m` rows folding `time_steps` steps.
 pub(crate) fn rows_per_step(op: &'static str, m: usize, time_steps: usize) -> Result<usize> {
-    if time_steps == 0 || m % time_steps != 0 {
+    if time_steps == 0 || !m.is_multiple_of(time_steps) {
         return Err(CoreError::invalid(
             op,
             format!("time_steps = {time_steps} must be >= 1 and divide the {m} rows"),

@@ -98,7 +98,7 @@ fn ref_linear(x: &[f32], w: &[f32], b: Option<&[f32]>, m: usize, k: usize, n: us
 
 /// Leading dimensions of a linear input with `m` rows: [m], [2, m/2] or [] shapes.
 fn lead_dims(m: usize, split: bool) -> Vec<usize> {
-    if split && m % 2 == 0 {
+    if split && m.is_multiple_of(2) {
         vec![2, m / 2]
     } else {
         vec![m]

@@ -159,16 +159,16 @@ pub fn max_pool2d_backward(grad_y: &Tensor, indices: &Tensor, input_dims: &[usiz
     }
     let (gr, ir) = (grad_y.read::<f32>(OP)?, indices.read::<u32>(OP)?);
     let in_plane = g.in_plane();
-    if let Some(is) = ir.slice() {
-        if let Some(pos) = is.iter().position(|&i| i as usize >= in_plane) {
-            return Err(CoreError::invalid(
-                OP,
-                format!(
-                    "index {} at position {pos} is outside the input plane of {}x{} (valid: 0..{in_plane})",
-                    is[pos], g.h, g.w
-                ),
-            ));
-        }
+    if let Some(is) = ir.slice()
+        && let Some(pos) = is.iter().position(|&i| i as usize >= in_plane)
+    {
+        return Err(CoreError::invalid(
+            OP,
+            format!(
+                "index {} at position {pos} is outside the input plane of {}x{} (valid: 0..{in_plane})",
+                is[pos], g.h, g.w
+            ),
+        ));
     }
     let out_plane = grad_y.dims()[2] * grad_y.dims()[3];
     let mut gx = KernelBuffer::<f32>::zeros(OP, grad_y.device(), g.b * g.c * in_plane, MemoryKind::Gradient)?;

@@ -1,0 +1,119 @@
+//! Per-module costs of a workload, learned from the module calls of one Meta step.
+
+use crate::Result;
+use crate::workload::Workload;
+use memopt_checkpoint::Plan;
+use memopt_checkpoint::module::{CallObserver, ModuleCall, observe_calls};
+use memopt_core::{DType, Device, MemoryTracker, Phase, Shape};
+use serde::{Deserialize, Serialize};
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::rc::Rc;
+
+/// One input of a module call, as the cost model needs it (for compression costs).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InputInfo {
+    /// Dimensions.
+    pub shape: Shape,
+    /// Element type.
+    pub dtype: DType,
+    /// Whether it holds spikes (then binary compressors apply).
+    pub is_spike: bool,
+}
+
+impl InputInfo {
+    /// Size in bytes.
+    pub fn bytes(&self) -> u64 {
+        self.shape.elem_count() as u64 * self.dtype.size_in_bytes() as u64
+    }
+}
+
+/// The forward cost of one module over a step (summed over its calls).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ModuleCostEntry {
+    /// Module path.
+    pub path: String,
+    /// Module type.
+    pub module_type: String,
+    /// Whether the module has no children (only leaves are calibrated one by one).
+    pub leaf: bool,
+    /// Forward calls per step.
+    pub calls: u64,
+    /// Forward FLOPs per step (the module's own work, children excluded).
+    pub flops: u64,
+    /// Forward bytes moved per step (own work).
+    pub bytes: u64,
+    /// The inputs of its first call.
+    pub inputs: Vec<InputInfo>,
+}
+
+#[derive(Default)]
+struct Collector {
+    order: Vec<String>,
+    entries: HashMap<String, ModuleCostEntry>,
+}
+
+struct Sink(RefCell<Collector>);
+
+impl CallObserver for Sink {
+    fn on_call(&self, call: &ModuleCall<'_>) {
+        if call.phase != Phase::Forward {
+            return;
+        }
+        let ins: Vec<Shape> = call.inputs.iter().map(|v| v.shape.clone()).collect();
+        let outs: Vec<Shape> = call.outputs.iter().map(|v| v.shape.clone()).collect();
+        let cost = call.module.cost(&ins, &outs);
+        let mut c = self.0.borrow_mut();
+        let Collector { order, entries } = &mut *c;
+        let entry = entries.entry(call.path.to_string()).or_insert_with(|| {
+            order.push(call.path.to_string());
+            ModuleCostEntry {
+                path: call.path.to_string(),
+                module_type: call.module.type_name().to_string(),
+                leaf: call.module.children().is_empty(),
+                calls: 0,
+                flops: 0,
+                bytes: 0,
+                inputs: call
+                    .inputs
+                    .iter()
+                    .map(|v| InputInfo {
+                        shape: v.shape.clone(),
+                        dtype: v.dtype,
+                        is_spike: v.is_spike,
+                    })
+                    .collect(),
+            }
+        });
+        entry.calls += 1;
+        entry.flops += cost.flops;
+        entry.bytes += cost.bytes;
+    }
+}
+
+/// Per-module forward costs of `workload` and its parameter bytes, from one step on Meta with
+/// every module stored (nothing is computed), in module order (parents before children).
+pub(crate) fn collect(workload: &Workload) -> Result<(Vec<ModuleCostEntry>, u64)> {
+    let tracker = MemoryTracker::new(Device::Meta);
+    let _installed = MemoryTracker::install(tracker);
+    let mut session = workload.instantiate(Device::Meta, &Plan::store_all())?;
+    let sink = Rc::new(Sink(RefCell::new(Collector::default())));
+    {
+        let _observe = observe_calls(sink.clone());
+        session.step()?;
+    }
+    let param_bytes = session
+        .model()
+        .params()
+        .iter()
+        .map(|(_, p)| p.tensor().view_bytes())
+        .sum();
+    let mut c = sink.0.borrow_mut();
+    let mut entries = Vec::with_capacity(c.order.len());
+    for info in session.model().modules() {
+        if let Some(e) = c.entries.remove(&info.path) {
+            entries.push(e);
+        }
+    }
+    Ok((entries, param_bytes))
+}

@@ -1,0 +1,9 @@
+//! A time cost model for planners: per-module FLOPs and bytes from a Meta step, turned into
+//! forward, backward and recompute time with throughput constants, calibrated by the timing
+//! profiler when a measurement is available.
+
+mod collect;
+mod model;
+
+pub use collect::{InputInfo, ModuleCostEntry};
+pub use model::{CostModel, Throughput, TypeFactors};

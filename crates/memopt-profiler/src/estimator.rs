@@ -1,0 +1,98 @@
+//! The estimator: the memory report of a step computed on the Meta device, without data.
+
+use crate::Result;
+use crate::error::ProfilerError;
+use crate::memory::recorder::RecorderState;
+use crate::memory::{MemoryRecorder, MemoryReport};
+use crate::workload::{StepSession, Workload};
+use memopt_checkpoint::Plan;
+use memopt_core::{Device, MemoryTracker};
+use std::sync::Arc;
+
+/// Estimates a workload's step memory for any plan by running the step on the Meta device,
+/// where kernels allocate exactly as on the CPU but compute nothing.
+///
+/// The model, optimizer state and batch are built once, on Meta, in the estimator's own
+/// tracker, and kept: each estimate only applies the plan and runs one Meta step. Its peak
+/// equals the peak [`crate::profile_memory`] measures on the CPU to the byte, for every plan
+/// whose sizes do not depend on data. Sparse compression is the exception: its payload depends
+/// on the number of spikes, and Meta allocates the worst case, so the estimate is then an upper
+/// bound (reports say so in `data_dependent_sizes`).
+pub struct Estimator {
+    workload: Workload,
+    tracker: Arc<MemoryTracker>,
+    session: StepSession,
+    setup: RecorderState,
+    setup_peak: u64,
+    baseline: u64,
+}
+
+impl Estimator {
+    /// Builds `workload` on Meta in a fresh tracker.
+    pub fn new(workload: &Workload) -> Result<Estimator> {
+        let tracker = MemoryTracker::new(Device::Meta);
+        let _installed = MemoryTracker::install(tracker.clone());
+        let recorder = MemoryRecorder::start(&tracker);
+        let session = workload.instantiate(Device::Meta, &Plan::store_all())?;
+        recorder.attribute_model(session.model());
+        let setup = recorder.snapshot();
+        drop(recorder);
+        Ok(Estimator {
+            workload: workload.clone(),
+            setup_peak: tracker.peak_bytes(),
+            baseline: tracker.current_bytes(),
+            tracker,
+            session,
+            setup,
+        })
+    }
+
+    /// The workload estimated.
+    pub fn workload(&self) -> &Workload {
+        &self.workload
+    }
+
+    /// Bytes held between steps: parameters, buffers, optimizer state and the batch.
+    pub fn persistent_bytes(&self) -> u64 {
+        self.baseline
+    }
+
+    /// The exact peak of one step under `plan`, in bytes, persistent state included. The fast
+    /// path for planners: nothing but the tracker's counters is recorded.
+    pub fn peak_bytes(&mut self, plan: &Plan) -> Result<u64> {
+        let _installed = MemoryTracker::install(self.tracker.clone());
+        self.session.apply_plan(plan)?;
+        self.tracker.reset_peak();
+        self.session.step()?;
+        self.check_no_leak()?;
+        Ok(self.setup_peak.max(self.tracker.peak_bytes()))
+    }
+
+    /// The full memory report of one step under `plan`: the same report
+    /// [`crate::profile_memory`] gives on the CPU (times aside), computed on Meta.
+    pub fn report(&mut self, plan: &Plan) -> Result<MemoryReport> {
+        let _installed = MemoryTracker::install(self.tracker.clone());
+        self.session.apply_plan(plan)?;
+        let recorder = MemoryRecorder::resume(&self.tracker, self.setup.clone());
+        self.session.step()?;
+        let report = recorder.finish(self.workload.describe(), plan.clone());
+        self.check_no_leak()?;
+        Ok(report)
+    }
+
+    fn check_no_leak(&self) -> Result<()> {
+        let after = self.tracker.current_bytes();
+        if after != self.baseline {
+            return Err(ProfilerError::Leak {
+                before: self.baseline,
+                after,
+            });
+        }
+        Ok(())
+    }
+}
+
+/// One-off estimate: builds an [`Estimator`] and reports one step under `plan`.
+pub fn estimate(workload: &Workload, plan: &Plan) -> Result<MemoryReport> {
+    Estimator::new(workload)?.report(plan)
+}

@@ -1,1 +1,51 @@
-fn main() {}
+//! How long the estimator takes per plan (the planners' inner loop): every zoo model at its
+//! published input size, storing everything and checkpointing every top-level block.
+//!
+//! `cargo bench -p memopt-profiler --bench estimator -- --warm-up-time 1 --measurement-time 3`
+
+use criterion::{Criterion, criterion_group, criterion_main};
+use memopt_checkpoint::{Plan, Policy, zoo};
+use memopt_profiler::{Estimator, Workload};
+use std::hint::black_box;
+
+/// The batch of the published workload: N=32 for the CIFAR10-DVS VGG (SpikingJelly's memopt
+/// example), N=16 for the ImageNet models, N=64 for the toy networks.
+fn batch(name: &str) -> usize {
+    match name {
+        "cifar10dvs-vgg" => 32,
+        "toy-if" | "spiking-mlp" => 64,
+        _ => 16,
+    }
+}
+
+fn bench(c: &mut Criterion) {
+    let mut group = c.benchmark_group("estimator");
+    for entry in zoo::entries() {
+        let workload = Workload::zoo(entry.name, entry.default.clone(), batch(entry.name));
+        let mut estimator = Estimator::new(&workload).expect("zoo models build on Meta");
+        let model = workload
+            .build_model(memopt_core::Device::Meta)
+            .expect("zoo models build on Meta");
+        let blocks: Vec<(String, Policy)> = model
+            .modules()
+            .into_iter()
+            .filter(|m| m.depth == 2 && m.children > 0)
+            .map(|m| (m.path, Policy::CHECKPOINT))
+            .collect();
+        let checkpointed = Plan::from_entries(blocks);
+        let store = Plan::store_all();
+        group.bench_function(format!("{}/store", entry.name), |b| {
+            b.iter(|| black_box(estimator.peak_bytes(&store).expect("valid plan")))
+        });
+        group.bench_function(format!("{}/checkpoint-blocks", entry.name), |b| {
+            b.iter(|| black_box(estimator.peak_bytes(&checkpointed).expect("valid plan")))
+        });
+        group.bench_function(format!("{}/report", entry.name), |b| {
+            b.iter(|| black_box(estimator.report(&store).expect("valid plan").peak_bytes))
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);

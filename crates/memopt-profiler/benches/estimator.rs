@@ -26,11 +26,13 @@ fn bench(c: &mut Criterion) {
         let model = workload
             .build_model(memopt_core::Device::Meta)
             .expect("zoo models build on Meta");
-        let blocks: Vec<(String, Policy)> = model
-            .modules()
-            .into_iter()
-            .filter(|m| m.depth == 2 && m.children > 0)
-            .map(|m| (m.path, Policy::CHECKPOINT))
+        // The blocks: containers two levels down (VGG `features.i`, ResNet `layerk.i`), or one
+        // level down for flat models.
+        let modules = model.modules();
+        let containers_at = |d: usize| modules.iter().filter(move |m| m.depth == d && m.children > 0);
+        let depth = if containers_at(2).count() > 0 { 2 } else { 1 };
+        let blocks: Vec<(String, Policy)> = containers_at(depth)
+            .map(|m| (m.path.clone(), Policy::CHECKPOINT))
             .collect();
         let checkpointed = Plan::from_entries(blocks);
         let store = Plan::store_all();

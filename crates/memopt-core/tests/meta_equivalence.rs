@@ -10,8 +10,11 @@ use memopt_core::memory::{MemoryAction, MemoryEvent, MemorySubscriber, Phase, en
 use memopt_core::{DType, Device, MemoryKind, MemoryTracker, Philox, Tensor};
 use std::sync::{Arc, Mutex};
 
+/// One event as compared: action, bytes, kind, module path, phase.
+type Recorded = (MemoryAction, u64, MemoryKind, String, Phase);
+
 #[derive(Default)]
-struct Recorder(Mutex<Vec<(MemoryAction, u64, MemoryKind, String, Phase)>>);
+struct Recorder(Mutex<Vec<Recorded>>);
 
 impl MemorySubscriber for Recorder {
     fn on_event(&self, e: &MemoryEvent) {
@@ -93,7 +96,7 @@ fn step(device: Device) -> Trace {
             let logits = kernels::mean_dim(&logits_seq, 0).unwrap();
             (y, bn, sn, pooled, idx, logits_seq, logits)
         };
-        let loss = kernels::cross_entropy(&logits, &labels).unwrap();
+        let _loss = kernels::cross_entropy(&logits, &labels).unwrap();
         drop(_fwd);
 
         let _bwd = enter_phase(Phase::Backward);

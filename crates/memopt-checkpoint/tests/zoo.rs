@@ -282,7 +282,7 @@ fn every_zoo_model_trains_on_meta_at_default_and_small_specs() {
 }
 
 #[test]
-fn resnets_take_any_size_from_32() {
+fn image_models_take_any_size_from_32() {
     for name in ["sew-resnet18", "spiking-resnet18", "spiking-vgg11-bn"] {
         for hw in [[32, 32], [33, 47], [64, 40], [96, 96]] {
             let s = spec(1, &[3, hw[0], hw[1]], 7);
@@ -454,7 +454,10 @@ fn resnet_forwards_match_spikingjelly_wiring() {
             "{name}: the two wirings give different outputs on this input"
         );
         let rows: Vec<&[u32]> = got.chunks(10).collect();
-        assert!(rows.iter().any(|r| r != &rows[0]), "{name}: the output depends on the input");
+        assert!(
+            rows.iter().any(|r| r != &rows[0]),
+            "{name}: the output depends on the input"
+        );
         outputs.push(got);
     }
     // Same seed, same parameters (LIF has none): only the wiring differs.

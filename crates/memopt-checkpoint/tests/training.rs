@@ -5,7 +5,9 @@ mod common;
 
 use common::{batch, fingerprint, trainer, zoo_small};
 use memopt_checkpoint::module::{Dropout, Init, Linear, Neuron, Sequential};
-use memopt_checkpoint::{InputSpec, Model, Plan, Policy, StepOptions};
+use memopt_checkpoint::optim::Adam;
+use memopt_checkpoint::{InputSpec, Model, Plan, Policy, StepOptions, Trainer};
+use memopt_core::kernels::AdamConfig;
 use memopt_compress::CompressorKind;
 use memopt_core::Device;
 
@@ -19,8 +21,18 @@ fn losses(model: &Model, steps: usize, n: usize) -> Vec<f32> {
 
 #[test]
 fn the_small_mlp_learns() {
-    let l = losses(&zoo_small("spiking-mlp", Device::Cpu, 0), 30, 8);
-    assert!(l[29] < 0.7 * l[0], "loss {} -> {}", l[0], l[29]);
+    let model = zoo_small("spiking-mlp", Device::Cpu, 0);
+    let cfg = AdamConfig {
+        lr: 0.02,
+        beta1: 0.9,
+        beta2: 0.999,
+        eps: 1e-8,
+        weight_decay: 0.0,
+    };
+    let mut t = Trainer::new(Box::new(Adam::new(&model, cfg).unwrap()), 0);
+    let b = batch(&model, 8, 3);
+    let l: Vec<f32> = (0..40).map(|_| t.step(&model, &b, StepOptions::default()).unwrap().loss.unwrap()).collect();
+    assert!(l[39] < 0.5 * l[0], "loss {} -> {}", l[0], l[39]);
 }
 
 #[test]

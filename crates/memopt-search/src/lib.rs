@@ -1,1 +1,4 @@
-//! memopt-search (built in its own issue).
+//! memopt-search: memory plans and the strategies that find them.
+
+pub mod chain;
+pub mod dp;

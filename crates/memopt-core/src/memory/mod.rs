@@ -12,6 +12,7 @@ pub use allocation::{Allocation, AllocationId};
 pub use event::{MemoryAction, MemoryEvent};
 pub use kind::MemoryKind;
 pub use scope::{
-    Phase, PhaseGuard, Scope, ScopeGuard, current_scope, enter_module, enter_phase, enter_scope,
+    Phase, PhaseGuard, Scope, ScopeEvent, ScopeGuard, ScopeListener, ScopeListenerGuard, ScopeTransition,
+    add_scope_listener, current_scope, enter_module, enter_phase, enter_scope,
 };
 pub use tracker::{KindStats, MemoryStats, MemorySubscriber, MemoryTracker, Subscription, TrackerGuard};

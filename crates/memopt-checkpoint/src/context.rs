@@ -3,6 +3,7 @@
 
 use crate::autograd::{BackwardOp, Gradients, SavedTensor, StateStore, Tape, Var, VarId};
 use crate::module::Module;
+use crate::module::call_observer::{self, ModuleCall, ValueInfo};
 use crate::param::{Param, ParamId};
 use crate::policy::{Policy, PolicyTable};
 use crate::{CheckpointError, Result};
@@ -238,14 +239,36 @@ impl<'m> Cx<'m> {
     /// for the root, whose path is empty).
     pub fn call_here(&mut self, module: &'m dyn Module, inputs: Vec<Var>) -> Result<Vec<Var>> {
         let path = current_scope().path_arc().clone();
-        match self.policies.get(&path) {
-            Some(policy) if self.is_recording() => match policy {
-                Policy::Store => module.forward(self, inputs),
-                Policy::Checkpoint { .. } | Policy::Offload { .. } => {
-                    crate::policy::checkpoint::forward(self, path, module, inputs, *policy)
-                }
-            },
-            _ => module.forward(self, inputs),
+        let policy = self.policies.get(&path).copied().filter(|_| self.is_recording());
+        if !call_observer::observing() {
+            return self.dispatch(path, module, inputs, policy);
+        }
+        let infos: Vec<ValueInfo> = inputs.iter().map(|v| ValueInfo::of(v.tensor())).collect();
+        let outputs = self.dispatch(path.clone(), module, inputs, policy)?;
+        let out_infos: Vec<ValueInfo> = outputs.iter().map(|v| ValueInfo::of(v.tensor())).collect();
+        call_observer::notify(&ModuleCall {
+            path: &path,
+            phase: current_scope().phase(),
+            module,
+            policy,
+            inputs: &infos,
+            outputs: &out_infos,
+        });
+        Ok(outputs)
+    }
+
+    fn dispatch(
+        &mut self,
+        path: Arc<str>,
+        module: &'m dyn Module,
+        inputs: Vec<Var>,
+        policy: Option<Policy>,
+    ) -> Result<Vec<Var>> {
+        match policy {
+            None | Some(Policy::Store) => module.forward(self, inputs),
+            Some(policy @ (Policy::Checkpoint { .. } | Policy::Offload { .. })) => {
+                crate::policy::checkpoint::forward(self, path, module, inputs, policy)
+            }
         }
     }
 

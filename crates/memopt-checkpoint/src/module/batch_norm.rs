@@ -1,12 +1,14 @@
 //! Batch normalisation layers.
 
 use super::Module;
+use super::cost::{ModuleCost, elems, f32_bytes};
 use super::fold::{fold_time, one_input, unfold_time};
 use super::init::Init;
 use crate::autograd::Var;
 use crate::context::Cx;
 use crate::param::{Buffer, Param};
 use crate::{Result, ops};
+use memopt_core::Shape;
 
 /// BatchNorm over channels: `BatchNorm1d` for `[N, C]` / `[N, C, L]` (rank 2 or 3), `BatchNorm2d`
 /// for `[N, C, H, W]`; a leading `T` is folded into the batch, so statistics span all time steps.
@@ -80,6 +82,15 @@ impl Module for BatchNorm {
             ("running_mean", &self.running_mean),
             ("running_var", &self.running_var),
         ]
+    }
+
+    /// About 8 FLOPs per element (mean, variance, normalisation, affine); the input is read
+    /// twice (statistics, then normalisation) and the output written once.
+    fn cost(&self, inputs: &[Shape], outputs: &[Shape]) -> ModuleCost {
+        ModuleCost {
+            flops: 8 * elems(outputs),
+            bytes: 2 * f32_bytes(inputs) + f32_bytes(outputs),
+        }
     }
 
     fn time_coupling(&self, training: bool) -> Option<String> {

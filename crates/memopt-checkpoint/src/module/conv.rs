@@ -1,12 +1,14 @@
 //! 2-D convolution layer.
 
 use super::Module;
+use super::cost::{ModuleCost, elems, f32_bytes};
 use super::fold::{fold_time, one_input, time_steps, unfold_time};
 use super::init::Init;
 use crate::autograd::Var;
 use crate::context::Cx;
 use crate::param::Param;
 use crate::{Result, ops};
+use memopt_core::Shape;
 use memopt_core::kernels::Conv2dParams;
 
 /// 2-D convolution; `[T, N, C, H, W]` inputs fold `T` into the batch.
@@ -68,5 +70,22 @@ impl Module for Conv2d {
             p.push(("bias", b));
         }
         p
+    }
+
+    /// `2 · out_elems · (C_in / groups) · kh · kw` FLOPs (plus one per output for the bias);
+    /// bytes of input, output, weight and bias.
+    fn cost(&self, inputs: &[Shape], outputs: &[Shape]) -> ModuleCost {
+        // weight dims are [C_out, C_in / groups, kh, kw] by construction.
+        let per_output: u64 = self.weight.tensor().dims()[1..].iter().product::<usize>() as u64;
+        let out = elems(outputs);
+        let weights = self
+            .params()
+            .iter()
+            .map(|(_, p)| p.elem_count() as u64)
+            .sum::<u64>();
+        ModuleCost {
+            flops: 2 * out * per_output + if self.bias.is_some() { out } else { 0 },
+            bytes: f32_bytes(inputs) + f32_bytes(outputs) + weights * super::COMPUTE_ELEM_BYTES,
+        }
     }
 }

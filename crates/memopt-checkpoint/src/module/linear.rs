@@ -1,12 +1,14 @@
 //! Fully connected layer.
 
 use super::Module;
+use super::cost::{ModuleCost, elems, f32_bytes};
 use super::fold::one_input;
 use super::init::Init;
 use crate::autograd::Var;
 use crate::context::Cx;
 use crate::param::Param;
 use crate::{Result, ops};
+use memopt_core::Shape;
 
 /// `y = x wᵀ + b` over the last dimension; `[T, N, F]` inputs run as `T*N` rows.
 #[derive(Debug)]
@@ -56,5 +58,22 @@ impl Module for Linear {
             p.push(("bias", b));
         }
         p
+    }
+
+    /// `2 · out_elems · in_features` FLOPs (plus one per output for the bias); bytes of input,
+    /// output, weight and bias.
+    fn cost(&self, inputs: &[Shape], outputs: &[Shape]) -> ModuleCost {
+        // weight dims are [out_features, in_features] by construction.
+        let in_features = self.weight.tensor().dims()[1] as u64;
+        let out = elems(outputs);
+        let weights = self
+            .params()
+            .iter()
+            .map(|(_, p)| p.elem_count() as u64)
+            .sum::<u64>();
+        ModuleCost {
+            flops: 2 * out * in_features + if self.bias.is_some() { out } else { 0 },
+            bytes: f32_bytes(inputs) + f32_bytes(outputs) + weights * super::COMPUTE_ELEM_BYTES,
+        }
     }
 }

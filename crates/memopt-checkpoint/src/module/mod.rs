@@ -5,7 +5,9 @@
 //! entered so that every allocation is attributed to it.
 
 mod batch_norm;
+pub mod call_observer;
 mod conv;
+mod cost;
 mod fold;
 mod init;
 mod linear;
@@ -16,7 +18,9 @@ mod simple;
 mod tree;
 
 pub use batch_norm::BatchNorm;
+pub use call_observer::{CallObserver, CallObserverGuard, ModuleCall, ValueInfo, observe_calls};
 pub use conv::Conv2d;
+pub use cost::{COMPUTE_ELEM_BYTES, ModuleCost};
 pub use init::Init;
 pub use linear::Linear;
 pub use neuron::Neuron;
@@ -29,6 +33,7 @@ use crate::Result;
 use crate::autograd::Var;
 use crate::context::Cx;
 use crate::param::{Buffer, Param};
+use memopt_core::Shape;
 
 /// A layer or a container of layers.
 pub trait Module {
@@ -70,5 +75,17 @@ pub trait Module {
     /// Whether the module keeps a state across time steps (spiking neurons).
     fn is_stateful(&self) -> bool {
         false
+    }
+
+    /// The cost of one forward call with these input and output shapes, this module's own work
+    /// only (children report theirs through their own calls). Default: a leaf is elementwise
+    /// ([`ModuleCost::elementwise`]); a module with children costs nothing itself. Layers with
+    /// heavier arithmetic override it.
+    fn cost(&self, inputs: &[Shape], outputs: &[Shape]) -> ModuleCost {
+        if self.children().is_empty() {
+            ModuleCost::elementwise(inputs, outputs)
+        } else {
+            ModuleCost::ZERO
+        }
     }
 }

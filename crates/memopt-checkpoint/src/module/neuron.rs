@@ -1,12 +1,14 @@
 //! Multi-step spiking neurons (LIF, IF, parametric LIF) as in SpikingJelly.
 
 use super::Module;
+use super::cost::{ModuleCost, elems, f32_bytes};
 use super::fold::one_input;
 use super::init::Init;
 use crate::autograd::Var;
 use crate::context::Cx;
 use crate::param::Param;
 use crate::{Result, ops};
+use memopt_core::Shape;
 use memopt_core::kernels::{NeuronConfig, NeuronKind};
 
 /// A multi-step spiking neuron over `[T, N, ...]`. Its membrane state lives in the forward
@@ -63,5 +65,14 @@ impl Module for Neuron {
 
     fn is_stateful(&self) -> bool {
         true
+    }
+
+    /// About 8 FLOPs per element and time step (charge, fire, reset, surrogate inputs); reads
+    /// the input and writes the spikes and the membrane potential kept for backward.
+    fn cost(&self, inputs: &[Shape], outputs: &[Shape]) -> ModuleCost {
+        ModuleCost {
+            flops: 8 * elems(outputs),
+            bytes: f32_bytes(inputs) + 2 * f32_bytes(outputs),
+        }
     }
 }

@@ -1,10 +1,12 @@
 //! Pooling layers.
 
 use super::Module;
+use super::cost::{ModuleCost, elems, f32_bytes};
 use super::fold::{fold_time, one_input, unfold_time};
 use crate::autograd::Var;
 use crate::context::Cx;
 use crate::{Result, ops};
+use memopt_core::Shape;
 use memopt_core::kernels::Pool2dParams;
 
 /// Which pooling a [`Pool2d`] does.
@@ -78,5 +80,20 @@ impl Module for Pool2d {
             PoolKind::AdaptiveAvg(hw) => ops::adaptive_avg_pool2d(cx, &x, *hw)?,
         };
         Ok(vec![unfold_time(cx, y, folded)?])
+    }
+
+    /// One FLOP per window element of each output (every input element for adaptive
+    /// pooling); bytes of input and output, plus the u32 argmax indices of max pooling.
+    fn cost(&self, inputs: &[Shape], outputs: &[Shape]) -> ModuleCost {
+        let out = elems(outputs);
+        let (flops, index_bytes) = match &self.kind {
+            PoolKind::Max(p) => (out * (p.kernel[0] * p.kernel[1]) as u64, 4 * out),
+            PoolKind::Avg(p) => (out * (p.kernel[0] * p.kernel[1]) as u64, 0),
+            PoolKind::AdaptiveAvg(_) => (elems(inputs), 0),
+        };
+        ModuleCost {
+            flops,
+            bytes: f32_bytes(inputs) + f32_bytes(outputs) + index_bytes,
+        }
     }
 }

@@ -1,10 +1,12 @@
 //! Parameter-free layers: Flatten, ReLU, Dropout.
 
 use super::Module;
+use super::cost::ModuleCost;
 use super::fold::one_input;
 use crate::autograd::Var;
 use crate::context::Cx;
 use crate::{CheckpointError, Result, ops};
+use memopt_core::Shape;
 use memopt_core::memory::current_scope;
 
 /// Flattens every dimension from `start_dim` on (SpikingJelly's multi-step `Flatten` uses
@@ -42,6 +44,11 @@ impl Module for Flatten {
         let mut dims = x.dims()[..self.start_dim].to_vec();
         dims.push(x.dims()[self.start_dim..].iter().product());
         Ok(vec![ops::reshape(cx, &x, dims)?])
+    }
+
+    /// Nothing: the output is a view of the input.
+    fn cost(&self, _inputs: &[Shape], _outputs: &[Shape]) -> ModuleCost {
+        ModuleCost::ZERO
     }
 }
 

@@ -297,6 +297,18 @@ impl<'m> Cx<'m> {
         tape.backward(self, vec![(id, seed)])
     }
 
+    /// Runs backward from several values at once, each with the gradient flowing into it (a
+    /// segment's outputs when it is run on its own). Returns the gradients of the leaves created
+    /// with `requires_grad`.
+    pub fn backward_with(&mut self, seeds: Vec<(VarId, Tensor)>) -> Result<HashMap<VarId, Tensor>> {
+        let tape = self
+            .tape
+            .take()
+            .ok_or_else(|| CheckpointError::Autograd("backward called without a recorded tape".into()))?;
+        let _phase = enter_phase(Phase::Backward);
+        tape.backward(self, seeds)
+    }
+
     /// Runs a tape backward from several seeds (used by recomputation).
     pub(crate) fn backward_tape(
         &mut self,

@@ -7,9 +7,9 @@ use common::{batch, fingerprint, trainer, zoo_small};
 use memopt_checkpoint::module::{Dropout, Init, Linear, Neuron, Sequential};
 use memopt_checkpoint::optim::Adam;
 use memopt_checkpoint::{InputSpec, Model, Plan, Policy, StepOptions, Trainer};
-use memopt_core::kernels::AdamConfig;
 use memopt_compress::CompressorKind;
 use memopt_core::Device;
+use memopt_core::kernels::AdamConfig;
 
 fn losses(model: &Model, steps: usize, n: usize) -> Vec<f32> {
     let mut t = trainer(model);
@@ -31,7 +31,9 @@ fn the_small_mlp_learns() {
     };
     let mut t = Trainer::new(Box::new(Adam::new(&model, cfg).unwrap()), 0);
     let b = batch(&model, 8, 3);
-    let l: Vec<f32> = (0..40).map(|_| t.step(&model, &b, StepOptions::default()).unwrap().loss.unwrap()).collect();
+    let l: Vec<f32> = (0..40)
+        .map(|_| t.step(&model, &b, StepOptions::default()).unwrap().loss.unwrap())
+        .collect();
     assert!(l[39] < 0.5 * l[0], "loss {} -> {}", l[0], l[39]);
 }
 

@@ -126,18 +126,36 @@ impl ChainModel {
     /// every segment). Exponential: for tests and tiny chains.
     pub fn all_plans(&self) -> Vec<Vec<Chosen<'_>>> {
         fn expand<'a>(nodes: &'a [ChainNode]) -> Vec<Vec<Chosen<'a>>> {
-            let Some((first, rest)) = nodes.split_first() else { return vec![Vec::new()] };
+            let Some((first, rest)) = nodes.split_first() else {
+                return vec![Vec::new()];
+            };
             let heads: Vec<Vec<Chosen<'a>>> = match first {
-                ChainNode::Segment(s) => (0..s.options.len()).map(|o| vec![Chosen { segment: s, option: o }]).collect(),
+                ChainNode::Segment(s) => (0..s.options.len())
+                    .map(|o| {
+                        vec![Chosen {
+                            segment: s,
+                            option: o,
+                        }]
+                    })
+                    .collect(),
                 ChainNode::Splittable { whole, parts } => {
-                    let mut v: Vec<Vec<Chosen<'a>>> =
-                        (0..whole.options.len()).map(|o| vec![Chosen { segment: whole, option: o }]).collect();
+                    let mut v: Vec<Vec<Chosen<'a>>> = (0..whole.options.len())
+                        .map(|o| {
+                            vec![Chosen {
+                                segment: whole,
+                                option: o,
+                            }]
+                        })
+                        .collect();
                     v.extend(expand(parts));
                     v
                 }
             };
             let tails = expand(rest);
-            heads.iter().flat_map(|h| tails.iter().map(move |t| [h.clone(), t.clone()].concat())).collect()
+            heads
+                .iter()
+                .flat_map(|h| tails.iter().map(move |t| [h.clone(), t.clone()].concat()))
+                .collect()
         }
         expand(&self.nodes)
     }

@@ -33,7 +33,9 @@ impl State<'_> {
 /// Keeps the states no other state dominates (the first of equal ones).
 fn prune(mut states: Vec<State<'_>>) -> Vec<State<'_>> {
     states.sort_by(|a, b| {
-        (a.walk.kept, a.walk.max).cmp(&(b.walk.kept, b.walk.max)).then(a.ms.total_cmp(&b.ms))
+        (a.walk.kept, a.walk.max)
+            .cmp(&(b.walk.kept, b.walk.max))
+            .then(a.ms.total_cmp(&b.ms))
     });
     let mut kept: Vec<State<'_>> = Vec::with_capacity(states.len());
     for s in states {
@@ -54,7 +56,10 @@ fn apply<'a>(states: &[State<'a>], seg: &'a ChainSegment, budget: u64) -> Vec<St
                 continue;
             }
             let mut plan = s.plan.clone();
-            plan.push(Chosen { segment: seg, option: o });
+            plan.push(Chosen {
+                segment: seg,
+                option: o,
+            });
             out.push(State {
                 walk,
                 ms: s.ms + option.extra_ms,
@@ -168,8 +173,9 @@ mod tests {
         let parts_path = path.clone();
         let split = (arb_segment(path), 1usize..3)
             .prop_flat_map(move |(whole, n)| {
-                let parts: Vec<BoxedStrategy<ChainNode>> =
-                    (0..n).map(|i| arb_node(depth - 1, format!("{parts_path}.{i}"))).collect();
+                let parts: Vec<BoxedStrategy<ChainNode>> = (0..n)
+                    .map(|i| arb_node(depth - 1, format!("{parts_path}.{i}")))
+                    .collect();
                 (Just(whole), parts)
             })
             .prop_map(|(whole, parts)| {
@@ -186,7 +192,8 @@ mod tests {
     fn arb_chain() -> impl Strategy<Value = ChainModel> {
         (0u64..100, 1usize..5)
             .prop_flat_map(|(base, n)| {
-                let nodes: Vec<BoxedStrategy<ChainNode>> = (0..n).map(|i| arb_node(1, i.to_string())).collect();
+                let nodes: Vec<BoxedStrategy<ChainNode>> =
+                    (0..n).map(|i| arb_node(1, i.to_string())).collect();
                 (Just(base), nodes)
             })
             .prop_map(|(base, nodes)| ChainModel { base, nodes })
@@ -223,16 +230,33 @@ mod tests {
         let chain = ChainModel {
             base: 10,
             nodes: vec![
-                ChainNode::Segment(segment("a".into(), vec![(50, 40, 60, 0.0), (50, 5, 70, 3.0)], 0, 0)),
-                ChainNode::Segment(segment("b".into(), vec![(50, 40, 60, 0.0), (50, 5, 70, 2.0)], 0, 0)),
+                ChainNode::Segment(segment(
+                    "a".into(),
+                    vec![(50, 40, 60, 0.0), (50, 5, 70, 3.0)],
+                    0,
+                    0,
+                )),
+                ChainNode::Segment(segment(
+                    "b".into(),
+                    vec![(50, 40, 60, 0.0), (50, 5, 70, 2.0)],
+                    0,
+                    0,
+                )),
             ],
         };
         let store = least_time_within(&chain, u64::MAX).unwrap();
         assert_eq!(store.extra_ms, 0.0);
         assert_eq!(store.peak, 10 + 40 + 60);
         let tight = least_time_within(&chain, 90).unwrap();
-        assert_eq!(super::super::chain::plan_entries(&tight.plan).len(), 1, "one checkpoint suffices");
-        assert_eq!(tight.extra_ms, 3.0, "the first segment's checkpoint frees memory for the second's backward");
+        assert_eq!(
+            super::super::chain::plan_entries(&tight.plan).len(),
+            1,
+            "one checkpoint suffices"
+        );
+        assert_eq!(
+            tight.extra_ms, 3.0,
+            "the first segment's checkpoint frees memory for the second's backward"
+        );
         assert!(least_time_within(&chain, 10).is_none());
     }
 }

@@ -199,6 +199,10 @@ impl Module for ResNet {
             .map(|(n, m)| (n.to_string(), m.as_ref() as &dyn Module))
             .collect()
     }
+    /// The children run in order; the flatten before the classifier is a view (no memory).
+    fn children_form_chain(&self) -> bool {
+        true
+    }
 }
 
 /// `_make_layer`: `blocks` BasicBlocks to `planes` channels, the first with `stride` and a

@@ -74,6 +74,10 @@ impl Module for SpikingVgg {
             ("classifier".into(), &self.classifier),
         ]
     }
+    /// The children run in order; the flatten before the classifier is a view (no memory).
+    fn children_form_chain(&self) -> bool {
+        true
+    }
 }
 
 /// `make_layers(cfg, batch_norm=True)` from `in_channels` input channels.

@@ -161,6 +161,37 @@ impl ChainModel {
     }
 }
 
+impl ChainModel {
+    /// One plan picked by `pick(n)`, which returns a choice in `0..n`: at each splittable node,
+    /// whole (one of its options) or split; at each segment, one of its options.
+    pub fn pick_plan(&self, pick: &mut dyn FnMut(usize) -> usize) -> Vec<Chosen<'_>> {
+        fn go<'a>(nodes: &'a [ChainNode], pick: &mut dyn FnMut(usize) -> usize, out: &mut Vec<Chosen<'a>>) {
+            for node in nodes {
+                match node {
+                    ChainNode::Segment(s) => out.push(Chosen {
+                        segment: s,
+                        option: pick(s.options.len()),
+                    }),
+                    ChainNode::Splittable { whole, parts } => {
+                        let o = pick(whole.options.len() + 1);
+                        if o < whole.options.len() {
+                            out.push(Chosen {
+                                segment: whole,
+                                option: o,
+                            });
+                        } else {
+                            go(parts, pick, out);
+                        }
+                    }
+                }
+            }
+        }
+        let mut out = Vec::new();
+        go(&self.nodes, pick, &mut out);
+        out
+    }
+}
+
 /// The plan entries of a plan (store options omitted).
 pub fn plan_entries(plan: &[Chosen<'_>]) -> Vec<(String, Policy)> {
     plan.iter()

@@ -58,6 +58,10 @@ impl Sequential {
 }
 
 impl Module for Sequential {
+    fn children_form_chain(&self) -> bool {
+        true
+    }
+
     fn type_name(&self) -> &'static str {
         "Sequential"
     }

@@ -157,3 +157,47 @@ fn spatial_split_moves_a_policy_to_the_children() {
     let msg = model.split_policy("features.3.neuron").unwrap_err().to_string();
     assert!(msg.contains("no children"), "{msg}");
 }
+
+#[test]
+fn runs_of_children_are_validated() {
+    let mut model = tiny_conv_snn(Device::Meta, 0, 4);
+    let entry = |path: &str, a, b, chunks| memopt_checkpoint::PlanEntry {
+        path: path.into(),
+        children: Some([a, b]),
+        policy: Policy::Checkpoint {
+            compressor: CompressorKind::BitSpike,
+            chunks,
+        },
+    };
+    let plan = |entries: Vec<memopt_checkpoint::PlanEntry>| Plan { version: 1, entries };
+    model
+        .apply_plan(&plan(vec![entry("", 0, 3, 1), entry("", 5, 7, 2)]))
+        .unwrap();
+    assert_eq!(model.plan().entries.len(), 2);
+    let msg = model
+        .apply_plan(&plan(vec![entry("", 0, 3, 1), entry("", 2, 4, 1)]))
+        .unwrap_err()
+        .to_string();
+    assert!(msg.contains("[2..4] overlaps [0..3]"), "{msg}");
+    let msg = model
+        .apply_plan(&plan(vec![entry("", 3, 9, 1)]))
+        .unwrap_err()
+        .to_string();
+    assert!(msg.contains("0 <= start < end <= 7"), "{msg}");
+    let msg = model
+        .apply_plan(&plan(vec![entry("", 0, 2, 2)]))
+        .unwrap_err()
+        .to_string();
+    assert!(msg.contains("BatchNorm2d 'block1.bn'"), "{msg}");
+    let msg = model
+        .apply_plan(&plan(vec![entry("block1.conv", 0, 1, 1)]))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        msg.contains("Conv2d does not run its children as a chain"),
+        "{msg}"
+    );
+    let json = model.plan().to_json();
+    assert!(json.contains("\"children\""), "{json}");
+    assert_eq!(Plan::from_json(&json).unwrap(), model.plan());
+}

@@ -79,6 +79,12 @@ pub trait Module {
         false
     }
 
+    /// Whether the module runs its children through [`crate::Cx::call_children`], so that a
+    /// plan can give a run of consecutive children one policy (Sequential does).
+    fn supports_child_ranges(&self) -> bool {
+        false
+    }
+
     /// Whether the module keeps a state across time steps (spiking neurons).
     fn is_stateful(&self) -> bool {
         false

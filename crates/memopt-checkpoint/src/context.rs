@@ -5,7 +5,7 @@ use crate::autograd::{BackwardOp, Gradients, SavedTensor, StateStore, Tape, Var,
 use crate::module::Module;
 use crate::module::call_observer::{self, ModuleCall, ValueInfo};
 use crate::param::{Param, ParamId};
-use crate::policy::{Policy, PolicyTable};
+use crate::policy::{Policy, PolicyTable, Segment};
 use crate::{CheckpointError, Result};
 use memopt_core::memory::{Phase, current_scope, enter_module, enter_phase};
 use memopt_core::{Device, MemoryKind, Philox, Tensor};
@@ -267,8 +267,54 @@ impl<'m> Cx<'m> {
         match policy {
             None | Some(Policy::Store) => module.forward(self, inputs),
             Some(policy @ (Policy::Checkpoint { .. } | Policy::Offload { .. })) => {
-                crate::policy::checkpoint::forward(self, path, module, inputs, policy)
+                crate::policy::checkpoint::forward(self, path, Segment::Module(module), inputs, policy)
             }
+        }
+    }
+
+    /// Runs the children of `parent` (the module of the current scope, whose children form a
+    /// chain) one after the other, each on the previous one's outputs, applying the policies
+    /// assigned to runs of consecutive children (plan entries with `children`).
+    pub fn call_children(&mut self, parent: &'m dyn Module, inputs: Vec<Var>) -> Result<Vec<Var>> {
+        let path = current_scope().path_arc().clone();
+        let n = parent.children().len();
+        let mut xs = inputs;
+        let mut i = 0;
+        while i < n {
+            let end = self
+                .policies
+                .child_ranges(&path)
+                .iter()
+                .find(|r| r.start == i)
+                .map_or(i + 1, |r| r.end);
+            xs = self.call_child_run(parent, i, end, xs)?;
+            i = end;
+        }
+        Ok(xs)
+    }
+
+    /// Runs children `start..end` of `parent` (the module of the current scope) as one segment
+    /// under the policy assigned to that run, or one by one when it has none.
+    pub fn call_child_run(
+        &mut self,
+        parent: &'m dyn Module,
+        start: usize,
+        end: usize,
+        inputs: Vec<Var>,
+    ) -> Result<Vec<Var>> {
+        let path = current_scope().path_arc().clone();
+        let segment = Segment::Children { parent, start, end };
+        let policy = self
+            .policies
+            .child_ranges(&path)
+            .iter()
+            .find(|r| r.start == start && r.end == end)
+            .map(|r| r.policy);
+        match policy {
+            Some(p) if self.is_recording() => {
+                crate::policy::checkpoint::forward(self, path, segment, inputs, p)
+            }
+            _ => segment.forward(self, inputs),
         }
     }
 
@@ -297,6 +343,18 @@ impl<'m> Cx<'m> {
         tape.backward(self, vec![(id, seed)])
     }
 
+    /// Runs backward from several values at once, each with the gradient flowing into it (a
+    /// segment's outputs when it is run on its own). Returns the gradients of the leaves created
+    /// with `requires_grad`.
+    pub fn backward_with(&mut self, seeds: Vec<(VarId, Tensor)>) -> Result<HashMap<VarId, Tensor>> {
+        let tape = self
+            .tape
+            .take()
+            .ok_or_else(|| CheckpointError::Autograd("backward called without a recorded tape".into()))?;
+        let _phase = enter_phase(Phase::Backward);
+        tape.backward(self, seeds)
+    }
+
     /// Runs a tape backward from several seeds (used by recomputation).
     pub(crate) fn backward_tape(
         &mut self,
@@ -304,10 +362,6 @@ impl<'m> Cx<'m> {
         seeds: Vec<(VarId, Tensor)>,
     ) -> Result<HashMap<VarId, Tensor>> {
         tape.backward(self, seeds)
-    }
-
-    pub(crate) fn path_arc(&self) -> Arc<str> {
-        current_scope().path_arc().clone()
     }
 }
 

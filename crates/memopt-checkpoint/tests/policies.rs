@@ -6,7 +6,7 @@
 mod common;
 
 use common::{fingerprint, tiny_conv_snn, zoo_small};
-use memopt_checkpoint::{Model, Plan, Policy};
+use memopt_checkpoint::{Model, Plan, PlanEntry, Policy};
 use memopt_compress::CompressorKind;
 use memopt_core::Device;
 use proptest::prelude::*;
@@ -50,7 +50,43 @@ fn random_plan(model: &Model, picks: &[u32]) -> Plan {
         };
         entries.push((info.path.clone(), policy));
     }
-    Plan::from_entries(entries)
+    let mut plan = Plan::from_entries(entries);
+    // Runs of consecutive children of Sequential containers, as one segment each.
+    for (info, &r) in model
+        .modules()
+        .iter()
+        .filter(|i| i.type_name == "Sequential" && i.children > 1)
+        .zip(picks.iter().rev().cycle())
+    {
+        if r % 3 == 0 {
+            continue;
+        }
+        let n = info.children;
+        let start = (r as usize / 3) % (n - 1);
+        let end = start + 1 + (r as usize / 7) % (n - start);
+        let compressor = LOSSLESS[(r / 5) as usize % LOSSLESS.len()];
+        let chunks = 1 + (r as usize / 11) % t;
+        for policy in [
+            Policy::Checkpoint { compressor, chunks },
+            Policy::Checkpoint {
+                compressor,
+                chunks: 1,
+            },
+        ] {
+            let mut candidate = plan.clone();
+            candidate.entries.push(PlanEntry {
+                path: info.path.clone(),
+                children: Some([start, end]),
+                policy,
+            });
+            let mut probe = Model::clone_policies_probe(model);
+            if probe(&candidate) {
+                plan = candidate;
+                break;
+            }
+        }
+    }
+    plan
 }
 
 trait Probe {

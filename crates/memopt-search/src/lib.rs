@@ -1,1 +1,11 @@
-//! memopt-search (built in its own issue).
+//! memopt-search: memory plans and the strategies that find them.
+
+pub mod builder;
+pub mod chain;
+pub mod dp;
+mod error;
+pub mod measure;
+pub mod sites;
+pub mod time;
+
+pub use error::{Result, SearchError};

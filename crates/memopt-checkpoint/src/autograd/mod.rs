@@ -12,6 +12,6 @@ mod var;
 
 pub use gradients::Gradients;
 pub use saved::SavedTensor;
-pub use states::StateStore;
+pub use states::{StateStore, is_under};
 pub use tape::{BackwardGrads, BackwardOp, Tape};
 pub use var::{Var, VarId};

@@ -34,6 +34,15 @@ impl StateStore {
             .collect()
     }
 
+    /// States at or below any of `prefixes`, in path order.
+    pub fn under_any(&self, prefixes: &[String]) -> Vec<(Arc<str>, Var)> {
+        self.map
+            .iter()
+            .filter(|(p, _)| prefixes.iter().any(|prefix| is_under(p, prefix)))
+            .map(|(p, v)| (p.clone(), v.clone()))
+            .collect()
+    }
+
     /// Removes every state (the reset at the start of a step).
     pub fn clear(&mut self) {
         self.map.clear();

@@ -72,6 +72,19 @@ pub trait Module {
         self.children().into_iter().map(|(n, _)| n).collect()
     }
 
+    /// Whether [`Module::forward`] runs the children one after the other, each taking exactly
+    /// the previous one's outputs (the first takes the module's inputs, the last gives its
+    /// outputs). Planners may then treat the children as a chain of segments.
+    fn children_form_chain(&self) -> bool {
+        false
+    }
+
+    /// Whether the module runs its children through [`crate::Cx::call_children`], so that a
+    /// plan can give a run of consecutive children one policy (Sequential does).
+    fn supports_child_ranges(&self) -> bool {
+        false
+    }
+
     /// Whether the module keeps a state across time steps (spiking neurons).
     fn is_stateful(&self) -> bool {
         false

@@ -58,16 +58,20 @@ impl Sequential {
 }
 
 impl Module for Sequential {
+    fn children_form_chain(&self) -> bool {
+        true
+    }
+
+    fn supports_child_ranges(&self) -> bool {
+        true
+    }
+
     fn type_name(&self) -> &'static str {
         "Sequential"
     }
 
     fn forward<'m>(&'m self, cx: &mut Cx<'m>, inputs: Vec<Var>) -> Result<Vec<Var>> {
-        let mut xs = inputs;
-        for (name, child) in &self.children {
-            xs = cx.call(name, child.as_ref(), xs)?;
-        }
-        Ok(xs)
+        cx.call_children(self, inputs)
     }
 
     fn children(&self) -> Vec<(String, &dyn Module)> {

@@ -5,9 +5,9 @@
 
 use super::Policy;
 use super::saved_input::SavedInput;
+use super::segment::Segment;
 use crate::autograd::{BackwardGrads, BackwardOp, SavedTensor, Tape, Var, VarId};
 use crate::context::Cx;
-use crate::module::{Module, time_coupling_in};
 use crate::{CheckpointError, Result};
 use memopt_core::memory::{Phase, Scope, enter_scope};
 use memopt_core::{MemoryKind, RngState, Tensor, kernels};
@@ -23,8 +23,11 @@ struct ChunkSave {
 }
 
 struct CheckpointBackward<'m> {
-    module: &'m dyn Module,
+    segment: Segment<'m>,
+    /// Scope the segment runs in (the module's path, or its container's for a child range).
     path: Arc<str>,
+    /// Path prefixes of the neuron states the segment carries.
+    state_prefixes: Vec<String>,
     chunks: Vec<ChunkSave>,
     spans: Vec<Range<usize>>,
     /// Whether each input wants a gradient.
@@ -52,10 +55,10 @@ pub fn time_spans(t: usize, chunks: usize) -> Vec<Range<usize>> {
         .collect()
 }
 
-fn module_error(path: &str, module: &dyn Module, message: String) -> CheckpointError {
+fn module_error(path: &str, segment: &Segment<'_>, message: String) -> CheckpointError {
     CheckpointError::Module {
         path: path.to_string(),
-        module: module.type_name().to_string(),
+        module: segment.type_name(),
         message,
     }
 }
@@ -64,7 +67,7 @@ fn module_error(path: &str, module: &dyn Module, message: String) -> CheckpointE
 fn chunk_spans(
     cx: &Cx<'_>,
     path: &str,
-    module: &dyn Module,
+    segment: &Segment<'_>,
     inputs: &[Var],
     chunks: usize,
 ) -> Result<Vec<Range<usize>>> {
@@ -79,7 +82,7 @@ fn chunk_spans(
     let Some(first) = inputs.first() else {
         return Err(module_error(
             path,
-            module,
+            segment,
             "chunked checkpointing needs at least one input".into(),
         ));
     };
@@ -87,7 +90,7 @@ fn chunk_spans(
     if t == 0 || first.tensor().rank() == 0 {
         return Err(module_error(
             path,
-            module,
+            segment,
             format!(
                 "chunked checkpointing needs inputs of shape [T, ...] with T >= 1, got {}",
                 first.shape()
@@ -97,7 +100,7 @@ fn chunk_spans(
     if let Some(v) = inputs.iter().find(|v| v.dims().first() != Some(&t)) {
         return Err(module_error(
             path,
-            module,
+            segment,
             format!(
                 "all inputs of a chunked segment need the same T = {t}; got an input of shape {}",
                 v.shape()
@@ -107,14 +110,14 @@ fn chunk_spans(
     if chunks > t && !cx.in_time_chunk() {
         return Err(module_error(
             path,
-            module,
+            segment,
             format!("{chunks} chunks exceed the {t} time steps (valid: 1..={t})"),
         ));
     }
-    if let Some((who, why)) = time_coupling_in(module, path, cx.is_training()) {
+    if let Some((who, why)) = segment.time_coupling(path, cx.is_training()) {
         return Err(module_error(
             path,
-            module,
+            segment,
             format!("cannot chunk over time: {who}: {why}"),
         ));
     }
@@ -122,42 +125,53 @@ fn chunk_spans(
     Ok(time_spans(t, chunks.min(t)))
 }
 
-/// Runs `module` under a checkpoint or offload policy. Called by [`Cx::call_here`] while
-/// recording.
+/// Runs `segment` under a checkpoint or offload policy, in the scope `path`. Called by
+/// [`Cx::call_here`] and [`Cx::call_children`] while recording.
 pub(crate) fn forward<'m>(
     cx: &mut Cx<'m>,
     path: Arc<str>,
-    module: &'m dyn Module,
+    segment: Segment<'m>,
     inputs: Vec<Var>,
     policy: Policy,
 ) -> Result<Vec<Var>> {
     let (compressor, chunks, offload) = match policy {
         Policy::Checkpoint { compressor, chunks } => (compressor, chunks, false),
         Policy::Offload { compressor } => (compressor, 1, true),
-        Policy::Store => return module.forward(cx, inputs),
+        Policy::Store => return segment.forward(cx, inputs),
     };
-    let spans = chunk_spans(cx, &path, module, &inputs, chunks)?;
+    let spans = chunk_spans(cx, &path, &segment, &inputs, chunks)?;
+    let state_prefixes = segment.state_prefixes(&path);
     let rng_entry = cx.rng.state();
-    let entry = cx.states.under(&path);
+    let entry = cx.states.under_any(&state_prefixes);
     let host = offload.then(|| cx.host_device());
 
     let outer_tape = cx.tape.take();
     let chunked = spans.len() > 1;
     cx.time_chunk_depth += usize::from(chunked);
-    let ran = run_chunks(cx, module, &inputs, &spans, rng_entry, compressor, host);
+    let ran = run_chunks(
+        cx,
+        &segment,
+        &state_prefixes,
+        &inputs,
+        &spans,
+        rng_entry,
+        compressor,
+        host,
+    );
     cx.time_chunk_depth -= usize::from(chunked);
     cx.tape = outer_tape;
     let (saves, outputs) = ran?;
 
-    let finals = cx.states.under(&path);
+    let finals = cx.states.under_any(&state_prefixes);
     let n_out = outputs.len();
     let mut node_inputs: Vec<Option<VarId>> = inputs.iter().map(Var::id).collect();
     node_inputs.extend(entry.iter().map(|(_, v)| v.id()));
     let mut node_outputs = outputs;
     node_outputs.extend(finals.iter().map(|(_, v)| v.tensor().clone()));
     let op = CheckpointBackward {
-        module,
+        segment,
         path: path.clone(),
+        state_prefixes,
         chunks: saves,
         spans,
         input_needs: inputs.iter().map(Var::requires_grad).collect(),
@@ -178,16 +192,17 @@ type ChunkRun = (Vec<ChunkSave>, Vec<Tensor>);
 
 /// The forward of every chunk without recording; chunk outputs are written into full-length
 /// outputs allocated after the first chunk.
+#[allow(clippy::too_many_arguments)]
 fn run_chunks<'m>(
     cx: &mut Cx<'m>,
-    module: &'m dyn Module,
+    segment: &Segment<'m>,
+    state_prefixes: &[String],
     inputs: &[Var],
     spans: &[Range<usize>],
     rng_entry: RngState,
     compressor: memopt_compress::CompressorKind,
     host: Option<memopt_core::Device>,
 ) -> Result<ChunkRun> {
-    let path = cx.path_arc();
     let chunked = spans.len() > 1;
     let mut saves = Vec::with_capacity(spans.len());
     let mut outputs: Vec<Tensor> = Vec::new();
@@ -207,7 +222,7 @@ fn run_chunks<'m>(
         };
         let states = cx
             .states
-            .under(&path)
+            .under_any(state_prefixes)
             .into_iter()
             .map(|(p, v)| (p, cx.save(v.tensor())))
             .collect::<Vec<_>>();
@@ -215,7 +230,7 @@ fn run_chunks<'m>(
             .iter()
             .map(|x| SavedInput::save(x, compressor, host))
             .collect::<Result<Vec<_>>>()?;
-        let ys = module.forward(cx, xs.into_iter().map(Var::constant).collect())?;
+        let ys = segment.forward(cx, xs.into_iter().map(Var::constant).collect())?;
         saves.push(ChunkSave {
             inputs: saved,
             states,
@@ -271,8 +286,9 @@ impl<'m> CheckpointBackward<'m> {
         mut out_grads: Vec<Option<Tensor>>,
     ) -> Result<Vec<Option<Tensor>>> {
         let CheckpointBackward {
-            module,
+            segment,
             path,
+            state_prefixes,
             chunks,
             spans,
             input_needs,
@@ -314,7 +330,7 @@ impl<'m> CheckpointBackward<'m> {
             cx.tape = Some(tape);
             let ys = {
                 let _recompute = enter_scope(Scope::new(path.clone(), Phase::Recompute));
-                module.forward(cx, xs)
+                segment.forward(cx, xs)
             };
             let tape = cx.tape.take().expect("the recompute tape was installed above");
             let ys = ys?;
@@ -329,7 +345,7 @@ impl<'m> CheckpointBackward<'m> {
                     seeds.push((id, g));
                 }
             }
-            for (p, v) in cx.states.under(&path) {
+            for (p, v) in cx.states.under_any(&state_prefixes) {
                 if let (Some(id), Some(g)) = (v.id(), carry.remove(&p)) {
                     seeds.push((id, g));
                 }

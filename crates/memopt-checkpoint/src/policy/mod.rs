@@ -5,10 +5,12 @@
 pub(crate) mod checkpoint;
 mod plan;
 mod saved_input;
+mod segment;
 mod table;
 
 pub use plan::{PLAN_VERSION, Plan, PlanEntry};
-pub use table::{PolicyTable, RunShape};
+pub(crate) use segment::Segment;
+pub use table::{ChildRange, PolicyTable, RunShape};
 
 use memopt_compress::CompressorKind;
 use serde::{Deserialize, Serialize};

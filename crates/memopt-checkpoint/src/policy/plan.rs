@@ -7,19 +7,35 @@ use serde::{Deserialize, Serialize};
 /// Version of the plan format written by this build.
 pub const PLAN_VERSION: u32 = 1;
 
-/// One assignment of a plan.
+/// One assignment of a plan: a module, or a run of consecutive children of a container whose
+/// children form a chain (then they share one checkpoint: one saved input for the run).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PlanEntry {
     /// Module path, e.g. `features.3`.
     pub path: String,
-    /// Policy for that module.
+    /// Children `[start, end)` of that module as one segment (absent: the module itself).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub children: Option<[usize; 2]>,
+    /// Policy for that module or run.
     pub policy: Policy,
+}
+
+impl PlanEntry {
+    /// The entry's target as shown to people: `features.3`, or `features[2..5]` for a run of
+    /// children.
+    pub fn target(&self) -> String {
+        match self.children {
+            None => self.path.clone(),
+            Some([a, b]) => format!("{}[{a}..{b}]", self.path),
+        }
+    }
 }
 
 /// A memory plan: every module not listed is stored. Serialises to JSON as
 /// `{"version": 1, "entries": [{"path": "features.0", "policy": {"kind": "checkpoint",
-/// "compressor": "bit_spike", "chunks": 1}}]}`.
+/// "compressor": "bit_spike", "chunks": 1}}, {"path": "features", "children": [2, 5],
+/// "policy": {"kind": "checkpoint"}}]}`.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct Plan {
     /// Format version ([`PLAN_VERSION`]).
@@ -45,6 +61,7 @@ impl Plan {
                 .into_iter()
                 .map(|(path, policy)| PlanEntry {
                     path: path.into(),
+                    children: None,
                     policy,
                 })
                 .collect(),

@@ -1,16 +1,30 @@
 //! The policies in force, by module path, and their validation.
 
+use super::segment::Segment;
 use super::{PLAN_VERSION, Plan, PlanEntry, Policy};
-use crate::module::{Module, find_module, module_infos, time_coupling_in};
+use crate::module::{Module, find_module, module_infos};
 use crate::{CheckpointError, Result};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-/// The policy of every module that is not stored, by path. Built from a [`Plan`] by
-/// [`PolicyTable::from_plan`], which validates every entry before anything is assigned.
+/// A policy for children `start..end` of a chain container, run as one segment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ChildRange {
+    /// First child.
+    pub start: usize,
+    /// One past the last child.
+    pub end: usize,
+    /// The policy of the run.
+    pub policy: Policy,
+}
+
+/// The policy of every module (and run of children) that is not stored, by path. Built from a
+/// [`Plan`] by [`PolicyTable::from_plan`], which validates every entry before anything is
+/// assigned.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PolicyTable {
     map: BTreeMap<Arc<str>, Policy>,
+    ranges: BTreeMap<Arc<str>, Vec<ChildRange>>,
 }
 
 /// What validation needs to know about the run a plan is for.
@@ -28,39 +42,50 @@ impl PolicyTable {
         self.map.get(path)
     }
 
-    /// Assignments in path order.
+    /// The runs of children of `path` with a policy, by start.
+    pub fn child_ranges(&self, path: &str) -> &[ChildRange] {
+        self.ranges.get(path).map_or(&[], Vec::as_slice)
+    }
+
+    /// Module assignments in path order.
     pub fn iter(&self) -> impl Iterator<Item = (&str, &Policy)> {
         self.map.iter().map(|(k, v)| (&**k, v))
     }
 
-    /// Number of modules with a policy other than store.
+    /// Number of entries (modules and runs of children) with a policy other than store.
     pub fn len(&self) -> usize {
-        self.map.len()
+        self.map.len() + self.ranges.values().map(Vec::len).sum::<usize>()
     }
 
     /// Whether everything is stored.
     pub fn is_empty(&self) -> bool {
-        self.map.is_empty()
+        self.len() == 0
     }
 
-    /// The table as a plan (entries in path order).
+    /// The table as a plan (module entries in path order, then runs of children).
     pub fn to_plan(&self) -> Plan {
+        let modules = self.map.iter().map(|(p, pol)| PlanEntry {
+            path: p.to_string(),
+            children: None,
+            policy: *pol,
+        });
+        let runs = self.ranges.iter().flat_map(|(p, rs)| {
+            rs.iter().map(move |r| PlanEntry {
+                path: p.to_string(),
+                children: Some([r.start, r.end]),
+                policy: r.policy,
+            })
+        });
         Plan {
             version: PLAN_VERSION,
-            entries: self
-                .map
-                .iter()
-                .map(|(p, pol)| PlanEntry {
-                    path: p.to_string(),
-                    policy: *pol,
-                })
-                .collect(),
+            entries: modules.chain(runs).collect(),
         }
     }
 
     /// Validates `plan` against the module tree and builds the table. Errors name the entry:
-    /// an unknown path (with look-alike suggestions), a duplicate, zero chunks, more chunks than
-    /// time steps, or chunking a segment whose modules couple time steps.
+    /// an unknown path (with look-alike suggestions), a duplicate or overlapping run, zero
+    /// chunks, more chunks than time steps, chunking a segment whose modules couple time steps,
+    /// or a run of children of a module whose children do not form a chain.
     pub fn from_plan(root: &dyn Module, plan: &Plan, run: RunShape) -> Result<PolicyTable> {
         if plan.version != PLAN_VERSION {
             return Err(CheckpointError::InvalidPlan(format!(
@@ -68,18 +93,51 @@ impl PolicyTable {
                 plan.version
             )));
         }
-        let mut map = BTreeMap::new();
+        let mut table = PolicyTable::default();
         for e in &plan.entries {
-            check_entry(root, &e.path, &e.policy, run)?;
-            if map.insert(Arc::from(e.path.as_str()), e.policy).is_some() {
-                return Err(CheckpointError::InvalidPlan(format!(
-                    "path '{}' appears more than once",
-                    e.path
-                )));
+            table.insert(root, e, run)?;
+        }
+        Ok(table)
+    }
+
+    fn insert(&mut self, root: &dyn Module, e: &PlanEntry, run: RunShape) -> Result<()> {
+        check_entry(root, e, run)?;
+        let path: Arc<str> = Arc::from(e.path.as_str());
+        match e.children {
+            None => {
+                if self.map.contains_key(&path) {
+                    return Err(CheckpointError::InvalidPlan(format!(
+                        "path '{}' appears more than once",
+                        e.path
+                    )));
+                }
+                if e.policy != Policy::Store {
+                    self.map.insert(path, e.policy);
+                }
+            }
+            Some([start, end]) => {
+                let runs = self.ranges.entry(path).or_default();
+                if let Some(o) = runs.iter().find(|r| r.start < end && start < r.end) {
+                    return Err(CheckpointError::InvalidPlan(format!(
+                        "{} overlaps {}[{}..{}]; runs of children must not overlap",
+                        e.target(),
+                        e.path,
+                        o.start,
+                        o.end
+                    )));
+                }
+                if e.policy != Policy::Store {
+                    runs.push(ChildRange {
+                        start,
+                        end,
+                        policy: e.policy,
+                    });
+                    runs.sort_by_key(|r| r.start);
+                }
             }
         }
-        map.retain(|_, p| *p != Policy::Store);
-        Ok(PolicyTable { map })
+        self.ranges.retain(|_, v| !v.is_empty());
+        Ok(())
     }
 
     /// The table with `path`'s policy moved to the children its module names in
@@ -103,15 +161,19 @@ impl PolicyTable {
         next.map.remove(path);
         for c in children {
             let child = if path.is_empty() { c } else { format!("{path}.{c}") };
-            check_entry(root, &child, &policy, run)?;
-            next.map.insert(Arc::from(child.as_str()), policy);
+            next = next.with(root, &child, policy, run)?;
         }
         Ok(next)
     }
 
     /// The table with `path` set to `policy` (validated).
     pub fn with(&self, root: &dyn Module, path: &str, policy: Policy, run: RunShape) -> Result<PolicyTable> {
-        check_entry(root, path, &policy, run)?;
+        let entry = PlanEntry {
+            path: path.to_string(),
+            children: None,
+            policy,
+        };
+        check_entry(root, &entry, run)?;
         let mut next = self.clone();
         if policy == Policy::Store {
             next.map.remove(path);
@@ -122,15 +184,37 @@ impl PolicyTable {
     }
 }
 
-fn check_entry(root: &dyn Module, path: &str, policy: &Policy, run: RunShape) -> Result<()> {
-    let module = find_module(root, path).ok_or_else(|| unknown_path(root, path))?;
+fn check_entry(root: &dyn Module, e: &PlanEntry, run: RunShape) -> Result<()> {
+    let module = find_module(root, &e.path).ok_or_else(|| unknown_path(root, &e.path))?;
+    let segment = match e.children {
+        None => Segment::Module(module),
+        Some([start, end]) => Segment::Children {
+            parent: module,
+            start,
+            end,
+        },
+    };
     let invalid = |reason: String| CheckpointError::InvalidPolicy {
-        path: path.to_string(),
-        module: module.type_name().to_string(),
-        policy: policy.to_string(),
+        path: e.target(),
+        module: segment.type_name(),
+        policy: e.policy.to_string(),
         reason,
     };
-    if let Policy::Checkpoint { chunks, .. } = *policy {
+    if let Some([start, end]) = e.children {
+        let n = module.children().len();
+        if !module.supports_child_ranges() {
+            return Err(invalid(format!(
+                "{} does not run its children as a chain that plans can split into runs (Sequential does)",
+                module.type_name()
+            )));
+        }
+        if start >= end || end > n {
+            return Err(invalid(format!(
+                "a run of children needs 0 <= start < end <= {n}"
+            )));
+        }
+    }
+    if let Policy::Checkpoint { chunks, .. } = e.policy {
         if chunks == 0 {
             return Err(invalid("chunks must be at least 1".into()));
         }
@@ -142,7 +226,7 @@ fn check_entry(root: &dyn Module, path: &str, policy: &Policy, run: RunShape) ->
                     "{chunks} chunks exceed the {t} time steps of the input (valid: 1..={t})"
                 )));
             }
-            if let Some((who, why)) = time_coupling_in(module, path, run.training) {
+            if let Some((who, why)) = segment.time_coupling(&e.path, run.training) {
                 return Err(invalid(format!(
                     "it cannot be chunked over time because it contains {who}: {why}; checkpoint it with chunks = 1 \
                      or chunk a smaller segment"

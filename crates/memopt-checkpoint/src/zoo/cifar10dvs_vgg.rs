@@ -29,6 +29,10 @@ impl Module for VggBlock {
     fn children(&self) -> Vec<(String, &dyn Module)> {
         vec![("proj_bn".into(), &self.proj_bn), ("neuron".into(), &self.neuron)]
     }
+
+    fn children_form_chain(&self) -> bool {
+        true
+    }
 }
 
 /// The example's LIF: tau 1.333, decay_input false, detach_reset true, ATan surrogate.

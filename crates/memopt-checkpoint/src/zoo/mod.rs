@@ -4,10 +4,15 @@
 
 mod cifar10dvs_vgg;
 mod mlp;
+mod resnet;
+mod spiking_vgg;
 
+use crate::autograd::Var;
+use crate::context::Cx;
 use crate::model::{InputSpec, Model};
-use crate::{CheckpointError, Result};
+use crate::{CheckpointError, Result, ops};
 use memopt_core::Device;
+use memopt_core::memory::current_scope;
 
 /// A zoo model: its CLI name, what it is, and its default and small input specs.
 #[derive(Debug, Clone)]
@@ -42,6 +47,33 @@ fn registry() -> Vec<(ZooEntry, Builder)> {
                 small: spec(4, &[2, 48, 48], 10),
             },
             cifar10dvs_vgg::build,
+        ),
+        (
+            ZooEntry {
+                name: "sew-resnet18",
+                description: "SpikingJelly sew_resnet18 (cnf ADD, LIF tau 2), ImageNet-size input",
+                default: spec(4, &[3, 224, 224], 1000),
+                small: spec(2, &[3, 32, 32], 10),
+            },
+            resnet::build_sew_resnet18,
+        ),
+        (
+            ZooEntry {
+                name: "spiking-resnet18",
+                description: "SpikingJelly spiking_resnet18 (LIF tau 2), ImageNet-size input",
+                default: spec(4, &[3, 224, 224], 1000),
+                small: spec(2, &[3, 32, 32], 10),
+            },
+            resnet::build_spiking_resnet18,
+        ),
+        (
+            ZooEntry {
+                name: "spiking-vgg11-bn",
+                description: "SpikingJelly spiking_vgg11_bn (LIF tau 2, 512*7*7-4096-4096 classifier), ImageNet-size input",
+                default: spec(4, &[3, 224, 224], 1000),
+                small: spec(2, &[3, 32, 32], 10),
+            },
+            spiking_vgg::build,
         ),
         (
             ZooEntry {
@@ -110,4 +142,48 @@ pub(crate) fn expect_sample(name: &str, spec: &InputSpec, layout: &str, rank: us
         )));
     }
     Ok(())
+}
+
+/// Checks that `spec.sample` is an image `[C, H, W]` with H, W >= `min_hw` and returns C, with
+/// the model's name and what is valid in the error.
+pub(crate) fn expect_image(name: &str, spec: &InputSpec, min_hw: usize) -> Result<usize> {
+    expect_sample(name, spec, "C, H, W", 3)?;
+    let [c, h, w] = [spec.sample[0], spec.sample[1], spec.sample[2]];
+    if h < min_hw || w < min_hw {
+        return Err(CheckpointError::InvalidInput(format!(
+            "model '{name}' downsamples by 32, so it needs H, W >= {min_hw}, got {h}x{w}"
+        )));
+    }
+    Ok(c)
+}
+
+/// The one input of a zoo module, or an error naming the module.
+pub(crate) fn one_input(inputs: Vec<Var>, module: &str) -> Result<Var> {
+    let n = inputs.len();
+    match (inputs.into_iter().next(), n) {
+        (Some(x), 1) => Ok(x),
+        _ => Err(CheckpointError::Module {
+            path: current_scope().path().to_string(),
+            module: module.to_string(),
+            message: format!("expected one input, got {n}"),
+        }),
+    }
+}
+
+/// `torch.flatten(x, 2)` in a multi-step network's forward (a function there, not a module):
+/// `[T, N, ...]` -> `[T, N, prod(...)]`.
+pub(crate) fn flatten_time<'m>(cx: &mut Cx<'m>, x: Var, module: &str) -> Result<Var> {
+    let d = x.dims();
+    if d.len() < 3 {
+        return Err(CheckpointError::Module {
+            path: current_scope().path().to_string(),
+            module: module.to_string(),
+            message: format!(
+                "expected a multi-step input [T, N, ...] to flatten from dimension 2, got {}",
+                x.shape()
+            ),
+        });
+    }
+    let dims = vec![d[0], d[1], d[2..].iter().product()];
+    ops::reshape(cx, &x, dims)
 }

@@ -1,0 +1,89 @@
+//! What a checkpoint node runs and recomputes: one module, or a run of consecutive children of
+//! a chain container (so that several layers share one saved input).
+
+use crate::Result;
+use crate::autograd::Var;
+use crate::context::Cx;
+use crate::module::{Module, time_coupling_in};
+
+/// A module, or children `start..end` of a container whose children form a chain.
+#[derive(Clone, Copy)]
+pub(crate) enum Segment<'m> {
+    /// One module.
+    Module(&'m dyn Module),
+    /// Consecutive children of `parent`.
+    Children {
+        /// The chain container.
+        parent: &'m dyn Module,
+        /// First child (index).
+        start: usize,
+        /// One past the last child.
+        end: usize,
+    },
+}
+
+impl<'m> Segment<'m> {
+    /// Type as shown in errors: `Conv2d`, or `Sequential[2..5]`.
+    pub(crate) fn type_name(&self) -> String {
+        match self {
+            Segment::Module(m) => m.type_name().to_string(),
+            Segment::Children { parent, start, end } => format!("{}[{start}..{end}]", parent.type_name()),
+        }
+    }
+
+    /// The forward pass (the policy of the segment itself is not applied again; policies of
+    /// modules inside are).
+    pub(crate) fn forward(&self, cx: &mut Cx<'m>, inputs: Vec<Var>) -> Result<Vec<Var>> {
+        match *self {
+            Segment::Module(m) => m.forward(cx, inputs),
+            Segment::Children { parent, start, end } => {
+                let mut xs = inputs;
+                for (name, child) in parent.children().into_iter().take(end).skip(start) {
+                    xs = cx.call(&name, child, xs)?;
+                }
+                Ok(xs)
+            }
+        }
+    }
+
+    /// Path prefixes of the stateful modules the segment may run, given the scope path it runs
+    /// in (the module's own path, or the container's).
+    pub(crate) fn state_prefixes(&self, path: &str) -> Vec<String> {
+        match *self {
+            Segment::Module(_) => vec![path.to_string()],
+            Segment::Children { parent, start, end } => parent
+                .children()
+                .into_iter()
+                .take(end)
+                .skip(start)
+                .map(|(name, _)| {
+                    if path.is_empty() {
+                        name
+                    } else {
+                        format!("{path}.{name}")
+                    }
+                })
+                .collect(),
+        }
+    }
+
+    /// The first module inside that cannot run on part of the time steps, with the reason.
+    pub(crate) fn time_coupling(&self, path: &str, training: bool) -> Option<(String, String)> {
+        match *self {
+            Segment::Module(m) => time_coupling_in(m, path, training),
+            Segment::Children { parent, start, end } => parent
+                .children()
+                .into_iter()
+                .take(end)
+                .skip(start)
+                .find_map(|(name, child)| {
+                    let p = if path.is_empty() {
+                        name
+                    } else {
+                        format!("{path}.{name}")
+                    };
+                    time_coupling_in(child, &p, training)
+                }),
+        }
+    }
+}

@@ -1,0 +1,91 @@
+//! Bad input gets an error that names the problem, never a panic: CUDA requests without a
+//! driver or device, kernels on devices that cannot run them, and random garbage shapes.
+
+use memopt_core::kernels::{self, Conv2dParams, GradNeeds, NeuronConfig, Pool2dParams};
+use memopt_core::{CoreError, DType, Device, MemoryKind, Tensor, cuda_device_count};
+use proptest::prelude::*;
+
+#[test]
+fn cuda_requests_fail_clearly_without_a_gpu() {
+    match cuda_device_count() {
+        Err(e) => {
+            let msg = e.to_string();
+            assert!(msg.contains("CUDA is unavailable"), "{msg}");
+            let t = Tensor::zeros([4], DType::F32, Device::Cuda(0), MemoryKind::Input).unwrap_err();
+            assert!(matches!(t, CoreError::CudaUnavailable { .. }), "{t}");
+            println!("no CUDA here ({msg}); checked the error path");
+        }
+        Ok(n) => {
+            let e = Tensor::zeros([4], DType::F32, Device::Cuda(n + 3), MemoryKind::Input).unwrap_err();
+            let msg = e.to_string();
+            assert!(
+                msg.contains(&format!("CUDA device {} does not exist", n + 3)),
+                "{msg}"
+            );
+            let x = Tensor::zeros([4], DType::F32, Device::Cuda(0), MemoryKind::Input).unwrap();
+            let e = kernels::relu(&x).unwrap_err().to_string();
+            assert!(e.contains("relu") && e.contains("cuda:0"), "{e}");
+        }
+    }
+}
+
+#[test]
+fn meta_tensors_have_no_data_to_read() {
+    let t = Tensor::zeros([2], DType::F32, Device::Meta, MemoryKind::Input).unwrap();
+    let e = t.to_vec_f32().unwrap_err().to_string();
+    assert!(e.contains("no data") && e.contains("meta"), "{e}");
+    assert!(t.to_device(Device::Cpu).is_err());
+}
+
+#[test]
+fn mismatched_devices_are_named() {
+    let a = Tensor::zeros([2], DType::F32, Device::Cpu, MemoryKind::Input).unwrap();
+    let b = Tensor::zeros([2], DType::F32, Device::Meta, MemoryKind::Input).unwrap();
+    let e = kernels::add(&a, &b).unwrap_err().to_string();
+    assert!(e.contains("cpu") && e.contains("meta"), "{e}");
+}
+
+fn any_tensor(dims: Vec<usize>, dtype_pick: u8) -> Tensor {
+    let dtype = [DType::F32, DType::F32, DType::F32, DType::F16, DType::I64][dtype_pick as usize % 5];
+    Tensor::zeros(dims, dtype, Device::Cpu, MemoryKind::Input).unwrap()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(96))]
+
+    /// Random (mostly wrong) shapes, dtypes and parameters: every kernel returns Ok or a
+    /// CoreError; none panics.
+    #[test]
+    fn kernels_never_panic_on_garbage(
+        a in proptest::collection::vec(0usize..5, 0..6),
+        b in proptest::collection::vec(0usize..5, 0..6),
+        c in proptest::collection::vec(0usize..5, 0..6),
+        da in 0u8..5, db in 0u8..5,
+        s in 0usize..4, p in 0usize..3, k in 0usize..4, g in 0usize..3, steps in 0usize..4,
+    ) {
+        let (x, w, y) = (any_tensor(a, da), any_tensor(b, db), any_tensor(c, 0));
+        let conv = Conv2dParams { stride: [s, s], padding: [p, p], dilation: [1, k.max(1)], groups: g };
+        let pool = Pool2dParams { kernel: [k, k], stride: [s, s], padding: [p, p] };
+        let _ = kernels::conv2d(&x, &w, None, &conv);
+        let _ = kernels::conv2d_steps(&x, &w, Some(&y), &conv, steps);
+        let _ = kernels::conv2d_backward(&y, &x, &w, true, &conv, GradNeeds::ALL);
+        let _ = kernels::linear(&x, &w, Some(&y));
+        let _ = kernels::linear_steps(&x, &w, None, steps);
+        let _ = kernels::linear_backward(&y, &x, &w, true, GradNeeds::ALL);
+        let _ = kernels::matmul(&x, &w);
+        let _ = kernels::max_pool2d(&x, &pool);
+        let _ = kernels::avg_pool2d(&x, &pool, true);
+        let _ = kernels::adaptive_avg_pool2d(&x, [k, s]);
+        let _ = kernels::batch_norm_train(&x, Some(&w), None, None, 0.1, 1e-5);
+        let _ = kernels::neuron_forward(&NeuronConfig::lif(2.0), &x, Some(&w), None, true);
+        let _ = kernels::neuron_backward(&NeuronConfig::lif(2.0), &x, None, &y, None, None, true);
+        let _ = kernels::cross_entropy(&x, &w);
+        let _ = kernels::mse(&x, &w);
+        let _ = kernels::mean_dim(&x, k);
+        let _ = kernels::broadcast_dim(&x, k, s, 1.0);
+        let _ = kernels::cat0(&[x.clone(), w.clone()], MemoryKind::Activation);
+        let _ = kernels::add(&x, &w);
+        let _ = x.reshape(w.dims().to_vec());
+        let _ = x.narrow0(s, k);
+    }
+}

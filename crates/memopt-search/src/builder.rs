@@ -1,0 +1,129 @@
+//! Building the [`ChainModel`] of a model: its sites, every option of every site measured
+//! exactly, and the loss after the chain.
+
+use crate::Result;
+use crate::chain::{ChainModel, ChainNode, ChainSegment, SegmentOption};
+use crate::measure::{Figures, measure, measure_loss};
+use crate::sites::Site;
+use crate::time::TimeModel;
+use memopt_checkpoint::{Model, Policy};
+use memopt_compress::CompressorKind;
+
+/// Which options the planners consider for each segment.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OptionSpace {
+    /// Compressor of checkpointed inputs (applied to spike inputs only).
+    pub compressor: CompressorKind,
+    /// Time-chunk counts tried for segments that can run on part of the time steps
+    /// (counts above T are skipped).
+    pub chunk_counts: Vec<usize>,
+}
+
+impl Default for OptionSpace {
+    fn default() -> Self {
+        OptionSpace {
+            compressor: CompressorKind::BitSpike,
+            chunk_counts: vec![2, 4, 8],
+        }
+    }
+}
+
+/// Path of the pseudo-segment that stands for the loss after the chain.
+pub const LOSS_PATH: &str = "(loss)";
+
+fn option(policy: Policy, f: &Figures, extra_ms: f64) -> SegmentOption {
+    SegmentOption {
+        policy,
+        forward_peak: f.forward_peak,
+        kept: f.kept,
+        backward_peak: f.backward_peak,
+        extra_ms,
+    }
+}
+
+fn segment(
+    model: &Model,
+    site: &Site,
+    first: bool,
+    space: &OptionSpace,
+    time: &TimeModel,
+) -> Result<ChainSegment> {
+    let t = model.spec().time_steps;
+    let mut policies = vec![
+        Policy::Store,
+        Policy::Checkpoint {
+            compressor: space.compressor,
+            chunks: 1,
+        },
+    ];
+    if site.time_separable {
+        policies.extend(
+            space
+                .chunk_counts
+                .iter()
+                .filter(|&&k| k > 1 && k <= t)
+                .map(|&chunks| Policy::Checkpoint {
+                    compressor: space.compressor,
+                    chunks,
+                }),
+        );
+    }
+    let mut options = Vec::with_capacity(policies.len());
+    let mut fixed = None;
+    for p in policies {
+        let f = measure(model, site, p, first)?;
+        fixed.get_or_insert((f.states, f.param_grads));
+        options.push(option(p, &f, time.extra_ms(site, &p)));
+    }
+    let (states, param_grads) = fixed.unwrap_or((0, 0));
+    Ok(ChainSegment {
+        path: site.path.clone(),
+        options,
+        states,
+        param_grads,
+    })
+}
+
+fn node(model: &Model, site: &Site, first: bool, space: &OptionSpace, time: &TimeModel) -> Result<ChainNode> {
+    let whole = segment(model, site, first, space, time)?;
+    if site.parts.is_empty() {
+        return Ok(ChainNode::Segment(whole));
+    }
+    let parts = site
+        .parts
+        .iter()
+        .enumerate()
+        .map(|(i, p)| node(model, p, first && i == 0, space, time))
+        .collect::<Result<Vec<_>>>()?;
+    Ok(ChainNode::Splittable { whole, parts })
+}
+
+/// The chain model of `model` (built on Meta) for batches of `n`: the root's chain of parts
+/// (or the root itself when its children do not form a chain), then the loss. `base` is what
+/// the step holds throughout (parameters, buffers, optimizer state, batch), in bytes.
+pub fn chain_model(
+    model: &Model,
+    root: &Site,
+    n: usize,
+    base: u64,
+    space: &OptionSpace,
+    time: &TimeModel,
+) -> Result<ChainModel> {
+    let mut nodes = if root.parts.is_empty() {
+        vec![node(model, root, true, space, time)?]
+    } else {
+        root.parts
+            .iter()
+            .enumerate()
+            .map(|(i, p)| node(model, p, i == 0, space, time))
+            .collect::<Result<Vec<_>>>()?
+    };
+    let loss = measure_loss(root, n)?;
+    nodes.push(ChainNode::Segment(ChainSegment {
+        path: LOSS_PATH.into(),
+        options: vec![option(Policy::Store, &loss, 0.0)],
+        states: loss.states,
+        param_grads: 0,
+    }));
+    Ok(ChainModel { base, nodes })
+}

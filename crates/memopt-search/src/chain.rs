@@ -1,0 +1,247 @@
+//! The memory and time model of a chain of segments, each run under one of a few options.
+//!
+//! A training step runs the segments' forward passes in order and their backward passes in
+//! reverse. With every option's figures measured exactly (see [`crate::profile`]), the tracked
+//! bytes at any moment are a sum of per-segment terms, so the step's peak is
+//!
+//! ```text
+//! max( max_i  base + K(<i) + S(<i) + F_i(o_i),                    forward of segment i
+//!      max_i  base + K(<i) + S(all) + P(>i) + W_i(o_i),           backward of segment i
+//!             base + P(all) )                                     optimizer update
+//! ```
+//!
+//! where `K` are the bytes a segment keeps from its forward to its backward (saved activations,
+//! a compressed input, chunk-boundary states), `S` the neuron states every segment holds until
+//! the step ends, `P` its parameter gradients, `F` and `W` its own forward and backward peaks.
+//! Only `K`, `F`, `W` and the extra time depend on the option.
+
+use memopt_checkpoint::Policy;
+use serde::{Deserialize, Serialize};
+
+/// One way to run a segment, with its exact memory figures (bytes) and extra time (ms).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SegmentOption {
+    /// The policy this option assigns.
+    pub policy: Policy,
+    /// Peak bytes above what earlier segments hold, during its forward pass.
+    pub forward_peak: u64,
+    /// Bytes held from its forward to its backward pass.
+    pub kept: u64,
+    /// Peak bytes above what earlier segments keep (states, later gradients excluded), during
+    /// its backward pass (recomputation included).
+    pub backward_peak: u64,
+    /// Time this option adds to the step compared with storing, in ms.
+    pub extra_ms: f64,
+}
+
+/// A segment of the chain: its options (the first is always store) and the bytes it holds
+/// whatever the option.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ChainSegment {
+    /// Module path.
+    pub path: String,
+    /// The ways to run it; index 0 stores everything.
+    pub options: Vec<SegmentOption>,
+    /// Bytes of neuron states it holds until the end of the step.
+    pub states: u64,
+    /// Bytes of its parameter gradients.
+    pub param_grads: u64,
+}
+
+/// A node of the chain: a segment, or a segment that can also run as the chain of its
+/// children (a spatial split: each child then gets its own option).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum ChainNode {
+    /// A segment run whole under one of its options.
+    Segment(ChainSegment),
+    /// A segment that runs either whole or as its children, in order.
+    Splittable {
+        /// The segment run whole.
+        whole: ChainSegment,
+        /// Its children, which form a chain.
+        parts: Vec<ChainNode>,
+    },
+}
+
+impl ChainNode {
+    /// The segment run whole.
+    pub fn segment(&self) -> &ChainSegment {
+        match self {
+            ChainNode::Segment(s) | ChainNode::Splittable { whole: s, .. } => s,
+        }
+    }
+}
+
+/// One segment of a plan with the option it runs.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Chosen<'a> {
+    /// The segment.
+    pub segment: &'a ChainSegment,
+    /// Index into its options.
+    pub option: usize,
+}
+
+impl Chosen<'_> {
+    /// The option.
+    pub fn option(&self) -> &SegmentOption {
+        &self.segment.options[self.option]
+    }
+}
+
+/// The chain: persistent bytes and nodes in forward order.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ChainModel {
+    /// Bytes held throughout the step: parameters, buffers, optimizer state, batch.
+    pub base: u64,
+    /// Nodes in forward order.
+    pub nodes: Vec<ChainNode>,
+}
+
+impl ChainModel {
+    /// Bytes of all neuron states.
+    pub fn states_total(&self) -> u64 {
+        self.nodes.iter().map(|n| n.segment().states).sum()
+    }
+
+    /// Bytes of all parameter gradients.
+    pub fn param_grads_total(&self) -> u64 {
+        self.nodes.iter().map(|n| n.segment().param_grads).sum()
+    }
+
+    /// Predicted peak bytes of a plan given as its segments in forward order.
+    pub fn peak(&self, plan: &[Chosen<'_>]) -> u64 {
+        let mut walk = Walk::start(self);
+        for c in plan {
+            walk.step(c.segment, c.option());
+        }
+        walk.finish()
+    }
+
+    /// Extra time of a plan over storing everything, in ms.
+    pub fn extra_ms(plan: &[Chosen<'_>]) -> f64 {
+        plan.iter().map(|c| c.option().extra_ms).sum()
+    }
+
+    /// Every plan the chain allows (whole or split at each splittable node, every option of
+    /// every segment). Exponential: for tests and tiny chains.
+    pub fn all_plans(&self) -> Vec<Vec<Chosen<'_>>> {
+        fn expand<'a>(nodes: &'a [ChainNode]) -> Vec<Vec<Chosen<'a>>> {
+            let Some((first, rest)) = nodes.split_first() else {
+                return vec![Vec::new()];
+            };
+            let heads: Vec<Vec<Chosen<'a>>> = match first {
+                ChainNode::Segment(s) => (0..s.options.len())
+                    .map(|o| {
+                        vec![Chosen {
+                            segment: s,
+                            option: o,
+                        }]
+                    })
+                    .collect(),
+                ChainNode::Splittable { whole, parts } => {
+                    let mut v: Vec<Vec<Chosen<'a>>> = (0..whole.options.len())
+                        .map(|o| {
+                            vec![Chosen {
+                                segment: whole,
+                                option: o,
+                            }]
+                        })
+                        .collect();
+                    v.extend(expand(parts));
+                    v
+                }
+            };
+            let tails = expand(rest);
+            heads
+                .iter()
+                .flat_map(|h| tails.iter().map(move |t| [h.clone(), t.clone()].concat()))
+                .collect()
+        }
+        expand(&self.nodes)
+    }
+}
+
+impl ChainModel {
+    /// One plan picked by `pick(n)`, which returns a choice in `0..n`: at each splittable node,
+    /// whole (one of its options) or split; at each segment, one of its options.
+    pub fn pick_plan(&self, pick: &mut dyn FnMut(usize) -> usize) -> Vec<Chosen<'_>> {
+        fn go<'a>(nodes: &'a [ChainNode], pick: &mut dyn FnMut(usize) -> usize, out: &mut Vec<Chosen<'a>>) {
+            for node in nodes {
+                match node {
+                    ChainNode::Segment(s) => out.push(Chosen {
+                        segment: s,
+                        option: pick(s.options.len()),
+                    }),
+                    ChainNode::Splittable { whole, parts } => {
+                        let o = pick(whole.options.len() + 1);
+                        if o < whole.options.len() {
+                            out.push(Chosen {
+                                segment: whole,
+                                option: o,
+                            });
+                        } else {
+                            go(parts, pick, out);
+                        }
+                    }
+                }
+            }
+        }
+        let mut out = Vec::new();
+        go(&self.nodes, pick, &mut out);
+        out
+    }
+}
+
+/// The plan entries of a plan (store options omitted).
+pub fn plan_entries(plan: &[Chosen<'_>]) -> Vec<(String, Policy)> {
+    plan.iter()
+        .filter(|c| c.option().policy != Policy::Store)
+        .map(|c| (c.segment.path.clone(), c.option().policy))
+        .collect()
+}
+
+/// The running figures of a prefix of the chain: what the next segment's terms need.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct Walk {
+    base: u64,
+    states_total: u64,
+    grads_total: u64,
+    /// Bytes kept by the segments so far.
+    pub kept: u64,
+    /// Bytes of states held by the segments so far.
+    states_done: u64,
+    /// Parameter gradients of the segments so far.
+    grads_done: u64,
+    /// The largest term so far.
+    pub max: u64,
+}
+
+impl Walk {
+    pub(crate) fn start(chain: &ChainModel) -> Walk {
+        Walk {
+            base: chain.base,
+            states_total: chain.states_total(),
+            grads_total: chain.param_grads_total(),
+            kept: 0,
+            states_done: 0,
+            grads_done: 0,
+            max: chain.base,
+        }
+    }
+
+    /// Adds one segment run with `option`.
+    pub(crate) fn step(&mut self, seg: &ChainSegment, option: &SegmentOption) {
+        let forward = self.base + self.kept + self.states_done + option.forward_peak;
+        self.grads_done += seg.param_grads;
+        let later_grads = self.grads_total - self.grads_done;
+        let backward = self.base + self.kept + self.states_total + later_grads + option.backward_peak;
+        self.max = self.max.max(forward).max(backward);
+        self.kept += option.kept;
+        self.states_done += seg.states;
+    }
+
+    /// The peak, including the optimizer update after the backward pass.
+    pub(crate) fn finish(&self) -> u64 {
+        self.max.max(self.base + self.grads_total)
+    }
+}

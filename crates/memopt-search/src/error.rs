@@ -1,0 +1,36 @@
+//! The error type of memopt-search.
+
+use memopt_checkpoint::CheckpointError;
+use memopt_core::CoreError;
+
+/// Result alias of this crate.
+pub type Result<T> = std::result::Result<T, SearchError>;
+
+/// What can go wrong while planning.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum SearchError {
+    /// The model, a plan or a step was rejected.
+    #[error(transparent)]
+    Checkpoint(#[from] CheckpointError),
+    /// A kernel rejected its input.
+    #[error(transparent)]
+    Core(#[from] CoreError),
+    /// No plan reaches the budget.
+    #[error(
+        "no plan fits a budget of {budget} bytes: the smallest peak reachable is {best} bytes ({best_plan_entries} module(s) with a policy)"
+    )]
+    Infeasible {
+        /// The budget asked for, in bytes.
+        budget: u64,
+        /// The least peak any plan reaches, in bytes.
+        best: u64,
+        /// How many entries that least-peak plan has.
+        best_plan_entries: usize,
+    },
+    /// A strategy's settings are invalid.
+    #[error("invalid setting: {0}")]
+    InvalidSetting(String),
+    /// A bug: an invariant of the search did not hold.
+    #[error("internal error: {0}")]
+    Internal(String),
+}

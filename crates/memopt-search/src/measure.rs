@@ -1,0 +1,154 @@
+//! Exact memory figures of one segment under one option, measured by running the segment on
+//! its own on Meta: forward with its input, then backward seeded with its output gradients,
+//! on a fresh tracker. Composed by [`crate::chain::ChainModel`], they give a plan's peak.
+
+use crate::sites::Site;
+use crate::{Result, SearchError};
+use memopt_checkpoint::autograd::VarId;
+use memopt_checkpoint::{Cx, Model, Plan, Policy, PolicyTable, Recording, RunShape, Var, ops};
+use memopt_core::memory::{Phase, Scope, enter_scope};
+use memopt_core::{DType, Device, MemoryKind, MemoryTracker, Philox, Tensor};
+
+/// Exact figures of one segment under one option, in bytes (see [`crate::chain`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Figures {
+    /// Peak during its forward pass, its input included.
+    pub forward_peak: u64,
+    /// Held from its forward to its backward pass (its input when it keeps it included).
+    pub kept: u64,
+    /// Peak during its backward pass (recomputation included), states excluded.
+    pub backward_peak: u64,
+    /// Neuron states held until the end of the step.
+    pub states: u64,
+    /// Parameter gradients.
+    pub param_grads: u64,
+}
+
+fn placeholder(info: &memopt_checkpoint::module::ValueInfo) -> Result<Tensor> {
+    Ok(Tensor::zeros(
+        info.shape.clone(),
+        info.dtype,
+        Device::Meta,
+        MemoryKind::Activation,
+    )?
+    .with_spike_flag(info.is_spike))
+}
+
+/// Runs `site` of `model` (built on Meta) under `policy`. `first` marks the first segment,
+/// whose input is the batch (held by the caller, not by the segment, and needing no gradient).
+pub fn measure(model: &Model, site: &Site, policy: Policy, first: bool) -> Result<Figures> {
+    let run = RunShape {
+        training: model.is_training(),
+        time_steps: Some(model.spec().time_steps),
+    };
+    let plan = if policy == Policy::Store {
+        Plan::store_all()
+    } else {
+        Plan::from_entries([(site.path.clone(), policy)])
+    };
+    let table = PolicyTable::from_plan(model.root(), &plan, run)?;
+    let module = model
+        .module(&site.path)
+        .ok_or_else(|| SearchError::Internal(format!("no module at '{}'", site.path)))?;
+    // The batch (first segment) is part of the base and lives outside the measured tracker; a
+    // later segment's input is allocated inside it, so its lifetime is seen exactly.
+    let outside: Vec<Tensor> = if first {
+        site.inputs.iter().map(placeholder).collect::<Result<_>>()?
+    } else {
+        Vec::new()
+    };
+    let tracker = MemoryTracker::new(Device::Meta);
+    let _installed = MemoryTracker::install(tracker.clone());
+    let inputs = if first {
+        outside
+    } else {
+        site.inputs.iter().map(placeholder).collect::<Result<_>>()?
+    };
+    let mut cx = Cx::new(
+        Device::Meta,
+        &table,
+        Philox::new(0),
+        Recording::On,
+        model.is_training(),
+    );
+    let leaves: Vec<Var> = inputs.into_iter().map(|t| cx.leaf(t, !first)).collect();
+    let outputs = {
+        let _scope = enter_scope(Scope::new(site.path.as_str(), Phase::Forward));
+        cx.call_here(module, leaves)?
+    };
+    let forward_peak = tracker.peak_bytes();
+    let states: u64 = cx
+        .states()
+        .under("")
+        .iter()
+        .map(|(_, v)| v.tensor().view_bytes())
+        .sum();
+    let shapes: Vec<(VarId, memopt_core::Shape)> = outputs
+        .iter()
+        .filter_map(|v| v.id().map(|id| (id, v.shape().clone())))
+        .collect();
+    drop(outputs);
+    let kept = tracker.current_bytes() - states;
+    tracker.reset_peak();
+    let seeds: Vec<(VarId, Tensor)> = shapes
+        .into_iter()
+        .map(|(id, shape)| {
+            Ok((
+                id,
+                Tensor::zeros(shape, DType::F32, Device::Meta, MemoryKind::Gradient)?,
+            ))
+        })
+        .collect::<Result<_>>()?;
+    let leaf_grads = cx.backward_with(seeds)?;
+    let backward_peak = tracker.peak_bytes() - states;
+    let param_grads: u64 = cx.grads().iter().map(|(_, g)| g.view_bytes()).sum();
+    drop(leaf_grads);
+    Ok(Figures {
+        forward_peak,
+        kept,
+        backward_peak,
+        states,
+        param_grads,
+    })
+}
+
+/// The loss after the chain (time average and cross-entropy against `n` labels), run on its own
+/// like a segment whose input is the model's output.
+pub fn measure_loss(model_output: &Site, n: usize) -> Result<Figures> {
+    let infos = &model_output.outputs;
+    let output = infos
+        .first()
+        .ok_or_else(|| SearchError::Internal("the model returned nothing".into()))?;
+    let labels = Tensor::zeros([n], DType::I64, Device::Meta, MemoryKind::Input)?;
+    let tracker = MemoryTracker::new(Device::Meta);
+    let _installed = MemoryTracker::install(tracker.clone());
+    let input = placeholder(output)?;
+    let policies = PolicyTable::default();
+    let mut cx = Cx::new(Device::Meta, &policies, Philox::new(0), Recording::On, true);
+    let x = cx.leaf(input, true);
+    let loss = {
+        let _scope = enter_scope(Scope::new("", Phase::Forward));
+        let rate = if x.dims().len() >= 3 {
+            ops::mean_dim(&mut cx, &x, 0)?
+        } else {
+            x
+        };
+        ops::cross_entropy(&mut cx, &rate, &labels)?
+    };
+    // The loss value is held by the trainer until the whole backward pass is done, like a
+    // neuron state.
+    let loss_bytes = loss.tensor().view_bytes();
+    let forward_peak = tracker.peak_bytes();
+    let kept = tracker.current_bytes() - loss_bytes;
+    tracker.reset_peak();
+    let grads = cx.backward(&loss)?;
+    let backward_peak = tracker.peak_bytes() - loss_bytes;
+    drop((loss, grads));
+    Ok(Figures {
+        forward_peak,
+        kept,
+        backward_peak,
+        states: loss_bytes,
+        param_grads: 0,
+    })
+}

@@ -1,0 +1,136 @@
+//! The segments a plan can assign policies to: the chain of the model's top-level children,
+//! each splittable into its own children when those form a chain. Found from one forward pass
+//! on Meta with a module-call observer, which also gives every segment's input and output
+//! shapes and spike flags, and its forward cost.
+
+use crate::{Result, SearchError};
+use memopt_checkpoint::autograd::is_under;
+use memopt_checkpoint::module::{
+    CallObserver, ModuleCall, ModuleCost, ValueInfo, observe_calls, time_coupling_in,
+};
+use memopt_checkpoint::{Cx, Model, Recording};
+use memopt_core::memory::{Phase, Scope, enter_scope};
+use memopt_core::{Philox, Tensor};
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::rc::Rc;
+
+/// A module that can take a policy, with what flows through it.
+#[derive(Debug, Clone)]
+pub struct Site {
+    /// Module path.
+    pub path: String,
+    /// Module type.
+    pub type_name: &'static str,
+    /// Inputs as passed in a forward pass.
+    pub inputs: Vec<ValueInfo>,
+    /// Outputs as returned.
+    pub outputs: Vec<ValueInfo>,
+    /// Forward cost of the module and everything below it.
+    pub cost: ModuleCost,
+    /// Whether it can run on part of the time steps at a time (no BatchNorm in training mode).
+    pub time_separable: bool,
+    /// Its children when they form a chain (empty otherwise).
+    pub parts: Vec<Site>,
+}
+
+impl Site {
+    /// Bytes of the inputs.
+    pub fn input_bytes(&self) -> u64 {
+        self.inputs.iter().map(ValueInfo::bytes).sum()
+    }
+
+    /// Every site in pre-order (this one first).
+    pub fn walk(&self) -> Vec<&Site> {
+        let mut out = vec![self];
+        for p in &self.parts {
+            out.extend(p.walk());
+        }
+        out
+    }
+}
+
+/// Inputs, outputs and own cost (leaves only) of each module path called.
+type CallLog = HashMap<String, (Vec<ValueInfo>, Vec<ValueInfo>, ModuleCost)>;
+
+#[derive(Default)]
+struct Calls(RefCell<CallLog>);
+
+impl CallObserver for Calls {
+    fn on_call(&self, call: &ModuleCall<'_>) {
+        let shapes = |v: &[ValueInfo]| v.iter().map(|i| i.shape.clone()).collect::<Vec<_>>();
+        let own = if call.module.children().is_empty() {
+            call.module.cost(&shapes(call.inputs), &shapes(call.outputs))
+        } else {
+            ModuleCost::ZERO
+        };
+        self.0.borrow_mut().insert(
+            call.path.to_string(),
+            (call.inputs.to_vec(), call.outputs.to_vec(), own),
+        );
+    }
+}
+
+/// Runs one forward pass of `model` (on Meta) on `input` and returns its root site, whose
+/// parts are the chain of top-level children (the root itself when its children do not form a
+/// chain).
+pub fn discover(model: &Model, input: &Tensor) -> Result<Site> {
+    let calls = Rc::new(Calls::default());
+    {
+        let _observe = observe_calls(calls.clone());
+        let policies = memopt_checkpoint::PolicyTable::default();
+        let mut cx = Cx::new(
+            model.device(),
+            &policies,
+            Philox::new(0),
+            Recording::Off,
+            model.is_training(),
+        );
+        let _scope = enter_scope(Scope::new("", Phase::Forward));
+        let x = cx.leaf(input.clone(), false);
+        model.forward(&mut cx, x)?;
+    }
+    let calls = calls.0.borrow();
+    build(model, "", &calls)
+}
+
+fn build(model: &Model, path: &str, calls: &CallLog) -> Result<Site> {
+    let module = model
+        .module(path)
+        .ok_or_else(|| SearchError::Internal(format!("module '{path}' disappeared")))?;
+    let (inputs, outputs, _) = calls
+        .get(path)
+        .cloned()
+        .ok_or_else(|| SearchError::Internal(format!("module '{path}' was not called in a forward pass")))?;
+    let cost = calls
+        .iter()
+        .filter(|(p, _)| is_under(p, path))
+        .map(|(_, c)| c.2)
+        .fold(ModuleCost::ZERO, ModuleCost::plus);
+    let parts = if module.children_form_chain() {
+        module
+            .children()
+            .iter()
+            .map(|(name, _)| build(model, &join(path, name), calls))
+            .collect::<Result<Vec<_>>>()?
+    } else {
+        Vec::new()
+    };
+    Ok(Site {
+        path: path.to_string(),
+        type_name: module.type_name(),
+        inputs,
+        outputs,
+        cost,
+        time_separable: time_coupling_in(module, path, model.is_training()).is_none(),
+        parts,
+    })
+}
+
+fn join(prefix: &str, name: &str) -> String {
+    if prefix.is_empty() {
+        name.to_string()
+    } else {
+        format!("{prefix}.{name}")
+    }
+}

@@ -1,0 +1,122 @@
+//! The chain model's predicted peak equals the exact peak of a whole training step on Meta
+//! (which equals the CPU's to the byte), for storing everything and for random plans.
+
+use memopt_checkpoint::optim::Sgd;
+use memopt_checkpoint::{Batch, Model, Plan, StepOptions, Target, Trainer, zoo};
+use memopt_core::kernels::SgdConfig;
+use memopt_core::{DType, Device, MemoryKind, MemoryTracker, Philox, Tensor};
+use memopt_search::builder::{OptionSpace, chain_model};
+use memopt_search::chain::{ChainModel, Chosen, plan_entries};
+use memopt_search::sites::discover;
+use memopt_search::time::TimeModel;
+
+fn sgd() -> SgdConfig {
+    SgdConfig {
+        lr: 0.1,
+        momentum: 0.9,
+        dampening: 0.0,
+        weight_decay: 0.0,
+        nesterov: false,
+    }
+}
+
+/// Exact peak of one step of zoo model `name` (small spec) with batch `n` under `plan`, and the
+/// bytes held before the step starts.
+fn exact(name: &str, n: usize, plan: &Plan) -> (u64, u64) {
+    let tracker = MemoryTracker::new(Device::Meta);
+    let _installed = MemoryTracker::install(tracker.clone());
+    let spec = zoo::entry(name).unwrap().small;
+    let mut model = zoo::build(name, &spec, Device::Meta, 0).unwrap();
+    model.apply_plan(plan).unwrap();
+    let mut trainer = Trainer::new(Box::new(Sgd::new(&model, sgd()).unwrap()), 0);
+    let input = Tensor::zeros(spec.input_dims(n), DType::F32, Device::Meta, MemoryKind::Input).unwrap();
+    let labels = Tensor::zeros([n], DType::I64, Device::Meta, MemoryKind::Input).unwrap();
+    let base = tracker.current_bytes();
+    trainer
+        .step(
+            &model,
+            &Batch {
+                input,
+                target: Target::Labels(labels),
+            },
+            StepOptions::default(),
+        )
+        .unwrap();
+    (tracker.peak_bytes(), base)
+}
+
+fn meta_model(name: &str) -> Model {
+    let spec = zoo::entry(name).unwrap().small;
+    zoo::build(name, &spec, Device::Meta, 0).unwrap()
+}
+
+fn check(name: &str, n: usize, samples: usize) {
+    let (store_peak, base) = exact(name, n, &Plan::store_all());
+    let model = meta_model(name);
+    let input = Tensor::zeros(
+        model.spec().input_dims(n),
+        DType::F32,
+        Device::Meta,
+        MemoryKind::Input,
+    )
+    .unwrap();
+    let root = discover(&model, &input).unwrap();
+    let chain = chain_model(
+        &model,
+        &root,
+        n,
+        base,
+        &OptionSpace::default(),
+        &TimeModel::default(),
+    )
+    .unwrap();
+    let store: Vec<Chosen<'_>> = chain.pick_plan(&mut |_| 0);
+    assert!(plan_entries(&store).is_empty());
+    assert_eq!(chain.peak(&store), store_peak, "{name}: store");
+    // Plans drawn at random from the (huge) plan space, with a fixed seed.
+    let mut rng = Philox::new(7);
+    let mut pick = |n: usize| (rng.next_uniform() * n as f32) as usize % n;
+    let (mut checked_entries, mut chunked) = (0, 0);
+    for _ in 0..samples {
+        let p = chain.pick_plan(&mut pick);
+        let entries = plan_entries(&p);
+        let (peak, _) = exact(name, n, &Plan::from_entries(entries.clone()));
+        assert_eq!(ChainModel::peak(&chain, &p), peak, "{name}: {entries:?}");
+        checked_entries += entries.len();
+        chunked += entries.iter().filter(|(_, p)| p.chunks() > 1).count();
+    }
+    assert!(
+        checked_entries >= samples,
+        "{name}: the sampled plans assign policies ({checked_entries})"
+    );
+    assert!(
+        chunked > 0 || name == "cifar10dvs-vgg" && false,
+        "{name}: some sampled plans chunk time"
+    );
+}
+
+#[test]
+fn chain_model_is_exact_on_the_mlp() {
+    check("spiking-mlp", 3, 200);
+}
+
+#[test]
+fn chain_model_is_exact_on_toy_if() {
+    check("toy-if", 4, 200);
+}
+
+#[test]
+fn chain_model_is_exact_on_the_cifar10dvs_vgg() {
+    check("cifar10dvs-vgg", 2, 150);
+}
+
+#[test]
+fn chain_model_is_exact_on_the_resnets() {
+    check("sew-resnet18", 2, 60);
+    check("spiking-resnet18", 2, 60);
+}
+
+#[test]
+fn chain_model_is_exact_on_vgg11() {
+    check("spiking-vgg11-bn", 1, 40);
+}

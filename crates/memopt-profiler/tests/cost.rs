@@ -88,6 +88,18 @@ fn plans_cost_their_recomputation_and_compression() {
         },
     )]);
     assert!(m.plan_extra_ms(&offload) > m.plan_extra_ms(&spikes(CompressorKind::BitSpike)));
+    // A run of children costs what its children recompute.
+    let run = Plan {
+        entries: vec![memopt_checkpoint::PlanEntry {
+            path: "features".into(),
+            children: Some([1, 3]),
+            policy: Policy::CHECKPOINT,
+        }],
+        ..Plan::store_all()
+    };
+    let children = m.recompute_ms("features.1") + m.recompute_ms("features.2");
+    assert!(m.plan_extra_ms(&run) >= children && children > 0.0);
+    assert!(m.plan_extra_ms(&run) < m.plan_extra_ms(&nested));
     let overhead = m.plan_overhead(&one);
     assert!(overhead > 0.0 && overhead < 1.0, "{overhead}");
 }

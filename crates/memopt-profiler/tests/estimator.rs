@@ -70,13 +70,14 @@ proptest! {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(4))]
+    #![proptest_config(ProptestConfig::with_cases(16))]
 
     #[test]
-    fn estimator_equals_measured_under_random_plans_on_the_vgg(
-        picks in proptest::collection::vec(0u32..4096, 4..48),
+    fn estimator_equals_measured_under_random_plans_on_the_image_models(
+        model in prop::sample::select(vec!["cifar10dvs-vgg", "sew-resnet18", "spiking-resnet18", "spiking-vgg11-bn"]),
+        picks in proptest::collection::vec(0u32..4096, 4..64),
     ) {
-        let workload = Workload::zoo_small("cifar10dvs-vgg", 2).unwrap();
+        let workload = Workload::zoo_small(model, 2).unwrap();
         let mut estimator = Estimator::new(&workload).unwrap();
         let probe = workload.build_model(Device::Meta).unwrap();
         let plan = random_plan(&probe, &picks, &SHAPE_ONLY);

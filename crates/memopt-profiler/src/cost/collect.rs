@@ -37,6 +37,8 @@ pub struct ModuleCostEntry {
     pub module_type: String,
     /// Whether the module has no children (only leaves are calibrated one by one).
     pub leaf: bool,
+    /// Names of its direct children, in order (plan entries can name runs of them).
+    pub children: Vec<String>,
     /// Forward calls per step.
     pub calls: u64,
     /// Forward FLOPs per step (the module's own work, children excluded).
@@ -71,6 +73,7 @@ impl CallObserver for Sink {
                 path: call.path.to_string(),
                 module_type: call.module.type_name().to_string(),
                 leaf: call.module.children().is_empty(),
+                children: call.module.children().into_iter().map(|(n, _)| n).collect(),
                 calls: 0,
                 flops: 0,
                 bytes: 0,

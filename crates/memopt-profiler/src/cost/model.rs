@@ -5,7 +5,7 @@ use super::collect::{ModuleCostEntry, collect};
 use crate::Result;
 use crate::timing::TimingReport;
 use crate::workload::Workload;
-use memopt_checkpoint::{Plan, Policy};
+use memopt_checkpoint::{Plan, PlanEntry, Policy};
 use memopt_compress::CompressorKind;
 use memopt_core::Phase;
 use serde::{Deserialize, Serialize};
@@ -173,28 +173,56 @@ impl CostModel {
     /// Predicted extra time of `plan` over the baseline, in milliseconds: every module runs one
     /// more forward per recomputing plan entry at or above it (nested checkpoints recompute
     /// their inside once per enclosing segment), and each entry's saved input is compressed and
-    /// decompressed (and, when offloaded, copied out and back) once.
+    /// decompressed (and, when offloaded, copied out and back) once. An entry naming a run of
+    /// children covers those children; its saved input is the first one's.
     pub fn plan_extra_ms(&self, plan: &Plan) -> f64 {
-        let recomputing: Vec<&str> = plan
+        let targets: Vec<(Vec<String>, Policy)> = plan
             .entries
             .iter()
             .filter(|e| e.policy.recomputes())
-            .map(|e| e.path.as_str())
+            .map(|e| (self.covered(e), e.policy))
             .collect();
         let recompute: f64 = self
             .modules
             .iter()
             .map(|m| {
-                let times = recomputing.iter().filter(|p| within(&m.path, p)).count();
+                let times = targets
+                    .iter()
+                    .filter(|(paths, _)| paths.iter().any(|p| within(&m.path, p)))
+                    .count();
                 times as f64 * self.entry_forward_ms(m)
             })
             .sum();
-        let transfer: f64 = plan
-            .entries
+        let transfer: u64 = targets
             .iter()
-            .map(|e| self.saved_input_traffic(&e.path, e.policy))
-            .sum::<u64>() as f64;
-        recompute + 1e3 * transfer / self.throughput.bytes_per_s
+            .filter_map(|(paths, policy)| paths.first().map(|p| self.saved_input_traffic(p, *policy)))
+            .sum();
+        recompute + 1e3 * transfer as f64 / self.throughput.bytes_per_s
+    }
+
+    /// The module paths a plan entry covers: its module, or the children of its run.
+    fn covered(&self, e: &PlanEntry) -> Vec<String> {
+        let Some([start, end]) = e.children else {
+            return vec![e.path.clone()];
+        };
+        let names = self
+            .modules
+            .iter()
+            .find(|m| m.path == e.path)
+            .map(|m| m.children.as_slice())
+            .unwrap_or_default();
+        names
+            .iter()
+            .take(end)
+            .skip(start)
+            .map(|n| {
+                if e.path.is_empty() {
+                    n.clone()
+                } else {
+                    format!("{}.{n}", e.path)
+                }
+            })
+            .collect()
     }
 
     /// The extra time of `plan` as a fraction of the baseline step (0.2 = 20% slower).

@@ -18,8 +18,10 @@ pub const SHAPE_ONLY: [CompressorKind; 5] = [
 
 /// A random valid plan for `model` from the random choices in `picks`: each module (the root
 /// included) is stored, checkpointed (random compressor from `compressors`, random chunks where
-/// the segment allows them) or offloaded. Entries that would make the plan invalid are retried
-/// with one chunk.
+/// the segment allows them) or offloaded, and random runs of consecutive children of containers
+/// that support them share a checkpoint. `picks[0]` sets the density (from every module
+/// considered to about a quarter of them). Entries that would make the plan invalid are retried
+/// with one chunk, then left out.
 pub fn random_plan(model: &Model, picks: &[u32], compressors: &[CompressorKind]) -> Plan {
     let run = RunShape {
         training: model.is_training(),
@@ -27,33 +29,59 @@ pub fn random_plan(model: &Model, picks: &[u32], compressors: &[CompressorKind])
     };
     let t = model.spec().time_steps;
     let mut plan = Plan::store_all();
+    let push = |plan: &mut Plan, path: &str, children: Option<[usize; 2]>, candidates: Vec<Policy>| {
+        for policy in candidates {
+            let mut next = plan.clone();
+            next.entries.push(PlanEntry {
+                path: path.to_string(),
+                children,
+                policy,
+            });
+            if PolicyTable::from_plan(model.root(), &next, run).is_ok() {
+                *plan = next;
+                return;
+            }
+        }
+    };
+    let checkpoint = |compressor, chunks| {
+        vec![
+            Policy::Checkpoint { compressor, chunks },
+            Policy::Checkpoint {
+                compressor,
+                chunks: 1,
+            },
+        ]
+    };
+    let density = picks.first().map_or(0, |p| p % 4);
     for (info, &r) in model.modules().iter().zip(picks.iter().cycle()) {
+        if (r / 13) % 4 < density {
+            continue;
+        }
         let compressor = compressors[(r / 8) as usize % compressors.len()];
         let candidates = match r % 5 {
             0 | 1 => continue,
             2 => vec![Policy::Offload { compressor }],
-            _ => {
-                let chunks = 1 + (r as usize / 64) % t;
-                vec![
-                    Policy::Checkpoint { compressor, chunks },
-                    Policy::Checkpoint {
-                        compressor,
-                        chunks: 1,
-                    },
-                ]
-            }
+            _ => checkpoint(compressor, 1 + (r as usize / 64) % t),
         };
-        for policy in candidates {
-            let mut next = plan.clone();
-            next.entries.push(PlanEntry {
-                path: info.path.clone(),
-                policy,
-            });
-            if PolicyTable::from_plan(model.root(), &next, run).is_ok() {
-                plan = next;
-                break;
-            }
+        push(&mut plan, &info.path, None, candidates);
+    }
+    for (info, &r) in model.modules().iter().zip(picks.iter().rev().cycle()) {
+        let runs_allowed = model
+            .module(&info.path)
+            .is_some_and(|m| m.supports_child_ranges());
+        if !runs_allowed || info.children < 2 || r % 3 == 0 {
+            continue;
         }
+        let n = info.children;
+        let start = (r as usize / 3) % (n - 1);
+        let end = start + 1 + (r as usize / 7) % (n - start);
+        let compressor = compressors[(r / 5) as usize % compressors.len()];
+        push(
+            &mut plan,
+            &info.path,
+            Some([start, end]),
+            checkpoint(compressor, 1 + (r as usize / 11) % t),
+        );
     }
     plan
 }

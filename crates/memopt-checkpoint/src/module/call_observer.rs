@@ -129,8 +129,11 @@ mod tests {
     use memopt_core::memory::{Scope, enter_scope};
     use memopt_core::{Device, MemoryKind, Philox};
 
+    /// Path, phase, type, input shapes, output shapes and cost of one call.
+    type CallRow = (String, Phase, &'static str, Vec<Shape>, Vec<Shape>, ModuleCost);
+
     #[derive(Default)]
-    struct Calls(RefCell<Vec<(String, Phase, &'static str, Vec<Shape>, Vec<Shape>, ModuleCost)>>);
+    struct Calls(RefCell<Vec<CallRow>>);
 
     impl CallObserver for Calls {
         fn on_call(&self, c: &ModuleCall<'_>) {

@@ -53,6 +53,29 @@ fn estimator_equals_the_measured_step_with_adam() {
     check_equal(&workload, &plan, &mut estimator).unwrap();
 }
 
+/// Any model with a builder works, not only the zoo's.
+#[test]
+fn estimator_equals_the_measured_step_for_a_custom_model() {
+    let spec = memopt_checkpoint::InputSpec {
+        time_steps: 3,
+        sample: vec![16],
+        classes: 10,
+    };
+    let workload = Workload::custom(
+        "custom-mlp",
+        move |device, seed| zoo::build("spiking-mlp", &spec, device, seed),
+        3,
+    );
+    assert_eq!(workload.describe(), "custom-mlp N=3 sgd");
+    let mut estimator = Estimator::new(&workload).unwrap();
+    check_equal(
+        &workload,
+        &Plan::from_entries([("1", Policy::CHECKPOINT)]),
+        &mut estimator,
+    )
+    .unwrap();
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(24))]
 

@@ -76,14 +76,22 @@ fn check(name: &str, n: usize, samples: usize) {
     // Plans drawn at random from the (huge) plan space, with a fixed seed.
     let mut rng = Philox::new(7);
     let mut pick = |n: usize| (rng.next_uniform() * n as f32) as usize % n;
-    let (mut checked_entries, mut chunked) = (0, 0);
+    let (mut checked_entries, mut chunked, mut runs) = (0, 0, 0);
     for _ in 0..samples {
         let p = chain.pick_plan(&mut pick);
         let entries = plan_entries(&p);
-        let (peak, _) = exact(name, n, &Plan::from_entries(entries.clone()));
+        let (peak, _) = exact(
+            name,
+            n,
+            &Plan {
+                version: 1,
+                entries: entries.clone(),
+            },
+        );
         assert_eq!(ChainModel::peak(&chain, &p), peak, "{name}: {entries:?}");
         checked_entries += entries.len();
-        chunked += entries.iter().filter(|(_, p)| p.chunks() > 1).count();
+        chunked += entries.iter().filter(|e| e.policy.chunks() > 1).count();
+        runs += entries.iter().filter(|e| e.children.is_some()).count();
     }
     assert!(
         checked_entries >= samples,

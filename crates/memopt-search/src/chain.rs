@@ -299,3 +299,90 @@ impl Walk {
         self.max.max(self.base + self.grads_total)
     }
 }
+
+impl ChainModel {
+    /// The chain's choices that make up `plan`, or `None` when the plan uses a policy the chain
+    /// did not measure, or assigns policies the chain cannot express (then ask the exact
+    /// estimator instead). Modules without an entry are stored; a splittable node with no
+    /// entry of its own is split when an entry targets something inside it.
+    pub fn select(&self, plan: &memopt_checkpoint::Plan) -> Option<Vec<Chosen<'_>>> {
+        let key = |e: &PlanEntry| (e.path.clone(), e.children);
+        let wanted: std::collections::BTreeMap<(String, Option<[usize; 2]>), Policy> =
+            plan.entries.iter().map(|e| (key(e), e.policy)).collect();
+        let mut used = 0usize;
+        fn option_of(seg: &ChainSegment, policy: Policy) -> Option<usize> {
+            seg.options.iter().position(|o| o.policy == policy)
+        }
+        fn inside(
+            wanted: &std::collections::BTreeMap<(String, Option<[usize; 2]>), Policy>,
+            seg: &ChainSegment,
+        ) -> bool {
+            let prefix = format!("{}.", seg.path);
+            wanted.keys().any(|(p, c)| {
+                (p == &seg.path && c.is_some())
+                    || p.starts_with(&prefix)
+                    || (seg.path.is_empty() && !p.is_empty())
+            })
+        }
+        fn go<'a>(
+            nodes: &'a [ChainNode],
+            wanted: &std::collections::BTreeMap<(String, Option<[usize; 2]>), Policy>,
+            used: &mut usize,
+            out: &mut Vec<Chosen<'a>>,
+        ) -> Option<()> {
+            for node in nodes {
+                match node {
+                    ChainNode::Segment(s) => {
+                        let policy = wanted.get(&(s.path.clone(), s.children)).copied();
+                        *used += usize::from(policy.is_some());
+                        out.push(Chosen {
+                            segment: s,
+                            option: option_of(s, policy.unwrap_or(Policy::Store))?,
+                        });
+                    }
+                    ChainNode::Splittable { whole, parts, runs } => {
+                        if let Some(&policy) = wanted.get(&(whole.path.clone(), None)) {
+                            *used += 1;
+                            out.push(Chosen {
+                                segment: whole,
+                                option: option_of(whole, policy)?,
+                            });
+                        } else if inside(wanted, whole) {
+                            let mut i = 0;
+                            while i < parts.len() {
+                                let run = runs.iter().find(|r| {
+                                    run_bounds(r)[0] == i
+                                        && wanted.contains_key(&(r.path.clone(), r.children))
+                                });
+                                match run {
+                                    Some(r) => {
+                                        *used += 1;
+                                        let policy = wanted[&(r.path.clone(), r.children)];
+                                        out.push(Chosen {
+                                            segment: r,
+                                            option: option_of(r, policy)?,
+                                        });
+                                        i = run_bounds(r)[1];
+                                    }
+                                    None => {
+                                        go(&parts[i..i + 1], wanted, used, out)?;
+                                        i += 1;
+                                    }
+                                }
+                            }
+                        } else {
+                            out.push(Chosen {
+                                segment: whole,
+                                option: option_of(whole, Policy::Store)?,
+                            });
+                        }
+                    }
+                }
+            }
+            Some(())
+        }
+        let mut out = Vec::new();
+        go(&self.nodes, &wanted, &mut used, &mut out)?;
+        (used == wanted.len()).then_some(out)
+    }
+}

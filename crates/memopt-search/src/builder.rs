@@ -17,6 +17,8 @@ pub struct OptionSpace {
     /// Time-chunk counts tried for segments that can run on part of the time steps
     /// (counts above T are skipped).
     pub chunk_counts: Vec<usize>,
+    /// Longest run of consecutive children considered as one segment (0: no runs).
+    pub max_run: usize,
 }
 
 impl Default for OptionSpace {
@@ -24,6 +26,7 @@ impl Default for OptionSpace {
         OptionSpace {
             compressor: CompressorKind::BitSpike,
             chunk_counts: vec![2, 4, 8],
+            max_run: 6,
         }
     }
 }
@@ -78,6 +81,7 @@ fn segment(
     let (states, param_grads) = fixed.unwrap_or((0, 0));
     Ok(ChainSegment {
         path: site.path.clone(),
+        children: site.run,
         options,
         states,
         param_grads,
@@ -95,7 +99,24 @@ fn node(model: &Model, site: &Site, first: bool, space: &OptionSpace, time: &Tim
         .enumerate()
         .map(|(i, p)| node(model, p, first && i == 0, space, time))
         .collect::<Result<Vec<_>>>()?;
-    Ok(ChainNode::Splittable { whole, parts })
+    let n = site.parts.len();
+    let mut runs = Vec::new();
+    if site.runs_allowed {
+        for start in 0..n {
+            for end in start + 2..=n.min(start + space.max_run) {
+                if (start, end) != (0, n) {
+                    runs.push(segment(
+                        model,
+                        &site.run_of(start, end),
+                        first && start == 0,
+                        space,
+                        time,
+                    )?);
+                }
+            }
+        }
+    }
+    Ok(ChainNode::Splittable { whole, parts, runs })
 }
 
 /// The chain model of `model` (built on Meta) for batches of `n`: the root's chain of parts
@@ -121,6 +142,7 @@ pub fn chain_model(
     let loss = measure_loss(root, n)?;
     nodes.push(ChainNode::Segment(ChainSegment {
         path: LOSS_PATH.into(),
+        children: None,
         options: vec![option(Policy::Store, &loss, 0.0)],
         states: loss.states,
         param_grads: 0,

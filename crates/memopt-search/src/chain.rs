@@ -15,7 +15,7 @@
 //! the step ends, `P` its parameter gradients, `F` and `W` its own forward and backward peaks.
 //! Only `K`, `F`, `W` and the extra time depend on the option.
 
-use memopt_checkpoint::Policy;
+use memopt_checkpoint::{PlanEntry, Policy};
 use serde::{Deserialize, Serialize};
 
 /// One way to run a segment, with its exact memory figures (bytes) and extra time (ms).
@@ -34,13 +34,15 @@ pub struct SegmentOption {
     pub extra_ms: f64,
 }
 
-/// A segment of the chain: its options (the first is always store) and the bytes it holds
-/// whatever the option.
+/// A segment of the chain: its options and the bytes it holds whatever the option.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ChainSegment {
-    /// Module path.
+    /// Module path (the container's, for a run of children).
     pub path: String,
-    /// The ways to run it; index 0 stores everything.
+    /// For a run of consecutive children of the module at `path`: `[start, end)`.
+    pub children: Option<[usize; 2]>,
+    /// The ways to run it; index 0 stores everything (runs of children, which are only ever
+    /// checkpointed, have no store option).
     pub options: Vec<SegmentOption>,
     /// Bytes of neuron states it holds until the end of the step.
     pub states: u64,
@@ -54,13 +56,21 @@ pub struct ChainSegment {
 pub enum ChainNode {
     /// A segment run whole under one of its options.
     Segment(ChainSegment),
-    /// A segment that runs either whole or as its children, in order.
+    /// A segment that runs either whole or as its children, in order, where runs of
+    /// consecutive children may share one checkpoint.
     Splittable {
         /// The segment run whole.
         whole: ChainSegment,
         /// Its children, which form a chain.
         parts: Vec<ChainNode>,
+        /// Runs of consecutive children that can be checkpointed as one segment.
+        runs: Vec<ChainSegment>,
     },
+}
+
+/// Start and end of a run segment.
+pub(crate) fn run_bounds(seg: &ChainSegment) -> [usize; 2] {
+    seg.children.unwrap_or([0, 0])
 }
 
 impl ChainNode {
@@ -138,7 +148,7 @@ impl ChainModel {
                         }]
                     })
                     .collect(),
-                ChainNode::Splittable { whole, parts } => {
+                ChainNode::Splittable { whole, parts, runs } => {
                     let mut v: Vec<Vec<Chosen<'a>>> = (0..whole.options.len())
                         .map(|o| {
                             vec![Chosen {
@@ -147,7 +157,7 @@ impl ChainModel {
                             }]
                         })
                         .collect();
-                    v.extend(expand(parts));
+                    v.extend(expand_parts(parts, runs, 0));
                     v
                 }
             };
@@ -156,6 +166,30 @@ impl ChainModel {
                 .iter()
                 .flat_map(|h| tails.iter().map(move |t| [h.clone(), t.clone()].concat()))
                 .collect()
+        }
+        /// Plans of `parts[from..]`: each child alone, or a run starting at it.
+        fn expand_parts<'a>(
+            parts: &'a [ChainNode],
+            runs: &'a [ChainSegment],
+            from: usize,
+        ) -> Vec<Vec<Chosen<'a>>> {
+            if from >= parts.len() {
+                return vec![Vec::new()];
+            }
+            let mut out = Vec::new();
+            for head in expand(&parts[from..from + 1]) {
+                for tail in expand_parts(parts, runs, from + 1) {
+                    out.push([head.clone(), tail].concat());
+                }
+            }
+            for run in runs.iter().filter(|r| run_bounds(r)[0] == from) {
+                for option in 0..run.options.len() {
+                    for tail in expand_parts(parts, runs, run_bounds(run)[1]) {
+                        out.push([vec![Chosen { segment: run, option }], tail].concat());
+                    }
+                }
+            }
+            out
         }
         expand(&self.nodes)
     }
@@ -172,15 +206,31 @@ impl ChainModel {
                         segment: s,
                         option: pick(s.options.len()),
                     }),
-                    ChainNode::Splittable { whole, parts } => {
+                    ChainNode::Splittable { whole, parts, runs } => {
                         let o = pick(whole.options.len() + 1);
                         if o < whole.options.len() {
                             out.push(Chosen {
                                 segment: whole,
                                 option: o,
                             });
-                        } else {
-                            go(parts, pick, out);
+                            continue;
+                        }
+                        let mut i = 0;
+                        while i < parts.len() {
+                            let starting: Vec<&ChainSegment> =
+                                runs.iter().filter(|r| run_bounds(r)[0] == i).collect();
+                            match pick(starting.len() + 1) {
+                                0 => {
+                                    go(&parts[i..i + 1], pick, out);
+                                    i += 1;
+                                }
+                                k => {
+                                    let run = starting[k - 1];
+                                    let option = pick(run.options.len());
+                                    out.push(Chosen { segment: run, option });
+                                    i = run_bounds(run)[1];
+                                }
+                            }
                         }
                     }
                 }
@@ -193,10 +243,14 @@ impl ChainModel {
 }
 
 /// The plan entries of a plan (store options omitted).
-pub fn plan_entries(plan: &[Chosen<'_>]) -> Vec<(String, Policy)> {
+pub fn plan_entries(plan: &[Chosen<'_>]) -> Vec<PlanEntry> {
     plan.iter()
         .filter(|c| c.option().policy != Policy::Store)
-        .map(|c| (c.segment.path.clone(), c.option().policy))
+        .map(|c| PlanEntry {
+            path: c.segment.path.clone(),
+            children: c.segment.children,
+            policy: c.option().policy,
+        })
         .collect()
 }
 
@@ -243,5 +297,92 @@ impl Walk {
     /// The peak, including the optimizer update after the backward pass.
     pub(crate) fn finish(&self) -> u64 {
         self.max.max(self.base + self.grads_total)
+    }
+}
+
+impl ChainModel {
+    /// The chain's choices that make up `plan`, or `None` when the plan uses a policy the chain
+    /// did not measure, or assigns policies the chain cannot express (then ask the exact
+    /// estimator instead). Modules without an entry are stored; a splittable node with no
+    /// entry of its own is split when an entry targets something inside it.
+    pub fn select(&self, plan: &memopt_checkpoint::Plan) -> Option<Vec<Chosen<'_>>> {
+        let key = |e: &PlanEntry| (e.path.clone(), e.children);
+        let wanted: std::collections::BTreeMap<(String, Option<[usize; 2]>), Policy> =
+            plan.entries.iter().map(|e| (key(e), e.policy)).collect();
+        let mut used = 0usize;
+        fn option_of(seg: &ChainSegment, policy: Policy) -> Option<usize> {
+            seg.options.iter().position(|o| o.policy == policy)
+        }
+        fn inside(
+            wanted: &std::collections::BTreeMap<(String, Option<[usize; 2]>), Policy>,
+            seg: &ChainSegment,
+        ) -> bool {
+            let prefix = format!("{}.", seg.path);
+            wanted.keys().any(|(p, c)| {
+                (p == &seg.path && c.is_some())
+                    || p.starts_with(&prefix)
+                    || (seg.path.is_empty() && !p.is_empty())
+            })
+        }
+        fn go<'a>(
+            nodes: &'a [ChainNode],
+            wanted: &std::collections::BTreeMap<(String, Option<[usize; 2]>), Policy>,
+            used: &mut usize,
+            out: &mut Vec<Chosen<'a>>,
+        ) -> Option<()> {
+            for node in nodes {
+                match node {
+                    ChainNode::Segment(s) => {
+                        let policy = wanted.get(&(s.path.clone(), s.children)).copied();
+                        *used += usize::from(policy.is_some());
+                        out.push(Chosen {
+                            segment: s,
+                            option: option_of(s, policy.unwrap_or(Policy::Store))?,
+                        });
+                    }
+                    ChainNode::Splittable { whole, parts, runs } => {
+                        if let Some(&policy) = wanted.get(&(whole.path.clone(), None)) {
+                            *used += 1;
+                            out.push(Chosen {
+                                segment: whole,
+                                option: option_of(whole, policy)?,
+                            });
+                        } else if inside(wanted, whole) {
+                            let mut i = 0;
+                            while i < parts.len() {
+                                let run = runs.iter().find(|r| {
+                                    run_bounds(r)[0] == i
+                                        && wanted.contains_key(&(r.path.clone(), r.children))
+                                });
+                                match run {
+                                    Some(r) => {
+                                        *used += 1;
+                                        let policy = wanted[&(r.path.clone(), r.children)];
+                                        out.push(Chosen {
+                                            segment: r,
+                                            option: option_of(r, policy)?,
+                                        });
+                                        i = run_bounds(r)[1];
+                                    }
+                                    None => {
+                                        go(&parts[i..i + 1], wanted, used, out)?;
+                                        i += 1;
+                                    }
+                                }
+                            }
+                        } else {
+                            out.push(Chosen {
+                                segment: whole,
+                                option: option_of(whole, Policy::Store)?,
+                            });
+                        }
+                    }
+                }
+            }
+            Some(())
+        }
+        let mut out = Vec::new();
+        go(&self.nodes, &wanted, &mut used, &mut out)?;
+        (used == wanted.len()).then_some(out)
     }
 }

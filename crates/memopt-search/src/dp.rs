@@ -4,7 +4,7 @@
 //! a prefix that keeps no more, peaks no higher and costs no more time than another can always
 //! replace it: pruning dominated prefixes loses no optimal plan.
 
-use crate::chain::{ChainModel, ChainNode, ChainSegment, Chosen, Walk};
+use crate::chain::{ChainModel, ChainNode, ChainSegment, Chosen, Walk, run_bounds};
 
 /// A plan found by the dynamic program, with its predicted figures.
 #[derive(Debug, Clone)]
@@ -74,15 +74,37 @@ fn process<'a>(nodes: &'a [ChainNode], mut states: Vec<State<'a>>, budget: u64) 
     for node in nodes {
         states = match node {
             ChainNode::Segment(seg) => apply(&states, seg, budget),
-            ChainNode::Splittable { whole, parts } => {
+            ChainNode::Splittable { whole, parts, runs } => {
                 let mut both = apply(&states, whole, budget);
-                both.extend(process(parts, states, budget));
+                both.extend(process_parts(parts, runs, states, budget));
                 both
             }
         };
         states = prune(states);
     }
     states
+}
+
+/// The children of a split node as a DAG over positions: from position `i`, child `i` leads to
+/// `i + 1` and a run `i..j` to `j`.
+fn process_parts<'a>(
+    parts: &'a [ChainNode],
+    runs: &'a [ChainSegment],
+    states: Vec<State<'a>>,
+    budget: u64,
+) -> Vec<State<'a>> {
+    let mut at: Vec<Vec<State<'a>>> = vec![Vec::new(); parts.len() + 1];
+    at[0] = states;
+    for i in 0..parts.len() {
+        let here = prune(std::mem::take(&mut at[i]));
+        for run in runs.iter().filter(|r| run_bounds(r)[0] == i) {
+            let reached = apply(&here, run, budget);
+            at[run_bounds(run)[1]].extend(reached);
+        }
+        let next = process(&parts[i..i + 1], here, budget);
+        at[i + 1].extend(next);
+    }
+    prune(std::mem::take(&mut at[parts.len()]))
 }
 
 fn finals<'a>(chain: &'a ChainModel, budget: u64) -> Vec<Solution<'a>> {
@@ -141,6 +163,7 @@ mod tests {
     fn segment(path: String, opts: Vec<(u64, u64, u64, f64)>, states: u64, grads: u64) -> ChainSegment {
         ChainSegment {
             path,
+            children: None,
             options: opts
                 .into_iter()
                 .enumerate()
@@ -171,19 +194,34 @@ mod tests {
             return leaf;
         }
         let parts_path = path.clone();
-        let split = (arb_segment(path), 1usize..3)
+        let split = (arb_segment(path), 1usize..4)
             .prop_flat_map(move |(whole, n)| {
                 let parts: Vec<BoxedStrategy<ChainNode>> = (0..n)
                     .map(|i| arb_node(depth - 1, format!("{parts_path}.{i}")))
                     .collect();
                 (Just(whole), parts)
             })
-            .prop_map(|(whole, parts)| {
-                // A split keeps the same parameters and states as the whole.
+            .prop_flat_map(|(whole, parts)| {
+                let n = parts.len();
+                let runs = proptest::collection::vec((0..n, 1..=n, arb_segment("run".into())), 0..3);
+                (Just(whole), Just(parts), runs)
+            })
+            .prop_map(|(whole, parts, runs)| {
+                // A split keeps the same parameters and states as the whole; so does a run.
                 let mut whole = whole;
                 whole.param_grads = parts.iter().map(|p| p.segment().param_grads).sum();
                 whole.states = parts.iter().map(|p| p.segment().states).sum();
-                ChainNode::Splittable { whole, parts }
+                let runs = runs
+                    .into_iter()
+                    .filter(|(a, len, _)| a + len <= parts.len() && *len >= 2)
+                    .map(|(a, len, mut seg)| {
+                        seg.children = Some([a, a + len]);
+                        seg.param_grads = parts[a..a + len].iter().map(|p| p.segment().param_grads).sum();
+                        seg.states = parts[a..a + len].iter().map(|p| p.segment().states).sum();
+                        seg
+                    })
+                    .collect();
+                ChainNode::Splittable { whole, parts, runs }
             })
             .boxed();
         prop_oneof![leaf, split].boxed()

@@ -5,7 +5,8 @@
 use crate::sites::Site;
 use crate::{Result, SearchError};
 use memopt_checkpoint::autograd::VarId;
-use memopt_checkpoint::{Cx, Model, Plan, Policy, PolicyTable, Recording, RunShape, Var, ops};
+use memopt_checkpoint::policy::PLAN_VERSION;
+use memopt_checkpoint::{Cx, Model, Plan, PlanEntry, Policy, PolicyTable, Recording, RunShape, Var, ops};
 use memopt_core::memory::{Phase, Scope, enter_scope};
 use memopt_core::{DType, Device, MemoryKind, MemoryTracker, Philox, Tensor};
 
@@ -41,10 +42,13 @@ pub fn measure(model: &Model, site: &Site, policy: Policy, first: bool) -> Resul
         training: model.is_training(),
         time_steps: Some(model.spec().time_steps),
     };
-    let plan = if policy == Policy::Store {
-        Plan::store_all()
-    } else {
-        Plan::from_entries([(site.path.clone(), policy)])
+    let plan = Plan {
+        version: PLAN_VERSION,
+        entries: vec![PlanEntry {
+            path: site.path.clone(),
+            children: site.run,
+            policy,
+        }],
     };
     let table = PolicyTable::from_plan(model.root(), &plan, run)?;
     let module = model
@@ -74,7 +78,10 @@ pub fn measure(model: &Model, site: &Site, policy: Policy, first: bool) -> Resul
     let leaves: Vec<Var> = inputs.into_iter().map(|t| cx.leaf(t, !first)).collect();
     let outputs = {
         let _scope = enter_scope(Scope::new(site.path.as_str(), Phase::Forward));
-        cx.call_here(module, leaves)?
+        match site.run {
+            None => cx.call_here(module, leaves)?,
+            Some([start, end]) => cx.call_child_run(module, start, end, leaves)?,
+        }
     };
     let forward_peak = tracker.peak_bytes();
     let states: u64 = cx

@@ -18,10 +18,15 @@ use std::rc::Rc;
 /// A module that can take a policy, with what flows through it.
 #[derive(Debug, Clone)]
 pub struct Site {
-    /// Module path.
+    /// Module path (the container's, for a run of children).
     pub path: String,
+    /// For a run of consecutive children of the module at `path`: `[start, end)`.
+    pub run: Option<[usize; 2]>,
     /// Module type.
     pub type_name: &'static str,
+    /// Whether runs of its consecutive children can take one policy (see
+    /// [`memopt_checkpoint::Module::supports_child_ranges`]).
+    pub runs_allowed: bool,
     /// Inputs as passed in a forward pass.
     pub inputs: Vec<ValueInfo>,
     /// Outputs as returned.
@@ -38,6 +43,33 @@ impl Site {
     /// Bytes of the inputs.
     pub fn input_bytes(&self) -> u64 {
         self.inputs.iter().map(ValueInfo::bytes).sum()
+    }
+
+    /// The run of parts `start..end` as one site.
+    pub fn run_of(&self, start: usize, end: usize) -> Site {
+        let parts = &self.parts[start..end];
+        Site {
+            path: self.path.clone(),
+            run: Some([start, end]),
+            type_name: self.type_name,
+            runs_allowed: false,
+            inputs: parts[0].inputs.clone(),
+            outputs: parts[end - start - 1].outputs.clone(),
+            cost: parts
+                .iter()
+                .map(|p| p.cost)
+                .fold(ModuleCost::ZERO, ModuleCost::plus),
+            time_separable: parts.iter().all(|p| p.time_separable),
+            parts: Vec::new(),
+        }
+    }
+
+    /// How the site is named in plans and reports: `features.3` or `features[2..5]`.
+    pub fn target(&self) -> String {
+        match self.run {
+            None => self.path.clone(),
+            Some([a, b]) => format!("{}[{a}..{b}]", self.path),
+        }
     }
 
     /// Every site in pre-order (this one first).
@@ -118,7 +150,9 @@ fn build(model: &Model, path: &str, calls: &CallLog) -> Result<Site> {
     };
     Ok(Site {
         path: path.to_string(),
+        run: None,
         type_name: module.type_name(),
+        runs_allowed: module.supports_child_ranges(),
         inputs,
         outputs,
         cost,

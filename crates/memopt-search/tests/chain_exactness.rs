@@ -76,14 +76,22 @@ fn check(name: &str, n: usize, samples: usize) {
     // Plans drawn at random from the (huge) plan space, with a fixed seed.
     let mut rng = Philox::new(7);
     let mut pick = |n: usize| (rng.next_uniform() * n as f32) as usize % n;
-    let (mut checked_entries, mut chunked) = (0, 0);
+    let (mut checked_entries, mut chunked, mut runs) = (0, 0, 0);
     for _ in 0..samples {
         let p = chain.pick_plan(&mut pick);
         let entries = plan_entries(&p);
-        let (peak, _) = exact(name, n, &Plan::from_entries(entries.clone()));
+        let (peak, _) = exact(
+            name,
+            n,
+            &Plan {
+                version: 1,
+                entries: entries.clone(),
+            },
+        );
         assert_eq!(ChainModel::peak(&chain, &p), peak, "{name}: {entries:?}");
         checked_entries += entries.len();
-        chunked += entries.iter().filter(|(_, p)| p.chunks() > 1).count();
+        chunked += entries.iter().filter(|e| e.policy.chunks() > 1).count();
+        runs += entries.iter().filter(|e| e.children.is_some()).count();
     }
     assert!(
         checked_entries >= samples,
@@ -119,4 +127,43 @@ fn chain_model_is_exact_on_the_resnets() {
 #[test]
 fn chain_model_is_exact_on_vgg11() {
     check("spiking-vgg11-bn", 1, 40);
+}
+
+#[test]
+fn plans_map_back_onto_the_chain() {
+    let model = meta_model("cifar10dvs-vgg");
+    let input = Tensor::zeros(
+        model.spec().input_dims(2),
+        DType::F32,
+        Device::Meta,
+        MemoryKind::Input,
+    )
+    .unwrap();
+    let root = discover(&model, &input).unwrap();
+    let chain = chain_model(
+        &model,
+        &root,
+        2,
+        0,
+        &OptionSpace::default(),
+        &TimeModel::default(),
+    )
+    .unwrap();
+    let mut rng = Philox::new(3);
+    let mut pick = |n: usize| (rng.next_uniform() * n as f32) as usize % n;
+    for _ in 0..200 {
+        let p = chain.pick_plan(&mut pick);
+        let plan = Plan {
+            version: 1,
+            entries: plan_entries(&p),
+        };
+        let back = chain.select(&plan).expect("every chain plan maps back");
+        assert_eq!(chain.peak(&back), chain.peak(&p), "{}", plan.to_json());
+    }
+    // Nested policies are outside the chain's plan space.
+    let nested = Plan::from_entries([
+        ("features.2", memopt_checkpoint::Policy::CHECKPOINT),
+        ("features.2.neuron", memopt_checkpoint::Policy::CHECKPOINT),
+    ]);
+    assert!(chain.select(&nested).is_none());
 }

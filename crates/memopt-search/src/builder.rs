@@ -5,9 +5,9 @@ use crate::Result;
 use crate::chain::{ChainModel, ChainNode, ChainSegment, SegmentOption};
 use crate::measure::{Figures, measure, measure_loss};
 use crate::sites::Site;
-use crate::time::TimeModel;
-use memopt_checkpoint::{Model, Policy};
+use memopt_checkpoint::{Model, Plan, PlanEntry, Policy};
 use memopt_compress::CompressorKind;
+use memopt_profiler::CostModel;
 
 /// Which options the planners consider for each segment.
 #[derive(Debug, Clone, PartialEq)]
@@ -44,12 +44,26 @@ fn option(policy: Policy, f: &Figures, extra_ms: f64) -> SegmentOption {
     }
 }
 
+/// Predicted time `policy` adds to `site`, from the cost model (recomputation and compression
+/// traffic), in ms.
+fn extra_ms(cost: &CostModel, site: &Site, policy: Policy) -> f64 {
+    let plan = Plan {
+        version: memopt_checkpoint::policy::PLAN_VERSION,
+        entries: vec![PlanEntry {
+            path: site.path.clone(),
+            children: site.run,
+            policy,
+        }],
+    };
+    cost.plan_extra_ms(&plan)
+}
+
 fn segment(
     model: &Model,
     site: &Site,
     first: bool,
     space: &OptionSpace,
-    time: &TimeModel,
+    cost: &CostModel,
 ) -> Result<ChainSegment> {
     let t = model.spec().time_steps;
     let mut policies = vec![
@@ -76,7 +90,7 @@ fn segment(
     for p in policies {
         let f = measure(model, site, p, first)?;
         fixed.get_or_insert((f.states, f.param_grads));
-        options.push(option(p, &f, time.extra_ms(site, &p)));
+        options.push(option(p, &f, extra_ms(cost, site, p)));
     }
     let (states, param_grads) = fixed.unwrap_or((0, 0));
     Ok(ChainSegment {
@@ -88,8 +102,8 @@ fn segment(
     })
 }
 
-fn node(model: &Model, site: &Site, first: bool, space: &OptionSpace, time: &TimeModel) -> Result<ChainNode> {
-    let whole = segment(model, site, first, space, time)?;
+fn node(model: &Model, site: &Site, first: bool, space: &OptionSpace, cost: &CostModel) -> Result<ChainNode> {
+    let whole = segment(model, site, first, space, cost)?;
     if site.parts.is_empty() {
         return Ok(ChainNode::Segment(whole));
     }
@@ -97,7 +111,7 @@ fn node(model: &Model, site: &Site, first: bool, space: &OptionSpace, time: &Tim
         .parts
         .iter()
         .enumerate()
-        .map(|(i, p)| node(model, p, first && i == 0, space, time))
+        .map(|(i, p)| node(model, p, first && i == 0, space, cost))
         .collect::<Result<Vec<_>>>()?;
     let n = site.parts.len();
     let mut runs = Vec::new();
@@ -110,7 +124,7 @@ fn node(model: &Model, site: &Site, first: bool, space: &OptionSpace, time: &Tim
                         &site.run_of(start, end),
                         first && start == 0,
                         space,
-                        time,
+                        cost,
                     )?);
                 }
             }
@@ -128,17 +142,9 @@ pub fn chain_model(
     n: usize,
     base: u64,
     space: &OptionSpace,
-    time: &TimeModel,
+    cost: &CostModel,
 ) -> Result<ChainModel> {
-    let mut nodes = if root.parts.is_empty() {
-        vec![node(model, root, true, space, time)?]
-    } else {
-        root.parts
-            .iter()
-            .enumerate()
-            .map(|(i, p)| node(model, p, i == 0, space, time))
-            .collect::<Result<Vec<_>>>()?
-    };
+    let mut nodes = vec![node(model, root, true, space, cost)?];
     let loss = measure_loss(root, n)?;
     nodes.push(ChainNode::Segment(ChainSegment {
         path: LOSS_PATH.into(),

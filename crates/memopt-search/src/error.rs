@@ -15,6 +15,9 @@ pub enum SearchError {
     /// A kernel rejected its input.
     #[error(transparent)]
     Core(#[from] CoreError),
+    /// The profiler (estimator, cost model) failed.
+    #[error(transparent)]
+    Profiler(#[from] memopt_profiler::ProfilerError),
     /// No plan reaches the budget.
     #[error(
         "no plan fits a budget of {budget} bytes: the smallest peak reachable is {best} bytes ({best_plan_entries} module(s) with a policy)"

@@ -6,6 +6,5 @@ pub mod dp;
 mod error;
 pub mod measure;
 pub mod sites;
-pub mod time;
 
 pub use error::{Result, SearchError};

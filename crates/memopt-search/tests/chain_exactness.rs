@@ -5,10 +5,11 @@ use memopt_checkpoint::optim::Sgd;
 use memopt_checkpoint::{Batch, Model, Plan, StepOptions, Target, Trainer, zoo};
 use memopt_core::kernels::SgdConfig;
 use memopt_core::{DType, Device, MemoryKind, MemoryTracker, Philox, Tensor};
+use memopt_profiler::cost::Throughput;
+use memopt_profiler::{CostModel, Workload};
 use memopt_search::builder::{OptionSpace, chain_model};
 use memopt_search::chain::{ChainModel, Chosen, plan_entries};
 use memopt_search::sites::discover;
-use memopt_search::time::TimeModel;
 
 fn sgd() -> SgdConfig {
     SgdConfig {
@@ -45,6 +46,10 @@ fn exact(name: &str, n: usize, plan: &Plan) -> (u64, u64) {
     (tracker.peak_bytes(), base)
 }
 
+fn cost(name: &str, n: usize) -> CostModel {
+    CostModel::from_workload(&Workload::zoo_small(name, n).unwrap(), Throughput::cpu_default()).unwrap()
+}
+
 fn meta_model(name: &str) -> Model {
     let spec = zoo::entry(name).unwrap().small;
     zoo::build(name, &spec, Device::Meta, 0).unwrap()
@@ -61,15 +66,7 @@ fn check(name: &str, n: usize, samples: usize) {
     )
     .unwrap();
     let root = discover(&model, &input).unwrap();
-    let chain = chain_model(
-        &model,
-        &root,
-        n,
-        base,
-        &OptionSpace::default(),
-        &TimeModel::default(),
-    )
-    .unwrap();
+    let chain = chain_model(&model, &root, n, base, &OptionSpace::default(), &cost(name, n)).unwrap();
     let store: Vec<Chosen<'_>> = chain.pick_plan(&mut |_| 0);
     assert!(plan_entries(&store).is_empty());
     assert_eq!(chain.peak(&store), store_peak, "{name}: store");
@@ -146,7 +143,7 @@ fn plans_map_back_onto_the_chain() {
         2,
         0,
         &OptionSpace::default(),
-        &TimeModel::default(),
+        &cost("cifar10dvs-vgg", 2),
     )
     .unwrap();
     let mut rng = Philox::new(3);

@@ -242,6 +242,11 @@ impl StepSession {
         &self.model
     }
 
+    /// The model, trainer and batch, taken apart (to run steps with other options).
+    pub fn into_parts(self) -> (Model, Trainer, Batch) {
+        (self.model, self.trainer, self.batch)
+    }
+
     /// Replaces the model's plan (validated; allocates nothing).
     pub fn apply_plan(&mut self, plan: &Plan) -> Result<()> {
         Ok(self.model.apply_plan(plan)?)

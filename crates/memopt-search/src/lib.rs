@@ -1,10 +1,22 @@
-//! memopt-search: memory plans and the strategies that find them.
+//! memopt-search: memory plans and the strategies that find them, verified exactly.
+//!
+//! A [`PlanningSession`] measures every segment of a model under every option on the Meta
+//! device and composes the figures into a [`chain::ChainModel`] whose predicted peak equals the
+//! exact peak of a training step; strategies ([`strategy`]) search it (a dynamic program, the
+//! SpikingJelly pipeline, memonger) and every returned plan is verified by a Meta step.
+#![warn(missing_docs)]
 
 pub mod builder;
 pub mod chain;
 pub mod dp;
 mod error;
 pub mod measure;
+pub mod report;
+pub mod session;
 pub mod sites;
+pub mod strategy;
 
 pub use error::{Result, SearchError};
+pub use report::{PipelineStep, PipelineSummary, PlanReport};
+pub use session::PlanningSession;
+pub use strategy::{Budget, BudgetStrategy, Memonger, MinMemory, Pipeline, Prefer, Profile, Strategy};

@@ -6,7 +6,7 @@
 use crate::{Result, SearchError};
 use memopt_checkpoint::autograd::is_under;
 use memopt_checkpoint::module::{
-    CallObserver, ModuleCall, ModuleCost, ValueInfo, observe_calls, time_coupling_in,
+    CallObserver, ModuleCall, ModuleCost, ValueInfo, module_infos, observe_calls, time_coupling_in,
 };
 use memopt_checkpoint::{Cx, Model, Recording};
 use memopt_core::memory::{Phase, Scope, enter_scope};
@@ -35,6 +35,8 @@ pub struct Site {
     pub cost: ModuleCost,
     /// Whether it can run on part of the time steps at a time (no BatchNorm in training mode).
     pub time_separable: bool,
+    /// Whether a spiking neuron runs inside it.
+    pub stateful: bool,
     /// Its children when they form a chain (empty otherwise).
     pub parts: Vec<Site>,
 }
@@ -60,7 +62,31 @@ impl Site {
                 .map(|p| p.cost)
                 .fold(ModuleCost::ZERO, ModuleCost::plus),
             time_separable: parts.iter().all(|p| p.time_separable),
+            stateful: parts.iter().any(|p| p.stateful),
             parts: Vec::new(),
+        }
+    }
+
+    /// The model as a flat list of layers: Sequential containers (which allow runs of
+    /// children) are expanded, other modules (blocks, leaves) are layers. Each layer comes with
+    /// its container and its index there.
+    pub fn layers(&self) -> Vec<Layer<'_>> {
+        let mut out = Vec::new();
+        self.collect_layers(&mut out);
+        out
+    }
+
+    fn collect_layers<'a>(&'a self, out: &mut Vec<Layer<'a>>) {
+        for (index, part) in self.parts.iter().enumerate() {
+            if part.runs_allowed && !part.parts.is_empty() {
+                part.collect_layers(out);
+            } else {
+                out.push(Layer {
+                    site: part,
+                    container: self,
+                    index,
+                });
+            }
         }
     }
 
@@ -84,6 +110,24 @@ impl Site {
 
 /// Inputs, outputs and own cost (leaves only) of each module path called.
 type CallLog = HashMap<String, (Vec<ValueInfo>, Vec<ValueInfo>, ModuleCost)>;
+
+/// One layer of [`Site::layers`].
+#[derive(Debug, Clone, Copy)]
+pub struct Layer<'a> {
+    /// The layer.
+    pub site: &'a Site,
+    /// Its container.
+    pub container: &'a Site,
+    /// Its index in the container.
+    pub index: usize,
+}
+
+impl Layer<'_> {
+    /// Bytes of its outputs.
+    pub fn output_bytes(&self) -> u64 {
+        self.site.outputs.iter().map(ValueInfo::bytes).sum()
+    }
+}
 
 #[derive(Default)]
 struct Calls(RefCell<CallLog>);
@@ -157,6 +201,7 @@ fn build(model: &Model, path: &str, calls: &CallLog) -> Result<Site> {
         outputs,
         cost,
         time_separable: time_coupling_in(module, path, model.is_training()).is_none(),
+        stateful: module_infos(module).iter().any(|i| i.stateful),
         parts,
     })
 }

@@ -1,0 +1,86 @@
+//! What a strategy returns.
+
+use memopt_checkpoint::Plan;
+use serde::{Deserialize, Serialize};
+
+/// A plan with its verified figures.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PlanReport {
+    /// Model name.
+    pub model: String,
+    /// Batch size N.
+    pub batch: usize,
+    /// Time steps T.
+    pub timesteps: usize,
+    /// Strategy that produced the plan.
+    pub strategy: String,
+    /// Peak of a step storing everything, in bytes (exact).
+    pub baseline_peak_bytes: u64,
+    /// Peak of a step under the plan, in bytes (exact: a Meta step).
+    pub planned_peak_bytes: u64,
+    /// Predicted extra time as a fraction of the baseline step time (0.18 = 18% slower).
+    pub predicted_overhead: f64,
+    /// Time the strategy took, in ms (the session's setup excluded).
+    pub planning_ms: f64,
+    /// The plan.
+    pub plan: Plan,
+    /// What the SpikingJelly-compatible pipeline did, step by step.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub summary: Option<PipelineSummary>,
+}
+
+impl PlanReport {
+    /// Baseline peak over planned peak (2.0 = half the memory).
+    pub fn reduction(&self) -> f64 {
+        self.baseline_peak_bytes as f64 / self.planned_peak_bytes.max(1) as f64
+    }
+}
+
+/// One step of the pipeline.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PipelineStep {
+    /// Level (1 wrap, 2 spatial split, 3 temporal split, 4 unwrap).
+    pub level: u8,
+    /// What was tried, e.g. `split features.3`.
+    pub action: String,
+    /// Whether it was kept.
+    pub applied: bool,
+    /// Why (e.g. "peak 172.8 MiB -> 170.1 MiB").
+    pub reason: String,
+    /// Peak after the step (kept or not), in bytes.
+    pub peak_bytes: u64,
+}
+
+/// What the pipeline did, as SpikingJelly's `MemOptSummary` reports it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct PipelineSummary {
+    /// Every step tried, in order.
+    pub steps: Vec<PipelineStep>,
+    /// Segments wrapped (checkpointed) at level 1.
+    pub wrapped: usize,
+    /// Segments split spatially at level 2.
+    pub split: usize,
+    /// Segments given time chunks at level 3.
+    pub chunked: usize,
+    /// Segments unwrapped at level 4.
+    pub unwrapped: usize,
+    /// Advice for the next run.
+    pub recommendation: String,
+}
+
+impl PipelineSummary {
+    /// Steps that were applied.
+    pub fn applied(&self) -> impl Iterator<Item = &PipelineStep> {
+        self.steps.iter().filter(|s| s.applied)
+    }
+
+    /// Steps that were tried and skipped.
+    pub fn skipped(&self) -> impl Iterator<Item = &PipelineStep> {
+        self.steps.iter().filter(|s| !s.applied)
+    }
+}
+
+/// `bytes` in MiB with one decimal, for messages.
+pub fn mib(bytes: u64) -> String {
+    format!("{:.1} MiB", bytes as f64 / (1 << 20) as f64)
+}

@@ -1,0 +1,172 @@
+//! A planning session: one workload, its exact estimator, its cost model and its chain model,
+//! shared by the strategies.
+
+use crate::builder::{OptionSpace, chain_model};
+use crate::chain::ChainModel;
+use crate::report::{PipelineSummary, PlanReport};
+use crate::sites::{Site, discover};
+use crate::{Result, SearchError};
+use memopt_checkpoint::{Model, Plan};
+use memopt_core::{DType, Device, MemoryKind, MemoryTracker, Tensor};
+use memopt_profiler::cost::Throughput;
+use memopt_profiler::{CostModel, Estimator, Workload};
+use std::time::Instant;
+
+/// Everything the strategies need about one workload: the exact estimator (Meta steps), the
+/// cost model (time), the segments and their measured chain model.
+pub struct PlanningSession {
+    workload: Workload,
+    estimator: Estimator,
+    cost: CostModel,
+    model: Model,
+    root: Site,
+    chain: ChainModel,
+    baseline_peak: u64,
+    chain_exact: bool,
+    setup_ms: f64,
+}
+
+impl PlanningSession {
+    /// A session with the default option space and this machine's default throughputs.
+    pub fn new(workload: &Workload) -> Result<Self> {
+        let cost = CostModel::from_workload(workload, Throughput::cpu_default())?;
+        Self::with(workload, OptionSpace::default(), cost)
+    }
+
+    /// A session with an explicit option space and cost model (e.g. one calibrated by a
+    /// timing profile).
+    pub fn with(workload: &Workload, space: OptionSpace, cost: CostModel) -> Result<Self> {
+        let started = Instant::now();
+        let mut estimator = Estimator::new(workload)?;
+        let (model, root, chain) = {
+            let _own = MemoryTracker::install(MemoryTracker::new(Device::Meta));
+            let model = workload.build_model(Device::Meta)?;
+            let input = Tensor::zeros(
+                model.spec().input_dims(workload.batch_size),
+                DType::F32,
+                Device::Meta,
+                MemoryKind::Input,
+            )?;
+            let root = discover(&model, &input)?;
+            let chain = chain_model(
+                &model,
+                &root,
+                workload.batch_size,
+                estimator.persistent_bytes(),
+                &space,
+                &cost,
+            )?;
+            (model, root, chain)
+        };
+        let baseline_peak = estimator.peak_bytes(&Plan::store_all())?;
+        let chain_exact = chain
+            .select(&Plan::store_all())
+            .is_some_and(|p| chain.peak(&p) == baseline_peak);
+        Ok(PlanningSession {
+            workload: workload.clone(),
+            estimator,
+            cost,
+            model,
+            root,
+            chain,
+            baseline_peak,
+            chain_exact,
+            setup_ms: started.elapsed().as_secs_f64() * 1e3,
+        })
+    }
+
+    /// The workload planned for.
+    pub fn workload(&self) -> &Workload {
+        &self.workload
+    }
+
+    /// The model (on Meta).
+    pub fn model(&self) -> &Model {
+        &self.model
+    }
+
+    /// The root site and its parts.
+    pub fn sites(&self) -> &Site {
+        &self.root
+    }
+
+    /// The chain model.
+    pub fn chain(&self) -> &ChainModel {
+        &self.chain
+    }
+
+    /// The cost model.
+    pub fn cost(&self) -> &CostModel {
+        &self.cost
+    }
+
+    /// Peak of a step storing everything, in bytes (exact).
+    pub fn baseline_peak_bytes(&self) -> u64 {
+        self.baseline_peak
+    }
+
+    /// Whether the chain model reproduces the exact baseline peak (it then predicts every plan
+    /// it can express exactly; otherwise every evaluation goes to the estimator).
+    pub fn chain_is_exact(&self) -> bool {
+        self.chain_exact
+    }
+
+    /// Time spent building the session (estimator, measurements), in ms.
+    pub fn setup_ms(&self) -> f64 {
+        self.setup_ms
+    }
+
+    /// The exact peak of `plan`, from a Meta step, in bytes.
+    pub fn exact_peak(&mut self, plan: &Plan) -> Result<u64> {
+        Ok(self.estimator.peak_bytes(plan)?)
+    }
+
+    /// The peak of `plan` in bytes: from the chain model when it expresses the plan and is exact,
+    /// otherwise from a Meta step.
+    pub fn peak(&mut self, plan: &Plan) -> Result<u64> {
+        if self.chain_exact
+            && let Some(choice) = self.chain.select(plan)
+        {
+            return Ok(self.chain.peak(&choice));
+        }
+        self.exact_peak(plan)
+    }
+
+    /// Predicted extra time of `plan` as a fraction of the baseline step.
+    pub fn overhead(&self, plan: &Plan) -> f64 {
+        self.cost.plan_overhead(plan)
+    }
+
+    /// Verifies `plan` with a Meta step and writes the report.
+    pub fn report(
+        &mut self,
+        strategy: &str,
+        plan: Plan,
+        started: Instant,
+        summary: Option<PipelineSummary>,
+    ) -> Result<PlanReport> {
+        let planned = self.exact_peak(&plan)?;
+        if let Some(choice) = self.chain.select(&plan)
+            && self.chain_exact
+            && self.chain.peak(&choice) != planned
+        {
+            return Err(SearchError::Internal(format!(
+                "the chain model predicted {} bytes for a plan whose exact peak is {planned}",
+                self.chain.peak(&choice)
+            )));
+        }
+        let spec = self.model.spec();
+        Ok(PlanReport {
+            model: self.workload.name().to_string(),
+            batch: self.workload.batch_size,
+            timesteps: spec.time_steps,
+            strategy: strategy.to_string(),
+            baseline_peak_bytes: self.baseline_peak,
+            planned_peak_bytes: planned,
+            predicted_overhead: self.overhead(&plan),
+            planning_ms: started.elapsed().as_secs_f64() * 1e3,
+            plan,
+            summary,
+        })
+    }
+}

@@ -1,0 +1,245 @@
+//! Every strategy's plan is verified: its exact peak is within the budget, a fresh estimator
+//! agrees, and a real CPU step measures the same peak with bit-identical gradients.
+
+use memopt_checkpoint::{Plan, StepOptions};
+use memopt_core::{Device, MemoryTracker};
+use memopt_profiler::{Estimator, Workload};
+use memopt_search::chain::plan_entries;
+use memopt_search::dp::least_time_within;
+use memopt_search::{
+    Budget, BudgetStrategy, Memonger, MinMemory, Pipeline, PlanReport, PlanningSession, Prefer, Profile,
+    SearchError, Strategy,
+};
+
+/// Peak bytes and gradient bits of one CPU step of `workload` under `plan`.
+fn cpu_step(workload: &Workload, plan: &Plan) -> (u64, Vec<Vec<u32>>) {
+    let tracker = MemoryTracker::new(Device::Cpu);
+    let _installed = MemoryTracker::install(tracker.clone());
+    let session = workload.instantiate(Device::Cpu, plan).unwrap();
+    let (model, mut trainer, batch) = session.into_parts();
+    let opts = StepOptions {
+        keep_grads: true,
+        ..Default::default()
+    };
+    let out = trainer.step(&model, &batch, opts).unwrap();
+    let grads = out.grads.unwrap();
+    let bits = model
+        .params()
+        .iter()
+        .map(|(_, p)| {
+            grads.get(p.id()).map_or(Vec::new(), |g| {
+                g.to_vec_f32().unwrap().iter().map(|v| v.to_bits()).collect()
+            })
+        })
+        .collect();
+    drop(grads);
+    (tracker.peak_bytes(), bits)
+}
+
+fn verify(workload: &Workload, report: &PlanReport, cpu: bool) {
+    let fresh = Estimator::new(workload)
+        .unwrap()
+        .peak_bytes(&report.plan)
+        .unwrap();
+    assert_eq!(
+        fresh, report.planned_peak_bytes,
+        "{}: the report's peak is the estimator's",
+        report.strategy
+    );
+    assert!(report.planned_peak_bytes <= report.baseline_peak_bytes || report.plan.entries.is_empty());
+    if cpu {
+        let (store_peak, store_grads) = cpu_step(workload, &Plan::store_all());
+        let (peak, grads) = cpu_step(workload, &report.plan);
+        assert_eq!(
+            store_peak, report.baseline_peak_bytes,
+            "CPU baseline equals the estimate"
+        );
+        assert_eq!(
+            peak, report.planned_peak_bytes,
+            "{}: the CPU measures the planned peak",
+            report.strategy
+        );
+        assert_eq!(
+            grads, store_grads,
+            "{}: gradients are bit-identical to storing everything",
+            report.strategy
+        );
+    }
+}
+
+fn strategies() -> Vec<Box<dyn Strategy>> {
+    vec![
+        Box::new(MinMemory),
+        Box::new(BudgetStrategy {
+            budget: Budget::Fraction(0.8),
+        }),
+        Box::new(Memonger::default()),
+        Box::new(Pipeline::default()),
+        Box::new(Pipeline {
+            profile: Some(Profile::Exhaustive),
+            ..Pipeline::default()
+        }),
+    ]
+}
+
+fn check_model(name: &str, n: usize, cpu: bool) {
+    let workload = Workload::zoo_small(name, n).unwrap();
+    let mut session = PlanningSession::new(&workload).unwrap();
+    assert!(
+        session.chain_is_exact(),
+        "{name}: the chain model reproduces the baseline"
+    );
+    for s in strategies() {
+        match s.plan(&mut session) {
+            Ok(report) => verify(&workload, &report, cpu),
+            Err(SearchError::Infeasible { best, .. }) => assert!(best > 0),
+            Err(e) => panic!("{name} {}: {e}", s.name()),
+        }
+    }
+}
+
+#[test]
+fn strategies_are_verified_on_the_small_models() {
+    check_model("spiking-mlp", 4, true);
+    check_model("toy-if", 8, true);
+}
+
+#[test]
+fn strategies_are_verified_on_the_vgg() {
+    check_model("cifar10dvs-vgg", 2, true);
+}
+
+#[test]
+fn strategies_are_verified_on_the_resnets() {
+    check_model("sew-resnet18", 2, true);
+    check_model("spiking-resnet18", 2, false);
+}
+
+#[test]
+fn min_memory_is_below_every_other_plan_and_budgets_trade_time_for_memory() {
+    let workload = Workload::zoo_small("cifar10dvs-vgg", 8).unwrap();
+    let mut session = PlanningSession::new(&workload).unwrap();
+    let least = MinMemory.plan(&mut session).unwrap();
+    for s in strategies() {
+        if let Ok(r) = s.plan(&mut session) {
+            assert!(
+                least.planned_peak_bytes <= r.planned_peak_bytes,
+                "{} beat min-memory",
+                r.strategy
+            );
+        }
+    }
+    let loose = BudgetStrategy {
+        budget: Budget::Fraction(0.9),
+    }
+    .plan(&mut session)
+    .unwrap();
+    let tight = BudgetStrategy {
+        budget: Budget::Bytes(
+            least.planned_peak_bytes + (loose.planned_peak_bytes - least.planned_peak_bytes) / 4,
+        ),
+    }
+    .plan(&mut session)
+    .unwrap();
+    assert!(tight.planned_peak_bytes <= loose.planned_peak_bytes);
+    assert!(
+        tight.predicted_overhead >= loose.predicted_overhead,
+        "less memory costs more time"
+    );
+}
+
+#[test]
+fn an_infeasible_budget_states_the_smallest_reachable_peak() {
+    let workload = Workload::zoo_small("toy-if", 4).unwrap();
+    let mut session = PlanningSession::new(&workload).unwrap();
+    let least = MinMemory.plan(&mut session).unwrap().planned_peak_bytes;
+    let err = BudgetStrategy {
+        budget: Budget::Bytes(least - 1),
+    }
+    .plan(&mut session)
+    .unwrap_err();
+    let msg = err.to_string();
+    assert!(
+        msg.contains(&format!("smallest peak reachable is {least} bytes")),
+        "{msg}"
+    );
+    assert!("40%".parse::<Budget>().is_ok() && "2GiB".parse::<Budget>().is_ok());
+    let msg = "lots".parse::<Budget>().unwrap_err().to_string();
+    assert!(msg.contains("2GiB") && msg.contains("40%"), "{msg}");
+}
+
+/// On a model small enough to try every plan with a Meta step, the dynamic program's plan is as
+/// cheap as the cheapest plan brute force finds within each budget.
+#[test]
+fn dp_equals_brute_force_over_exact_peaks() {
+    let workload = Workload::zoo_small("spiking-mlp", 4).unwrap();
+    let mut session = PlanningSession::new(&workload).unwrap();
+    let chain = session.chain().clone();
+    let all = chain.all_plans();
+    assert!(all.len() > 20, "{} plans", all.len());
+    let mut exact: Vec<(u64, f64)> = Vec::new();
+    for p in &all {
+        let plan = Plan {
+            version: 1,
+            entries: plan_entries(p),
+        };
+        exact.push((
+            session.exact_peak(&plan).unwrap(),
+            memopt_search::chain::ChainModel::extra_ms(p),
+        ));
+    }
+    let mut budgets: Vec<u64> = exact.iter().map(|e| e.0).collect();
+    budgets.sort();
+    budgets.dedup();
+    for b in budgets {
+        let brute = exact
+            .iter()
+            .filter(|e| e.0 <= b)
+            .map(|e| e.1)
+            .fold(f64::INFINITY, f64::min);
+        let dp = least_time_within(&chain, b).unwrap();
+        assert!(
+            (dp.extra_ms - brute).abs() < 1e-9,
+            "budget {b}: dp {} vs brute force {brute}",
+            dp.extra_ms
+        );
+    }
+}
+
+#[test]
+fn the_pipeline_summarises_what_it_did() {
+    let workload = Workload::zoo_small("cifar10dvs-vgg", 8).unwrap();
+    let mut session = PlanningSession::new(&workload).unwrap();
+    let safe = Pipeline {
+        profile: Some(Profile::Safe),
+        ..Pipeline::default()
+    }
+    .plan(&mut session)
+    .unwrap();
+    let s = safe.summary.as_ref().unwrap();
+    assert_eq!(s.wrapped, 8, "the eight VGG blocks are wrapped");
+    assert!(s.steps.iter().all(|st| st.level == 1));
+    let two = Pipeline {
+        max_wrapped: Some(2),
+        profile: Some(Profile::Safe),
+        ..Pipeline::default()
+    }
+    .plan(&mut session)
+    .unwrap();
+    assert_eq!(two.summary.as_ref().unwrap().wrapped, 2);
+    let memory = Pipeline {
+        prefer: Prefer::Memory,
+        ..Pipeline::default()
+    }
+    .plan(&mut session)
+    .unwrap();
+    let m = memory.summary.as_ref().unwrap();
+    assert_eq!(m.unwrapped, 0);
+    assert!(memory.planned_peak_bytes <= safe.planned_peak_bytes);
+    assert!(
+        m.recommendation.contains("predicted overhead"),
+        "{}",
+        m.recommendation
+    );
+    assert!(m.skipped().count() + m.applied().count() == m.steps.len());
+}

@@ -208,7 +208,8 @@ impl Strategy for Pipeline {
                     break;
                 }
                 let mut candidate = run.entries.clone();
-                candidate.extend(group_entries(&layers, &[i..i + 1], Policy::CHECKPOINT));
+                let one_layer = std::iter::once(i..i + 1).collect::<Vec<_>>();
+                candidate.extend(group_entries(&layers, &one_layer, Policy::CHECKPOINT));
                 if run.try_step(1, format!("wrap {}", l.site.path), candidate, |_, _| true)? {
                     run.summary.wrapped += 1;
                 }

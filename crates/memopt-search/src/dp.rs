@@ -46,13 +46,13 @@ fn prune(mut states: Vec<State<'_>>) -> Vec<State<'_>> {
     kept
 }
 
-fn apply<'a>(states: &[State<'a>], seg: &'a ChainSegment, budget: u64) -> Vec<State<'a>> {
+fn apply<'a>(states: &[State<'a>], seg: &'a ChainSegment, budget: u64, max_ms: f64) -> Vec<State<'a>> {
     let mut out = Vec::with_capacity(states.len() * seg.options.len());
     for s in states {
         for (o, option) in seg.options.iter().enumerate() {
             let mut walk = s.walk;
             walk.step(seg, option);
-            if walk.max > budget {
+            if walk.max > budget || s.ms + option.extra_ms > max_ms {
                 continue;
             }
             let mut plan = s.plan.clone();
@@ -70,13 +70,18 @@ fn apply<'a>(states: &[State<'a>], seg: &'a ChainSegment, budget: u64) -> Vec<St
     out
 }
 
-fn process<'a>(nodes: &'a [ChainNode], mut states: Vec<State<'a>>, budget: u64) -> Vec<State<'a>> {
+fn process_limited<'a>(
+    nodes: &'a [ChainNode],
+    mut states: Vec<State<'a>>,
+    budget: u64,
+    max_ms: f64,
+) -> Vec<State<'a>> {
     for node in nodes {
         states = match node {
-            ChainNode::Segment(seg) => apply(&states, seg, budget),
+            ChainNode::Segment(seg) => apply(&states, seg, budget, max_ms),
             ChainNode::Splittable { whole, parts, runs } => {
-                let mut both = apply(&states, whole, budget);
-                both.extend(process_parts(parts, runs, states, budget));
+                let mut both = apply(&states, whole, budget, max_ms);
+                both.extend(process_parts(parts, runs, states, budget, max_ms));
                 both
             }
         };
@@ -92,16 +97,17 @@ fn process_parts<'a>(
     runs: &'a [ChainSegment],
     states: Vec<State<'a>>,
     budget: u64,
+    max_ms: f64,
 ) -> Vec<State<'a>> {
     let mut at: Vec<Vec<State<'a>>> = vec![Vec::new(); parts.len() + 1];
     at[0] = states;
     for i in 0..parts.len() {
         let here = prune(std::mem::take(&mut at[i]));
         for run in runs.iter().filter(|r| run_bounds(r)[0] == i) {
-            let reached = apply(&here, run, budget);
+            let reached = apply(&here, run, budget, max_ms);
             at[run_bounds(run)[1]].extend(reached);
         }
-        let next = process(&parts[i..i + 1], here, budget);
+        let next = process_limited(&parts[i..i + 1], here, budget, max_ms);
         at[i + 1].extend(next);
     }
     prune(std::mem::take(&mut at[parts.len()]))
@@ -113,7 +119,7 @@ fn finals<'a>(chain: &'a ChainModel, budget: u64) -> Vec<Solution<'a>> {
         ms: 0.0,
         plan: Vec::new(),
     };
-    process(&chain.nodes, vec![start], budget)
+    process_limited(&chain.nodes, vec![start], budget, f64::INFINITY)
         .into_iter()
         .map(|s| Solution {
             peak: s.walk.finish(),
@@ -132,12 +138,57 @@ pub fn least_time_within(chain: &ChainModel, budget: u64) -> Option<Solution<'_>
         .min_by(|a, b| a.extra_ms.total_cmp(&b.extra_ms).then(a.peak.cmp(&b.peak)))
 }
 
-/// The plan of least predicted peak (ties: least extra time).
+/// The plan of least predicted peak (ties: least extra time). Two passes: the least peak with
+/// time ignored (so dominance prunes on memory alone), then the least time within it.
 pub fn min_peak(chain: &ChainModel) -> Solution<'_> {
-    finals(chain, u64::MAX)
+    let memory_only = ChainModel {
+        base: chain.base,
+        nodes: chain.nodes.iter().map(without_time).collect(),
+    };
+    let least = finals(&memory_only, u64::MAX)
         .into_iter()
+        .map(|s| s.peak)
+        .min()
+        .expect("storing everything is always a plan");
+    least_time_within(chain, least).expect("a plan reaches the least peak")
+}
+
+/// A copy of `node` whose options all take no time.
+fn without_time(node: &ChainNode) -> ChainNode {
+    let strip = |s: &ChainSegment| {
+        let mut s = s.clone();
+        s.options.iter_mut().for_each(|o| o.extra_ms = 0.0);
+        s
+    };
+    match node {
+        ChainNode::Segment(s) => ChainNode::Segment(strip(s)),
+        ChainNode::Splittable { whole, parts, runs } => ChainNode::Splittable {
+            whole: strip(whole),
+            parts: parts.iter().map(without_time).collect(),
+            runs: runs.iter().map(strip).collect(),
+        },
+    }
+}
+
+/// The plan of least predicted peak whose extra time is at most `max_extra_ms` (ties: least
+/// time). Prefixes over the time limit are dropped as they appear.
+pub fn min_peak_within_time(chain: &ChainModel, max_extra_ms: f64) -> Solution<'_> {
+    let start = State {
+        walk: Walk::start(chain),
+        ms: 0.0,
+        plan: Vec::new(),
+    };
+    let mut states = vec![start];
+    states = process_limited(&chain.nodes, states, u64::MAX, max_extra_ms);
+    states
+        .into_iter()
+        .map(|s| Solution {
+            peak: s.walk.finish(),
+            extra_ms: s.ms,
+            plan: s.plan,
+        })
         .min_by(|a, b| a.peak.cmp(&b.peak).then(a.extra_ms.total_cmp(&b.extra_ms)))
-        .expect("storing everything is always a plan")
+        .expect("storing everything takes no extra time")
 }
 
 /// The plans on the Pareto front of (peak, extra time), by increasing peak.

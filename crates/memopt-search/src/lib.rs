@@ -19,4 +19,6 @@ pub mod strategy;
 pub use error::{Result, SearchError};
 pub use report::{PipelineStep, PipelineSummary, PlanReport};
 pub use session::PlanningSession;
-pub use strategy::{Budget, BudgetStrategy, Memonger, MinMemory, Pipeline, Prefer, Profile, Strategy};
+pub use strategy::{
+    Budget, BudgetStrategy, MaxOverhead, Memonger, MinMemory, Pipeline, Prefer, Profile, Strategy,
+};

@@ -96,7 +96,10 @@ fn check(name: &str, n: usize, samples: usize) {
     );
     assert!(chunked > 0, "{name}: some sampled plans chunk time");
     let has_runs = format!("{:?}", chain.nodes).contains("children: Some");
-    assert!(runs > 0 || !has_runs, "{name}: some sampled plans checkpoint runs of children");
+    assert!(
+        runs > 0 || !has_runs,
+        "{name}: some sampled plans checkpoint runs of children"
+    );
 }
 
 #[test]

@@ -2,11 +2,13 @@
 
 mod budget;
 mod groups;
+mod max_overhead;
 mod memonger;
 mod min_memory;
 mod pipeline;
 
 pub use budget::{Budget, BudgetStrategy};
+pub use max_overhead::MaxOverhead;
 pub use memonger::Memonger;
 pub use min_memory::MinMemory;
 pub use pipeline::{Pipeline, Prefer, Profile};

@@ -187,15 +187,20 @@ impl Strategy for Pipeline {
             summary: PipelineSummary::default(),
         };
 
-        // Level 1: wrap the blocks (layers with a neuron inside), largest inputs first.
+        // Level 1: wrap the blocks, largest inputs first. A block is a run of layers ending with
+        // one that holds a neuron ("[pool] conv-bn-LIF" in a flat model, or a whole residual
+        // block); layers after the last neuron (pooling, classifier heads) stay stored.
         if level >= 1 {
             let layers = root.layers();
-            let mut blocks: Vec<_> = layers
-                .iter()
-                .enumerate()
-                .filter(|(_, l)| l.site.stateful)
-                .collect();
-            blocks.sort_by_key(|(_, l)| std::cmp::Reverse(l.site.input_bytes()));
+            let mut blocks: Vec<std::ops::Range<usize>> = Vec::new();
+            let mut start = 0;
+            for (i, l) in layers.iter().enumerate() {
+                if l.site.stateful {
+                    blocks.push(start..i + 1);
+                    start = i + 1;
+                }
+            }
+            blocks.sort_by_key(|r| std::cmp::Reverse(layers[r.start].site.input_bytes()));
             let mut limit = blocks.len();
             if let Some(m) = self.max_wrapped {
                 limit = limit.min(m);
@@ -203,14 +208,19 @@ impl Strategy for Pipeline {
             if let Some(r) = self.wrap_ratio {
                 limit = limit.min((blocks.len() as f64 * r.clamp(0.0, 1.0)).ceil() as usize);
             }
-            for (i, l) in blocks.into_iter().take(limit) {
+            for block in blocks.into_iter().take(limit) {
                 if budget.is_some_and(|b| run.peak <= b) {
                     break;
                 }
+                let entries = group_entries(&layers, std::slice::from_ref(&block), Policy::CHECKPOINT);
+                let name = entries
+                    .iter()
+                    .map(PlanEntry::target)
+                    .collect::<Vec<_>>()
+                    .join(", ");
                 let mut candidate = run.entries.clone();
-                let one_layer = std::iter::once(i..i + 1).collect::<Vec<_>>();
-                candidate.extend(group_entries(&layers, &one_layer, Policy::CHECKPOINT));
-                if run.try_step(1, format!("wrap {}", l.site.path), candidate, |_, _| true)? {
+                candidate.extend(entries);
+                if run.try_step(1, format!("wrap {name}"), candidate, |_, _| true)? {
                     run.summary.wrapped += 1;
                 }
             }

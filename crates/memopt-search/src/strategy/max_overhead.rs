@@ -1,0 +1,43 @@
+//! The least peak whose predicted slowdown stays within a limit.
+
+use super::Strategy;
+use crate::chain::plan_entries;
+use crate::dp::min_peak_within_time;
+use crate::report::PlanReport;
+use crate::session::PlanningSession;
+use crate::{Result, SearchError};
+use memopt_checkpoint::Plan;
+use memopt_checkpoint::policy::PLAN_VERSION;
+use std::time::Instant;
+
+/// The plan of least exact peak whose predicted extra time is at most `max_overhead` of the
+/// baseline step (0.2 = at most 20% slower): the Pareto front of the dynamic program, read at
+/// that time.
+#[derive(Debug, Clone, Copy)]
+pub struct MaxOverhead {
+    /// Largest predicted slowdown, as a fraction of the baseline step time.
+    pub max_overhead: f64,
+}
+
+impl Strategy for MaxOverhead {
+    fn name(&self) -> String {
+        "max-overhead".into()
+    }
+
+    fn plan(&self, session: &mut PlanningSession) -> Result<PlanReport> {
+        if !(self.max_overhead >= 0.0 && self.max_overhead.is_finite()) {
+            return Err(SearchError::InvalidSetting(format!(
+                "the overhead limit must be a fraction >= 0 (0.2 = 20%), got {}",
+                self.max_overhead
+            )));
+        }
+        let started = Instant::now();
+        let limit_ms = self.max_overhead * session.cost().baseline_step_ms();
+        let best = min_peak_within_time(session.chain(), limit_ms);
+        let plan = Plan {
+            version: PLAN_VERSION,
+            entries: plan_entries(&best.plan),
+        };
+        session.report(&self.name(), plan, started, None)
+    }
+}

@@ -1,7 +1,7 @@
 //! The memory and time model of a chain of segments, each run under one of a few options.
 //!
 //! A training step runs the segments' forward passes in order and their backward passes in
-//! reverse. With every option's figures measured exactly (see [`crate::profile`]), the tracked
+//! reverse. With every option's figures measured exactly (see [`crate::measure`]), the tracked
 //! bytes at any moment are a sum of per-segment terms, so the step's peak is
 //!
 //! ```text

@@ -4,6 +4,15 @@
 //! device and composes the figures into a [`chain::ChainModel`] whose predicted peak equals the
 //! exact peak of a training step; strategies ([`strategy`]) search it (a dynamic program, the
 //! SpikingJelly pipeline, memonger) and every returned plan is verified by a Meta step.
+//!
+//! ```
+//! use memopt_profiler::Workload;
+//! use memopt_search::{MinMemory, PlanningSession, Strategy};
+//! let workload = Workload::zoo_small("toy-if", 8).unwrap();
+//! let mut session = PlanningSession::new(&workload).unwrap();
+//! let report = MinMemory.plan(&mut session).unwrap();
+//! assert!(report.planned_peak_bytes <= report.baseline_peak_bytes);
+//! ```
 #![warn(missing_docs)]
 
 pub mod builder;

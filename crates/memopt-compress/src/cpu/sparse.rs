@@ -16,7 +16,7 @@ pub fn chunk_count(len: usize) -> usize {
     len.div_ceil(CHUNK)
 }
 
-/// Counts the values other than +-0 in each chunk of [`CHUNK`] values into `counts`
+/// Counts the values other than +-0 in each chunk of `CHUNK` values into `counts`
 /// ([`chunk_count`] entries) and returns the total. With `check`, a value other than 0 and 1 is
 /// an error naming the first one.
 pub fn count_ones<E: SpikeElem>(src: &[E], check: bool, counts: &mut [i64]) -> Result<usize> {

@@ -243,3 +243,43 @@ fn the_pipeline_summarises_what_it_did() {
     );
     assert!(m.skipped().count() + m.applied().count() == m.steps.len());
 }
+
+/// The same plan with bit-packed saved inputs peaks lower than with f32 ones, and both peaks
+/// are what the chain model composes from the measured payload sizes.
+#[test]
+fn bit_packing_lowers_the_optimal_vgg_peak_by_the_measured_sizes() {
+    use memopt_compress::CompressorKind;
+    use memopt_profiler::CostModel;
+    use memopt_profiler::cost::Throughput;
+    use memopt_search::builder::OptionSpace;
+    let workload = Workload::zoo_small("cifar10dvs-vgg", 8).unwrap();
+    let session_for = |compressor| {
+        let space = OptionSpace {
+            compressor,
+            ..OptionSpace::default()
+        };
+        PlanningSession::with(
+            &workload,
+            space,
+            CostModel::from_workload(&workload, Throughput::cpu_default()).unwrap(),
+        )
+        .unwrap()
+    };
+    let mut bits = session_for(CompressorKind::BitSpike);
+    let mut null = session_for(CompressorKind::Null);
+    let plan = MinMemory.plan(&mut bits).unwrap().plan;
+    let mut as_null = plan.clone();
+    for e in &mut as_null.entries {
+        if let memopt_checkpoint::Policy::Checkpoint { compressor, .. } = &mut e.policy {
+            *compressor = CompressorKind::Null;
+        }
+    }
+    let (peak_bits, peak_null) = (
+        bits.exact_peak(&plan).unwrap(),
+        null.exact_peak(&as_null).unwrap(),
+    );
+    assert!(peak_bits < peak_null, "{peak_bits} vs {peak_null}");
+    let predicted = |s: &PlanningSession, p: &Plan| s.chain().peak(&s.chain().select(p).unwrap());
+    assert_eq!(predicted(&bits, &plan), peak_bits);
+    assert_eq!(predicted(&null, &as_null), peak_null);
+}

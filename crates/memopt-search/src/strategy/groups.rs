@@ -45,3 +45,21 @@ pub(crate) fn group_entries(
     }
     out
 }
+
+/// The plan that checkpoints every block with `policy`: runs of layers ending with one that
+/// holds a neuron ([`crate::sites::Site::layers`]); layers after the last neuron stay stored.
+pub fn block_plan(root: &crate::sites::Site, policy: Policy) -> memopt_checkpoint::Plan {
+    let layers = root.layers();
+    let mut blocks = Vec::new();
+    let mut start = 0;
+    for (i, l) in layers.iter().enumerate() {
+        if l.site.stateful {
+            blocks.push(start..i + 1);
+            start = i + 1;
+        }
+    }
+    memopt_checkpoint::Plan {
+        version: memopt_checkpoint::policy::PLAN_VERSION,
+        entries: group_entries(&layers, &blocks, policy),
+    }
+}

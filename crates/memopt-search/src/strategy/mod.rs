@@ -8,6 +8,7 @@ mod min_memory;
 mod pipeline;
 
 pub use budget::{Budget, BudgetStrategy};
+pub use groups::block_plan;
 pub use max_overhead::MaxOverhead;
 pub use memonger::Memonger;
 pub use min_memory::MinMemory;

@@ -196,16 +196,10 @@ impl<'m> Cx<'m> {
         inputs: Vec<Option<VarId>>,
         outputs: Vec<Tensor>,
     ) -> Vec<Var> {
-        let Some(tape) = self.tape.as_mut().filter(|_| inputs.iter().any(Option::is_some)) else {
+        if !inputs.iter().any(Option::is_some) {
             return outputs.into_iter().map(Var::constant).collect();
-        };
-        let ids: Vec<VarId> = outputs.iter().map(|_| VarId::fresh()).collect();
-        tape.push(op, inputs, ids.clone(), current_scope());
-        outputs
-            .into_iter()
-            .zip(ids)
-            .map(|(t, id)| Var::tracked(t, id))
-            .collect()
+        }
+        self.record_always(op, inputs, outputs)
     }
 
     /// Records an op even when none of its inputs needs a gradient (a checkpointed segment's

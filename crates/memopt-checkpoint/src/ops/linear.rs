@@ -1,6 +1,6 @@
 //! Fully connected layer.
 
-use super::{GradTarget, single_grad};
+use super::{GradTarget, layer_grads, single_grad, weight_bias_targets};
 use crate::Result;
 use crate::autograd::{BackwardGrads, BackwardOp, SavedTensor, Var};
 use crate::context::Cx;
@@ -40,11 +40,7 @@ impl<'m> BackwardOp<'m> for LinearBackward {
     fn backward(self: Box<Self>, cx: &mut Cx<'m>, g: BackwardGrads) -> Result<Vec<Option<Tensor>>> {
         let grad = single_grad(&g)?;
         let (x, w) = (self.x.tensor(), self.w.tensor());
-        let wt = GradTarget::for_input(cx, &g, 1, w.dims(), w.device())?;
-        let bt = match self.has_bias {
-            true => GradTarget::for_input(cx, &g, 2, &w.dims()[..1], w.device())?,
-            false => None,
-        };
+        let (wt, bt) = weight_bias_targets(cx, &g, w, self.has_bias)?;
         let gx = kernels::linear_backward_acc(
             &grad,
             x,
@@ -56,10 +52,6 @@ impl<'m> BackwardOp<'m> for LinearBackward {
             },
             g.input_needs[0],
         )?;
-        let mut out = vec![gx, wt.and_then(GradTarget::into_returned)];
-        if self.has_bias {
-            out.push(bt.and_then(GradTarget::into_returned));
-        }
-        Ok(out)
+        Ok(layer_grads(gx, wt, bt, self.has_bias))
     }
 }

@@ -70,6 +70,36 @@ impl GradTarget {
     }
 }
 
+/// Gradient targets of a layer's weight (input 1) and, when it has one, its bias (input 2).
+pub(crate) fn weight_bias_targets(
+    cx: &mut Cx<'_>,
+    g: &BackwardGrads,
+    w: &Tensor,
+    has_bias: bool,
+) -> Result<(Option<GradTarget>, Option<GradTarget>)> {
+    let wt = GradTarget::for_input(cx, g, 1, w.dims(), w.device())?;
+    let bt = match has_bias {
+        true => GradTarget::for_input(cx, g, 2, &w.dims()[..1], w.device())?,
+        false => None,
+    };
+    Ok((wt, bt))
+}
+
+/// The input gradients of a layer taking (x, weight[, bias]): parameters' gradients were
+/// accumulated in place and are not returned.
+pub(crate) fn layer_grads(
+    gx: Option<Tensor>,
+    wt: Option<GradTarget>,
+    bt: Option<GradTarget>,
+    has_bias: bool,
+) -> Vec<Option<Tensor>> {
+    let mut out = vec![gx, wt.and_then(GradTarget::into_returned)];
+    if has_bias {
+        out.push(bt.and_then(GradTarget::into_returned));
+    }
+    out
+}
+
 /// The gradient of the single output of an op (the tape only runs a node whose output has one).
 pub(crate) fn single_grad(g: &BackwardGrads) -> Result<Tensor> {
     g.outputs.first().cloned().flatten().ok_or_else(|| {

@@ -1,12 +1,11 @@
 //! conv2d backward that accumulates the weight and bias gradients one time step at a time.
 
-use super::Workspace;
 use super::backward::{BackwardBufs, backward, bias_grad};
-use super::params::{Conv2dParams, ConvGeom};
+use super::params::Conv2dParams;
+use super::{Workspace, backward_geometry};
 use crate::kernels::WeightGradAcc;
-use crate::kernels::matmul::check_f32_same_device;
 use crate::memory::MemoryKind;
-use crate::{CoreError, KernelBuffer, Result, Shape, Tensor};
+use crate::{KernelBuffer, Result, Tensor};
 
 /// Backward of [`super::conv2d_steps`] for a batch `[T*N, C, H, W]` folding `acc.time_steps`
 /// time steps. Adds the weight and bias gradients into the accumulators of `acc`, time step
@@ -23,18 +22,7 @@ pub fn conv2d_backward_acc(
     input: bool,
 ) -> Result<Option<Tensor>> {
     const OP: &str = "conv2d_backward_acc";
-    check_f32_same_device(OP, &[grad, x, w])?;
-    let g = ConvGeom::new(OP, x, w, p)?;
-    if grad.dims() != g.out_dims() {
-        return Err(CoreError::shape(
-            OP,
-            format!(
-                "a gradient of the output's shape {}",
-                Shape::from(g.out_dims().to_vec())
-            ),
-            grad.shape(),
-        ));
-    }
+    let g = backward_geometry(OP, grad, x, w, p)?;
     let per_step = acc.check(OP, w.dims(), g.co, g.b, &[grad, x, w])?;
     let step = g.with_batch(OP, super::per_step(OP, g.b, acc.time_steps)?)?;
     let (gr, xr, wr) = (grad.read::<f32>(OP)?, x.read::<f32>(OP)?, w.read::<f32>(OP)?);

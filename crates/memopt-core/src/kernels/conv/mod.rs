@@ -146,6 +146,30 @@ pub fn conv2d_steps(
     out.into_tensor(g.out_dims())
 }
 
+/// Validates a conv2d backward call (dtypes, devices, sizes, the output gradient's shape) and
+/// returns its geometry.
+pub(super) fn backward_geometry(
+    op: &'static str,
+    grad: &Tensor,
+    x: &Tensor,
+    w: &Tensor,
+    p: &Conv2dParams,
+) -> Result<ConvGeom> {
+    check_f32_same_device(op, &[grad, x, w])?;
+    let g = ConvGeom::new(op, x, w, p)?;
+    if grad.dims() != g.out_dims() {
+        return Err(CoreError::shape(
+            op,
+            format!(
+                "a gradient of the output's shape {}",
+                Shape::from(g.out_dims().to_vec())
+            ),
+            grad.shape(),
+        ));
+    }
+    Ok(g)
+}
+
 /// Images per time step of a batch of `b` folding `time_steps` steps.
 pub(super) fn per_step(op: &'static str, b: usize, time_steps: usize) -> Result<usize> {
     if time_steps == 0 || !b.is_multiple_of(time_steps) {
@@ -182,18 +206,7 @@ pub fn conv2d_backward(
     needs: GradNeeds,
 ) -> Result<Conv2dGrads> {
     const OP: &str = "conv2d_backward";
-    check_f32_same_device(OP, &[grad, x, w])?;
-    let g = ConvGeom::new(OP, x, w, p)?;
-    if grad.dims() != g.out_dims() {
-        return Err(CoreError::shape(
-            OP,
-            format!(
-                "a gradient of the output's shape {}",
-                Shape::from(g.out_dims().to_vec())
-            ),
-            grad.shape(),
-        ));
-    }
+    let g = backward_geometry(OP, grad, x, w, p)?;
     let (gr, xr, wr) = (grad.read::<f32>(OP)?, x.read::<f32>(OP)?, w.read::<f32>(OP)?);
     let device = x.device();
     let alloc = |need: bool, len: usize| {

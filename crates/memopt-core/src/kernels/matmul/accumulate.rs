@@ -1,11 +1,9 @@
 //! linear backward that accumulates the weight and bias gradients one time step at a time.
 
-use super::{
-    GemmPar, LinearDims, MatRef, check_f32_same_device, column_sums, gemm_f32, linear_dims, with_last,
-};
+use super::{GemmPar, LinearDims, MatRef, backward_dims, column_sums, gemm_f32};
 use crate::kernels::WeightGradAcc;
 use crate::memory::MemoryKind;
-use crate::{CoreError, KernelBuffer, Result, Shape, Tensor};
+use crate::{KernelBuffer, Result, Tensor};
 
 /// Backward of [`super::linear`] whose rows fold `acc.time_steps` time steps (`[T, N, K]` or
 /// `[T*N, K]` inputs). Adds the weight and bias gradients into the accumulators of `acc`, time
@@ -19,16 +17,7 @@ pub fn linear_backward_acc(
     input: bool,
 ) -> Result<Option<Tensor>> {
     const OP: &str = "linear_backward_acc";
-    check_f32_same_device(OP, &[grad, x, w])?;
-    let LinearDims { m, k, n } = linear_dims(OP, x, w)?;
-    let out_dims = with_last(x, n);
-    if grad.dims() != out_dims.as_slice() {
-        return Err(CoreError::shape(
-            OP,
-            format!("a gradient of the output's shape {}", Shape::from(out_dims)),
-            grad.shape(),
-        ));
-    }
+    let LinearDims { m, k, n } = backward_dims(OP, grad, x, w)?;
     let rows = acc.check(OP, w.dims(), n, m, &[grad, x, w])?;
     let (gr, xr, wr) = (grad.read::<f32>(OP)?, x.read::<f32>(OP)?, w.read::<f32>(OP)?);
     let mut gx = input

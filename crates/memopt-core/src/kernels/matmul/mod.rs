@@ -92,6 +92,25 @@ fn linear_dims(op: &'static str, x: &Tensor, w: &Tensor) -> Result<LinearDims> {
     }
 }
 
+/// Validates a linear backward call (dtypes, devices, sizes, the output gradient's shape) and
+/// returns its sizes.
+pub(super) fn backward_dims(op: &'static str, grad: &Tensor, x: &Tensor, w: &Tensor) -> Result<LinearDims> {
+    check_f32_same_device(op, &[grad, x, w])?;
+    let dims = linear_dims(op, x, w)?;
+    let out_dims = with_last(x, dims.n);
+    if grad.dims() != out_dims.as_slice() {
+        return Err(CoreError::shape(
+            op,
+            format!(
+                "a gradient of the output's shape {}",
+                crate::Shape::from(out_dims)
+            ),
+            grad.shape(),
+        ));
+    }
+    Ok(dims)
+}
+
 fn check_bias(op: &'static str, b: &Tensor, n: usize) -> Result<()> {
     if b.dims() != [n] {
         return Err(CoreError::shape(
@@ -199,19 +218,7 @@ pub fn linear_backward(
     needs: GradNeeds,
 ) -> Result<LinearGrads> {
     const OP: &str = "linear_backward";
-    check_f32_same_device(OP, &[grad, x, w])?;
-    let LinearDims { m, k, n } = linear_dims(OP, x, w)?;
-    let out_dims = with_last(x, n);
-    if grad.dims() != out_dims.as_slice() {
-        return Err(CoreError::shape(
-            OP,
-            format!(
-                "a gradient of the output's shape {}",
-                crate::Shape::from(out_dims)
-            ),
-            grad.shape(),
-        ));
-    }
+    let LinearDims { m, k, n } = backward_dims(OP, grad, x, w)?;
     let (gr, xr, wr) = (grad.read::<f32>(OP)?, x.read::<f32>(OP)?, w.read::<f32>(OP)?);
     let dev = x.device();
     let alloc = |need: bool, len: usize| {

@@ -94,7 +94,7 @@ fn linear_dims(op: &'static str, x: &Tensor, w: &Tensor) -> Result<LinearDims> {
 
 /// Validates a linear backward call (dtypes, devices, sizes, the output gradient's shape) and
 /// returns its sizes.
-pub(super) fn backward_dims(op: &'static str, grad: &Tensor, x: &Tensor, w: &Tensor) -> Result<LinearDims> {
+fn backward_dims(op: &'static str, grad: &Tensor, x: &Tensor, w: &Tensor) -> Result<LinearDims> {
     check_f32_same_device(op, &[grad, x, w])?;
     let dims = linear_dims(op, x, w)?;
     let out_dims = with_last(x, dims.n);

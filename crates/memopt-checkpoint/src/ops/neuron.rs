@@ -10,16 +10,18 @@ use memopt_core::kernels::{self, NeuronConfig};
 /// Runs a neuron over `x [T, ...]` from the state stored for the current module path (reset
 /// value when absent), stores the final state there and returns the spikes. The state is an
 /// explicit input and output on the tape, so gradients flow through it across checkpointed
-/// segments and time chunks. `w` is the PLIF parameter (`1/tau = sigmoid(w)`).
-pub fn neuron<'m>(cx: &mut Cx<'m>, cfg: &NeuronConfig, x: &Var, w: Option<&Var>) -> Result<Var> {
+/// segments and time chunks. `w` is the PLIF parameter (`1/tau = sigmoid(w)`). The input is
+/// taken by value: when nothing else holds it, the membrane potentials kept for backward are
+/// written over it instead of into a new buffer.
+pub fn neuron<'m>(cx: &mut Cx<'m>, cfg: &NeuronConfig, x: Var, w: Option<&Var>) -> Result<Var> {
     let v_init = cx.state();
-    let mut inputs = vec![x];
-    inputs.extend(v_init.as_ref());
-    inputs.extend(w);
+    // Node inputs, in the order backward reads them: x, then v_init and w when present.
+    let inputs: Vec<&Var> = [Some(&x), v_init.as_ref(), w].into_iter().flatten().collect();
     let needs_grad = cx.needs_grad(&inputs);
-    let out = kernels::neuron_forward(
+    let input_ids: Vec<_> = inputs.iter().map(|v| v.id()).collect();
+    let out = kernels::neuron_forward_reusing_input(
         cfg,
-        x.tensor(),
+        x.into_tensor(),
         v_init.as_ref().map(Var::tensor),
         w.map(Var::tensor),
         needs_grad,
@@ -35,7 +37,7 @@ pub fn neuron<'m>(cx: &mut Cx<'m>, cfg: &NeuronConfig, x: &Var, w: Option<&Var>)
         w: w.map(|w| cx.save(w.tensor())),
     };
     drop(h_seq);
-    let mut vars = cx.record(op, &inputs, vec![out.spikes, out.v_final]);
+    let mut vars = cx.record_boxed(Box::new(op), input_ids, vec![out.spikes, out.v_final]);
     let v_final = vars.pop().expect("two outputs recorded");
     cx.set_state(v_final);
     Ok(vars.pop().expect("two outputs recorded"))

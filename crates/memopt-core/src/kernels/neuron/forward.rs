@@ -3,11 +3,12 @@
 use super::chunks::{CHUNK, SharedOut, for_each_chunk};
 use super::config::{Charge, Dynamics, fire, reset};
 
-/// Data of one forward call: `x` is `[T, n]`, the states `[n]`.
+/// Data of one forward call: `x` is `[T, n]` (absent when it is read from `h_seq`, which then
+/// holds the input on entry and the membrane potentials on return), the states `[n]`.
 pub(super) struct ForwardIo<'a> {
     pub steps: usize,
     pub n: usize,
-    pub x: &'a [f32],
+    pub x: Option<&'a [f32]>,
     pub v_init: Option<&'a [f32]>,
     pub spikes: &'a mut [f32],
     pub h_seq: Option<&'a mut [f32]>,
@@ -63,11 +64,23 @@ where
             }
             for t in 0..steps {
                 let row = t * n + r.start..t * n + r.end;
-                let xs = &x[row.clone()];
                 // SAFETY: `row` is this task's chunk of time row `t`; no other slice of it is live.
                 let ss = unsafe { spikes.slice(row.clone()) };
-                match &h_seq {
-                    Some(hs) => {
+                match (&h_seq, x) {
+                    (Some(hs), None) => {
+                        // In place: each potential overwrites the input it was charged from.
+                        // SAFETY: as above, for the `h_seq` buffer.
+                        let hs = unsafe { hs.slice(row) };
+                        for ((v, s), h) in v.iter_mut().zip(ss.iter_mut()).zip(hs.iter_mut()) {
+                            let hv = charge(*v, *h);
+                            let sp = fire(hv, vth);
+                            *h = hv;
+                            *s = sp;
+                            *v = reset::<HARD>(hv, sp, vth, vr);
+                        }
+                    }
+                    (Some(hs), Some(x)) => {
+                        let xs = &x[row.clone()];
                         // SAFETY: as above, for the `h_seq` buffer.
                         let hs = unsafe { hs.slice(row) };
                         for (((v, &x), s), h) in v.iter_mut().zip(xs).zip(ss.iter_mut()).zip(hs.iter_mut()) {
@@ -78,7 +91,9 @@ where
                             *v = reset::<HARD>(hv, sp, vth, vr);
                         }
                     }
-                    None => {
+                    (None, x) => {
+                        // The caller always passes `x` when `h_seq` is absent.
+                        let xs = &x.unwrap_or_default()[row];
                         for ((v, &x), s) in v.iter_mut().zip(xs).zip(ss.iter_mut()) {
                             let hv = charge(*v, x);
                             let sp = fire(hv, vth);

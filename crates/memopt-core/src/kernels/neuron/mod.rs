@@ -92,7 +92,7 @@ pub fn neuron_forward(
         let io = ForwardIo {
             steps,
             n,
-            x: xs,
+            x: Some(xs),
             v_init: vr.as_ref().and_then(|r| r.slice()),
             spikes: ss,
             h_seq: h_seq.as_mut().and_then(|h| h.slice_mut()),
@@ -104,6 +104,57 @@ pub fn neuron_forward(
         spikes: spikes.into_tensor(x.shape().clone())?.with_spike_flag(true),
         v_final: v_final.into_tensor(state_shape(x))?,
         h_seq: h_seq.map(|h| h.into_tensor(x.shape().clone())).transpose()?,
+    })
+}
+
+/// [`neuron_forward`] that may write `h_seq` into `x`'s storage: when `h_seq` is wanted and `x`
+/// is the only handle to all of its storage (nothing else will read it again), the membrane
+/// potentials overwrite the input in place and no `[T, ...]` buffer is allocated for them. The
+/// decision depends only on handles, never on data, so Meta and CPU still allocate identically;
+/// results are bit-identical to [`neuron_forward`].
+pub fn neuron_forward_reusing_input(
+    cfg: &NeuronConfig,
+    x: Tensor,
+    v_init: Option<&Tensor>,
+    w: Option<&Tensor>,
+    save_for_backward: bool,
+) -> Result<NeuronOutput> {
+    const OP: &str = "neuron_forward";
+    let whole = x.storage_offset() == 0 && x.elem_count() == x.storage().len();
+    if !(save_for_backward && whole && x.is_exclusive() && x.dtype() == crate::DType::F32) {
+        return neuron_forward(cfg, &x, v_init, w, save_for_backward);
+    }
+    cfg.validate()?;
+    let (steps, n) = sequence_dims(OP, "x", &x)?;
+    if let Some(v) = v_init {
+        check_state(OP, "v_init", v, &x)?;
+    }
+    check_w(OP, cfg, w, &x)?;
+    let vr = v_init.map(|v| v.read::<f32>(OP)).transpose()?;
+    let dynamics = Dynamics::new(cfg, read_w(OP, w)?);
+    let device = x.device();
+    let kind = MemoryKind::Activation;
+    let mut spikes = KernelBuffer::<f32>::zeros(OP, device, steps * n, kind)?;
+    let mut v_final = KernelBuffer::<f32>::zeros(OP, device, n, kind)?;
+    {
+        let mut h = x.write::<f32>(OP)?;
+        if let (Some(hs), Some(ss), Some(vf)) = (h.slice_mut(), spikes.slice_mut(), v_final.slice_mut()) {
+            let io = ForwardIo {
+                steps,
+                n,
+                x: None,
+                v_init: vr.as_ref().and_then(|r| r.slice()),
+                spikes: ss,
+                h_seq: Some(hs),
+                v_final: vf,
+            };
+            forward_cpu(&dynamics, io);
+        }
+    }
+    Ok(NeuronOutput {
+        spikes: spikes.into_tensor(x.shape().clone())?.with_spike_flag(true),
+        v_final: v_final.into_tensor(state_shape(&x))?,
+        h_seq: Some(x.with_spike_flag(false)),
     })
 }
 

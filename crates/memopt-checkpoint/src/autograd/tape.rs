@@ -33,6 +33,20 @@ impl BackwardGrads {
             )?),
         }
     }
+
+    /// Takes the gradient of output `i` (zeros shaped like `like` when none reached it). Taking
+    /// it leaves the op the only holder, so a kernel may overwrite it with the input gradient.
+    pub fn take_output_or_zeros(&mut self, i: usize, like: &Tensor) -> Result<Tensor> {
+        match self.outputs.get_mut(i).and_then(Option::take) {
+            Some(g) => Ok(g),
+            None => Ok(Tensor::zeros(
+                like.shape().clone(),
+                like.dtype(),
+                like.device(),
+                MemoryKind::Gradient,
+            )?),
+        }
+    }
 }
 
 /// The backward half of a recorded op. Implementations live next to their forward in

@@ -57,7 +57,7 @@ impl<'m> BackwardOp<'m> for NeuronBackward {
 
     fn backward(self: Box<Self>, cx: &mut Cx<'m>, mut g: BackwardGrads) -> Result<Vec<Option<Tensor>>> {
         let h_seq = self.h_seq.tensor();
-        let grad_spikes = g.output_or_zeros(0, h_seq)?;
+        let grad_spikes = g.take_output_or_zeros(0, h_seq)?;
         let grad_v_final = g.outputs.get_mut(1).and_then(Option::take);
         let has_v = self.v_init.is_some();
         let w_index = 1 + usize::from(has_v);
@@ -65,9 +65,9 @@ impl<'m> BackwardOp<'m> for NeuronBackward {
             Some(w) => GradTarget::for_input(cx, &g, w_index, w.tensor().dims(), w.tensor().device())?,
             None => None,
         };
-        let r = kernels::neuron_backward_acc(
+        let r = kernels::neuron_backward_acc_reusing(
             &self.cfg,
-            &grad_spikes,
+            grad_spikes,
             grad_v_final.as_ref(),
             h_seq,
             self.v_init.as_ref().map(SavedTensor::tensor),

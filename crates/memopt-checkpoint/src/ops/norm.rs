@@ -1,6 +1,5 @@
 //! Batch normalisation.
 
-use super::single_grad;
 use crate::autograd::{BackwardGrads, BackwardOp, SavedTensor, Var};
 use crate::context::Cx;
 use crate::{CheckpointError, Result};
@@ -83,16 +82,16 @@ impl<'m> BackwardOp<'m> for BatchNormBackward {
         "batch_norm"
     }
 
-    fn backward(self: Box<Self>, _cx: &mut Cx<'m>, g: BackwardGrads) -> Result<Vec<Option<Tensor>>> {
-        let grad = single_grad(&g)?;
+    fn backward(self: Box<Self>, _cx: &mut Cx<'m>, mut g: BackwardGrads) -> Result<Vec<Option<Tensor>>> {
+        let grad = g.take_output_or_zeros(0, self.x.tensor())?;
         let has_w = self.weight.is_some();
         let needs = GradNeeds {
             input: g.input_needs[0],
             weight: has_w && g.input_needs[1],
             bias: self.has_bias && g.input_needs[usize::from(has_w) + 1],
         };
-        let r = kernels::batch_norm_backward(
-            &grad,
+        let r = kernels::batch_norm_backward_reusing_grad(
+            grad,
             self.x.tensor(),
             self.weight.as_ref().map(SavedTensor::tensor),
             self.mean.tensor(),

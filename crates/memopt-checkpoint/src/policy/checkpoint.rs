@@ -335,13 +335,15 @@ impl<'m> CheckpointBackward<'m> {
             let tape = cx.tape.take().expect("the recompute tape was installed above");
             let ys = ys?;
             let mut seeds = Vec::new();
-            for (y, g) in ys.iter().zip(&out_grads) {
-                if let (Some(id), Some(g)) = (y.id(), g) {
-                    let g = if chunked {
-                        g.narrow0(span.start, span.len())?
-                    } else {
-                        g.clone()
-                    };
+            for (y, g) in ys.iter().zip(out_grads.iter_mut()) {
+                let Some(id) = y.id() else { continue };
+                // With one chunk the output gradient moves into the seed, so the first backward
+                // op holds it alone and may overwrite it.
+                let seed = match g {
+                    Some(g) if chunked => Some(g.narrow0(span.start, span.len())?),
+                    g => g.take(),
+                };
+                if let Some(g) = seed {
                     seeds.push((id, g));
                 }
             }

@@ -32,7 +32,44 @@ pub fn batch_norm_backward(
     save_invstd: &Tensor,
     needs: GradNeeds,
 ) -> Result<BatchNormGrads> {
+    backward(GradIn::Borrowed(grad_y), x, weight, save_mean, save_invstd, needs)
+}
+
+/// [`batch_norm_backward`] that may write the input gradient over `grad_y`: when the input
+/// gradient is wanted and `grad_y` is the only handle to all of its storage, `grad_x` replaces
+/// it in place (after the per-channel sums have read it) and no buffer is allocated for it.
+/// The decision depends only on handles, so Meta and CPU still allocate identically; results
+/// are bit-identical to [`batch_norm_backward`].
+pub fn batch_norm_backward_reusing_grad(
+    grad_y: Tensor,
+    x: &Tensor,
+    weight: Option<&Tensor>,
+    save_mean: &Tensor,
+    save_invstd: &Tensor,
+    needs: GradNeeds,
+) -> Result<BatchNormGrads> {
+    backward(GradIn::Owned(grad_y), x, weight, save_mean, save_invstd, needs)
+}
+
+/// The output gradient, lent or handed over.
+enum GradIn<'a> {
+    Borrowed(&'a Tensor),
+    Owned(Tensor),
+}
+
+fn backward(
+    grad_in: GradIn<'_>,
+    x: &Tensor,
+    weight: Option<&Tensor>,
+    save_mean: &Tensor,
+    save_invstd: &Tensor,
+    needs: GradNeeds,
+) -> Result<BatchNormGrads> {
     const OP: &str = "batch_norm_backward";
+    let grad_y = match &grad_in {
+        GradIn::Borrowed(g) => *g,
+        GradIn::Owned(g) => g,
+    };
     let l = Layout::of(OP, x)?;
     x.expect_same_device(OP, grad_y)?;
     if grad_y.shape() != x.shape() {
@@ -45,7 +82,14 @@ pub fn batch_norm_backward(
     check_channel(OP, "weight", weight, x, l.c)?;
     check_channel(OP, "save_mean", Some(save_mean), x, l.c)?;
     check_channel(OP, "save_invstd", Some(save_invstd), x, l.c)?;
-    let (gr, xr) = (grad_y.read::<f32>(OP)?, x.read::<f32>(OP)?);
+    grad_y.expect_dtype(OP, crate::DType::F32)?;
+    let in_place = needs.input
+        && matches!(grad_in, GradIn::Owned(_))
+        && grad_y.storage_offset() == 0
+        && grad_y.elem_count() == grad_y.storage().len()
+        && grad_y.is_exclusive()
+        && !grad_y.same_storage(x);
+    let xr = x.read::<f32>(OP)?;
     let wr = weight.map(|w| w.read::<f32>(OP)).transpose()?;
     let (mr, ir) = (save_mean.read::<f32>(OP)?, save_invstd.read::<f32>(OP)?);
     if !(needs.input || needs.weight || needs.bias) {
@@ -60,65 +104,118 @@ pub fn batch_norm_backward(
         need.then(|| KernelBuffer::<f32>::zeros(OP, dev, len, MemoryKind::Gradient))
             .transpose()
     };
-    let mut gx = alloc(needs.input, x.elem_count())?;
+    let mut gx = alloc(needs.input && !in_place, x.elem_count())?;
     let mut gw = alloc(needs.weight, l.c)?;
     let mut gb = alloc(needs.bias, l.c)?;
     // Workspace: per-plane (sum g, sum g*(x-mean)) pairs, then the same two sums per channel.
     let mut ws = F64Workspace::new(OP, dev, 2 * l.planes() + 2 * l.c)?;
-    if let (Some(gs), Some(xs), Some(means), Some(invstds), Some(w)) =
-        (gr.slice(), xr.slice(), mr.slice(), ir.slice(), ws.slice_mut())
     {
-        let (part, sums) = w.split_at_mut(2 * l.planes());
-        let (sum_g, dot) = sums.split_at_mut(l.c);
-        part.par_chunks_mut(2)
-            .enumerate()
-            .with_min_len(l.min_planes())
-            .for_each(|(p, pair)| {
-                let (g, xp) = (&gs[l.plane(p)], &xs[l.plane(p)]);
-                let mu = means[p % l.c] as f64;
-                pair[0] = sum_f64(g);
-                pair[1] = sum_zip_f64(g, xp, |g, x| g as f64 * (x as f64 - mu));
-            });
-        sum_g.fill(0.0);
-        dot.fill(0.0);
-        for row in part.chunks_exact(2 * l.c.max(1)) {
-            for c in 0..l.c {
-                sum_g[c] += row[2 * c];
-                dot[c] += row[2 * c + 1];
+        // The output gradient: read only, or read then overwritten with the input gradient.
+        let mut grad_data = GradData::open(OP, grad_y, in_place)?;
+        if let (Some(gs), Some(xs), Some(means), Some(invstds), Some(w)) = (
+            grad_data.slice(),
+            xr.slice(),
+            mr.slice(),
+            ir.slice(),
+            ws.slice_mut(),
+        ) {
+            let (part, sums) = w.split_at_mut(2 * l.planes());
+            let (sum_g, dot) = sums.split_at_mut(l.c);
+            part.par_chunks_mut(2)
+                .enumerate()
+                .with_min_len(l.min_planes())
+                .for_each(|(p, pair)| {
+                    let (g, xp) = (&gs[l.plane(p)], &xs[l.plane(p)]);
+                    let mu = means[p % l.c] as f64;
+                    pair[0] = sum_f64(g);
+                    pair[1] = sum_zip_f64(g, xp, |g, x| g as f64 * (x as f64 - mu));
+                });
+            sum_g.fill(0.0);
+            dot.fill(0.0);
+            for row in part.chunks_exact(2 * l.c.max(1)) {
+                for c in 0..l.c {
+                    sum_g[c] += row[2 * c];
+                    dot[c] += row[2 * c + 1];
+                }
             }
-        }
-        if let Some(b) = gb.as_mut().and_then(KernelBuffer::slice_mut) {
-            for c in 0..l.c {
-                b[c] = sum_g[c] as f32;
+            if let Some(b) = gb.as_mut().and_then(KernelBuffer::slice_mut) {
+                for c in 0..l.c {
+                    b[c] = sum_g[c] as f32;
+                }
             }
-        }
-        if let Some(wg) = gw.as_mut().and_then(KernelBuffer::slice_mut) {
-            for c in 0..l.c {
-                wg[c] = (dot[c] * invstds[c] as f64) as f32;
+            if let Some(wg) = gw.as_mut().and_then(KernelBuffer::slice_mut) {
+                for c in 0..l.c {
+                    wg[c] = (dot[c] * invstds[c] as f64) as f32;
+                }
             }
-        }
-        let ws_ = wr.as_ref().and_then(|r| r.slice());
-        let m = l.per_channel() as f64;
-        let (sum_g, dot): (&[f64], &[f64]) = (sum_g, dot);
-        if let (Some(out), true) = (gx.as_mut().and_then(KernelBuffer::slice_mut), m > 0.0) {
-            l.for_planes(out, |p, op| {
+            let ws_ = wr.as_ref().and_then(|r| r.slice());
+            let m = l.per_channel() as f64;
+            let (sum_g, dot): (&[f64], &[f64]) = (sum_g, dot);
+            let grad_x = |p: usize, g: f32, x: f32| {
                 let c = p % l.c;
                 let invstd = invstds[c] as f64;
                 let a = (invstd * at(ws_, c, 1.0) as f64) as f32;
                 let mean_g = (sum_g[c] / m) as f32;
                 let k = (dot[c] * invstd * invstd / m) as f32;
-                let mu = means[c];
-                let (gp, xp) = (&gs[l.plane(p)], &xs[l.plane(p)]);
-                for (o, (&g, &x)) in op.iter_mut().zip(gp.iter().zip(xp)) {
-                    *o = a * (g - mean_g - (x - mu) * k);
+                a * (g - mean_g - (x - means[c]) * k)
+            };
+            if m > 0.0 {
+                if let Some(out) = gx.as_mut().and_then(KernelBuffer::slice_mut) {
+                    l.for_planes(out, |p, op| {
+                        let (gp, xp) = (&gs[l.plane(p)], &xs[l.plane(p)]);
+                        for (o, (&g, &x)) in op.iter_mut().zip(gp.iter().zip(xp)) {
+                            *o = grad_x(p, g, x);
+                        }
+                    });
+                } else if let Some(out) = grad_data.slice_mut() {
+                    l.for_planes(out, |p, op| {
+                        for (o, &x) in op.iter_mut().zip(&xs[l.plane(p)]) {
+                            *o = grad_x(p, *o, x);
+                        }
+                    });
                 }
-            });
+            }
         }
     }
     drop(ws);
+    let gx = match (gx, in_place, grad_in) {
+        (Some(b), _, _) => Some(b.into_tensor(x.shape().clone())?),
+        (None, true, GradIn::Owned(g)) => Some(g),
+        _ => None,
+    };
     Ok(BatchNormGrads {
-        x: gx.map(|b| b.into_tensor(x.shape().clone())).transpose()?,
+        x: gx,
         weight: gw.map(|b| b.into_tensor([l.c])).transpose()?,
         bias: gb.map(|b| b.into_tensor([l.c])).transpose()?,
     })
+}
+
+/// Access to the output gradient's data: shared, or exclusive when it is overwritten.
+enum GradData<'a> {
+    Read(crate::DataRead<'a, f32>),
+    Write(crate::DataWrite<'a, f32>),
+}
+
+impl<'a> GradData<'a> {
+    fn open(op: &'static str, g: &'a Tensor, write: bool) -> Result<Self> {
+        Ok(if write {
+            GradData::Write(g.write::<f32>(op)?)
+        } else {
+            GradData::Read(g.read::<f32>(op)?)
+        })
+    }
+
+    fn slice(&mut self) -> Option<&[f32]> {
+        match self {
+            GradData::Read(r) => r.slice(),
+            GradData::Write(w) => w.slice_mut().map(|s| &*s),
+        }
+    }
+
+    fn slice_mut(&mut self) -> Option<&mut [f32]> {
+        match self {
+            GradData::Read(_) => None,
+            GradData::Write(w) => w.slice_mut(),
+        }
+    }
 }

@@ -11,7 +11,7 @@ mod backward;
 #[cfg(test)]
 mod tests;
 
-pub use backward::{BatchNormGrads, batch_norm_backward};
+pub use backward::{BatchNormGrads, batch_norm_backward, batch_norm_backward_reusing_grad};
 
 use super::accum::{F64Workspace, fill_parallel, sum_f64, sum_map_f64};
 use crate::memory::MemoryKind;

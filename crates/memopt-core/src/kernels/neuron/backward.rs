@@ -11,7 +11,9 @@ use super::surrogate::{atan_grad, sigmoid_grad};
 pub(super) struct BackwardIo<'a> {
     pub steps: usize,
     pub n: usize,
-    pub grad_spikes: &'a [f32],
+    /// The spikes' gradient; `None` when it is read from `grad_x`, which then holds it on entry
+    /// and the input gradient on return.
+    pub grad_spikes: Option<&'a [f32]>,
     pub grad_v_final: Option<&'a [f32]>,
     pub h_seq: &'a [f32],
     pub v_init: Option<&'a [f32]>,
@@ -68,6 +70,22 @@ where
     S: Fn(f32) -> f32 + Copy + Send + Sync,
     K: Fn(f32, f32) -> f32 + Copy + Send + Sync,
 {
+    if io.grad_spikes.is_some() {
+        run_rows::<HARD, PLIF, false, S, K>(d, io, surrogate, dh_dk)
+    } else {
+        run_rows::<HARD, PLIF, true, S, K>(d, io, surrogate, dh_dk)
+    }
+}
+
+fn run_rows<const HARD: bool, const PLIF: bool, const IN_PLACE: bool, S, K>(
+    d: &Dynamics,
+    io: BackwardIo<'_>,
+    surrogate: S,
+    dh_dk: K,
+) where
+    S: Fn(f32) -> f32 + Copy + Send + Sync,
+    K: Fn(f32, f32) -> f32 + Copy + Send + Sync,
+{
     let BackwardIo {
         steps,
         n,
@@ -108,7 +126,13 @@ where
             let (vprev, acc) = (&mut vprev_buf[..len], &mut acc_buf[..len]);
             for t in (0..steps).rev() {
                 let row = t * n + r.start..t * n + r.end;
-                let (hs, gss) = (&h_seq[row.clone()], &grad_spikes[row.clone()]);
+                let hs = &h_seq[row.clone()];
+                // In place, the spikes' gradient is read from `gx` just before it is overwritten.
+                let gss: &[f32] = if IN_PLACE {
+                    &[]
+                } else {
+                    &grad_spikes.unwrap_or_default()[row.clone()]
+                };
                 // SAFETY: `row` is this task's chunk of time row `t`; no other slice of it is live.
                 let gx = unsafe { grad_x.slice(row) };
                 if PLIF {
@@ -123,27 +147,24 @@ where
                             None => vprev.fill(vr),
                         }
                     }
-                    for (((((g, &h), &gs), gx), a), &vp) in gv
-                        .iter_mut()
-                        .zip(hs)
-                        .zip(gss)
-                        .zip(gx.iter_mut())
-                        .zip(acc.iter_mut())
-                        .zip(vprev.iter())
-                    {
-                        let gh = grad_h::<HARD>(*g, gs, h, surrogate(h - vth), vth, vr, reset_grad);
-                        *gx = gh * dh_dx;
-                        *g = gh * dh_dv;
-                        *a = gh * dh_dk(h, vp);
+                    for i in 0..len {
+                        let (h, vp) = (hs[i], vprev[i]);
+                        let gs = if IN_PLACE { gx[i] } else { gss[i] };
+                        let gh = grad_h::<HARD>(gv[i], gs, h, surrogate(h - vth), vth, vr, reset_grad);
+                        gx[i] = gh * dh_dx;
+                        gv[i] = gh * dh_dv;
+                        acc[i] = gh * dh_dk(h, vp);
                     }
                     if let Some(row) = partial_row.as_deref_mut() {
                         row[t] = acc.iter().map(|&a| a as f64).sum::<f64>() as f32;
                     }
                 } else {
-                    for (((g, &h), &gs), gx) in gv.iter_mut().zip(hs).zip(gss).zip(gx.iter_mut()) {
-                        let gh = grad_h::<HARD>(*g, gs, h, surrogate(h - vth), vth, vr, reset_grad);
-                        *gx = gh * dh_dx;
-                        *g = gh * dh_dv;
+                    for i in 0..len {
+                        let h = hs[i];
+                        let gs = if IN_PLACE { gx[i] } else { gss[i] };
+                        let gh = grad_h::<HARD>(gv[i], gs, h, surrogate(h - vth), vth, vr, reset_grad);
+                        gx[i] = gh * dh_dx;
+                        gv[i] = gh * dh_dv;
                     }
                 }
             }

@@ -202,7 +202,67 @@ pub fn neuron_backward_acc(
     want_v_init_grad: bool,
     w_acc: Option<&Tensor>,
 ) -> Result<NeuronGrads> {
+    backward_impl(
+        cfg,
+        GradIn::Borrowed(grad_spikes),
+        grad_v_final,
+        h_seq,
+        v_init,
+        w,
+        want_v_init_grad,
+        w_acc,
+    )
+}
+
+/// [`neuron_backward_acc`] that may write the input gradient over `grad_spikes`: when it is the
+/// only handle to all of its storage, `grad_x` replaces it in place (each element is read just
+/// before its gradient is written) and no `[T, ...]` buffer is allocated. The decision depends
+/// only on handles, so Meta and CPU still allocate identically; results are bit-identical.
+#[allow(clippy::too_many_arguments)]
+pub fn neuron_backward_acc_reusing(
+    cfg: &NeuronConfig,
+    grad_spikes: Tensor,
+    grad_v_final: Option<&Tensor>,
+    h_seq: &Tensor,
+    v_init: Option<&Tensor>,
+    w: Option<&Tensor>,
+    want_v_init_grad: bool,
+    w_acc: Option<&Tensor>,
+) -> Result<NeuronGrads> {
+    backward_impl(
+        cfg,
+        GradIn::Owned(grad_spikes),
+        grad_v_final,
+        h_seq,
+        v_init,
+        w,
+        want_v_init_grad,
+        w_acc,
+    )
+}
+
+/// The spikes' gradient, lent or handed over.
+enum GradIn<'a> {
+    Borrowed(&'a Tensor),
+    Owned(Tensor),
+}
+
+#[allow(clippy::too_many_arguments)]
+fn backward_impl(
+    cfg: &NeuronConfig,
+    grad_in: GradIn<'_>,
+    grad_v_final: Option<&Tensor>,
+    h_seq: &Tensor,
+    v_init: Option<&Tensor>,
+    w: Option<&Tensor>,
+    want_v_init_grad: bool,
+    w_acc: Option<&Tensor>,
+) -> Result<NeuronGrads> {
     const OP: &str = "neuron_backward";
+    let grad_spikes = match &grad_in {
+        GradIn::Borrowed(g) => *g,
+        GradIn::Owned(g) => g,
+    };
     cfg.validate()?;
     let (steps, n) = sequence_dims(OP, "grad_spikes", grad_spikes)?;
     grad_spikes.expect_same_device(OP, h_seq)?;
@@ -237,7 +297,11 @@ pub fn neuron_backward_acc(
             ));
         }
     }
-    let gsr = grad_spikes.read::<f32>(OP)?;
+    grad_spikes.expect_dtype(OP, crate::DType::F32)?;
+    let in_place = matches!(grad_in, GradIn::Owned(_))
+        && grad_spikes.storage_offset() == 0
+        && grad_spikes.elem_count() == grad_spikes.storage().len()
+        && grad_spikes.is_exclusive();
     let hr = h_seq.read::<f32>(OP)?;
     let gvr = grad_v_final.map(|g| g.read::<f32>(OP)).transpose()?;
     let vr = v_init.map(|v| v.read::<f32>(OP)).transpose()?;
@@ -246,7 +310,9 @@ pub fn neuron_backward_acc(
 
     let device = grad_spikes.device();
     let kind = MemoryKind::Gradient;
-    let mut grad_x = KernelBuffer::<f32>::zeros(OP, device, steps * n, kind)?;
+    let mut grad_x = (!in_place)
+        .then(|| KernelBuffer::<f32>::zeros(OP, device, steps * n, kind))
+        .transpose()?;
     let mut grad_v_init = want_v_init_grad
         .then(|| KernelBuffer::<f32>::zeros(OP, device, n, kind))
         .transpose()?;
@@ -260,7 +326,20 @@ pub fn neuron_backward_acc(
         .or(grad_w.as_ref())
         .map(|t| t.write::<f32>(OP))
         .transpose()?;
-    if let (Some(gs), Some(hs), Some(gx)) = (gsr.slice(), hr.slice(), grad_x.slice_mut()) {
+    // The spikes' gradient: read next to a new grad_x, or overwritten with grad_x in place.
+    let (gsr, mut gsw) = if in_place {
+        (None, Some(grad_spikes.write::<f32>(OP)?))
+    } else {
+        (Some(grad_spikes.read::<f32>(OP)?), None)
+    };
+    let gs = gsr.as_ref().and_then(|r| r.slice());
+    let gx = match (&mut grad_x, &mut gsw) {
+        (Some(b), _) => b.slice_mut(),
+        (None, Some(w)) => w.slice_mut(),
+        (None, None) => None,
+    };
+    let has_data = hr.slice().is_some() && (in_place || gs.is_some());
+    if let (true, Some(hs), Some(gx)) = (has_data, hr.slice(), gx) {
         let io = BackwardIo {
             steps,
             n,
@@ -283,14 +362,15 @@ pub fn neuron_backward_acc(
             }
         }
     }
-    drop((partials, w_target));
-    Ok(NeuronGrads {
-        x: grad_x.into_tensor(grad_spikes.shape().clone())?,
-        v_init: grad_v_init
-            .map(|g| g.into_tensor(state_shape(grad_spikes)))
-            .transpose()?,
-        w: grad_w,
-    })
+    drop((partials, w_target, gsr, gsw));
+    let (shape, state) = (grad_spikes.shape().clone(), state_shape(grad_spikes));
+    let v_init = grad_v_init.map(|g| g.into_tensor(state)).transpose()?;
+    let x = match (grad_x, grad_in) {
+        (Some(b), _) => b.into_tensor(shape)?,
+        (None, GradIn::Owned(g)) => g.with_spike_flag(false),
+        (None, GradIn::Borrowed(_)) => unreachable!("in-place needs an owned gradient"),
+    };
+    Ok(NeuronGrads { x, v_init, w: grad_w })
 }
 
 /// `(T, neurons per step)` of a `[T, ...]` sequence, refusing scalars and `T = 0`.

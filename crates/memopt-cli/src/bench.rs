@@ -78,8 +78,8 @@ pub fn bench(selection: &Selection, timed_steps: usize, budget: Option<Budget>) 
         Budget::Bytes(mid)
     });
     let budget_setting = match budget {
-        Budget::Bytes(b) => bytes(b),
-        Budget::Fraction(f) => format!("{:.0}% of the baseline peak", f * 100.0),
+        Budget::Bytes(b) => format!("fit {}", bytes(b)),
+        Budget::Fraction(f) => format!("fit {:.0}% of the baseline peak", f * 100.0),
     };
     let planners: Vec<(Box<dyn Strategy>, String)> = vec![
         (Box::new(Pipeline::default()), "level 4, prefer balanced".into()),
@@ -142,12 +142,12 @@ impl BenchReport {
     /// The rows as a markdown table.
     pub fn markdown(&self) -> String {
         let mut s = String::from(
-            "| strategy | setting | peak | vs baseline | measured peak | step ms | overhead (measured) | overhead (predicted) | planning ms | entries | grads identical |\n|---|---|---|---|---|---|---|---|---|---|---|\n",
+            "| strategy | setting | peak | reduction | measured peak | step ms | overhead (measured) | overhead (predicted) | planning ms | entries | grads identical |\n|---|---|---|---|---|---|---|---|---|---|---|\n",
         );
         let base = self.rows.first().map_or(1, |r| r.peak_bytes).max(1);
         for r in &self.rows {
             s.push_str(&format!(
-                "| {} | {} | {} | {:.2}x less | {} | {:.1} | {:+.1}% | {:+.1}% | {:.2} | {} | {} |\n",
+                "| {} | {} | {} | {:.2}x | {} | {} | {:+.1}% | {:+.1}% | {:.2} | {} | {} |\n",
                 r.strategy,
                 r.setting,
                 bytes(r.peak_bytes),
@@ -157,7 +157,7 @@ impl BenchReport {
                 } else {
                     bytes(r.measured_peak_bytes)
                 },
-                r.step_ms,
+                ms(r.step_ms),
                 r.overhead * 100.0,
                 r.predicted_overhead * 100.0,
                 r.planning_ms,
@@ -166,5 +166,14 @@ impl BenchReport {
             ));
         }
         s
+    }
+}
+
+/// A step time with three significant decimals below 10 ms, one above.
+pub fn ms(v: f64) -> String {
+    if v < 10.0 {
+        format!("{v:.3}")
+    } else {
+        format!("{v:.1}")
     }
 }

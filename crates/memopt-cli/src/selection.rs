@@ -26,6 +26,7 @@ pub enum OptimizerName {
 
 /// Options choosing the model and its size.
 #[derive(Debug, Clone, Default, clap::Args)]
+#[command(next_help_heading = "Model and size")]
 pub struct ModelArgs {
     /// A zoo model (see `memopt models`) or a JSON model file (see `memopt models --help`).
     #[arg(short, long, value_name = "NAME|FILE.json")]

@@ -53,6 +53,7 @@ pub enum PreferName {
 /// (--budget: budget; --level/--profile/--prefer/--max-wrapped: pipeline; otherwise
 /// max-overhead at 20%).
 #[derive(Debug, Clone, Default, clap::Args)]
+#[command(next_help_heading = "Strategy")]
 pub struct StrategyArgs {
     /// How to plan [default: max-overhead, the least memory within 20% predicted slowdown].
     #[arg(short, long, value_enum)]

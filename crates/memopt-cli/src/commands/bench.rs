@@ -1,6 +1,6 @@
 //! `memopt bench`: every strategy side by side for one model.
 
-use crate::bench::bench;
+use crate::bench::{bench, ms};
 use crate::error::{CliError, Result};
 use crate::format::bytes;
 use crate::out;
@@ -68,7 +68,7 @@ pub fn run(args: &BenchArgs, out: &mut dyn Write) -> Result<()> {
         "strategy",
         "setting",
         "peak",
-        "less",
+        "reduct.",
         "step ms",
         "overhead",
         "predicted",
@@ -80,12 +80,12 @@ pub fn run(args: &BenchArgs, out: &mut dyn Write) -> Result<()> {
     for r in &report.rows {
         out!(
             out,
-            "{:<13} {:<28} {:>11} {:>6.2}x {:>10.1} {:>+8.1}% {:>+8.1}% {:>9.2} {:>7} {:>6}",
+            "{:<13} {:<28} {:>11} {:>6.2}x {:>10} {:>+8.1}% {:>+8.1}% {:>9.2} {:>7} {:>6}",
             r.strategy,
             r.setting,
             bytes(r.peak_bytes),
             base as f64 / r.peak_bytes.max(1) as f64,
-            r.step_ms,
+            ms(r.step_ms),
             r.overhead * 100.0,
             r.predicted_overhead * 100.0,
             r.planning_ms,

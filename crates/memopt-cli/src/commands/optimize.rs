@@ -189,9 +189,10 @@ pub fn run(args: &OptimizeArgs, out: &mut dyn Write) -> Result<()> {
     )?;
     out!(
         out,
-        "planned peak        {:>12}  ({} bytes, {:.2}x less, exact)",
+        "planned peak        {:>12}  ({} bytes, {}, {:.2}x reduction, exact)",
         bytes(report.planned_peak_bytes),
         report.planned_peak_bytes,
+        percent(report.planned_peak_bytes as f64 / report.baseline_peak_bytes.max(1) as f64 - 1.0),
         report.reduction()
     )?;
     out!(

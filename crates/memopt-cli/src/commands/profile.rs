@@ -217,9 +217,15 @@ pub fn run(args: &ProfileArgs, out: &mut dyn Write) -> Result<()> {
         .max()
         .unwrap_or(8)
         .max(8);
+    let tw = shown
+        .iter()
+        .map(|m| m.module_type.len())
+        .max()
+        .unwrap_or(4)
+        .max(4);
     out!(
         out,
-        "  {:<width$}  {:<14} {:<9} {:>11} {:>11} {:>11} {:>11} {:>9}",
+        "  {:<width$}  {:<tw$} {:<9} {:>11} {:>11} {:>11} {:>11} {:>9}",
         "module",
         "type",
         "phase",
@@ -233,7 +239,7 @@ pub fn run(args: &ProfileArgs, out: &mut dyn Write) -> Result<()> {
         let name = format!("{}{}", "  ".repeat(depth(&m.path)), path(&m.path));
         out!(
             out,
-            "  {:<width$}  {:<14} {:<9} {:>11} {:>11} {:>11} {:>11} {:>9}",
+            "  {:<width$}  {:<tw$} {:<9} {:>11} {:>11} {:>11} {:>11} {:>9}",
             name,
             m.module_type,
             m.phase,

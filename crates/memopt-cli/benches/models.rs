@@ -7,6 +7,7 @@
 
 use memopt_checkpoint::zoo;
 use memopt_cli::bench::{BenchReport, bench};
+use memopt_cli::format::utc_date;
 use memopt_cli::selection::ModelArgs;
 use serde::Serialize;
 use std::path::PathBuf;
@@ -22,20 +23,6 @@ struct Tables {
     quick: bool,
     /// One report per model.
     models: Vec<BenchReport>,
-}
-
-/// `YYYY-MM-DD` of `secs` since the Unix epoch (Howard Hinnant's civil-from-days).
-fn date(secs: u64) -> String {
-    let z = (secs / 86_400) as i64 + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!("{y:04}-{m:02}-{d:02}")
 }
 
 fn main() {
@@ -65,7 +52,7 @@ fn main() {
          each model at its small size (`memopt models`).\n\nPeaks are exact (a Meta step); \
          `measured peak` is a real CPU step's tracker peak; overheads are step-time ratios to the \
          baseline minus one, measured in the same run; planning ms excludes the session setup.\n",
-        date(now),
+        utc_date(now),
         if quick { "quick" } else { "full" }
     );
     for name in &names {
@@ -105,7 +92,7 @@ fn main() {
         }
     }
     let tables = Tables {
-        date: date(now),
+        date: utc_date(now),
         nproc,
         quick,
         models: reports,
@@ -122,14 +109,4 @@ fn main() {
     write("models.md", &md);
     write("models.json", &json);
     print!("{md}");
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn dates() {
-        assert_eq!(super::date(0), "1970-01-01");
-        assert_eq!(super::date(951_782_400), "2000-02-29");
-        assert_eq!(super::date(1_700_000_000), "2023-11-14");
-    }
 }

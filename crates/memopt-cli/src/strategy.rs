@@ -192,8 +192,8 @@ impl StrategyArgs {
                     CliError::Usage(e.to_string().replace("invalid setting: ", ""))
                 })?;
                 let setting = match budget {
-                    Budget::Bytes(b) => format!("budget {}", bytes(b)),
-                    Budget::Fraction(f) => format!("budget {:.0}% of the baseline peak", f * 100.0),
+                    Budget::Bytes(b) => format!("fit {}", bytes(b)),
+                    Budget::Fraction(f) => format!("fit {:.0}% of the baseline peak", f * 100.0),
                 };
                 (Box::new(BudgetStrategy { budget }), setting)
             }

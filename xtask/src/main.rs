@@ -1,6 +1,231 @@
-//! Project automation (`cargo xtask ...`).
+//! Project automation, run as `cargo xtask <task>` (an alias in `.cargo/config.toml`).
+//!
+//! - `cargo xtask bench [--quick] [--models a,b] [--no-kernels] [--no-models]`: the kernel
+//!   benches (criterion, memopt-core and memopt-compress) summarised into
+//!   `target/bench/kernels.{md,json}`, then the whole-model tables (every zoo model x strategy:
+//!   exact and measured peak, step time ratio to the baseline, planning time) written by the
+//!   memopt-cli `models` bench into `target/bench/models.{md,json}`. `--quick` passes criterion
+//!   short warm-up and measurement times and times one step per table row.
+//! - `cargo xtask ci`: runs `.ci/run` (format, clippy, NVRTC set-up, the workspace tests), so
+//!   local runs and CI run the same thing.
+//!
+//! The task itself depends on no memopt crate: the benchmarks run in cargo's bench profile.
 
-fn main() {
-    eprintln!("usage: cargo xtask <ci|bench>");
-    std::process::exit(2);
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode};
+
+const USAGE: &str = "\
+usage: cargo xtask <task>
+
+tasks:
+  bench [--quick] [--models a,b] [--no-kernels] [--no-models]
+        kernel benches (criterion) and whole-model tables, written under target/bench/
+  ci    run .ci/run: cargo fmt --check, clippy -D warnings, NVRTC set-up, cargo test --workspace";
+
+fn root() -> PathBuf {
+    // xtask/ is one level below the workspace root.
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .map_or_else(|| PathBuf::from("."), Path::to_path_buf)
+}
+
+fn cargo() -> Command {
+    let mut c = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+    c.current_dir(root());
+    c
+}
+
+fn run(mut c: Command) -> Result<(), String> {
+    let shown = format!("{c:?}");
+    eprintln!("xtask: {shown}");
+    let status = c.status().map_err(|e| format!("cannot run {shown}: {e}"))?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!("{shown} failed ({status})"))
+    }
+}
+
+/// The workspace's target directory, as cargo resolves it (CARGO_TARGET_DIR, config, default).
+fn target_dir() -> Result<PathBuf, String> {
+    let out = cargo()
+        .args(["metadata", "--format-version", "1", "--no-deps"])
+        .output()
+        .map_err(|e| format!("cannot run cargo metadata: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "cargo metadata failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    let v: Value = serde_json::from_slice(&out.stdout).map_err(|e| format!("cargo metadata: {e}"))?;
+    v["target_directory"]
+        .as_str()
+        .map(PathBuf::from)
+        .ok_or_else(|| "cargo metadata gave no target_directory".into())
+}
+
+/// One criterion result: its id and median time per iteration.
+struct KernelResult {
+    id: String,
+    median_ns: f64,
+    throughput: Option<String>,
+}
+
+/// Reads every `new/benchmark.json` + `new/estimates.json` pair criterion left under `dir`.
+fn collect_criterion(dir: &Path, out: &mut Vec<KernelResult>) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let p = e.path();
+        if !p.is_dir() {
+            continue;
+        }
+        if p.file_name().is_some_and(|n| n == "new") {
+            let read = |f: &str| -> Option<Value> {
+                serde_json::from_str(&std::fs::read_to_string(p.join(f)).ok()?).ok()
+            };
+            if let (Some(b), Some(est)) = (read("benchmark.json"), read("estimates.json"))
+                && let Some(median) = est["median"]["point_estimate"].as_f64()
+            {
+                let throughput = b["throughput"].as_object().and_then(|t| {
+                    let (kind, n) = t.iter().next()?;
+                    let n = n.as_f64()?;
+                    let per_s = n / (median * 1e-9);
+                    Some(match kind.as_str() {
+                        "Bytes" | "BytesDecimal" => format!("{:.2} GB/s", per_s / 1e9),
+                        _ => format!("{:.3} G{}/s", per_s / 1e9, kind.to_lowercase()),
+                    })
+                });
+                out.push(KernelResult {
+                    id: b["full_id"].as_str().unwrap_or("?").to_string(),
+                    median_ns: median,
+                    throughput,
+                });
+            }
+        } else {
+            collect_criterion(&p, out);
+        }
+    }
+}
+
+fn write(path: &Path, text: &str) -> Result<(), String> {
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    }
+    std::fs::write(path, text).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    eprintln!("xtask: wrote {}", path.display());
+    Ok(())
+}
+
+fn kernel_summary(target: &Path, out_dir: &Path) -> Result<(), String> {
+    let mut results = Vec::new();
+    collect_criterion(&target.join("criterion"), &mut results);
+    results.sort_by(|a, b| a.id.cmp(&b.id));
+    let mut md = String::from(
+        "# memopt kernel benches (criterion, median per iteration)\n\n| benchmark | median | throughput |\n|---|---|---|\n",
+    );
+    let mut json = Vec::new();
+    for r in &results {
+        let t = if r.median_ns >= 1e6 {
+            format!("{:.3} ms", r.median_ns / 1e6)
+        } else {
+            format!("{:.2} us", r.median_ns / 1e3)
+        };
+        md.push_str(&format!(
+            "| {} | {t} | {} |\n",
+            r.id,
+            r.throughput.as_deref().unwrap_or("")
+        ));
+        json.push(serde_json::json!({"id": r.id, "median_ns": r.median_ns, "throughput": r.throughput}));
+    }
+    write(&out_dir.join("kernels.md"), &md)?;
+    write(
+        &out_dir.join("kernels.json"),
+        &serde_json::to_string_pretty(&json).unwrap_or_default(),
+    )
+}
+
+fn bench(args: &[String]) -> Result<(), String> {
+    let known = ["--quick", "--no-kernels", "--no-models", "--models"];
+    let mut i = 0;
+    while i < args.len() {
+        if !known.contains(&args[i].as_str()) {
+            return Err(format!("unknown option '{}' for bench\n\n{USAGE}", args[i]));
+        }
+        i += if args[i] == "--models" { 2 } else { 1 };
+    }
+    let quick = args.iter().any(|a| a == "--quick");
+    let models = args
+        .iter()
+        .position(|a| a == "--models")
+        .map(|i| {
+            args.get(i + 1)
+                .cloned()
+                .ok_or("--models needs a comma-separated list")
+        })
+        .transpose()?;
+    let target = target_dir()?;
+    let out_dir = target.join("bench");
+    if !args.iter().any(|a| a == "--no-kernels") {
+        let mut c = cargo();
+        c.args([
+            "bench",
+            "-p",
+            "memopt-core",
+            "-p",
+            "memopt-compress",
+            "--bench",
+            "*",
+            "--",
+        ]);
+        if quick {
+            c.args(["--warm-up-time", "1", "--measurement-time", "2"]);
+        }
+        run(c)?;
+        kernel_summary(&target, &out_dir)?;
+    }
+    if !args.iter().any(|a| a == "--no-models") {
+        let mut c = cargo();
+        c.args(["bench", "-p", "memopt-cli", "--bench", "models", "--", "--out"]);
+        c.arg(&out_dir);
+        if quick {
+            c.arg("--quick");
+        }
+        if let Some(m) = models {
+            c.args(["--models", &m]);
+        }
+        run(c)?;
+    }
+    eprintln!("xtask: results in {}", out_dir.display());
+    Ok(())
+}
+
+fn ci() -> Result<(), String> {
+    let mut c = Command::new("bash");
+    c.arg(".ci/run").current_dir(root());
+    run(c)
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let result = match args.first().map(String::as_str) {
+        Some("bench") => bench(&args[1..]),
+        Some("ci") => ci(),
+        Some("-h" | "--help" | "help") => {
+            println!("{USAGE}");
+            return ExitCode::SUCCESS;
+        }
+        Some(other) => Err(format!("unknown task '{other}'\n\n{USAGE}")),
+        None => Err(USAGE.to_string()),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
 }

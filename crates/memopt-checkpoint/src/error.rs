@@ -38,6 +38,9 @@ pub enum CheckpointError {
     /// A plan file or value is malformed.
     #[error("invalid plan: {0}")]
     InvalidPlan(String),
+    /// A model description (the JSON format of [`crate::zoo::custom`]) is malformed.
+    #[error("invalid model description: {0}")]
+    InvalidModel(String),
     /// An input does not fit the model.
     #[error("input does not fit the model: {0}")]
     InvalidInput(String),

@@ -3,6 +3,7 @@
 //! classes), a device and a seed.
 
 mod cifar10dvs_vgg;
+pub mod custom;
 mod mlp;
 mod resnet;
 mod spiking_vgg;

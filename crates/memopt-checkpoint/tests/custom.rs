@@ -1,0 +1,246 @@
+//! Custom models from JSON: the example file builds on Meta and CPU with the same allocations,
+//! trains on the CPU, keeps gradients bit-identical under checkpointing of its residual blocks,
+//! and every malformed description is an error naming the field, the layer and what is valid.
+
+mod common;
+
+use common::{batch, fingerprint, trainer};
+use memopt_checkpoint::zoo::custom::{CustomModel, Layer};
+use memopt_checkpoint::{CheckpointError, InputSpec, Plan, Policy, StepOptions};
+use memopt_core::{Device, MemoryTracker};
+
+const EXAMPLE: &str = include_str!("../../../examples/models/small-snn.json");
+
+fn example() -> CustomModel {
+    CustomModel::from_json(EXAMPLE).unwrap()
+}
+
+#[test]
+fn the_example_file_builds_on_meta_with_inferred_channels() {
+    let custom = example();
+    assert_eq!(custom.name(), "small-snn");
+    assert_eq!(custom.spec().sample, vec![2, 16, 16]);
+    assert_eq!(custom.layers().len(), 9);
+    assert!(matches!(custom.layers()[4], Layer::Residual { .. }));
+    assert_eq!(custom.output_shape(custom.spec()).unwrap(), vec![10]);
+    let model = custom.build(custom.spec(), Device::Meta, 0).unwrap();
+    // Channels inferred: conv 2->8, residual 8->8, residual 8->16 with a 1x1 shortcut, linear
+    // 16*4*4 -> 10.
+    let params: Vec<(String, Vec<usize>)> = model
+        .params()
+        .into_iter()
+        .map(|(p, t)| (p, t.tensor().dims().to_vec()))
+        .collect();
+    let dims = |path: &str| params.iter().find(|(p, _)| p == path).map(|(_, d)| d.clone());
+    assert_eq!(dims("0.weight"), Some(vec![8, 2, 3, 3]));
+    assert_eq!(dims("4.body.0.weight"), Some(vec![8, 8, 3, 3]));
+    assert_eq!(dims("4.body.0.bias"), None, "bias: false");
+    assert_eq!(dims("5.body.0.weight"), Some(vec![16, 8, 3, 3]));
+    assert_eq!(dims("5.shortcut.0.weight"), Some(vec![16, 8, 1, 1]));
+    assert_eq!(dims("8.weight"), Some(vec![10, 256]));
+    let types: Vec<(String, &str)> = model
+        .modules()
+        .into_iter()
+        .map(|m| (m.path, m.type_name))
+        .collect();
+    assert!(types.contains(&("4".to_string(), "Residual")));
+    assert!(types.contains(&("4.after.0".to_string(), "LIFNode")));
+    assert!(types.contains(&("1".to_string(), "BatchNorm2d")));
+    assert!(
+        !types.iter().any(|(p, _)| p == "4.shortcut"),
+        "an empty shortcut is the identity, not a module"
+    );
+}
+
+#[test]
+fn meta_and_cpu_steps_allocate_the_same_peak() {
+    let custom = example();
+    let peak = |device: Device| {
+        let tracker = MemoryTracker::new(device);
+        let _installed = MemoryTracker::install(tracker.clone());
+        let model = custom.build(custom.spec(), device, 1).unwrap();
+        let mut t = trainer(&model);
+        let out = t
+            .step(&model, &batch(&model, 2, 0), StepOptions::default())
+            .unwrap();
+        (tracker.peak_bytes(), out.loss)
+    };
+    let (meta, meta_loss) = peak(Device::Meta);
+    let (cpu, cpu_loss) = peak(Device::Cpu);
+    assert_eq!(meta, cpu);
+    assert!(meta_loss.is_none());
+    assert!(cpu_loss.is_some_and(f32::is_finite));
+}
+
+#[test]
+fn the_example_trains_on_the_cpu() {
+    let custom = example();
+    let model = custom.build(custom.spec(), Device::Cpu, 0).unwrap();
+    let mut t = trainer(&model);
+    let b = batch(&model, 4, 3);
+    let losses: Vec<f32> = (0..12)
+        .map(|_| t.step(&model, &b, StepOptions::default()).unwrap().loss.unwrap())
+        .collect();
+    assert!(losses.iter().all(|l| l.is_finite()));
+    assert!(losses[11] < losses[0], "loss {} -> {}", losses[0], losses[11]);
+}
+
+#[test]
+fn checkpointing_residual_blocks_keeps_gradients_bit_identical() {
+    let custom = example();
+    let stored = custom.build(custom.spec(), Device::Cpu, 5).unwrap();
+    let base = fingerprint(&stored, 2, 3);
+    for plan in [
+        Plan::from_entries([("4", Policy::CHECKPOINT), ("5", Policy::CHECKPOINT)]),
+        Plan::from_entries([("5.body", Policy::CHECKPOINT), ("5.shortcut", Policy::CHECKPOINT)]),
+        Plan::from_entries([("4.after", Policy::CHECKPOINT), ("0", Policy::CHECKPOINT)]),
+    ] {
+        let mut model = custom.build(custom.spec(), Device::Cpu, 5).unwrap();
+        model.apply_plan(&plan).unwrap();
+        assert_eq!(fingerprint(&model, 2, 3), base, "plan {plan:?}");
+    }
+}
+
+fn err(json: &str) -> String {
+    match CustomModel::from_json(json) {
+        Ok(_) => panic!("accepted {json}"),
+        Err(e) => e.to_string(),
+    }
+}
+
+fn with_layers(layers: &str) -> String {
+    format!(
+        r#"{{"name": "m", "input": {{"time_steps": 2, "sample": [2, 8, 8], "classes": 3}}, "layers": {layers}}}"#
+    )
+}
+
+#[test]
+fn malformed_descriptions_name_the_problem_and_what_is_valid() {
+    let cases: Vec<(String, Vec<&str>)> = vec![
+        ("{ not json".into(), vec!["invalid model description", "line 1"]),
+        (
+            r#"{"name": "m", "input": {"time_steps": 2, "sample": [4], "classes": 3}}"#.into(),
+            vec!["missing field `layers`"],
+        ),
+        (
+            r#"{"name": "m", "inputs": {}, "layers": []}"#.into(),
+            vec!["unknown field `inputs`", "`input`"],
+        ),
+        (
+            with_layers(r#"[{"type": "conv3d", "out": 4, "kernel": 3}]"#),
+            vec!["layers[0]", "unknown variant `conv3d`", "`conv2d`", "`residual`"],
+        ),
+        (
+            with_layers(r#"[{"type": "conv2d", "out": 4, "kernal": 3}]"#),
+            vec!["layers[0]", "unknown field `kernal`", "`kernel`"],
+        ),
+        (
+            with_layers(r#"[{"type": "conv2d", "out": 4}]"#),
+            vec!["layers[0]", "missing field `kernel`"],
+        ),
+        (
+            with_layers(r#"[{"out": 4}]"#),
+            vec!["layers[0]", "missing field `type`"],
+        ),
+        (with_layers("[]"), vec!["at least one layer"]),
+        (
+            with_layers(
+                r#"[{"type": "flatten"}, {"type": "dropout", "p": 1.5}, {"type": "linear", "out": 3}]"#,
+            ),
+            vec!["layers[1] (dropout)", "[0, 1)"],
+        ),
+        (
+            with_layers(
+                r#"[{"type": "lif", "tau": 0.5}, {"type": "flatten"}, {"type": "linear", "out": 3}]"#,
+            ),
+            vec!["layers[0] (lif)", "tau", "> 1"],
+        ),
+        (
+            with_layers(r#"[{"type": "if", "tau": 2.0}, {"type": "flatten"}, {"type": "linear", "out": 3}]"#),
+            vec!["layers[0] (if)", "lif and plif"],
+        ),
+        (
+            with_layers(r#"[{"type": "lif", "surrogate": "relu"}]"#),
+            vec!["layers[0]", "unknown variant `relu`", "`sigmoid`", "`atan`"],
+        ),
+        (
+            with_layers(
+                r#"[{"type": "residual", "body": [{"type": "conv2d", "out": 4, "kernel": 3, "paddin": 1}]}]"#,
+            ),
+            vec!["layers[0].body[0]", "unknown field `paddin`"],
+        ),
+        (
+            with_layers(r#"[{"type": "residual", "body": [], "after": []}]"#),
+            vec!["layers[0].body", "at least one layer"],
+        ),
+        (
+            with_layers(r#"[{"type": "residual", "body": [{"type": "relu"}], "bypass": []}]"#),
+            vec!["layers[0]", "unknown field `bypass`", "`shortcut`"],
+        ),
+    ];
+    for (json, needles) in cases {
+        let msg = err(&json);
+        for n in needles {
+            assert!(msg.contains(n), "error for {json}\n  {msg}\n  lacks '{n}'");
+        }
+    }
+}
+
+#[test]
+fn shapes_that_do_not_fit_name_the_layer_and_the_shape_it_needs() {
+    let cases: Vec<(String, Vec<&str>)> = vec![
+        (
+            with_layers(r#"[{"type": "linear", "out": 3}]"#),
+            vec!["layers[0] (linear)", "[F]", "[2, 8, 8]", "flatten"],
+        ),
+        (
+            with_layers(r#"[{"type": "flatten"}, {"type": "conv2d", "out": 4, "kernel": 3}]"#),
+            vec!["layers[1] (conv2d)", "[C, H, W]", "[128]"],
+        ),
+        (
+            with_layers(r#"[{"type": "conv2d", "out": 4, "kernel": 9}]"#),
+            vec!["layers[0] (conv2d)", "[2, 8, 8]"],
+        ),
+        (
+            with_layers(
+                r#"[{"type": "residual", "body": [{"type": "conv2d", "out": 4, "kernel": 3, "padding": 1}]}]"#,
+            ),
+            vec!["layers[0] (residual)", "[4, 8, 8]", "[2, 8, 8]", "identity"],
+        ),
+        (
+            with_layers(r#"[{"type": "flatten"}, {"type": "linear", "out": 7}]"#),
+            vec!["[classes] = [3]", "[7]"],
+        ),
+    ];
+    for (json, needles) in cases {
+        let msg = err(&json);
+        assert!(msg.starts_with("input does not fit the model"), "{msg}");
+        for n in needles {
+            assert!(msg.contains(n), "error for {json}\n  {msg}\n  lacks '{n}'");
+        }
+    }
+    // An override of the sample shape is checked when building.
+    let custom = example();
+    let flat = InputSpec {
+        time_steps: 2,
+        sample: vec![64],
+        classes: 10,
+    };
+    let e = custom.build(&flat, Device::Meta, 0).unwrap_err();
+    assert!(matches!(e, CheckpointError::InvalidInput(_)), "{e}");
+    assert!(e.to_string().contains("layers[0] (conv2d)"), "{e}");
+    let bigger = InputSpec {
+        time_steps: 3,
+        sample: vec![2, 32, 32],
+        classes: 10,
+    };
+    // A larger image fits: the linear layer's input features are inferred again.
+    let model = custom.build(&bigger, Device::Meta, 0).unwrap();
+    let fc = model
+        .params()
+        .into_iter()
+        .find(|(p, _)| p == "8.weight")
+        .unwrap()
+        .1;
+    assert_eq!(fc.tensor().dims(), &[10, 16 * 8 * 8]);
+}

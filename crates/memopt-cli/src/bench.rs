@@ -1,0 +1,179 @@
+//! Every strategy side by side for one workload: exact peak, measured CPU peak and step time,
+//! measured and predicted overhead, planning time. Shared by `memopt bench` and the whole-model
+//! tables of `cargo xtask bench`.
+
+use crate::error::Result;
+use crate::format::bytes;
+use crate::selection::Selection;
+use crate::steps::run_steps;
+use crate::strategy::explain;
+use memopt_checkpoint::Plan;
+use memopt_core::Device;
+use memopt_search::{
+    Budget, BudgetStrategy, MaxOverhead, Memonger, MinMemory, Pipeline, PlanReport, PlanningSession, Strategy,
+};
+use serde::{Deserialize, Serialize};
+use std::time::Instant;
+
+/// One strategy's figures.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BenchRow {
+    /// `baseline` (store everything), `pipeline`, `memonger`, `budget`, `max-overhead` or
+    /// `min-memory`.
+    pub strategy: String,
+    /// Its setting (`level 4`, `20%`, the budget in MiB, ...).
+    pub setting: String,
+    /// Exact peak of a step under the plan (Meta estimate), in bytes.
+    pub peak_bytes: u64,
+    /// Peak measured by a real CPU step, in bytes (equal to `peak_bytes` for every
+    /// data-independent plan).
+    pub measured_peak_bytes: u64,
+    /// Median wall time of a CPU step, in ms.
+    pub step_ms: f64,
+    /// Measured extra time over the baseline step, as a fraction (0.18 = 18% slower).
+    pub overhead: f64,
+    /// The cost model's predicted extra time, as a fraction.
+    pub predicted_overhead: f64,
+    /// Time the strategy took, in ms (the planning session's setup excluded).
+    pub planning_ms: f64,
+    /// Entries of the plan.
+    pub entries: usize,
+    /// Whether the first step's gradients are bit-identical to the baseline's.
+    pub grads_identical: bool,
+}
+
+/// All strategies on one workload.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BenchReport {
+    /// Model name.
+    pub model: String,
+    /// Batch size N.
+    pub batch: usize,
+    /// Time steps T.
+    pub timesteps: usize,
+    /// Shape of one sample.
+    pub sample: Vec<usize>,
+    /// Optimizer (`sgd` or `adam`).
+    pub optimizer: String,
+    /// Time to build the planning session (every segment measured on Meta), in ms.
+    pub session_setup_ms: f64,
+    /// CPU steps timed per row (after one untimed step).
+    pub timed_steps: usize,
+    /// One row per strategy, the baseline first.
+    pub rows: Vec<BenchRow>,
+}
+
+/// Plans with every strategy and measures each plan with real CPU steps: one step for the peak
+/// and the gradients, then `timed_steps` timed ones. The budget row asks for the midpoint
+/// between the least reachable peak and the baseline (always feasible) unless `budget` is given.
+pub fn bench(selection: &Selection, timed_steps: usize, budget: Option<Budget>) -> Result<BenchReport> {
+    let workload = &selection.workload;
+    let started = Instant::now();
+    let mut session = PlanningSession::new(workload)?;
+    let session_setup_ms = started.elapsed().as_secs_f64() * 1e3;
+    let baseline_peak = session.baseline_peak_bytes();
+    let least = MinMemory.plan(&mut session)?;
+    let budget = budget.unwrap_or_else(|| {
+        let mid = least.planned_peak_bytes + baseline_peak.saturating_sub(least.planned_peak_bytes) / 2;
+        Budget::Bytes(mid)
+    });
+    let budget_setting = match budget {
+        Budget::Bytes(b) => format!("fit {}", bytes(b)),
+        Budget::Fraction(f) => format!("fit {:.0}% of the baseline peak", f * 100.0),
+    };
+    let planners: Vec<(Box<dyn Strategy>, String)> = vec![
+        (Box::new(Pipeline::default()), "level 4, prefer balanced".into()),
+        (Box::new(Memonger::default()), "sqrt threshold search".into()),
+        (Box::new(BudgetStrategy { budget }), budget_setting),
+        (
+            Box::new(MaxOverhead { max_overhead: 0.2 }),
+            "at most 20% predicted".into(),
+        ),
+    ];
+    let mut reports: Vec<(PlanReport, String)> = Vec::new();
+    for (s, setting) in planners {
+        reports.push((s.plan(&mut session).map_err(explain)?, setting));
+    }
+    reports.push((least, "least peak reachable".into()));
+
+    let base = run_steps(workload, &Plan::store_all(), Device::Cpu, timed_steps)?;
+    let base_ms = base.median_step_ms();
+    let mut rows = vec![BenchRow {
+        strategy: "baseline".into(),
+        setting: "store everything".into(),
+        peak_bytes: baseline_peak,
+        measured_peak_bytes: base.peak_bytes,
+        step_ms: base_ms,
+        overhead: 0.0,
+        predicted_overhead: 0.0,
+        planning_ms: 0.0,
+        entries: 0,
+        grads_identical: true,
+    }];
+    for (r, setting) in reports {
+        let run = run_steps(workload, &r.plan, Device::Cpu, timed_steps)?;
+        let ms = run.median_step_ms();
+        rows.push(BenchRow {
+            strategy: r.strategy.clone(),
+            setting,
+            peak_bytes: r.planned_peak_bytes,
+            measured_peak_bytes: run.peak_bytes,
+            step_ms: ms,
+            overhead: ms / base_ms.max(1e-9) - 1.0,
+            predicted_overhead: r.predicted_overhead,
+            planning_ms: r.planning_ms,
+            entries: r.plan.entries.len(),
+            grads_identical: run.grad_bits == base.grad_bits,
+        });
+    }
+    Ok(BenchReport {
+        model: selection.name().to_string(),
+        batch: workload.batch_size,
+        timesteps: selection.spec.time_steps,
+        sample: selection.spec.sample.clone(),
+        optimizer: workload.optimizer.name().to_string(),
+        session_setup_ms,
+        timed_steps,
+        rows,
+    })
+}
+
+impl BenchReport {
+    /// The rows as a markdown table.
+    pub fn markdown(&self) -> String {
+        let mut s = String::from(
+            "| strategy | setting | peak | reduction | measured peak | step ms | overhead (measured) | overhead (predicted) | planning ms | entries | grads identical |\n|---|---|---|---|---|---|---|---|---|---|---|\n",
+        );
+        let base = self.rows.first().map_or(1, |r| r.peak_bytes).max(1);
+        for r in &self.rows {
+            s.push_str(&format!(
+                "| {} | {} | {} | {:.2}x | {} | {} | {:+.1}% | {:+.1}% | {:.2} | {} | {} |\n",
+                r.strategy,
+                r.setting,
+                bytes(r.peak_bytes),
+                base as f64 / r.peak_bytes.max(1) as f64,
+                if r.measured_peak_bytes == r.peak_bytes {
+                    "= exact".to_string()
+                } else {
+                    bytes(r.measured_peak_bytes)
+                },
+                ms(r.step_ms),
+                r.overhead * 100.0,
+                r.predicted_overhead * 100.0,
+                r.planning_ms,
+                r.entries,
+                if r.grads_identical { "yes" } else { "NO" }
+            ));
+        }
+        s
+    }
+}
+
+/// A step time with three significant decimals below 10 ms, one above.
+pub fn ms(v: f64) -> String {
+    if v < 10.0 {
+        format!("{v:.3}")
+    } else {
+        format!("{v:.1}")
+    }
+}

@@ -1,0 +1,299 @@
+//! `memopt optimize`: plan, print the plan as a tree, optionally verify it with real steps.
+
+use super::write_chart;
+use crate::error::{CliError, Result, write_file};
+use crate::format::{bytes, percent};
+use crate::out;
+use crate::selection::{DEFAULT_MODEL, ModelArgs, parse_device};
+use crate::steps::run_steps;
+use crate::strategy::{StrategyArgs, explain};
+use crate::tree::plan_tree;
+use memopt_checkpoint::Plan;
+use memopt_profiler::plan_is_data_dependent;
+use memopt_search::{PipelineSummary, PlanningSession};
+use serde::Serialize;
+use std::io::Write;
+use std::path::PathBuf;
+use std::time::Instant;
+
+/// Long help of `memopt optimize`.
+pub const LONG_ABOUT: &str = "\
+Plan which modules to checkpoint (keep only their input, bit-packed when it is spikes, and
+recompute them in backward) so that a training step needs less memory. Every plan's peak is
+exact: it is computed by a step on the Meta device, which allocates exactly as the CPU does.
+Prints the baseline and planned peaks, the predicted slowdown and the plan as a module tree.
+
+With no options it plans the CIFAR10-DVS VGG (T=4, N=4, 2x48x48) with the default strategy.
+
+Strategies (--strategy, or inferred from the options given):
+  max-overhead  the least memory whose predicted slowdown is at most --max-overhead (default 20%).
+                The default: it answers \"how small can it get for the time I accept\".
+  pipeline      SpikingJelly's memopt pipeline: level 1 wraps blocks, 2 splits them, 3 chunks
+                time, 4 unwraps what does not pay (--level, --profile, --prefer, --max-wrapped).
+  memonger      Chen et al.'s sqrt-threshold segments (MXNet's memonger).
+  budget        the fastest plan whose peak fits --budget (2GiB, 512MiB, 40%); an impossible
+                budget is an error stating the smallest reachable peak.
+  min-memory    the least peak reachable, whatever the time.
+
+--verify runs a real CPU step of a fresh model with and without the plan (same seeds) and
+checks that the measured peak is the planned one and that every gradient is bit-identical.";
+
+/// Options of `memopt optimize`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct OptimizeArgs {
+    /// The model and its size [default model: cifar10dvs-vgg].
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// The strategy and its settings.
+    #[command(flatten)]
+    pub strategy: StrategyArgs,
+    /// Write the plan as JSON to FILE (read back by `memopt train --plan` and `profile --plan`).
+    #[arg(short, long, value_name = "FILE")]
+    pub out: Option<PathBuf>,
+    /// Run real steps with and without the plan: measured peak, step times, and whether the
+    /// gradients are bit-identical.
+    #[arg(long)]
+    pub verify: bool,
+    /// Device of the --verify steps: cpu or cuda[:N].
+    #[arg(long, default_value = "cpu", value_name = "cpu|cuda")]
+    pub device: String,
+    /// Timed steps per run of --verify (after the first, which gives the peak and gradients).
+    #[arg(long, default_value_t = 2, value_name = "N")]
+    pub steps: usize,
+    /// Print JSON (stable field names) instead of text.
+    #[arg(long)]
+    pub json: bool,
+    /// Also write an SVG chart (baseline and planned timelines, top modules) to FILE.
+    #[arg(long, value_name = "FILE")]
+    pub svg: Option<PathBuf>,
+}
+
+/// What `--verify` measured.
+#[derive(Debug, Clone, Serialize)]
+pub struct Verification {
+    /// Peak of a real step under the plan, in bytes.
+    pub measured_peak_bytes: u64,
+    /// Peak of a real step storing everything, in bytes.
+    pub baseline_measured_peak_bytes: u64,
+    /// Median baseline step time, in ms.
+    pub baseline_step_ms: f64,
+    /// Median planned step time, in ms.
+    pub planned_step_ms: f64,
+    /// Measured extra time, as a fraction of the baseline step (0.18 = 18% slower).
+    pub measured_overhead: f64,
+    /// Whether every parameter gradient of the first step is bit-identical to the baseline's.
+    pub grads_identical: bool,
+}
+
+/// The JSON of `memopt optimize --json`.
+#[derive(Debug, Clone, Serialize)]
+pub struct OptimizeJson {
+    /// Model name.
+    pub model: String,
+    /// Batch size N.
+    pub batch: usize,
+    /// Time steps T.
+    pub timesteps: usize,
+    /// Shape of one sample.
+    pub sample: Vec<usize>,
+    /// Strategy name.
+    pub strategy: String,
+    /// Its setting, in words.
+    pub setting: String,
+    /// Exact peak of a step storing everything, in bytes.
+    pub baseline_peak_bytes: u64,
+    /// Exact peak of a step under the plan, in bytes.
+    pub planned_peak_bytes: u64,
+    /// Predicted extra time, as a fraction of the baseline step time (0.18 = 18% slower).
+    pub predicted_overhead: f64,
+    /// Time the strategy took, in ms.
+    pub planning_ms: f64,
+    /// Time to build the planning session (every segment measured on Meta), in ms.
+    pub setup_ms: f64,
+    /// The plan (the same JSON as `--out` writes).
+    pub plan: Plan,
+    /// What the pipeline did, step by step (pipeline only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub summary: Option<PipelineSummary>,
+    /// What `--verify` measured (its fields appear only with `--verify`).
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    pub verify: Option<Verification>,
+}
+
+/// Plans and reports.
+pub fn run(args: &OptimizeArgs, out: &mut dyn Write) -> Result<()> {
+    let device = parse_device(&args.device)?;
+    if args.verify && device.is_meta() {
+        return Err(CliError::Usage(
+            "--verify runs real steps and compares gradients: use --device cpu".into(),
+        ));
+    }
+    let (strategy, setting) = args.strategy.build()?;
+    let sel = args.model.resolve(Some(DEFAULT_MODEL))?;
+    let workload = &sel.workload;
+    let started = Instant::now();
+    let mut session = PlanningSession::new(workload)?;
+    let setup_ms = started.elapsed().as_secs_f64() * 1e3;
+    let report = strategy.plan(&mut session).map_err(explain)?;
+    if let Some(path) = &args.out {
+        write_file(path, &report.plan.to_json())?;
+    }
+    let verify = if args.verify {
+        let base = run_steps(workload, &Plan::store_all(), device, args.steps)?;
+        let planned = run_steps(workload, &report.plan, device, args.steps)?;
+        Some(Verification {
+            measured_peak_bytes: planned.peak_bytes,
+            baseline_measured_peak_bytes: base.peak_bytes,
+            baseline_step_ms: base.median_step_ms(),
+            planned_step_ms: planned.median_step_ms(),
+            measured_overhead: planned.median_step_ms() / base.median_step_ms().max(1e-9) - 1.0,
+            grads_identical: planned.grad_bits == base.grad_bits,
+        })
+    } else {
+        None
+    };
+    let chart = match &args.svg {
+        Some(p) => Some((write_chart(&sel, Some(&report.plan), p)?, p)),
+        None => None,
+    };
+    let failure = verify
+        .as_ref()
+        .and_then(|v| verification_failure(v, &report.plan, report.planned_peak_bytes));
+    if args.json {
+        let json = OptimizeJson {
+            model: report.model.clone(),
+            batch: report.batch,
+            timesteps: report.timesteps,
+            sample: sel.spec.sample.clone(),
+            strategy: report.strategy.clone(),
+            setting,
+            baseline_peak_bytes: report.baseline_peak_bytes,
+            planned_peak_bytes: report.planned_peak_bytes,
+            predicted_overhead: report.predicted_overhead,
+            planning_ms: report.planning_ms,
+            setup_ms,
+            plan: report.plan.clone(),
+            summary: report.summary.clone(),
+            verify,
+        };
+        out!(out, "{}", serde_json::to_string_pretty(&json).unwrap_or_default())?;
+        return failure.map_or(Ok(()), Err);
+    }
+    out!(out, "{}", sel.describe())?;
+    out!(out, "strategy: {} ({setting})", report.strategy)?;
+    out!(
+        out,
+        "baseline peak       {:>12}  ({} bytes, storing everything)",
+        bytes(report.baseline_peak_bytes),
+        report.baseline_peak_bytes
+    )?;
+    out!(
+        out,
+        "planned peak        {:>12}  ({} bytes, {}, {:.2}x reduction, exact)",
+        bytes(report.planned_peak_bytes),
+        report.planned_peak_bytes,
+        percent(report.planned_peak_bytes as f64 / report.baseline_peak_bytes.max(1) as f64 - 1.0),
+        report.reduction()
+    )?;
+    out!(
+        out,
+        "predicted overhead  {:>12}  of the baseline step time",
+        percent(report.predicted_overhead)
+    )?;
+    out!(
+        out,
+        "planning            {:>9.1} ms  (+ {:.1} ms measuring the segments on Meta)",
+        report.planning_ms,
+        setup_ms
+    )?;
+    let n = report.plan.entries.len();
+    out!(out, "\nplan ({n} {}):", if n == 1 { "entry" } else { "entries" })?;
+    out!(
+        out,
+        "{}",
+        plan_tree(&session.model().modules(), &report.plan).trim_end()
+    )?;
+    if let Some(summary) = &report.summary {
+        out!(
+            out,
+            "\npipeline: {} wrapped, {} split, {} chunked, {} unwrapped. {}",
+            summary.wrapped,
+            summary.split,
+            summary.chunked,
+            summary.unwrapped,
+            summary.recommendation
+        )?;
+    }
+    if let Some(path) = &args.out {
+        out!(
+            out,
+            "\nwrote the plan to {} (use it with `memopt train --plan`)",
+            path.display()
+        )?;
+    }
+    if let Some(v) = &verify {
+        out!(
+            out,
+            "\nverify ({device}, a fresh model with the same seeds, with and without the plan):"
+        )?;
+        out!(
+            out,
+            "  measured peak     {:>12}  baseline {} ({})",
+            bytes(v.measured_peak_bytes),
+            bytes(v.baseline_measured_peak_bytes),
+            if v.measured_peak_bytes == report.planned_peak_bytes {
+                "the planned peak, to the byte"
+            } else {
+                "differs from the planned peak"
+            }
+        )?;
+        out!(
+            out,
+            "  step time         {:>9.2} ms  baseline {:.2} ms ({} measured)",
+            v.planned_step_ms,
+            v.baseline_step_ms,
+            percent(v.measured_overhead)
+        )?;
+        out!(
+            out,
+            "  gradients         {}",
+            if v.grads_identical {
+                "bit-identical to the baseline"
+            } else {
+                "DIFFER from the baseline"
+            }
+        )?;
+    }
+    if let Some((c, p)) = chart {
+        out!(
+            out,
+            "\nwrote {} (baseline {} and planned {} timelines)",
+            p.display(),
+            bytes(c.baseline_peak),
+            bytes(c.planned_peak)
+        )?;
+    }
+    failure.map_or(Ok(()), Err)
+}
+
+/// Why a verification failed, if it did: gradients that differ, or a measured peak other than
+/// the planned one (above it, for plans whose sizes depend on the data).
+fn verification_failure(v: &Verification, plan: &Plan, planned: u64) -> Option<CliError> {
+    if !v.grads_identical {
+        return Some(CliError::Verification(
+            "the gradients under the plan are not bit-identical to the baseline's".into(),
+        ));
+    }
+    let data_dependent = plan_is_data_dependent(plan);
+    let ok = if data_dependent {
+        v.measured_peak_bytes <= planned
+    } else {
+        v.measured_peak_bytes == planned
+    };
+    (!ok).then(|| {
+        CliError::Verification(format!(
+            "the measured peak is {} bytes but the plan's exact peak is {planned} bytes",
+            v.measured_peak_bytes
+        ))
+    })
+}

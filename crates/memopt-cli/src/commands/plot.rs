@@ -1,0 +1,93 @@
+//! `memopt plot`: the SVG chart of a step's memory, baseline and planned.
+
+use super::{read_plan, write_chart};
+use crate::error::{CliError, Result};
+use crate::format::bytes;
+use crate::out;
+use crate::selection::{DEFAULT_MODEL, ModelArgs};
+use crate::strategy::{StrategyArgs, explain};
+use memopt_search::PlanningSession;
+use std::io::Write;
+use std::path::PathBuf;
+
+/// Long help of `memopt plot`.
+pub const LONG_ABOUT: &str = "\
+Write an SVG chart of one training step's memory: the timeline (MiB held after each allocation
+or free; the planned step stacked by kind: parameters, optimizer state, activations, saved for
+backward, packed spikes, gradients, workspace, ...; the baseline's total as a dashed line), and a
+horizontal bar chart of what the largest modules hold at the peak, baseline above planned.
+The plan is read from --plan, or made with the strategy options (as `memopt optimize`).
+Everything is computed on the Meta device: exact, and in milliseconds.";
+
+/// Options of `memopt plot`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct PlotArgs {
+    /// The model and its size [default model: cifar10dvs-vgg].
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// The plan to chart (from `memopt optimize --out`) instead of planning one.
+    #[arg(long, value_name = "FILE")]
+    pub plan: Option<PathBuf>,
+    /// The strategy of the plan when --plan is not given.
+    #[command(flatten)]
+    pub strategy: StrategyArgs,
+    /// Chart the baseline only.
+    #[arg(long)]
+    pub baseline_only: bool,
+    /// The SVG file to write.
+    #[arg(short, long, default_value = "memopt.svg", value_name = "FILE")]
+    pub out: PathBuf,
+}
+
+/// Plots.
+pub fn run(args: &PlotArgs, out: &mut dyn Write) -> Result<()> {
+    let strategy_given = args.strategy.strategy.is_some()
+        || args.strategy.budget.is_some()
+        || args.strategy.max_overhead.is_some()
+        || args.strategy.level.is_some()
+        || args.strategy.profile.is_some()
+        || args.strategy.prefer.is_some()
+        || args.strategy.max_wrapped.is_some();
+    if (args.plan.is_some() || args.baseline_only) && strategy_given {
+        return Err(CliError::Usage(
+            "strategy options make a plan; they cannot be combined with --plan or --baseline-only".into(),
+        ));
+    }
+    if args.plan.is_some() && args.baseline_only {
+        return Err(CliError::Usage(
+            "--plan and --baseline-only exclude each other".into(),
+        ));
+    }
+    let sel = args.model.resolve(Some(DEFAULT_MODEL))?;
+    let plan = match (&args.plan, args.baseline_only) {
+        (Some(p), _) => Some(read_plan(p)?),
+        (None, true) => None,
+        (None, false) => {
+            let (strategy, _) = args.strategy.build()?;
+            let mut session = PlanningSession::new(&sel.workload)?;
+            Some(strategy.plan(&mut session).map_err(explain)?.plan)
+        }
+    };
+    let c = write_chart(&sel, plan.as_ref(), &args.out)?;
+    match plan {
+        Some(p) => out!(
+            out,
+            "wrote {}: {}; baseline peak {} ({} events), planned peak {} ({} events, {} plan entries)",
+            args.out.display(),
+            sel.describe(),
+            bytes(c.baseline_peak),
+            c.baseline_events,
+            bytes(c.planned_peak),
+            c.planned_events,
+            p.entries.len()
+        ),
+        None => out!(
+            out,
+            "wrote {}: {}; baseline peak {} ({} events)",
+            args.out.display(),
+            sel.describe(),
+            bytes(c.baseline_peak),
+            c.baseline_events
+        ),
+    }
+}

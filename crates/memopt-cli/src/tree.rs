@@ -1,0 +1,151 @@
+//! A plan as a readable tree: the model's modules, indented, each planned one with its policy.
+
+use crate::format::path;
+use memopt_checkpoint::module::ModuleInfo;
+use memopt_checkpoint::{Plan, Policy};
+
+fn parent(p: &str) -> Option<&str> {
+    if p.is_empty() {
+        None
+    } else {
+        Some(p.rsplit_once('.').map_or("", |(a, _)| a))
+    }
+}
+
+fn is_ancestor(a: &str, p: &str) -> bool {
+    a.is_empty() && !p.is_empty() || p.len() > a.len() && p.starts_with(a) && p.as_bytes()[a.len()] == b'.'
+}
+
+/// The module tree of `modules` (from [`memopt_checkpoint::Model::modules`]) with `plan`'s
+/// policies: the top level, every planned module with its ancestors and siblings (so what is
+/// stored next to it shows), nothing below a planned module (its policy covers it). Runs of
+/// children that share one checkpoint are marked on their first child.
+pub fn plan_tree(modules: &[ModuleInfo], plan: &Plan) -> String {
+    let planned = |p: &str| -> Option<Policy> {
+        plan.entries
+            .iter()
+            .find(|e| e.path == p && e.children.is_none())
+            .map(|e| e.policy)
+    };
+    // Containers whose children are addressed: module entries' parents, run entries' paths.
+    let mut opened: Vec<&str> = Vec::new();
+    for e in &plan.entries {
+        match e.children {
+            Some(_) => opened.push(&e.path),
+            None => opened.extend(parent(&e.path)),
+        }
+    }
+    let visible = |m: &ModuleInfo| -> bool {
+        let covered = plan
+            .entries
+            .iter()
+            .any(|e| e.children.is_none() && is_ancestor(&e.path, &m.path));
+        if covered {
+            return false;
+        }
+        m.depth <= 1
+            || planned(&m.path).is_some()
+            || opened.iter().any(|o| *o == m.path || is_ancestor(&m.path, o))
+            || parent(&m.path).is_some_and(|p| opened.contains(&p))
+    };
+    let rows: Vec<(String, &str, String)> = modules
+        .iter()
+        .filter(|m| visible(m))
+        .map(|m| {
+            let name = format!("{}{}", "  ".repeat(m.depth), path(&m.path));
+            let note = if let Some(p) = planned(&m.path) {
+                p.to_string()
+            } else if let Some((e, [a, b], i)) = parent(&m.path).and_then(|par| {
+                let i: usize = m.path.rsplit('.').next()?.parse().ok()?;
+                plan.entries.iter().find_map(|e| match e.children {
+                    Some([a, b]) if e.path == par && (a..b).contains(&i) => Some((e, [a, b], i)),
+                    _ => None,
+                })
+            }) {
+                if i == a {
+                    format!("{} over children {a}..{} as one segment", e.policy, b - 1)
+                } else {
+                    "  (same segment)".to_string()
+                }
+            } else if opened.iter().any(|o| *o == m.path || is_ancestor(&m.path, o)) {
+                String::new()
+            } else {
+                "store".to_string()
+            };
+            (name, m.type_name, note)
+        })
+        .collect();
+    let w0 = rows.iter().map(|r| r.0.len()).max().unwrap_or(0);
+    let w1 = rows.iter().map(|r| r.1.len()).max().unwrap_or(0);
+    let mut out = String::new();
+    for (name, ty, note) in rows {
+        let line = format!("  {name:<w0$}  {ty:<w1$}  {note}");
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use memopt_checkpoint::zoo;
+    use memopt_core::{Device, MemoryTracker};
+
+    fn vgg_modules() -> Vec<ModuleInfo> {
+        let _t = MemoryTracker::install(MemoryTracker::new(Device::Meta));
+        let spec = zoo::entry("cifar10dvs-vgg").unwrap().small;
+        zoo::build("cifar10dvs-vgg", &spec, Device::Meta, 0)
+            .unwrap()
+            .modules()
+    }
+
+    #[test]
+    fn planned_modules_show_their_policy_and_siblings() {
+        let modules = vgg_modules();
+        let plan = Plan::from_entries([
+            ("features.3", Policy::CHECKPOINT),
+            ("features.5.neuron", Policy::CHECKPOINT),
+        ]);
+        let tree = plan_tree(&modules, &plan);
+        let line = |p: &str| {
+            tree.lines()
+                .find(|l| l.split_whitespace().next() == Some(p))
+                .unwrap_or_else(|| panic!("no line for {p} in\n{tree}"))
+                .to_string()
+        };
+        assert!(
+            line("features.3").contains("VGGBlock") && line("features.3").ends_with("checkpoint(bit_spike)")
+        );
+        assert!(line("features.2").ends_with("store"));
+        assert!(line("features.5.neuron").ends_with("checkpoint(bit_spike)"));
+        assert!(line("features.5.proj_bn").ends_with("store"));
+        assert!(line("classifier").ends_with("store"));
+        assert!(
+            !tree.contains("features.3.neuron"),
+            "nothing below a planned module:\n{tree}"
+        );
+        assert!(
+            !tree.contains("features.2.neuron"),
+            "unplanned blocks stay folded:\n{tree}"
+        );
+        assert!(line("(root)").contains("Sequential"));
+    }
+
+    #[test]
+    fn runs_of_children_are_marked_on_their_first_child() {
+        let modules = vgg_modules();
+        let mut plan = Plan::store_all();
+        plan.entries.push(memopt_checkpoint::PlanEntry {
+            path: "features".into(),
+            children: Some([2, 5]),
+            policy: Policy::CHECKPOINT,
+        });
+        let tree = plan_tree(&modules, &plan);
+        assert!(
+            tree.contains("checkpoint(bit_spike) over children 2..4 as one segment"),
+            "{tree}"
+        );
+        assert_eq!(tree.matches("(same segment)").count(), 2, "{tree}");
+    }
+}

@@ -147,24 +147,39 @@ fn run_rows<const HARD: bool, const PLIF: bool, const IN_PLACE: bool, S, K>(
                             None => vprev.fill(vr),
                         }
                     }
-                    for i in 0..len {
-                        let (h, vp) = (hs[i], vprev[i]);
-                        let gs = if IN_PLACE { gx[i] } else { gss[i] };
-                        let gh = grad_h::<HARD>(gv[i], gs, h, surrogate(h - vth), vth, vr, reset_grad);
-                        gx[i] = gh * dh_dx;
-                        gv[i] = gh * dh_dv;
-                        acc[i] = gh * dh_dk(h, vp);
+                    let step = |g: &mut f32, h: f32, gs: f32, gx: &mut f32, a: &mut f32, vp: f32| {
+                        let gh = grad_h::<HARD>(*g, gs, h, surrogate(h - vth), vth, vr, reset_grad);
+                        *gx = gh * dh_dx;
+                        *g = gh * dh_dv;
+                        *a = gh * dh_dk(h, vp);
+                    };
+                    let lanes = gv.iter_mut().zip(hs).zip(acc.iter_mut()).zip(vprev.iter());
+                    if IN_PLACE {
+                        for ((((g, &h), a), &vp), gx) in lanes.zip(gx.iter_mut()) {
+                            step(g, h, *gx, gx, a, vp);
+                        }
+                    } else {
+                        for (((((g, &h), a), &vp), gx), &gs) in lanes.zip(gx.iter_mut()).zip(gss) {
+                            step(g, h, gs, gx, a, vp);
+                        }
                     }
                     if let Some(row) = partial_row.as_deref_mut() {
                         row[t] = acc.iter().map(|&a| a as f64).sum::<f64>() as f32;
                     }
                 } else {
-                    for i in 0..len {
-                        let h = hs[i];
-                        let gs = if IN_PLACE { gx[i] } else { gss[i] };
-                        let gh = grad_h::<HARD>(gv[i], gs, h, surrogate(h - vth), vth, vr, reset_grad);
-                        gx[i] = gh * dh_dx;
-                        gv[i] = gh * dh_dv;
+                    let step = |g: &mut f32, h: f32, gs: f32, gx: &mut f32| {
+                        let gh = grad_h::<HARD>(*g, gs, h, surrogate(h - vth), vth, vr, reset_grad);
+                        *gx = gh * dh_dx;
+                        *g = gh * dh_dv;
+                    };
+                    if IN_PLACE {
+                        for ((g, &h), gx) in gv.iter_mut().zip(hs).zip(gx.iter_mut()) {
+                            step(g, h, *gx, gx);
+                        }
+                    } else {
+                        for (((g, &h), gx), &gs) in gv.iter_mut().zip(hs).zip(gx.iter_mut()).zip(gss) {
+                            step(g, h, gs, gx);
+                        }
                     }
                 }
             }

@@ -27,7 +27,7 @@ pub mod strategy;
 
 pub use error::{Result, SearchError};
 pub use report::{PipelineStep, PipelineSummary, PlanReport};
-pub use session::PlanningSession;
+pub use session::{ExactCandidate, PlanningSession};
 pub use strategy::block_plan;
 pub use strategy::{
     Budget, BudgetStrategy, MaxOverhead, Memonger, MinMemory, Pipeline, Prefer, Profile, Strategy,

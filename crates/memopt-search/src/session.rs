@@ -2,10 +2,12 @@
 //! shared by the strategies.
 
 use crate::builder::{OptionSpace, chain_model};
-use crate::chain::ChainModel;
+use crate::chain::{ChainModel, plan_entries};
+use crate::dp::pareto_front;
 use crate::report::{PipelineSummary, PlanReport};
 use crate::sites::{Site, discover};
 use crate::{Result, SearchError};
+use memopt_checkpoint::policy::PLAN_VERSION;
 use memopt_checkpoint::{Model, Plan};
 use memopt_core::{DType, Device, MemoryKind, MemoryTracker, Tensor};
 use memopt_profiler::cost::Throughput;
@@ -23,7 +25,19 @@ pub struct PlanningSession {
     chain: ChainModel,
     baseline_peak: u64,
     chain_exact: bool,
+    exact_front: Option<Vec<ExactCandidate>>,
     setup_ms: f64,
+}
+
+/// A plan from the chain model's Pareto front with its exact peak.
+#[derive(Debug, Clone)]
+pub struct ExactCandidate {
+    /// The plan.
+    pub plan: Plan,
+    /// Its exact peak from a Meta step, in bytes.
+    pub peak: u64,
+    /// Its predicted extra time over storing everything, in ms.
+    pub extra_ms: f64,
 }
 
 impl PlanningSession {
@@ -71,6 +85,7 @@ impl PlanningSession {
             chain,
             baseline_peak,
             chain_exact,
+            exact_front: None,
             setup_ms: started.elapsed().as_secs_f64() * 1e3,
         })
     }
@@ -130,6 +145,33 @@ impl PlanningSession {
             return Ok(self.chain.peak(&choice));
         }
         self.exact_peak(plan)
+    }
+
+    /// The plans on the chain model's Pareto front of (peak, extra time), each with its exact
+    /// peak from a Meta step, plus storing everything. Strategies choose from these when the
+    /// chain model is not exact ([`Self::chain_is_exact`]), so that an inexact prediction never
+    /// decides feasibility. Computed once per session.
+    pub fn exact_front(&mut self) -> Result<&[ExactCandidate]> {
+        if self.exact_front.is_none() {
+            let mut plans: Vec<(Plan, f64)> = pareto_front(&self.chain)
+                .iter()
+                .map(|s| {
+                    let plan = Plan {
+                        version: PLAN_VERSION,
+                        entries: plan_entries(&s.plan),
+                    };
+                    (plan, s.extra_ms)
+                })
+                .collect();
+            plans.push((Plan::store_all(), 0.0));
+            let mut front = Vec::with_capacity(plans.len());
+            for (plan, extra_ms) in plans {
+                let peak = self.exact_peak(&plan)?;
+                front.push(ExactCandidate { plan, peak, extra_ms });
+            }
+            self.exact_front = Some(front);
+        }
+        Ok(self.exact_front.as_deref().unwrap_or_default())
     }
 
     /// Predicted extra time of `plan` as a fraction of the baseline step.

@@ -1,14 +1,15 @@
 //! Every strategy's plan is verified: its exact peak is within the budget, a fresh estimator
 //! agrees, and a real CPU step measures the same peak with bit-identical gradients.
 
+use memopt_checkpoint::zoo::custom::CustomModel;
 use memopt_checkpoint::{Plan, StepOptions};
 use memopt_core::{Device, MemoryTracker};
 use memopt_profiler::{Estimator, Workload};
 use memopt_search::chain::plan_entries;
 use memopt_search::dp::least_time_within;
 use memopt_search::{
-    Budget, BudgetStrategy, Memonger, MinMemory, Pipeline, PlanReport, PlanningSession, Prefer, Profile,
-    SearchError, Strategy,
+    Budget, BudgetStrategy, MaxOverhead, Memonger, MinMemory, Pipeline, PlanReport, PlanningSession, Prefer,
+    Profile, SearchError, Strategy,
 };
 
 /// Peak bytes and gradient bits of one CPU step of `workload` under `plan`.
@@ -282,4 +283,94 @@ fn bit_packing_lowers_the_optimal_vgg_peak_by_the_measured_sizes() {
     let predicted = |s: &PlanningSession, p: &Plan| s.chain().peak(&s.chain().select(p).unwrap());
     assert_eq!(predicted(&bits, &plan), peak_bits);
     assert_eq!(predicted(&null, &as_null), peak_null);
+}
+
+/// A model so small that the chain model's per-segment bookkeeping does not reproduce the
+/// baseline: every strategy then decides on exact peaks of the chain's Pareto front, so storing
+/// everything is always feasible and nothing is reported infeasible that is not.
+#[test]
+fn strategies_decide_on_exact_peaks_when_the_chain_model_is_inexact() {
+    let json = r#"{"name": "one-linear", "input": {"time_steps": 1, "sample": [4], "classes": 3},
+                   "layers": [{"type": "linear", "out": 3}]}"#;
+    let custom = std::sync::Arc::new(CustomModel::from_json(json).unwrap());
+    let spec = custom.spec().clone();
+    let workload = Workload::custom("one-linear", move |d, s| custom.build(&spec, d, s), 4);
+    let mut session = PlanningSession::new(&workload).unwrap();
+    assert!(
+        !session.chain_is_exact(),
+        "this test needs a model whose chain model is inexact"
+    );
+    let baseline = session.baseline_peak_bytes();
+    let mut all: Vec<Box<dyn Strategy>> = strategies();
+    all.push(Box::new(BudgetStrategy {
+        budget: Budget::Bytes(baseline),
+    }));
+    all.push(Box::new(MaxOverhead { max_overhead: 0.2 }));
+    let least = MinMemory.plan(&mut session).unwrap().planned_peak_bytes;
+    for s in all {
+        match s.plan(&mut session) {
+            Ok(report) => {
+                assert!(report.planned_peak_bytes <= baseline, "{}", report.strategy);
+                verify(&workload, &report, true);
+            }
+            Err(SearchError::Infeasible { budget, best, .. }) => {
+                assert!(budget < least && best == least, "{}: {budget} {best}", s.name())
+            }
+            Err(e) => panic!("{}: {e}", s.name()),
+        }
+    }
+    match (BudgetStrategy {
+        budget: Budget::Bytes(least - 1),
+    })
+    .plan(&mut session)
+    {
+        Err(SearchError::Infeasible { best, .. }) => assert_eq!(best, least),
+        other => panic!("expected infeasible, got {other:?}"),
+    }
+}
+
+#[test]
+fn the_pipeline_wraps_a_ratio_of_the_blocks_and_stops_at_its_checkpoint_budget() {
+    let workload = Workload::zoo_small("cifar10dvs-vgg", 8).unwrap();
+    let mut session = PlanningSession::new(&workload).unwrap();
+    let baseline = session.baseline_peak_bytes();
+    let safe = |wrap_ratio, checkpoint_budget| Pipeline {
+        profile: Some(Profile::Safe),
+        wrap_ratio,
+        checkpoint_budget,
+        ..Pipeline::default()
+    };
+    let quarter = safe(Some(0.25), None).plan(&mut session).unwrap();
+    assert_eq!(
+        quarter.summary.as_ref().unwrap().wrapped,
+        2,
+        "a quarter of 8 blocks"
+    );
+    let none = safe(Some(0.0), None).plan(&mut session).unwrap();
+    assert_eq!(none.summary.as_ref().unwrap().wrapped, 0);
+    assert_eq!(none.planned_peak_bytes, baseline);
+    for bad in [-0.1, 1.5, f64::NAN] {
+        let err = safe(Some(bad), None).plan(&mut session).unwrap_err();
+        assert!(matches!(err, SearchError::InvalidSetting(_)), "{bad}: {err}");
+        assert!(err.to_string().contains("from 0 to 1"), "{err}");
+    }
+
+    // Wrapping stops at the first step whose peak is within the budget: every step before it
+    // was above the budget, and the budget is met.
+    let all = safe(None, None).plan(&mut session).unwrap();
+    let budget = baseline - (baseline - all.planned_peak_bytes) / 2;
+    let stopped = safe(None, Some(Budget::Bytes(budget)))
+        .plan(&mut session)
+        .unwrap();
+    let steps = &stopped.summary.as_ref().unwrap().steps;
+    assert!(stopped.planned_peak_bytes <= budget);
+    assert!(
+        steps.len() < all.summary.as_ref().unwrap().steps.len(),
+        "it stopped early"
+    );
+    let kept: Vec<u64> = steps.iter().filter(|s| s.applied).map(|s| s.peak_bytes).collect();
+    assert!(
+        kept[..kept.len() - 1].iter().all(|p| *p > budget),
+        "{kept:?} vs {budget}"
+    );
 }

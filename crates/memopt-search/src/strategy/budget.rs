@@ -1,6 +1,7 @@
 //! The plan of least predicted recomputation time whose exact peak fits a budget.
 
 use super::Strategy;
+use super::least_exact_peak;
 use crate::chain::plan_entries;
 use crate::dp::{least_time_within, min_peak};
 use crate::report::{PlanReport, mib};
@@ -86,21 +87,39 @@ impl Strategy for BudgetStrategy {
     fn plan(&self, session: &mut PlanningSession) -> Result<PlanReport> {
         let started = Instant::now();
         let limit = self.budget.bytes(session.baseline_peak_bytes())?;
-        let chain = session.chain();
-        let entries = match least_time_within(chain, limit) {
-            Some(s) => plan_entries(&s.plan),
-            None => {
-                let best = min_peak(chain);
-                return Err(SearchError::Infeasible {
-                    budget: limit,
-                    best: best.peak,
-                    best_plan_entries: plan_entries(&best.plan).len(),
-                });
+        let plan = if session.chain_is_exact() {
+            let chain = session.chain();
+            match least_time_within(chain, limit) {
+                Some(s) => Plan {
+                    version: PLAN_VERSION,
+                    entries: plan_entries(&s.plan),
+                },
+                None => {
+                    let best = min_peak(chain);
+                    return Err(SearchError::Infeasible {
+                        budget: limit,
+                        best: best.peak,
+                        best_plan_entries: plan_entries(&best.plan).len(),
+                    });
+                }
             }
-        };
-        let plan = Plan {
-            version: PLAN_VERSION,
-            entries,
+        } else {
+            let front = session.exact_front()?;
+            let fitting = front
+                .iter()
+                .filter(|c| c.peak <= limit)
+                .min_by(|a, b| a.extra_ms.total_cmp(&b.extra_ms).then(a.peak.cmp(&b.peak)));
+            match fitting {
+                Some(c) => c.plan.clone(),
+                None => {
+                    let best = least_exact_peak(front)?;
+                    return Err(SearchError::Infeasible {
+                        budget: limit,
+                        best: best.peak,
+                        best_plan_entries: best.plan.entries.len(),
+                    });
+                }
+            }
         };
         let report = session.report(&self.name(), plan, started, None)?;
         if report.planned_peak_bytes > limit {

@@ -1,9 +1,10 @@
 //! The least peak whose predicted slowdown stays within a limit.
 
-use super::Strategy;
+use super::{Strategy, least_exact_peak};
 use crate::chain::plan_entries;
 use crate::dp::min_peak_within_time;
 use crate::report::PlanReport;
+use crate::session::ExactCandidate;
 use crate::session::PlanningSession;
 use crate::{Result, SearchError};
 use memopt_checkpoint::Plan;
@@ -33,10 +34,17 @@ impl Strategy for MaxOverhead {
         }
         let started = Instant::now();
         let limit_ms = self.max_overhead * session.cost().baseline_step_ms();
-        let best = min_peak_within_time(session.chain(), limit_ms);
-        let plan = Plan {
-            version: PLAN_VERSION,
-            entries: plan_entries(&best.plan),
+        let plan = if session.chain_is_exact() {
+            let best = min_peak_within_time(session.chain(), limit_ms);
+            Plan {
+                version: PLAN_VERSION,
+                entries: plan_entries(&best.plan),
+            }
+        } else {
+            let front = session.exact_front()?;
+            let within: Vec<ExactCandidate> =
+                front.iter().filter(|c| c.extra_ms <= limit_ms).cloned().collect();
+            least_exact_peak(&within)?.plan.clone()
         };
         session.report(&self.name(), plan, started, None)
     }

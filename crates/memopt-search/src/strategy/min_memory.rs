@@ -1,6 +1,6 @@
 //! The least peak reachable, and the cheapest plan that reaches it.
 
-use super::Strategy;
+use super::{Strategy, least_exact_peak};
 use crate::Result;
 use crate::chain::plan_entries;
 use crate::dp::min_peak;
@@ -21,10 +21,14 @@ impl Strategy for MinMemory {
 
     fn plan(&self, session: &mut PlanningSession) -> Result<PlanReport> {
         let started = Instant::now();
-        let best = min_peak(session.chain());
-        let plan = Plan {
-            version: PLAN_VERSION,
-            entries: plan_entries(&best.plan),
+        let plan = if session.chain_is_exact() {
+            let best = min_peak(session.chain());
+            Plan {
+                version: PLAN_VERSION,
+                entries: plan_entries(&best.plan),
+            }
+        } else {
+            least_exact_peak(session.exact_front()?)?.plan.clone()
         };
         session.report(&self.name(), plan, started, None)
     }

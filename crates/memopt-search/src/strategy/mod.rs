@@ -14,9 +14,9 @@ pub use memonger::Memonger;
 pub use min_memory::MinMemory;
 pub use pipeline::{Pipeline, Prefer, Profile};
 
-use crate::Result;
 use crate::report::PlanReport;
-use crate::session::PlanningSession;
+use crate::session::{ExactCandidate, PlanningSession};
+use crate::{Result, SearchError};
 
 /// A way to choose a plan. Every strategy's plan is verified by an exact Meta step before it is
 /// reported.
@@ -25,4 +25,14 @@ pub trait Strategy {
     fn name(&self) -> String;
     /// Chooses a plan for the session's workload.
     fn plan(&self, session: &mut PlanningSession) -> Result<PlanReport>;
+}
+
+/// The candidate of least exact peak (ties: least predicted time).
+fn least_exact_peak(front: &[ExactCandidate]) -> Result<&ExactCandidate> {
+    front
+        .iter()
+        .min_by(|a, b| a.peak.cmp(&b.peak).then(a.extra_ms.total_cmp(&b.extra_ms)))
+        .ok_or_else(|| {
+            SearchError::Internal("the exact front holds no plan, not even storing everything".into())
+        })
 }

@@ -178,6 +178,13 @@ impl Strategy for Pipeline {
         let (level, exhaustive) = self.effective();
         let baseline = session.baseline_peak_bytes();
         let budget = self.checkpoint_budget.map(|b| b.bytes(baseline)).transpose()?;
+        if let Some(r) = self.wrap_ratio
+            && !(0.0..=1.0).contains(&r)
+        {
+            return Err(SearchError::InvalidSetting(format!(
+                "the wrap ratio is the fraction of blocks to wrap, from 0 to 1 (0.5 = half); got {r}"
+            )));
+        }
         let root = session.sites().clone();
         let time_steps = session.model().spec().time_steps;
         let mut run = Run {
@@ -206,7 +213,7 @@ impl Strategy for Pipeline {
                 limit = limit.min(m);
             }
             if let Some(r) = self.wrap_ratio {
-                limit = limit.min((blocks.len() as f64 * r.clamp(0.0, 1.0)).ceil() as usize);
+                limit = limit.min((blocks.len() as f64 * r).ceil() as usize);
             }
             for block in blocks.into_iter().take(limit) {
                 if budget.is_some_and(|b| run.peak <= b) {

@@ -79,6 +79,16 @@ pub enum CoreError {
         /// Driver message.
         message: String,
     },
+    /// The device could not provide the memory for an allocation.
+    #[error(
+        "out of memory on {device}: cannot allocate {bytes} bytes; plan with a smaller batch, fewer time steps or a memory budget"
+    )]
+    OutOfMemory {
+        /// Device that refused the allocation.
+        device: Device,
+        /// Size of the refused allocation, in bytes.
+        bytes: u64,
+    },
     /// The device cannot run this operation (yet).
     #[error("{op} is not implemented on {device}{hint}")]
     Unsupported {

@@ -29,9 +29,25 @@ impl Shape {
         self.0.len()
     }
 
-    /// Number of elements (1 for a scalar).
+    /// Number of elements (1 for a scalar). Shapes built by [`crate::Tensor`] constructors are
+    /// checked with [`Shape::checked_elem_count`], so this cannot overflow for a tensor's shape.
     pub fn elem_count(&self) -> usize {
         self.0.iter().product()
+    }
+
+    /// Number of elements, or `None` when the product overflows `usize`.
+    pub fn checked_elem_count(&self) -> Option<usize> {
+        self.0.iter().try_fold(1usize, |n, &d| n.checked_mul(d))
+    }
+
+    /// Number of elements, or an error naming `op` when the shape is too large to address.
+    pub fn elem_count_for(&self, op: &'static str) -> crate::Result<usize> {
+        self.checked_elem_count().ok_or_else(|| {
+            crate::CoreError::invalid(
+                op,
+                format!("shape {self} has more elements than fit in the address space"),
+            )
+        })
     }
 
     /// Dimension `i`, or `None` when `i >= rank`.

@@ -89,3 +89,42 @@ proptest! {
         let _ = x.narrow0(s, k);
     }
 }
+
+#[test]
+fn shapes_too_large_to_address_are_errors_not_overflows() {
+    let huge = [usize::MAX / 2, 3];
+    for device in [Device::Cpu, Device::Meta] {
+        let e = Tensor::zeros(huge, DType::F32, device, MemoryKind::Input).unwrap_err();
+        let msg = e.to_string();
+        assert!(
+            msg.contains("Tensor::zeros") && msg.contains("more elements than fit"),
+            "{msg}"
+        );
+        let e = Tensor::full(huge, 1.0, device, MemoryKind::Input).unwrap_err();
+        assert!(e.to_string().contains("Tensor::full"), "{e}");
+        // The element count fits in usize but the bytes do not.
+        let e = Tensor::zeros([usize::MAX / 2], DType::F32, device, MemoryKind::Input).unwrap_err();
+        assert!(e.to_string().contains("exceed the address space"), "{e}");
+    }
+    let e = Tensor::from_vec(vec![0f32; 6], huge, Device::Cpu, MemoryKind::Input).unwrap_err();
+    assert!(e.to_string().contains("more elements than fit"), "{e}");
+    let x = Tensor::zeros([6], DType::F32, Device::Meta, MemoryKind::Input).unwrap();
+    assert!(x.reshape(huge).is_err());
+}
+
+#[test]
+fn a_host_allocation_the_machine_cannot_provide_is_an_error() {
+    // 2^62 bytes: addressable in principle, far beyond any machine's memory and address space.
+    let len = 1usize << 60;
+    let e = Tensor::zeros([len], DType::F32, Device::Cpu, MemoryKind::Input).unwrap_err();
+    assert!(
+        matches!(e, CoreError::OutOfMemory { device: Device::Cpu, bytes } if bytes == 1 << 62),
+        "{e}"
+    );
+    assert!(e.to_string().contains("smaller batch"), "{e}");
+    let e = Tensor::full([len], 1.0, Device::Cpu, MemoryKind::Input).unwrap_err();
+    assert!(matches!(e, CoreError::OutOfMemory { .. }), "{e}");
+    // On Meta the same tensor is only counted.
+    let meta = Tensor::zeros([len], DType::F32, Device::Meta, MemoryKind::Input).unwrap();
+    assert_eq!(meta.view_bytes(), 1 << 62);
+}

@@ -8,7 +8,7 @@ use memopt_checkpoint::optim::{Adam, Optimizer, Sgd};
 use memopt_checkpoint::{Batch, InputSpec, Model, Plan, StepOptions, StepOutput, Target, Trainer, zoo};
 use memopt_compress::CompressorKind;
 use memopt_core::kernels::{AdamConfig, SgdConfig};
-use memopt_core::{Device, MemoryKind, Philox, Tensor};
+use memopt_core::{DType, Device, MemoryKind, Philox, Shape, Tensor};
 use std::sync::Arc;
 
 /// Builds a model on a device from a parameter seed.
@@ -206,23 +206,27 @@ impl Workload {
 }
 
 /// A random batch of `n` for `model`: inputs 0 or 1 (probability 0.3), labels spread over the
-/// classes. On Meta the same shapes without data.
+/// classes. On Meta the same shapes without data: no host memory is touched, whatever the size.
 pub fn random_batch(model: &Model, n: usize, seed: u64) -> Result<Batch> {
     let device = model.device();
     let dims = model.spec().input_dims(n);
-    let count: usize = dims.iter().product();
-    let values = if device.is_meta() {
-        vec![0.0; count]
+    let input = if device.is_meta() {
+        Tensor::zeros(dims, DType::F32, device, MemoryKind::Input)?
     } else {
+        let count = Shape::new(dims.clone()).elem_count_for("random_batch")?;
         let mut rng = Philox::new(seed ^ 0xBA7C_4E5D);
-        (0..count)
+        let values = (0..count)
             .map(|_| if rng.next_uniform() < 0.3 { 1.0 } else { 0.0 })
-            .collect()
+            .collect();
+        Tensor::from_vec::<f32>(values, dims, device, MemoryKind::Input)?
     };
-    let input = Tensor::from_vec(values, dims, device, MemoryKind::Input)?;
-    let classes = model.spec().classes.max(1) as u64;
-    let labels: Vec<i64> = (0..n as u64).map(|i| ((i * 7 + seed) % classes) as i64).collect();
-    let labels = Tensor::from_vec(labels, [n], device, MemoryKind::Input)?;
+    let labels = if device.is_meta() {
+        Tensor::zeros([n], DType::I64, device, MemoryKind::Input)?
+    } else {
+        let classes = model.spec().classes.max(1) as u64;
+        let labels: Vec<i64> = (0..n as u64).map(|i| ((i * 7 + seed) % classes) as i64).collect();
+        Tensor::from_vec(labels, [n], device, MemoryKind::Input)?
+    };
     Ok(Batch {
         input,
         target: Target::Labels(labels),

@@ -174,3 +174,19 @@ fn estimation_is_fast_at_full_size() {
         assert!(ms < 100.0, "{}: {ms:.2} ms per estimate", entry.name);
     }
 }
+
+/// A Meta batch carries no host data: a batch of 2^32 samples (whose inputs would take
+/// hundreds of GiB) is built at once and only counted.
+#[test]
+fn meta_batches_touch_no_host_memory() {
+    let model = Workload::zoo_small("toy-if", 1)
+        .unwrap()
+        .build_model(Device::Meta)
+        .unwrap();
+    let n = 1usize << 32;
+    let started = Instant::now();
+    let batch = memopt_profiler::random_batch(&model, n, 0).unwrap();
+    assert!(started.elapsed().as_secs_f64() < 1.0);
+    let input_elems: usize = model.spec().input_dims(n).iter().product();
+    assert_eq!(batch.input.view_bytes(), input_elems as u64 * 4);
+}

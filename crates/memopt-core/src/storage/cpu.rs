@@ -1,7 +1,38 @@
 //! Typed host buffers.
 
-use crate::DType;
+use crate::{CoreError, DType, Device, Result};
 use half::{bf16, f16};
+use std::alloc::{Layout, alloc_zeroed};
+
+/// Element types whose all-zero bit pattern is the value zero.
+trait ZeroBits: Copy {}
+impl ZeroBits for f32 {}
+impl ZeroBits for f16 {}
+impl ZeroBits for bf16 {}
+impl ZeroBits for u8 {}
+impl ZeroBits for u32 {}
+impl ZeroBits for i64 {}
+
+/// `len` zeros from the global allocator's zeroed allocation, or an out-of-memory error.
+fn zeroed_vec<T: ZeroBits>(len: usize) -> Result<Vec<T>> {
+    let too_large = || CoreError::OutOfMemory {
+        device: Device::Cpu,
+        bytes: (len as u128 * size_of::<T>() as u128).min(u64::MAX as u128) as u64,
+    };
+    if len == 0 || size_of::<T>() == 0 {
+        return Ok(Vec::new());
+    }
+    let layout = Layout::array::<T>(len).map_err(|_| too_large())?;
+    // SAFETY: `layout` has a non-zero size (len > 0, T is not zero-sized).
+    let ptr = unsafe { alloc_zeroed(layout) }.cast::<T>();
+    if ptr.is_null() {
+        return Err(too_large());
+    }
+    // SAFETY: `ptr` comes from the global allocator with the layout of `[T; len]` (the layout a
+    // `Vec<T>` of capacity `len` uses), and its `len` elements are initialised: all-zero bits are
+    // a valid `T` (the `ZeroBits` types).
+    Ok(unsafe { Vec::from_raw_parts(ptr, len, len) })
+}
 
 /// Host data of one dtype.
 #[derive(Debug, Clone, PartialEq)]
@@ -16,16 +47,17 @@ pub enum CpuData {
 }
 
 impl CpuData {
-    /// `len` zeros of `dtype`.
-    pub fn zeros(dtype: DType, len: usize) -> CpuData {
-        match dtype {
-            DType::F32 => CpuData::F32(vec![0.0; len]),
-            DType::F16 => CpuData::F16(vec![f16::ZERO; len]),
-            DType::BF16 => CpuData::BF16(vec![bf16::ZERO; len]),
-            DType::U8 => CpuData::U8(vec![0; len]),
-            DType::U32 => CpuData::U32(vec![0; len]),
-            DType::I64 => CpuData::I64(vec![0; len]),
-        }
+    /// `len` zeros of `dtype`; an error (not an abort) when the host cannot provide the memory.
+    /// The pages are zeroed lazily by the allocator, as `vec![0; len]` would be.
+    pub fn zeros(dtype: DType, len: usize) -> Result<CpuData> {
+        Ok(match dtype {
+            DType::F32 => CpuData::F32(zeroed_vec(len)?),
+            DType::F16 => CpuData::F16(zeroed_vec(len)?),
+            DType::BF16 => CpuData::BF16(zeroed_vec(len)?),
+            DType::U8 => CpuData::U8(zeroed_vec(len)?),
+            DType::U32 => CpuData::U32(zeroed_vec(len)?),
+            DType::I64 => CpuData::I64(zeroed_vec(len)?),
+        })
     }
 
     /// Element type.

@@ -9,7 +9,7 @@ pub use cuda::{CudaData, cuda_context, cuda_device_count};
 pub use element::Element;
 
 use crate::memory::{Allocation, MemoryKind, MemoryTracker};
-use crate::{DType, Device, Result};
+use crate::{CoreError, DType, Device, Result};
 use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 /// The data of a storage: typed host memory, nothing (Meta), or device memory.
@@ -41,10 +41,23 @@ impl Storage {
         (len * dtype.size_in_bytes()) as u64
     }
 
-    /// A zero-filled storage (no data on Meta).
+    /// A zero-filled storage (no data on Meta). An error when `len` elements of `dtype` exceed
+    /// the address space, or when the host is out of memory.
     pub fn zeros(dtype: DType, len: usize, device: Device, kind: MemoryKind) -> Result<Storage> {
+        if len
+            .checked_mul(dtype.size_in_bytes())
+            .is_none_or(|b| b > isize::MAX as usize)
+        {
+            return Err(CoreError::invalid(
+                "Storage::zeros",
+                format!(
+                    "{len} elements of {dtype} exceed the address space ({} bytes at most)",
+                    isize::MAX
+                ),
+            ));
+        }
         let data = match device {
-            Device::Cpu => StorageData::Cpu(CpuData::zeros(dtype, len)),
+            Device::Cpu => StorageData::Cpu(CpuData::zeros(dtype, len)?),
             Device::Meta => StorageData::Meta,
             Device::Cuda(ordinal) => StorageData::Cuda(CudaData::zeros(ordinal, dtype, len)?),
         };

@@ -16,7 +16,7 @@ impl Tensor {
         kind: MemoryKind,
     ) -> Result<Tensor> {
         let shape = shape.into();
-        let storage = Storage::zeros(dtype, shape.elem_count(), device, kind)?;
+        let storage = Storage::zeros(dtype, shape.elem_count_for("Tensor::zeros")?, device, kind)?;
         Tensor::from_storage(Arc::new(storage), shape)
     }
 
@@ -28,10 +28,11 @@ impl Tensor {
         kind: MemoryKind,
     ) -> Result<Tensor> {
         let shape = shape.into();
-        if data.len() != shape.elem_count() {
+        let count = shape.elem_count_for("Tensor::from_vec")?;
+        if data.len() != count {
             return Err(CoreError::shape(
                 "Tensor::from_vec",
-                format!("{} values for shape {shape}", shape.elem_count()),
+                format!("{count} values for shape {shape}"),
                 format!("{} values", data.len()),
             ));
         }
@@ -50,11 +51,11 @@ impl Tensor {
     /// A tensor filled with `value`.
     pub fn full(shape: impl Into<Shape>, value: f32, device: Device, kind: MemoryKind) -> Result<Tensor> {
         let shape = shape.into();
-        let n = shape.elem_count();
+        let n = shape.elem_count_for("Tensor::full")?;
         let data = if device.is_meta() {
             Vec::new()
         } else {
-            vec![value; n]
+            host_vec(n, value)?
         };
         Self::from_host_or_meta(data, shape, device, kind)
     }
@@ -75,12 +76,12 @@ impl Tensor {
         kind: MemoryKind,
     ) -> Result<Tensor> {
         let shape = shape.into();
-        let n = shape.elem_count();
+        let n = shape.elem_count_for("Tensor::rand_uniform")?;
         let start = rng.reserve(n as u64);
         let data = if device.is_meta() {
             Vec::new()
         } else {
-            let mut v = vec![0f32; n];
+            let mut v = host_vec(n, 0.0)?;
             crate::rng::fill_uniform(start, &mut v, low, high);
             v
         };
@@ -90,14 +91,7 @@ impl Tensor {
     /// `data` on `device`; on Meta `data` is ignored (may be empty).
     fn from_host_or_meta(data: Vec<f32>, shape: Shape, device: Device, kind: MemoryKind) -> Result<Tensor> {
         if device.is_meta() {
-            let storage = Storage::from_parts(
-                StorageData::Meta,
-                crate::DType::F32,
-                shape.elem_count(),
-                device,
-                kind,
-            );
-            return Tensor::from_storage(Arc::new(storage), shape);
+            return Self::zeros(shape, crate::DType::F32, device, kind);
         }
         Self::from_vec(data, shape, device, kind)
     }
@@ -119,4 +113,15 @@ impl Tensor {
             }
         }
     }
+}
+
+/// `n` copies of `value` on the host, or an out-of-memory error instead of an abort.
+fn host_vec(n: usize, value: f32) -> Result<Vec<f32>> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(n).map_err(|_| CoreError::OutOfMemory {
+        device: Device::Cpu,
+        bytes: (n as u64).saturating_mul(4),
+    })?;
+    v.resize(n, value);
+    Ok(v)
 }

@@ -44,7 +44,7 @@ impl Tensor {
     /// A tensor viewing all of `storage` with `shape`.
     pub fn from_storage(storage: Arc<Storage>, shape: impl Into<Shape>) -> Result<Tensor> {
         let shape = shape.into();
-        if shape.elem_count() != storage.len() {
+        if shape.checked_elem_count() != Some(storage.len()) {
             return Err(CoreError::shape(
                 "Tensor::from_storage",
                 format!("a shape with {} elements", storage.len()),
@@ -155,7 +155,7 @@ impl Tensor {
     /// A view with another shape of the same element count. Keeps the spike flag.
     pub fn reshape(&self, shape: impl Into<Shape>) -> Result<Tensor> {
         let shape = shape.into();
-        if shape.elem_count() != self.elem_count() {
+        if shape.checked_elem_count() != Some(self.elem_count()) {
             return Err(CoreError::shape(
                 "reshape",
                 format!(

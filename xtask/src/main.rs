@@ -1,8 +1,8 @@
 //! Project automation, run as `cargo xtask <task>` (an alias in `.cargo/config.toml`).
 //!
 //! - `cargo xtask bench [--quick] [--models a,b] [--no-kernels] [--no-models]`: the kernel
-//!   benches (criterion, memopt-core and memopt-compress) summarised into
-//!   `target/bench/kernels.{md,json}`, then the whole-model tables (every zoo model x strategy:
+//!   benches (criterion: memopt-core, memopt-compress and the memopt-profiler estimator)
+//!   summarised into `target/bench/kernels.{md,json}`, then the whole-model tables (every zoo model x strategy:
 //!   exact and measured peak, step time ratio to the baseline, planning time) written by the
 //!   memopt-cli `models` bench into `target/bench/models.{md,json}`. `--quick` passes criterion
 //!   short warm-up and measurement times and times one step per table row.
@@ -96,7 +96,9 @@ fn collect_criterion(dir: &Path, out: &mut Vec<KernelResult>) {
                     let per_s = n / (median * 1e-9);
                     Some(match kind.as_str() {
                         "Bytes" | "BytesDecimal" => format!("{:.2} GB/s", per_s / 1e9),
-                        _ => format!("{:.3} G{}/s", per_s / 1e9, kind.to_lowercase()),
+                        // The GEMM and conv benches count floating-point operations as elements.
+                        "Elements" => format!("{:.3} G elements/s", per_s / 1e9),
+                        _ => format!("{:.3} G {}/s", per_s / 1e9, kind.to_lowercase()),
                     })
                 });
                 out.push(KernelResult {
@@ -125,7 +127,9 @@ fn kernel_summary(target: &Path, out_dir: &Path) -> Result<(), String> {
     collect_criterion(&target.join("criterion"), &mut results);
     results.sort_by(|a, b| a.id.cmp(&b.id));
     let mut md = String::from(
-        "# memopt kernel benches (criterion, median per iteration)\n\n| benchmark | median | throughput |\n|---|---|---|\n",
+        "# memopt kernel benches (criterion, median per iteration)\n\nThroughput in elements/s is FLOP/s for the GEMM and conv2d benches (they count floating-point \
+         operations as elements) and values/s elsewhere; the ratios to GEMM and memcpy are printed by the \
+         conv_ratio and neuron benches.\n\n| benchmark | median | throughput |\n|---|---|---|\n",
     );
     let mut json = Vec::new();
     for r in &results {
@@ -177,6 +181,8 @@ fn bench(args: &[String]) -> Result<(), String> {
             "memopt-core",
             "-p",
             "memopt-compress",
+            "-p",
+            "memopt-profiler",
             "--bench",
             "*",
             "--",

@@ -41,6 +41,11 @@ pub enum CheckpointError {
     /// A model description (the JSON format of [`crate::zoo::custom`]) is malformed.
     #[error("invalid model description: {0}")]
     InvalidModel(String),
+    /// A training step was asked of a model with no parameters (and no input gradient).
+    #[error(
+        "nothing to train: model '{0}' has no parameters; add a layer with weights (linear, conv2d or batch_norm)"
+    )]
+    NothingToTrain(String),
     /// An input does not fit the model.
     #[error("input does not fit the model: {0}")]
     InvalidInput(String),

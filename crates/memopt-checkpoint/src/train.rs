@@ -84,6 +84,9 @@ impl Trainer {
     /// leaves the model untouched.
     pub fn step(&mut self, model: &Model, batch: &Batch, opts: StepOptions) -> Result<StepOutput> {
         check_target(model, batch)?;
+        if model.params().is_empty() && !opts.input_grad {
+            return Err(CheckpointError::NothingToTrain(model.name().to_string()));
+        }
         let mut cx = Cx::new(
             model.device(),
             model.policies(),

@@ -72,25 +72,37 @@ pub struct StrategyArgs {
     pub max_wrapped: Option<usize>,
     /// Budget: the peak to fit, in bytes with a unit (2GiB, 512MiB, 300MB) or a share of the
     /// baseline peak (40%).
-    #[arg(long, value_name = "BYTES|PCT")]
+    #[arg(long, value_name = "BYTES|PCT", allow_hyphen_values = true)]
     pub budget: Option<String>,
     /// Max-overhead: the largest predicted slowdown, as a percentage (20%) or a fraction (0.2).
-    #[arg(long, value_name = "PCT")]
+    #[arg(long, value_name = "PCT", allow_hyphen_values = true)]
     pub max_overhead: Option<String>,
 }
 
-/// Parses `20%` or `0.2` into a fraction >= 0.
+/// Parses `20%` or `0.2` into a fraction >= 0. A bare number above 1 is refused as ambiguous
+/// (`20` is far more likely to mean 20% than 2000%); above 100% it must be written with `%`.
 pub fn parse_fraction(flag: &str, s: &str) -> Result<f64> {
     let t = s.trim();
-    let v = match t.strip_suffix('%') {
-        Some(p) => p.trim().parse::<f64>().map(|v| v / 100.0),
-        None => t.parse::<f64>(),
+    let (v, percent) = match t.strip_suffix('%') {
+        Some(p) => (p.trim().parse::<f64>().map(|v| v / 100.0), true),
+        None => (t.parse::<f64>(), false),
     };
-    v.ok().filter(|v| *v >= 0.0 && v.is_finite()).ok_or_else(|| {
+    let v = v.ok().filter(|v| *v >= 0.0 && v.is_finite()).ok_or_else(|| {
         CliError::Usage(format!(
             "cannot read {flag} '{s}': write a percentage (20%) or a fraction (0.2), at least 0"
         ))
-    })
+    })?;
+    if !percent && v > 1.0 {
+        return Err(CliError::Usage(format!(
+            "{flag} {t} reads as a fraction, {:.0}% of the step time: for {t}% write {t}% or {}; \
+             for {:.0}% write {:.0}%",
+            v * 100.0,
+            v / 100.0,
+            v * 100.0,
+            v * 100.0
+        )));
+    }
+    Ok(v)
 }
 
 impl StrategyArgs {

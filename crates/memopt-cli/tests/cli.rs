@@ -548,11 +548,19 @@ fn bad_inputs_exit_non_zero_with_one_clear_line() {
         r#"{"version": 1, "entries": [{"path": "features.3", "policy": {"kind": "checkpoint"}}]}"#,
     )
     .expect("write");
-    let e = fails(&["train", "-m", "spiking-mlp", "--plan", s(&vgg_plan)], 1);
-    assert!(
-        e.contains("does not fit spiking-mlp") && e.contains("features.3"),
-        "{e}"
-    );
+    let svg = temp("misfit.svg");
+    for args in [
+        vec!["train", "-m", "spiking-mlp", "--plan", s(&vgg_plan)],
+        vec!["profile", "-m", "spiking-mlp", "--plan", s(&vgg_plan)],
+        vec!["plot", "-m", "spiking-mlp", "--plan", s(&vgg_plan), "-o", s(&svg)],
+    ] {
+        let e = fails(&args, 1);
+        assert!(
+            e.contains(&format!("the plan {} does not fit spiking-mlp", s(&vgg_plan)))
+                && e.contains("features.3"),
+            "{e}"
+        );
+    }
 
     // Usage errors: exit 2.
     fails(&["optimize", "--strategy", "memonger", "--budget", "2GiB"], 2);
@@ -561,4 +569,54 @@ fn bad_inputs_exit_non_zero_with_one_clear_line() {
     fails(&["profile", "--device", "tpu"], 2);
     fails(&["optimize", "--frobnicate"], 2);
     fails(&["profile", "--input", "2x"], 2);
+
+    // Sizes and limits that are not positive, or ambiguous, are usage errors naming the fix.
+    for budget in ["-5GiB", "-40%", "0", "0%"] {
+        let e = fails(&["optimize", "-m", "toy-if", "--budget", budget], 2);
+        assert!(
+            e.contains(&format!("'{budget}'")) && e.contains("positive size"),
+            "{e}"
+        );
+    }
+    let e = fails(&["optimize", "-m", "toy-if", "--max-overhead", "-1"], 2);
+    assert!(e.contains("at least 0"), "{e}");
+    let e = fails(&["optimize", "-m", "toy-if", "--max-overhead", "20"], 2);
+    assert!(e.contains("write 20% or 0.2"), "{e}");
+    let e = fails(&["bench", "-m", "toy-if", "--steps", "0"], 2);
+    assert!(e.contains("--steps must be at least 1"), "{e}");
+    let e = fails(&["optimize", "-m", "toy-if", "--verify", "--steps", "0"], 2);
+    assert!(e.contains("--steps must be at least 1"), "{e}");
+    let v = json(&["optimize", "-m", "toy-if", "--budget", "1e9", "--json"]);
+    assert_eq!(v["setting"], "fit 953.67 MiB");
+
+    // A model with nothing to learn is refused before a step runs.
+    let frozen = temp("no-parameters.json");
+    std::fs::write(
+        &frozen,
+        r#"{"name": "frozen", "input": {"time_steps": 2, "sample": [3], "classes": 3}, "layers": [{"type": "lif"}]}"#,
+    )
+    .expect("write");
+    for cmd in ["train", "optimize", "profile"] {
+        let e = fails(&[cmd, "-m", s(&frozen)], 1);
+        assert!(
+            e.contains("nothing to train: model 'frozen' has no parameters"),
+            "{cmd}: {e}"
+        );
+    }
+}
+
+/// A model too small for the chain model's bookkeeping to be exact still gets plans decided on
+/// exact peaks: storing everything is feasible, never reported infeasible.
+#[test]
+fn a_one_layer_model_is_planned_and_benched() {
+    let tiny = temp("one-linear.json");
+    std::fs::write(
+        &tiny,
+        r#"{"name": "one-linear", "input": {"time_steps": 1, "sample": [4], "classes": 3}, "layers": [{"type": "linear", "out": 3}]}"#,
+    )
+    .expect("write");
+    let v = json(&["optimize", "-m", s(&tiny), "--budget", "100%", "--json"]);
+    assert_eq!(u(&v, "planned_peak_bytes"), u(&v, "baseline_peak_bytes"));
+    let out = ok(&["bench", "-m", s(&tiny), "--steps", "1"]);
+    assert!(out.contains("every measured CPU peak equals its exact"), "{out}");
 }

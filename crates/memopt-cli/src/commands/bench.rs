@@ -27,7 +27,7 @@ pub struct BenchArgs {
     pub steps: usize,
     /// Budget of the budget row (2GiB, 512MiB, 40%) [default: midway between the least
     /// reachable peak and the baseline].
-    #[arg(long, value_name = "BYTES|PCT")]
+    #[arg(long, value_name = "BYTES|PCT", allow_hyphen_values = true)]
     pub budget: Option<String>,
     /// Print JSON: model, batch, timesteps and rows of {strategy, peak_bytes, step_ms,
     /// overhead, planning_ms, ...}.
@@ -37,6 +37,9 @@ pub struct BenchArgs {
 
 /// Benches.
 pub fn run(args: &BenchArgs, out: &mut dyn Write) -> Result<()> {
+    if args.steps == 0 {
+        return Err(CliError::Usage("--steps must be at least 1".into()));
+    }
     let budget: Option<Budget> = args
         .budget
         .as_deref()

@@ -12,6 +12,7 @@ use crate::selection::Selection;
 use crate::svg::{Series, render};
 use crate::timeline::record;
 use memopt_checkpoint::Plan;
+use memopt_core::{Device, MemoryTracker};
 use memopt_profiler::Estimator;
 use std::path::Path;
 
@@ -24,6 +25,25 @@ pub fn read_plan(path: &Path) -> Result<Plan> {
             path.display()
         ))
     })
+}
+
+/// Reads a plan and checks that it fits the selected model (every path exists, every policy
+/// suits its module), naming the file and the model when it does not.
+pub fn read_plan_for(path: &Path, sel: &Selection) -> Result<Plan> {
+    let plan = read_plan(path)?;
+    let misfit = |e: String| {
+        crate::CliError::Invalid(format!(
+            "the plan {} does not fit {}: {e}",
+            path.display(),
+            sel.name()
+        ))
+    };
+    let mut model = {
+        let _meta = MemoryTracker::install(MemoryTracker::new(Device::Meta));
+        sel.workload.build_model(Device::Meta)?
+    };
+    model.apply_plan(&plan).map_err(|e| misfit(e.to_string()))?;
+    Ok(plan)
 }
 
 /// What a chart shows.

@@ -54,7 +54,8 @@ pub struct OptimizeArgs {
     /// gradients are bit-identical.
     #[arg(long)]
     pub verify: bool,
-    /// Device of the --verify steps: cpu or cuda[:N].
+    /// Device of the --verify steps: cpu or cuda[:N] (the training kernels run on the CPU only
+    /// so far: cuda reports that).
     #[arg(long, default_value = "cpu", value_name = "cpu|cuda")]
     pub device: String,
     /// Timed steps per run of --verify (after the first, which gives the peak and gradients).
@@ -127,6 +128,9 @@ pub fn run(args: &OptimizeArgs, out: &mut dyn Write) -> Result<()> {
         return Err(CliError::Usage(
             "--verify runs real steps and compares gradients: use --device cpu".into(),
         ));
+    }
+    if args.steps == 0 {
+        return Err(CliError::Usage("--steps must be at least 1".into()));
     }
     let (strategy, setting) = args.strategy.build()?;
     let sel = args.model.resolve(Some(DEFAULT_MODEL))?;

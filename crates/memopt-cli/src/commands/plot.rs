@@ -1,6 +1,6 @@
 //! `memopt plot`: the SVG chart of a step's memory, baseline and planned.
 
-use super::{read_plan, write_chart};
+use super::{read_plan_for, write_chart};
 use crate::error::{CliError, Result};
 use crate::format::bytes;
 use crate::out;
@@ -60,7 +60,7 @@ pub fn run(args: &PlotArgs, out: &mut dyn Write) -> Result<()> {
     }
     let sel = args.model.resolve(Some(DEFAULT_MODEL))?;
     let plan = match (&args.plan, args.baseline_only) {
-        (Some(p), _) => Some(read_plan(p)?),
+        (Some(p), _) => Some(read_plan_for(p, &sel)?),
         (None, true) => None,
         (None, false) => {
             let (strategy, _) = args.strategy.build()?;

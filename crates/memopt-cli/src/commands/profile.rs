@@ -1,6 +1,6 @@
 //! `memopt profile`: per-module memory and time of one training step, the peak and who holds it.
 
-use super::{read_plan, write_chart};
+use super::{read_plan_for, write_chart};
 use crate::error::{CliError, Result};
 use crate::format::{bytes, path};
 use crate::out;
@@ -15,10 +15,11 @@ use std::path::PathBuf;
 
 /// Long help of `memopt profile`.
 pub const LONG_ABOUT: &str = "\
-Measure one training step (forward, loss, backward, SGD update) on synthetic data: the peak,
-what it is made of (parameters, optimizer state, activations saved for backward, packed spikes,
-workspace, ...), which modules hold it, and per module and phase (forward, backward, recompute)
-the bytes allocated, held at exit, the peak reached inside and the time taken.
+Measure one training step (forward, loss, backward, optimizer update: SGD momentum, or Adam with
+--optimizer adam) on synthetic data: the peak, what it is made of (parameters, optimizer state,
+activations saved for backward, packed spikes, workspace, ...), which modules hold it, and per
+module and phase (forward, backward, recompute) the bytes allocated, held at exit, the peak
+reached inside and the time taken.
 
 --device cpu measures a real step (and times it over --runs steps); --device meta computes the
 same memory figures to the byte without running anything (no times). --plan profiles the step
@@ -31,7 +32,7 @@ pub struct ProfileArgs {
     #[command(flatten)]
     pub model: ModelArgs,
     /// Where the step runs: cpu (measured, timed), meta (exact memory, no data, no time) or
-    /// cuda[:N].
+    /// cuda[:N] (the training kernels run on the CPU only so far: cuda reports that).
     #[arg(long, default_value = "cpu", value_name = "cpu|meta|cuda")]
     pub device: String,
     /// Profile under this plan (from `memopt optimize --out`) instead of storing everything.
@@ -143,7 +144,7 @@ pub fn run(args: &ProfileArgs, out: &mut dyn Write) -> Result<()> {
     let device = parse_device(&args.device)?;
     let sel = args.model.resolve(Some(DEFAULT_MODEL))?;
     let plan = match &args.plan {
-        Some(p) => read_plan(p)?,
+        Some(p) => read_plan_for(p, &sel)?,
         None => Plan::store_all(),
     };
     if args.runs == 0 && !device.is_meta() {

@@ -37,20 +37,25 @@ impl Budget {
 
 impl std::str::FromStr for Budget {
     type Err = SearchError;
-    /// Parses `2GiB`, `512MiB`, `300MB`, `1000000` (bytes) or `40%`.
+    /// Parses a positive size: `2GiB`, `512MiB`, `300MB`, `1e9` or `1000000` (bytes), or a
+    /// positive percentage of the baseline peak, `40%`.
     fn from_str(s: &str) -> Result<Budget> {
         let bad = || {
             SearchError::InvalidSetting(format!(
-                "cannot read budget '{s}': use bytes with a unit (e.g. 2GiB, 512MiB, 300MB, 1000000) or a percentage of the baseline peak (e.g. 40%)"
+                "cannot read budget '{s}': use a positive size in bytes, with or without a unit (e.g. 2GiB, 512MiB, 300MB, 1e9), or a positive percentage of the baseline peak (e.g. 40%)"
             ))
         };
         let t = s.trim();
         if let Some(p) = t.strip_suffix('%') {
             let f: f64 = p.trim().parse().map_err(|_| bad())?;
+            if !(f > 0.0 && f.is_finite()) {
+                return Err(bad());
+            }
             return Ok(Budget::Fraction(f / 100.0));
         }
-        let split = t.find(|c: char| c.is_ascii_alphabetic()).unwrap_or(t.len());
-        let (num, unit) = t.split_at(split);
+        // The unit is the trailing run of letters, so that exponents (`1e9`) stay in the number.
+        let num = t.trim_end_matches(|c: char| c.is_ascii_alphabetic());
+        let unit = &t[num.len()..];
         let value: f64 = num.trim().parse().map_err(|_| bad())?;
         let scale: f64 = match unit.trim().to_ascii_lowercase().as_str() {
             "" | "b" => 1.0,
@@ -62,10 +67,11 @@ impl std::str::FromStr for Budget {
             "gib" => 1024.0 * 1024.0 * 1024.0,
             _ => return Err(bad()),
         };
-        if !(value > 0.0 && value.is_finite()) {
+        let bytes = value * scale;
+        if !(bytes >= 1.0 && bytes.is_finite()) {
             return Err(bad());
         }
-        Ok(Budget::Bytes((value * scale) as u64))
+        Ok(Budget::Bytes(bytes as u64))
     }
 }
 
@@ -130,5 +136,40 @@ impl Strategy for BudgetStrategy {
             )));
         }
         Ok(report)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Budget;
+
+    #[test]
+    fn budgets_parse_sizes_and_percentages() {
+        let ok = [
+            ("2GiB", Budget::Bytes(2 << 30)),
+            ("512 MiB", Budget::Bytes(512 << 20)),
+            ("300MB", Budget::Bytes(300_000_000)),
+            ("1e9", Budget::Bytes(1_000_000_000)),
+            ("1.5e3KiB", Budget::Bytes(1_536_000)),
+            ("1000000", Budget::Bytes(1_000_000)),
+            ("40%", Budget::Fraction(0.4)),
+            ("150%", Budget::Fraction(1.5)),
+        ];
+        for (text, budget) in ok {
+            assert_eq!(text.parse::<Budget>().unwrap(), budget, "{text}");
+        }
+    }
+
+    #[test]
+    fn budgets_that_are_not_positive_sizes_are_rejected() {
+        for text in [
+            "-5GiB", "0", "0%", "-40%", "0.1", "NaN%", "inf", "5e", "2 GiBs", "", "lots",
+        ] {
+            let msg = text.parse::<Budget>().unwrap_err().to_string();
+            assert!(
+                msg.contains(&format!("'{text}'")) && msg.contains("positive size") && msg.contains("40%"),
+                "{text}: {msg}"
+            );
+        }
     }
 }

@@ -1,19 +1,6 @@
 //! Numbers for people: bytes in binary units, fractions as percentages, durations.
 
-/// `bytes` in binary units with two decimals (`1.50 MiB`); plain bytes below 1 KiB.
-pub fn bytes(bytes: u64) -> String {
-    const UNITS: [&str; 4] = ["KiB", "MiB", "GiB", "TiB"];
-    if bytes < 1024 {
-        return format!("{bytes} B");
-    }
-    let mut v = bytes as f64 / 1024.0;
-    let mut unit = 0;
-    while v >= 1024.0 && unit + 1 < UNITS.len() {
-        v /= 1024.0;
-        unit += 1;
-    }
-    format!("{v:.2} {}", UNITS[unit])
-}
+pub use memopt_profiler::format::{bytes, path};
 
 /// `bytes` in MiB as a number (for charts).
 pub fn mib(bytes: u64) -> f64 {
@@ -23,11 +10,6 @@ pub fn mib(bytes: u64) -> f64 {
 /// A fraction as a signed percentage with one decimal (`+12.8%`).
 pub fn percent(fraction: f64) -> String {
     format!("{:+.1}%", fraction * 100.0)
-}
-
-/// A module path for tables: `(root)` for the empty path.
-pub fn path(p: &str) -> &str {
-    if p.is_empty() { "(root)" } else { p }
 }
 
 /// Median of `v` (mean of the two middle values for an even count); 0 for none.

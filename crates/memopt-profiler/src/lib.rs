@@ -28,7 +28,7 @@
 pub mod cost;
 mod error;
 mod estimator;
-mod format;
+pub mod format;
 pub mod memory;
 mod scopes;
 pub mod timing;

@@ -1,5 +1,6 @@
 //! Building a described model's modules, and the residual block they may contain.
 
+use super::CustomModel;
 use super::layer::{Layer, NeuronFields, SurrogateName};
 use crate::autograd::Var;
 use crate::context::Cx;
@@ -85,112 +86,99 @@ pub(super) fn neuron_config(layer: &Layer, f: &NeuronFields) -> memopt_core::Res
     Ok(cfg)
 }
 
-/// Builds `layers` as a [`Sequential`] for samples of `shape` (already checked by
-/// [`CustomModel::output_shape`]); returns it with the shape it gives.
-pub(super) fn build_chain(
-    init: &mut Init,
-    layers: &[Layer],
-    shape: &[usize],
-) -> Result<(Sequential, Vec<usize>)> {
-    let mut seq = Sequential::new();
-    let mut shape = shape.to_vec();
-    for layer in layers {
-        let (module, next) = build_layer(init, layer, &shape)?;
-        seq = seq.push_boxed(module);
-        shape = next;
+impl CustomModel {
+    /// Builds `layers` (at `at`, e.g. `layers[4].body`) as a [`Sequential`] for samples of
+    /// `shape`; returns it with the shape it gives. Shapes come from
+    /// [`CustomModel::layer_output`], the same rule that checked them before building.
+    pub(super) fn build_chain(
+        &self,
+        init: &mut Init,
+        layers: &[Layer],
+        shape: &[usize],
+        at: &str,
+    ) -> Result<(Sequential, Vec<usize>)> {
+        let mut seq = Sequential::new();
+        let mut shape = shape.to_vec();
+        for (i, layer) in layers.iter().enumerate() {
+            let at = format!("{at}[{i}]");
+            seq = seq.push_boxed(self.build_layer(init, layer, &shape, &at)?);
+            shape = self.layer_output(layer, &shape, &at)?;
+        }
+        Ok((seq, shape))
     }
-    Ok((seq, shape))
-}
 
-fn build_layer(init: &mut Init, layer: &Layer, shape: &[usize]) -> Result<(Box<dyn Module>, Vec<usize>)> {
-    // Shapes were checked by `output_shape` before building, so each layer's required rank
-    // holds here and the indexing below is in bounds.
-    let channels = shape.first().copied().unwrap_or(1);
-    Ok(match layer {
-        Layer::Conv2d {
-            out,
-            kernel,
-            stride,
-            padding,
-            bias,
-        } => {
-            let p = conv_params(*stride, *padding);
-            let [oh, ow] = p.output_hw(shape[1], shape[2], *kernel, *kernel)?;
-            (
-                Box::new(Conv2d::new(init, channels, *out, *kernel, p, *bias)?),
-                vec![*out, oh, ow],
-            )
-        }
-        Layer::BatchNorm {} => {
-            let bn = if shape.len() == 3 {
-                BatchNorm::new_2d(init, channels)?
-            } else {
-                BatchNorm::new_1d(init, channels)?
-            };
-            (Box::new(bn), shape.to_vec())
-        }
-        Layer::Lif(f) | Layer::If(f) | Layer::Plif(f) => {
-            let cfg = neuron_config(layer, f)?;
-            (
-                Box::new(Neuron::new(init, cfg, f.init_tau.unwrap_or(2.0))?),
-                shape.to_vec(),
-            )
-        }
-        Layer::MaxPool {
-            kernel,
-            stride,
-            padding,
-        }
-        | Layer::AvgPool {
-            kernel,
-            stride,
-            padding,
-        } => {
-            let p = pool_params(*kernel, *stride, *padding);
-            let [oh, ow] = p.output_hw([shape[1], shape[2]])?;
-            let s = stride.unwrap_or(*kernel);
-            let m = if matches!(layer, Layer::MaxPool { .. }) {
-                Pool2d::max(*kernel, s, *padding)
-            } else {
-                Pool2d::avg(*kernel, s, *padding)
-            };
-            (Box::new(m), vec![channels, oh, ow])
-        }
-        Layer::AdaptiveAvgPool { out } => (
-            Box::new(Pool2d::adaptive_avg(*out)),
-            vec![channels, out[0], out[1]],
-        ),
-        Layer::Flatten {} => (Box::new(Flatten::new(2)), vec![shape.iter().product()]),
-        Layer::Linear { out, bias } => (Box::new(Linear::new(init, channels, *out, *bias)?), vec![*out]),
-        Layer::Relu {} => (Box::new(Relu), shape.to_vec()),
-        Layer::Dropout { p } => (Box::new(Dropout::new(*p)), shape.to_vec()),
-        Layer::Residual {
-            body,
-            shortcut,
-            after,
-        } => {
-            let (body, sum_shape) = build_chain(init, body, shape)?;
-            let shortcut = if shortcut.is_empty() {
-                None
-            } else {
-                Some(build_chain(init, shortcut, shape)?.0)
-            };
-            let (after, out_shape) = if after.is_empty() {
-                (None, sum_shape)
-            } else {
-                let (seq, out) = build_chain(init, after, &sum_shape)?;
-                (Some(seq), out)
-            };
-            (
+    /// The module of `layer` for samples of `shape` (checked by `layer_output`: every rank a
+    /// layer needs holds here).
+    fn build_layer(
+        &self,
+        init: &mut Init,
+        layer: &Layer,
+        shape: &[usize],
+        at: &str,
+    ) -> Result<Box<dyn Module>> {
+        let channels = shape.first().copied().unwrap_or(1);
+        Ok(match layer {
+            Layer::Conv2d {
+                out,
+                kernel,
+                stride,
+                padding,
+                bias,
+            } => {
+                let p = conv_params(*stride, *padding);
+                Box::new(Conv2d::new(init, channels, *out, *kernel, p, *bias)?)
+            }
+            Layer::BatchNorm {} if shape.len() == 3 => Box::new(BatchNorm::new_2d(init, channels)?),
+            Layer::BatchNorm {} => Box::new(BatchNorm::new_1d(init, channels)?),
+            Layer::Lif(f) | Layer::If(f) | Layer::Plif(f) => {
+                let cfg = neuron_config(layer, f)?;
+                Box::new(Neuron::new(init, cfg, f.init_tau.unwrap_or(2.0))?)
+            }
+            Layer::MaxPool {
+                kernel,
+                stride,
+                padding,
+            } => Box::new(Pool2d::max(*kernel, stride.unwrap_or(*kernel), *padding)),
+            Layer::AvgPool {
+                kernel,
+                stride,
+                padding,
+            } => Box::new(Pool2d::avg(*kernel, stride.unwrap_or(*kernel), *padding)),
+            Layer::AdaptiveAvgPool { out } => Box::new(Pool2d::adaptive_avg(*out)),
+            Layer::Flatten {} => Box::new(Flatten::new(2)),
+            Layer::Linear { out, bias } => Box::new(Linear::new(init, channels, *out, *bias)?),
+            Layer::Relu {} => Box::new(Relu),
+            Layer::Dropout { p } => Box::new(Dropout::new(*p)),
+            Layer::Residual {
+                body,
+                shortcut,
+                after,
+            } => {
+                let (body, sum_shape) = self.build_chain(init, body, shape, &format!("{at}.body"))?;
+                let shortcut = if shortcut.is_empty() {
+                    None
+                } else {
+                    Some(
+                        self.build_chain(init, shortcut, shape, &format!("{at}.shortcut"))?
+                            .0,
+                    )
+                };
+                let after = if after.is_empty() {
+                    None
+                } else {
+                    Some(
+                        self.build_chain(init, after, &sum_shape, &format!("{at}.after"))?
+                            .0,
+                    )
+                };
                 Box::new(Residual {
                     body,
                     shortcut,
                     after,
-                }),
-                out_shape,
-            )
-        }
-    })
+                })
+            }
+        })
+    }
 }
 
 /// A residual block of a custom model: `after(body(x) + shortcut(x))`, children `body`,

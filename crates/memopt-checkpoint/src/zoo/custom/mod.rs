@@ -87,7 +87,7 @@ pub use layer::{Layer, NeuronFields, SurrogateName};
 use crate::model::{InputSpec, Model};
 use crate::module::Init;
 use crate::{CheckpointError, Result};
-use build::{build_chain, conv_params, neuron_config, pool_params};
+use build::{conv_params, neuron_config, pool_params};
 use layer::parse_layers;
 use memopt_core::Device;
 use serde::Deserialize;
@@ -341,7 +341,7 @@ impl CustomModel {
     pub fn build(&self, spec: &InputSpec, device: Device, seed: u64) -> Result<Model> {
         self.output_shape(spec)?;
         let mut init = Init::new(device, seed);
-        let (root, _) = build_chain(&mut init, &self.layers, &spec.sample)?;
+        let (root, _) = self.build_chain(&mut init, &self.layers, &spec.sample, "layers")?;
         Ok(Model::new(
             self.name.clone(),
             Box::new(root),

@@ -172,7 +172,7 @@ fn gpu_records_what_meta_records() {
                     })
                     .1
                 };
-                assert_eq!(events(GPU), events(Device::Meta), "{kind} {dtype} spike={spike}");
+                assert_eq!(events(GPU), events(Device::META), "{kind} {dtype} spike={spike}");
             }
         }
     }

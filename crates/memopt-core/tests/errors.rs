@@ -31,7 +31,7 @@ fn cuda_requests_fail_clearly_without_a_gpu() {
 
 #[test]
 fn meta_tensors_have_no_data_to_read() {
-    let t = Tensor::zeros([2], DType::F32, Device::Meta, MemoryKind::Input).unwrap();
+    let t = Tensor::zeros([2], DType::F32, Device::META, MemoryKind::Input).unwrap();
     let e = t.to_vec_f32().unwrap_err().to_string();
     assert!(e.contains("no data") && e.contains("meta"), "{e}");
     assert!(t.to_device(Device::Cpu).is_err());
@@ -40,7 +40,7 @@ fn meta_tensors_have_no_data_to_read() {
 #[test]
 fn mismatched_devices_are_named() {
     let a = Tensor::zeros([2], DType::F32, Device::Cpu, MemoryKind::Input).unwrap();
-    let b = Tensor::zeros([2], DType::F32, Device::Meta, MemoryKind::Input).unwrap();
+    let b = Tensor::zeros([2], DType::F32, Device::META, MemoryKind::Input).unwrap();
     let e = kernels::add(&a, &b).unwrap_err().to_string();
     assert!(e.contains("cpu") && e.contains("meta"), "{e}");
 }
@@ -93,7 +93,7 @@ proptest! {
 #[test]
 fn shapes_too_large_to_address_are_errors_not_overflows() {
     let huge = [usize::MAX / 2, 3];
-    for device in [Device::Cpu, Device::Meta] {
+    for device in [Device::Cpu, Device::META] {
         let e = Tensor::zeros(huge, DType::F32, device, MemoryKind::Input).unwrap_err();
         let msg = e.to_string();
         assert!(
@@ -108,7 +108,7 @@ fn shapes_too_large_to_address_are_errors_not_overflows() {
     }
     let e = Tensor::from_vec(vec![0f32; 6], huge, Device::Cpu, MemoryKind::Input).unwrap_err();
     assert!(e.to_string().contains("more elements than fit"), "{e}");
-    let x = Tensor::zeros([6], DType::F32, Device::Meta, MemoryKind::Input).unwrap();
+    let x = Tensor::zeros([6], DType::F32, Device::META, MemoryKind::Input).unwrap();
     assert!(x.reshape(huge).is_err());
 }
 
@@ -125,6 +125,6 @@ fn a_host_allocation_the_machine_cannot_provide_is_an_error() {
     let e = Tensor::full([len], 1.0, Device::Cpu, MemoryKind::Input).unwrap_err();
     assert!(matches!(e, CoreError::OutOfMemory { .. }), "{e}");
     // On Meta the same tensor is only counted.
-    let meta = Tensor::zeros([len], DType::F32, Device::Meta, MemoryKind::Input).unwrap();
+    let meta = Tensor::zeros([len], DType::F32, Device::META, MemoryKind::Input).unwrap();
     assert_eq!(meta.view_bytes(), 1 << 62);
 }

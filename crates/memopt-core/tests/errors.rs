@@ -22,11 +22,59 @@ fn cuda_requests_fail_clearly_without_a_gpu() {
                 msg.contains(&format!("CUDA device {} does not exist", n + 3)),
                 "{msg}"
             );
-            let x = Tensor::zeros([4], DType::F32, Device::Cuda(0), MemoryKind::Input).unwrap();
-            let e = kernels::relu(&x).unwrap_err().to_string();
-            assert!(e.contains("relu") && e.contains("cuda:0"), "{e}");
         }
     }
+}
+
+/// The CUDA backend answers `Unsupported` naming the op for every op not ported yet.
+#[test]
+fn ops_without_a_cuda_kernel_answer_unsupported_on_a_gpu() {
+    if !memopt_core::cuda::gpu_or_skip("ops_without_a_cuda_kernel_answer_unsupported_on_a_gpu") {
+        return;
+    }
+    let x = Tensor::zeros([4], DType::F32, Device::Cuda(0), MemoryKind::Input).unwrap();
+    let e = kernels::relu(&x).unwrap_err();
+    assert!(matches!(e, CoreError::Unsupported { op: "relu", .. }), "{e}");
+    assert!(e.to_string().contains("cuda:0"), "{e}");
+}
+
+/// The seam's dispatch on every device, without a GPU: the CPU half runs on the CPU, nothing
+/// runs on Meta (of either target), and CUDA answers `Unsupported` naming the op.
+#[test]
+fn launch_dispatches_by_device() {
+    use memopt_core::Target;
+    use memopt_core::backend::launch;
+    for (device, runs) in [
+        (Device::Cpu, true),
+        (Device::META, false),
+        (Device::Meta(Target::Cuda), false),
+    ] {
+        let mut ran = false;
+        launch("probe", device, || {
+            ran = true;
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(ran, runs, "{device}");
+    }
+    let mut ran = false;
+    let e = launch("probe", Device::Cuda(1), || {
+        ran = true;
+        Ok(())
+    })
+    .unwrap_err();
+    assert!(!ran);
+    assert!(
+        matches!(
+            e,
+            CoreError::Unsupported {
+                op: "probe",
+                device: Device::Cuda(1),
+                ..
+            }
+        ),
+        "{e}"
+    );
 }
 
 #[test]

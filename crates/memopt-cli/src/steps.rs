@@ -1,7 +1,7 @@
 //! Real training steps: measured peak, gradient bits and step times of a plan.
 
 use crate::error::Result;
-use crate::format::median;
+use memopt_profiler::timing::median;
 use memopt_checkpoint::{Plan, StepOptions};
 use memopt_core::{Device, MemoryTracker};
 use memopt_profiler::Workload;

@@ -2,7 +2,8 @@
 
 use super::read_plan_for;
 use crate::error::{CliError, Result};
-use crate::format::{bytes, median};
+use crate::format::bytes;
+use memopt_profiler::timing::median;
 use crate::out;
 use crate::progress::{Progress, StepStatus};
 use crate::selection::{DEFAULT_MODEL, ModelArgs, parse_device};

@@ -6,7 +6,6 @@ use crate::format::{bytes, path};
 use crate::out;
 use crate::selection::{DEFAULT_MODEL, ModelArgs, parse_device};
 use memopt_checkpoint::Plan;
-use memopt_core::Device;
 use memopt_profiler::memory::{Holder, KindBytes};
 use memopt_profiler::{MemoryReport, TimingProfiler, TimingReport, estimate, profile_memory};
 use serde::Serialize;
@@ -151,12 +150,12 @@ pub fn run(args: &ProfileArgs, out: &mut dyn Write) -> Result<()> {
         return Err(CliError::Usage("--runs must be at least 1".into()));
     }
     let workload = &sel.workload;
-    let report = if device == Device::META {
+    let report = if device.is_meta() {
         estimate(workload, &plan)?
     } else {
         profile_memory(workload, &plan, device)?
     };
-    let timing = if device == Device::META {
+    let timing = if device.is_meta() {
         None
     } else {
         Some(TimingProfiler::new(1, args.runs).profile(workload, &plan, device)?)

@@ -3,7 +3,7 @@
 use super::Tensor;
 use crate::memory::MemoryKind;
 use crate::rng::Philox;
-use crate::storage::{CpuData, CudaData, Element, Storage, StorageData};
+use crate::storage::{CpuData, Element, Storage, StorageData};
 use crate::{CoreError, Device, Result, Shape};
 use std::sync::Arc;
 

@@ -252,7 +252,10 @@ fn optimize_plans_for_a_gpu_without_one() {
     assert!(u(&gpu, "baseline_peak_bytes") > u(&cpu, "baseline_peak_bytes"));
     assert!(u(&gpu, "planned_peak_bytes") <= u(&gpu, "baseline_peak_bytes"));
     let text = ok(&["optimize", "-m", EXAMPLE, "--device", "cuda"]);
-    assert!(text.contains("target: cuda") && text.contains("no GPU needed"), "{text}");
+    assert!(
+        text.contains("target: cuda") && text.contains("no GPU needed"),
+        "{text}"
+    );
     assert!(!ok(&["optimize", "-m", EXAMPLE]).contains("target:"));
 }
 

@@ -2,12 +2,13 @@
 
 use super::read_plan_for;
 use crate::error::{CliError, Result};
-use crate::format::{bytes, median};
+use crate::format::bytes;
 use crate::out;
 use crate::progress::{Progress, StepStatus};
 use crate::selection::{DEFAULT_MODEL, ModelArgs, parse_device};
 use memopt_checkpoint::{Plan, StepOptions};
 use memopt_core::MemoryTracker;
+use memopt_profiler::timing::median;
 use serde::Serialize;
 use std::io::Write;
 use std::path::PathBuf;

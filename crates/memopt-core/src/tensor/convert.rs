@@ -47,7 +47,7 @@ impl Tensor {
             Device::Cuda(ordinal) => {
                 let host = self.host_data("to_dtype")?.convert(0..n, dtype);
                 Storage::from_parts(
-                    StorageData::Cuda(CudaData::upload(ordinal, &host)?),
+                    StorageData::Cuda(upload_staged(ordinal, host)?),
                     dtype,
                     n,
                     self.device(),
@@ -73,7 +73,7 @@ impl Tensor {
             Device::Cuda(ordinal) => {
                 let host = self.host_data("to_device")?;
                 Storage::from_parts(
-                    StorageData::Cuda(CudaData::upload(ordinal, &host)?),
+                    StorageData::Cuda(upload_staged(ordinal, host)?),
                     dtype,
                     n,
                     device,
@@ -92,5 +92,16 @@ impl Tensor {
     /// A copy in fresh storage on the same device, recorded with `kind`.
     pub fn deep_copy(&self, kind: MemoryKind) -> Result<Tensor> {
         self.to_device_as(self.device(), kind)
+    }
+}
+
+/// Uploads a host copy to GPU `ordinal`. The copy is staging: while it lives it is tracked on the
+/// CPU as workspace, so a device move's host bytes show in the CPU's figures.
+pub(crate) fn upload_staged(ordinal: usize, host: CpuData) -> Result<CudaData> {
+    let staging = Storage::from_cpu(host, MemoryKind::Workspace);
+    let guard = staging.read();
+    match &*guard {
+        StorageData::Cpu(d) => CudaData::upload(ordinal, d),
+        _ => Err(CoreError::invalid("upload", "host staging holds no host data")),
     }
 }

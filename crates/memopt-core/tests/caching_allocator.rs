@@ -49,7 +49,7 @@ fn empty_cache_returns_free_segments_and_meta_agrees() {
         drop(keep);
         (before, released, tracker.stats())
     };
-    let (cpu, meta) = (run(Device::Cpu), run(Device::Meta));
+    let (cpu, meta) = (run(Device::Cpu), run(Device::META));
     // 12 MiB own segment released; the small segment holds `keep`
     assert_eq!(cpu.1, 12 << 20);
     assert_eq!(cpu.0.reserved, (12 << 20) + (2 << 20));

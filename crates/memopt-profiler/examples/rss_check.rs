@@ -71,7 +71,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         classes: 10,
     };
     let workload = Workload::zoo("cifar10dvs-vgg", spec, n);
-    let (meta_start, meta_peak, _) = second_step(&workload, Device::Meta, false)?;
+    let (meta_start, meta_peak, _) = second_step(&workload, Device::META, false)?;
     let (cpu_start, cpu_peak, growth) = second_step(&workload, Device::Cpu, true)?;
     let predicted = meta_peak - meta_start;
     let growth = growth.unwrap_or(0);

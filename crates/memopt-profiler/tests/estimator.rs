@@ -39,7 +39,7 @@ fn check_equal(workload: &Workload, plan: &Plan, estimator: &mut Estimator) -> R
         m.requested_peak_bytes <= m.allocated_peak_bytes && m.allocated_peak_bytes <= m.reserved_peak_bytes
     );
     let estimated = estimator.report(plan).unwrap();
-    prop_assert_eq!(estimated.device, Device::Meta);
+    prop_assert_eq!(estimated.device, Device::META);
     prop_assert_eq!(
         without_device_and_time(&estimated),
         without_device_and_time(&measured),
@@ -102,7 +102,7 @@ proptest! {
     ) {
         let workload = Workload::zoo_small(model, 2).unwrap();
         let mut estimator = Estimator::new(&workload).unwrap();
-        let probe = workload.build_model(Device::Meta).unwrap();
+        let probe = workload.build_model(Device::META).unwrap();
         let plan = random_plan(&probe, &picks, &SHAPE_ONLY);
         check_equal(&workload, &plan, &mut estimator)?;
     }
@@ -118,7 +118,7 @@ proptest! {
     ) {
         let workload = Workload::zoo_small(model, 2).unwrap();
         let mut estimator = Estimator::new(&workload).unwrap();
-        let probe = workload.build_model(Device::Meta).unwrap();
+        let probe = workload.build_model(Device::META).unwrap();
         let plan = random_plan(&probe, &picks, &SHAPE_ONLY);
         check_equal(&workload, &plan, &mut estimator)?;
     }
@@ -197,7 +197,7 @@ fn estimation_is_fast_at_full_size() {
 fn meta_batches_touch_no_host_memory() {
     let model = Workload::zoo_small("toy-if", 1)
         .unwrap()
-        .build_model(Device::Meta)
+        .build_model(Device::META)
         .unwrap();
     let n = 1usize << 32;
     let started = Instant::now();

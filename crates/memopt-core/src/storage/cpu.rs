@@ -82,6 +82,19 @@ impl CpuData {
         }
     }
 
+    /// `len` elements of `dtype` over a caching-allocator block's bytes as they are (zeros or
+    /// values earlier buffers wrote). The block must hold `len` elements.
+    pub(crate) fn as_is_in(dtype: DType, len: usize, block: HostBlock) -> CpuData {
+        match dtype {
+            DType::F32 => CpuData::F32(HostBuf::as_is_in(block, len)),
+            DType::F16 => CpuData::F16(HostBuf::as_is_in(block, len)),
+            DType::BF16 => CpuData::BF16(HostBuf::as_is_in(block, len)),
+            DType::U8 => CpuData::U8(HostBuf::as_is_in(block, len)),
+            DType::U32 => CpuData::U32(HostBuf::as_is_in(block, len)),
+            DType::I64 => CpuData::I64(HostBuf::as_is_in(block, len)),
+        }
+    }
+
     /// A copy of this data in a caching-allocator block holding at least as many bytes.
     pub(crate) fn copied_in(&self, block: HostBlock) -> CpuData {
         map_variant!(self, v => HostBuf::copied_in(block, v))

@@ -50,6 +50,18 @@ impl Storage {
     /// error when `len` elements of `dtype` exceed the address space, or when the host is out
     /// of memory.
     pub fn zeros(dtype: DType, len: usize, device: Device, kind: MemoryKind) -> Result<Storage> {
+        Self::new(dtype, len, device, kind, true)
+    }
+
+    /// A storage its user overwrites entirely before reading it (no data on Meta). On the CPU
+    /// its block is not zero-filled: it holds zeros (fresh from the system) or values earlier
+    /// tensors wrote, never uninitialised memory (segments start zeroed and only plain values
+    /// are ever written into them). On a GPU it is zero-filled. Errors as [`Storage::zeros`].
+    pub fn for_overwrite(dtype: DType, len: usize, device: Device, kind: MemoryKind) -> Result<Storage> {
+        Self::new(dtype, len, device, kind, false)
+    }
+
+    fn new(dtype: DType, len: usize, device: Device, kind: MemoryKind, zero: bool) -> Result<Storage> {
         if len
             .checked_mul(dtype.size_in_bytes())
             .is_none_or(|b| b > isize::MAX as usize)
@@ -65,11 +77,12 @@ impl Storage {
         let data = match device {
             Device::Cpu => {
                 return Self::host(dtype, len, kind, |block| match block {
-                    Some(block) => CpuData::zeros_in(dtype, len, block),
+                    Some(block) if zero => CpuData::zeros_in(dtype, len, block),
+                    Some(block) => CpuData::as_is_in(dtype, len, block),
                     None => CpuData::from_empty(dtype),
                 });
             }
-            Device::Meta => StorageData::Meta,
+            Device::Meta(_) => StorageData::Meta,
             Device::Cuda(ordinal) => StorageData::Cuda(CudaData::zeros(ordinal, dtype, len)?),
         };
         Self::from_parts(data, dtype, len, device, kind)

@@ -311,7 +311,7 @@ mod tests {
     use super::*;
 
     fn meta() -> CachingAllocator {
-        CachingAllocator::new(Device::Meta, Box::new(NoBacking))
+        CachingAllocator::new(Device::META, Box::new(NoBacking))
     }
 
     #[test]

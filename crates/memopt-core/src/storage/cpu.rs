@@ -40,6 +40,20 @@ pub enum CpuData {
     I64(HostBuf<i64>),
 }
 
+/// `HostBuf::$ctor($args)` wrapped in the variant of `$dtype`.
+macro_rules! of_dtype {
+    ($dtype:expr, $ctor:ident($($arg:expr),*)) => {
+        match $dtype {
+            DType::F32 => CpuData::F32(HostBuf::$ctor($($arg),*)),
+            DType::F16 => CpuData::F16(HostBuf::$ctor($($arg),*)),
+            DType::BF16 => CpuData::BF16(HostBuf::$ctor($($arg),*)),
+            DType::U8 => CpuData::U8(HostBuf::$ctor($($arg),*)),
+            DType::U32 => CpuData::U32(HostBuf::$ctor($($arg),*)),
+            DType::I64 => CpuData::I64(HostBuf::$ctor($($arg),*)),
+        }
+    };
+}
+
 /// Applies `$body` to the buffer of every variant of `$data`, rewrapping the result in the
 /// same variant.
 macro_rules! map_variant {
@@ -72,27 +86,13 @@ impl CpuData {
     /// `len` zeros of `dtype` in a caching-allocator block (filled only when the block is not
     /// known to be zero). The block must hold `len` elements.
     pub(crate) fn zeros_in(dtype: DType, len: usize, block: HostBlock) -> CpuData {
-        match dtype {
-            DType::F32 => CpuData::F32(HostBuf::zeroed_in(block, len)),
-            DType::F16 => CpuData::F16(HostBuf::zeroed_in(block, len)),
-            DType::BF16 => CpuData::BF16(HostBuf::zeroed_in(block, len)),
-            DType::U8 => CpuData::U8(HostBuf::zeroed_in(block, len)),
-            DType::U32 => CpuData::U32(HostBuf::zeroed_in(block, len)),
-            DType::I64 => CpuData::I64(HostBuf::zeroed_in(block, len)),
-        }
+        of_dtype!(dtype, zeroed_in(block, len))
     }
 
     /// `len` elements of `dtype` over a caching-allocator block's bytes as they are (zeros or
     /// values earlier buffers wrote). The block must hold `len` elements.
     pub(crate) fn as_is_in(dtype: DType, len: usize, block: HostBlock) -> CpuData {
-        match dtype {
-            DType::F32 => CpuData::F32(HostBuf::as_is_in(block, len)),
-            DType::F16 => CpuData::F16(HostBuf::as_is_in(block, len)),
-            DType::BF16 => CpuData::BF16(HostBuf::as_is_in(block, len)),
-            DType::U8 => CpuData::U8(HostBuf::as_is_in(block, len)),
-            DType::U32 => CpuData::U32(HostBuf::as_is_in(block, len)),
-            DType::I64 => CpuData::I64(HostBuf::as_is_in(block, len)),
-        }
+        of_dtype!(dtype, as_is_in(block, len))
     }
 
     /// A copy of this data in a caching-allocator block holding at least as many bytes.
@@ -102,14 +102,7 @@ impl CpuData {
 
     /// No elements of `dtype`.
     pub(crate) fn from_empty(dtype: DType) -> CpuData {
-        match dtype {
-            DType::F32 => CpuData::F32(Vec::new().into()),
-            DType::F16 => CpuData::F16(Vec::new().into()),
-            DType::BF16 => CpuData::BF16(Vec::new().into()),
-            DType::U8 => CpuData::U8(Vec::new().into()),
-            DType::U32 => CpuData::U32(Vec::new().into()),
-            DType::I64 => CpuData::I64(Vec::new().into()),
-        }
+        of_dtype!(dtype, from(Vec::new()))
     }
 
     /// Element type.

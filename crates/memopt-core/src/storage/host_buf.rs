@@ -43,12 +43,21 @@ impl<T: PlainBits> HostBuf<T> {
     pub(crate) fn zeroed_in(block: HostBlock, len: usize) -> Self {
         let bytes = len * size_of::<T>();
         assert!(bytes as u64 <= block.bytes(), "block too small for the buffer");
-        let ptr = block.ptr().cast::<T>();
         if !block.is_zeroed() {
             // SAFETY: the block is exclusively ours and holds at least `bytes` bytes.
-            unsafe { std::ptr::write_bytes(ptr.as_ptr().cast::<u8>(), 0, bytes) };
+            unsafe { std::ptr::write_bytes(block.ptr().as_ptr(), 0, bytes) };
         }
-        // Blocks are 512-byte aligned, more than any `T` needs; all-zero bytes are a valid `T`.
+        Self::as_is_in(block, len)
+    }
+
+    /// `len` elements over `block`'s bytes as they are; the block must hold at least `len`
+    /// elements. Every byte of a host segment is initialised: mappings start zeroed and only
+    /// values of `PlainBits` types are ever written into them, any bit pattern of which is a
+    /// valid `T`. Blocks are 512-byte aligned, more than any `T` needs.
+    pub(crate) fn as_is_in(block: HostBlock, len: usize) -> Self {
+        let bytes = len * size_of::<T>();
+        assert!(bytes as u64 <= block.bytes(), "block too small for the buffer");
+        let ptr = block.ptr().cast::<T>();
         HostBuf {
             repr: Repr::Pooled {
                 ptr,

@@ -365,7 +365,7 @@ mod tests {
             state ^= state << 13;
             state ^= state >> 7;
             state ^= state << 17;
-            if live.len() < 40 && (state % 3 != 0 || live.is_empty()) {
+            if live.len() < 40 && (!state.is_multiple_of(3) || live.is_empty()) {
                 let bytes = match state % 4 {
                     0 => state % 4096,
                     1 => state % (1 << 20),

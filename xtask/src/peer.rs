@@ -140,8 +140,8 @@ pub fn peer(args: &[String]) -> Result<(), String> {
         rows.push(row);
     }
     let dir = target.join("bench");
-    let mut md = format!(
-        "| model | N | T | memopt (ms) | PyTorch + SpikingJelly (ms) | memopt / peer |\n|---|---|---|---|---|---|\n"
+    let mut md = String::from(
+        "| model | N | T | memopt (ms) | PyTorch + SpikingJelly (ms) | memopt / peer |\n|---|---|---|---|---|---|\n",
     );
     for r in &rows {
         md.push_str(&format!(

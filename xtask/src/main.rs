@@ -6,10 +6,16 @@
 //!   exact and measured peak, step time ratio to the baseline, planning time) written by the
 //!   memopt-cli `models` bench into `target/bench/models.{md,json}`. `--quick` passes criterion
 //!   short warm-up and measurement times and times one step per table row.
+//! - `cargo xtask peer [--threads K] [--steps S] [--quick]`: one training step of memopt against
+//!   PyTorch + SpikingJelly 2.0 (`bench/peer/step_time.py`) on the workloads of issue 12, same
+//!   thread count, written to `target/bench/peer.{md,json}`; skips, saying what it needs, when
+//!   no Python with torch and spikingjelly is found (`MEMOPT_PEER_PYTHON`, default `python3`).
 //! - `cargo xtask ci`: runs `.ci/run` (format, clippy, NVRTC set-up, the workspace tests), so
 //!   local runs and CI run the same thing.
 //!
 //! The task itself depends on no memopt crate: the benchmarks run in cargo's bench profile.
+
+mod peer;
 
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -21,6 +27,9 @@ usage: cargo xtask <task>
 tasks:
   bench [--quick] [--models a,b] [--no-kernels] [--no-models]
         kernel benches (criterion) and whole-model tables, written under target/bench/
+  peer [--threads K] [--steps S] [--quick]
+        one training step against PyTorch + SpikingJelly (needs MEMOPT_PEER_PYTHON or python3
+        with torch and spikingjelly==2.0.0; skips without), written under target/bench/
   ci    run .ci/run: cargo fmt --check, clippy -D warnings, NVRTC set-up, cargo test --workspace";
 
 fn root() -> PathBuf {
@@ -219,6 +228,7 @@ fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let result = match args.first().map(String::as_str) {
         Some("bench") => bench(&args[1..]),
+        Some("peer") => peer::peer(&args[1..]),
         Some("ci") => ci(),
         Some("-h" | "--help" | "help") => {
             println!("{USAGE}");

@@ -6,7 +6,8 @@ use crate::format::{bytes, path};
 use crate::out;
 use crate::selection::{DEFAULT_MODEL, ModelArgs, parse_device};
 use memopt_checkpoint::Plan;
-use memopt_profiler::memory::{Holder, KindBytes};
+use memopt_core::Device;
+use memopt_profiler::memory::{AllocatorFigures, Holder, KindBytes};
 use memopt_profiler::{MemoryReport, TimingProfiler, TimingReport, estimate, profile_memory};
 use serde::Serialize;
 use std::io::Write;
@@ -105,6 +106,9 @@ pub struct ProfileJson {
     pub peak_phase: String,
     /// Bytes per kind at the peak.
     pub by_kind: KindBytes,
+    /// Requested, allocated and reserved peaks of the caching allocator, the three levels at
+    /// each peak, and the fragmentation (reserved - allocated).
+    pub allocator: AllocatorFigures,
     /// Who holds the peak, largest first.
     pub holders: Vec<Holder>,
     /// Median step time, in ms (`null` on Meta).
@@ -184,6 +188,7 @@ pub fn run(args: &ProfileArgs, out: &mut dyn Write) -> Result<()> {
             peak_path: report.peak_path.clone(),
             peak_phase: report.peak_phase.name().to_string(),
             by_kind: report.by_kind,
+            allocator: report.allocator,
             holders: report.holders.clone(),
             step_ms: timing.as_ref().map(|t| t.step_ms),
             modules,

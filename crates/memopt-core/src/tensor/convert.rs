@@ -20,7 +20,7 @@ impl Tensor {
             .host_data("to_vec_f32")?
             .convert(0..self.elem_count(), DType::F32)
         {
-            CpuData::F32(v) => Ok(v),
+            CpuData::F32(v) => Ok(v.into_vec()),
             _ => unreachable!("convert to F32 yields F32 data"),
         }
     }
@@ -43,7 +43,7 @@ impl Tensor {
         let n = self.elem_count();
         let storage = match self.device() {
             Device::Meta(_) => Storage::from_parts(StorageData::Meta, dtype, n, self.device(), kind),
-            Device::Cpu => Storage::from_cpu(self.host_data("to_dtype")?.convert(0..n, dtype), kind),
+            Device::Cpu => Storage::from_cpu(&self.host_data("to_dtype")?.convert(0..n, dtype), kind),
             Device::Cuda(ordinal) => {
                 let host = self.host_data("to_dtype")?.convert(0..n, dtype);
                 Storage::from_parts(
@@ -54,7 +54,7 @@ impl Tensor {
                     kind,
                 )
             }
-        };
+        }?;
         Ok(Tensor::from_storage(Arc::new(storage), self.shape().clone())?.with_spike_flag(self.is_spike()))
     }
 
@@ -69,7 +69,7 @@ impl Tensor {
         let (dtype, n) = (self.dtype(), self.elem_count());
         let storage = match device {
             Device::Meta(_) => Storage::from_parts(StorageData::Meta, dtype, n, device, kind),
-            Device::Cpu => Storage::from_cpu(self.host_data("to_device")?, kind),
+            Device::Cpu => Storage::from_cpu(&self.host_data("to_device")?, kind),
             Device::Cuda(ordinal) => {
                 let host = self.host_data("to_device")?;
                 Storage::from_parts(
@@ -80,7 +80,7 @@ impl Tensor {
                     kind,
                 )
             }
-        };
+        }?;
         Ok(Tensor::from_storage(Arc::new(storage), self.shape().clone())?.with_spike_flag(self.is_spike()))
     }
 

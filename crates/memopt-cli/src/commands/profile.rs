@@ -6,7 +6,6 @@ use crate::format::{bytes, path};
 use crate::out;
 use crate::selection::{DEFAULT_MODEL, ModelArgs, parse_device};
 use memopt_checkpoint::Plan;
-use memopt_core::Device;
 use memopt_profiler::memory::{AllocatorFigures, Holder, KindBytes};
 use memopt_profiler::{MemoryReport, TimingProfiler, TimingReport, estimate, profile_memory};
 use serde::Serialize;

@@ -98,7 +98,7 @@ impl Tensor {
 /// Uploads a host copy to GPU `ordinal`. The copy is staging: while it lives it is tracked on the
 /// CPU as workspace, so a device move's host bytes show in the CPU's figures.
 pub(crate) fn upload_staged(ordinal: usize, host: CpuData) -> Result<CudaData> {
-    let staging = Storage::from_cpu(host, MemoryKind::Workspace);
+    let staging = Storage::from_cpu(&host, MemoryKind::Workspace)?;
     let guard = staging.read();
     match &*guard {
         StorageData::Cpu(d) => CudaData::upload(ordinal, d),

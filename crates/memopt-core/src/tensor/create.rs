@@ -110,7 +110,7 @@ impl Tensor {
                     unreachable!("CUDA data lives on a CUDA device")
                 };
                 // The whole storage comes down as tracked staging; the view's range is copied out.
-                let staging = Storage::from_cpu(g.download(ordinal)?, MemoryKind::Workspace);
+                let staging = Storage::from_cpu(&g.download(ordinal)?, MemoryKind::Workspace)?;
                 let guard = staging.read();
                 match &*guard {
                     StorageData::Cpu(d) => Ok(d.slice(range)),

@@ -80,6 +80,23 @@ impl Trainer {
         self.rng.state()
     }
 
+    /// The optimizer (learning rate, state tensors).
+    pub fn optimizer(&self) -> &dyn Optimizer {
+        self.optimizer.as_ref()
+    }
+
+    /// The optimizer, to set its learning rate or restore its step count.
+    pub fn optimizer_mut(&mut self) -> &mut dyn Optimizer {
+        self.optimizer.as_mut()
+    }
+
+    /// Puts the trainer where a saved run stopped: `steps` taken and the random stream at
+    /// `rng` (with the optimizer's state restored, the next step is bit-identical).
+    pub fn restore(&mut self, steps: u64, rng: RngState) {
+        self.steps = steps;
+        self.rng.set_state(rng);
+    }
+
     /// One step. Input, target and plan are checked before anything runs, so a rejected batch
     /// leaves the model untouched.
     pub fn step(&mut self, model: &Model, batch: &Batch, opts: StepOptions) -> Result<StepOutput> {

@@ -22,6 +22,7 @@ pub mod loader;
 pub mod npy;
 pub mod npz;
 pub mod resize;
+pub mod training;
 pub mod weights;
 
 pub use dataset::{Dataset, SampleSource, split_train_test};

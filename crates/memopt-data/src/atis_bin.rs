@@ -35,3 +35,25 @@ pub(crate) fn parse(path: &Path, raw: &[u8]) -> Result<Events> {
     }
     Ok(ev)
 }
+
+/// Encodes events as an ATIS `.bin` (the inverse of [`read`]): x, y below 256, t below 2^23 µs,
+/// p 0 or 1; anything else is an error naming the event.
+pub fn to_bytes(events: &Events) -> Result<Vec<u8>> {
+    let mut out = Vec::with_capacity(events.len() * EVENT_BYTES);
+    for i in 0..events.len() {
+        let (t, x, y, p) = (events.t[i], events.x[i], events.y[i], events.p[i]);
+        if !(0..1 << 23).contains(&t) || x > 255 || y > 255 || p > 1 {
+            return Err(DataError::Invalid(format!(
+                "event {i} (t={t}, x={x}, y={y}, p={p}) does not fit ATIS' 8-bit x, y, 1-bit p and 23-bit t"
+            )));
+        }
+        out.extend_from_slice(&[
+            x as u8,
+            y as u8,
+            (p << 7) | ((t >> 16) as u8 & 0x7F),
+            (t >> 8) as u8,
+            t as u8,
+        ]);
+    }
+    Ok(out)
+}

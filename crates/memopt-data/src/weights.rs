@@ -222,11 +222,7 @@ fn expected(
 }
 
 /// Checks every name, dtype and shape, then copies the data; returns the file's metadata.
-fn load_into(
-    path: &Path,
-    model: &Model,
-    trainer: Option<&Trainer>,
-) -> Result<(Loaded, HashMap<String, String>)> {
+fn load_into(path: &Path, model: &Model, trainer: Option<&Trainer>) -> Result<HashMap<String, String>> {
     if model.device() != Device::Cpu {
         return Err(DataError::Invalid(format!(
             "weights load into a model on the CPU; this one is on {}",
@@ -275,16 +271,13 @@ fn load_into(
         // present with the right dtype and shape: checked above
         let view = st.tensor(name).expect("checked above");
         let mut w = t.write::<f32>("load weights")?;
-        let dst = w
-            .slice_mut()
-            .ok_or_else(|| DataError::Invalid("weights load into a model with data (CPU)".into()))?;
+        let dst = w.host_mut()?;
         for (d, b) in dst.iter_mut().zip(view.data().chunks_exact(4)) {
             *d = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
         }
     }
     drop(st);
-    let meta = file.meta();
-    Ok((file, meta))
+    Ok(file.meta())
 }
 
 fn info_from(meta: &HashMap<String, String>) -> WeightsInfo {
@@ -302,7 +295,7 @@ fn info_from(meta: &HashMap<String, String>) -> WeightsInfo {
 /// Loads parameters and buffers into `model` (optimizer entries in the file are ignored). On
 /// any mismatch nothing changes.
 pub fn load_model(path: &Path, model: &Model) -> Result<WeightsInfo> {
-    let (_, meta) = load_into(path, model, None)?;
+    let meta = load_into(path, model, None)?;
     Ok(info_from(&meta))
 }
 
@@ -339,7 +332,7 @@ pub fn load_training(path: &Path, model: &Model, trainer: &mut Trainer) -> Resul
         ));
     }
     drop(file);
-    let (_, meta) = load_into(path, model, Some(trainer))?;
+    let meta = load_into(path, model, Some(trainer))?;
     trainer.restore(state.steps, state.rng);
     trainer.optimizer_mut().set_step_count(state.optimizer_steps);
     Ok(info_from(&meta))

@@ -116,6 +116,19 @@ fn state(model: &Model, trainer: &Trainer) -> Vec<Vec<u32>> {
     out
 }
 
+fn epochs(
+    model: &Model,
+    tr: &mut Trainer,
+    data: &Arc<Dataset>,
+    train: &[usize],
+    test: &[usize],
+    range: std::ops::Range<u64>,
+) {
+    for epoch in range {
+        run_epoch(model, tr, data, train, test, &PLAN, epoch, &mut |_, _, _| {}).unwrap();
+    }
+}
+
 #[test]
 fn loss_falls_and_a_resumed_run_continues_bit_identically() {
     let data = dataset();
@@ -153,38 +166,14 @@ fn loss_falls_and_a_resumed_run_continues_bit_identically() {
     // interrupted after 2 epochs, saved, resumed into a fresh model and trainer
     let first = model(1);
     let mut first_tr = trainer(&first);
-    for epoch in 0..2 {
-        run_epoch(
-            &first,
-            &mut first_tr,
-            &data,
-            &train,
-            &test,
-            &PLAN,
-            epoch,
-            &mut |_, _, _| {},
-        )
-        .unwrap();
-    }
+    epochs(&first, &mut first_tr, &data, &train, &test, 0..2);
     let file = std::env::temp_dir().join(format!("memopt-resume-{}.safetensors", std::process::id()));
     save_training(&file, &first, &first_tr, &WeightsInfo::default()).unwrap();
     let resumed = model(99);
     let mut resumed_tr = trainer(&resumed);
     load_training(&file, &resumed, &mut resumed_tr).unwrap();
     assert_eq!(state(&resumed, &resumed_tr), state(&first, &first_tr));
-    for epoch in 2..4 {
-        run_epoch(
-            &resumed,
-            &mut resumed_tr,
-            &data,
-            &train,
-            &test,
-            &PLAN,
-            epoch,
-            &mut |_, _, _| {},
-        )
-        .unwrap();
-    }
+    epochs(&resumed, &mut resumed_tr, &data, &train, &test, 2..4);
     assert_eq!(resumed_tr.steps(), full_tr.steps());
     assert!(
         state(&resumed, &resumed_tr) == state(&full, &full_tr),

@@ -45,7 +45,7 @@ pub fn seeded_model(name: &str, spec: &InputSpec) -> Model {
     let mut rng = Philox::new(SEED + 1);
     let mut fill = |t: &memopt_core::Tensor, low: f32, high: f32| {
         let mut w = t.write::<f32>("seed").unwrap();
-        for v in w.slice_mut().unwrap() {
+        for v in w.host_mut().unwrap() {
             *v = low + (high - low) * rng.next_uniform();
         }
     };

@@ -36,6 +36,8 @@ pub struct StepOptions {
     pub input_grad: bool,
     /// Return the final neuron states.
     pub keep_states: bool,
+    /// Return the time-averaged output `[N, C]` (for accuracy).
+    pub keep_output: bool,
     /// Skip the optimizer update (gradients only).
     pub skip_update: bool,
 }
@@ -51,6 +53,8 @@ pub struct StepOutput {
     pub input_grad: Option<Tensor>,
     /// Final membrane state of every neuron, by module path, when asked for.
     pub final_states: Vec<(String, Tensor)>,
+    /// The time-averaged output `[N, C]` the loss compared, when asked for.
+    pub output: Option<Tensor>,
 }
 
 /// Runs training steps of one model with one optimizer and one random stream.
@@ -80,6 +84,23 @@ impl Trainer {
         self.rng.state()
     }
 
+    /// The optimizer (learning rate, state tensors).
+    pub fn optimizer(&self) -> &dyn Optimizer {
+        self.optimizer.as_ref()
+    }
+
+    /// The optimizer, to set its learning rate or restore its step count.
+    pub fn optimizer_mut(&mut self) -> &mut dyn Optimizer {
+        self.optimizer.as_mut()
+    }
+
+    /// Puts the trainer where a saved run stopped: `steps` taken and the random stream at
+    /// `rng` (with the optimizer's state restored, the next step is bit-identical).
+    pub fn restore(&mut self, steps: u64, rng: RngState) {
+        self.steps = steps;
+        self.rng.set_state(rng);
+    }
+
     /// One step. Input, target and plan are checked before anything runs, so a rejected batch
     /// leaves the model untouched.
     pub fn step(&mut self, model: &Model, batch: &Batch, opts: StepOptions) -> Result<StepOutput> {
@@ -94,12 +115,13 @@ impl Trainer {
             Recording::On,
             model.is_training(),
         );
-        let (loss, x_id) = {
+        let (loss, output, x_id) = {
             let _fwd = enter_scope(Scope::new("", Phase::Forward));
             let x = cx.leaf(batch.input.clone(), opts.input_grad);
             let x_id = x.id();
             let out = model.forward(&mut cx, x)?;
-            (loss(&mut cx, out, &batch.target)?, x_id)
+            let (loss, rate) = loss(&mut cx, out, &batch.target)?;
+            (loss, opts.keep_output.then(|| rate.tensor().clone()), x_id)
         };
         let loss_value = loss.tensor().to_scalar_f32().ok();
         let mut leaves = cx.backward(&loss)?;
@@ -126,12 +148,14 @@ impl Trainer {
             grads: opts.keep_grads.then_some(grads),
             input_grad: x_id.and_then(|id| leaves.remove(&id)),
             final_states,
+            output,
         })
     }
 }
 
 /// Time-averaged output (`[T, N, C]` -> `[N, C]`; rank-2 outputs pass through) and the loss.
-fn loss<'m>(cx: &mut Cx<'m>, out: Var, target: &Target) -> Result<Var> {
+/// Returns the loss and the time-averaged output it compared.
+fn loss<'m>(cx: &mut Cx<'m>, out: Var, target: &Target) -> Result<(Var, Var)> {
     let rate = if out.dims().len() >= 3 {
         ops::mean_dim(cx, &out, 0)?
     } else {
@@ -141,6 +165,7 @@ fn loss<'m>(cx: &mut Cx<'m>, out: Var, target: &Target) -> Result<Var> {
         Target::Labels(l) => ops::cross_entropy(cx, &rate, l),
         Target::Values(v) => ops::mse(cx, &rate, v),
     }
+    .map(|l| (l, rate))
 }
 
 fn check_target(model: &Model, batch: &Batch) -> Result<()> {

@@ -24,6 +24,9 @@ pub enum CliError {
     /// A tensor operation failed (CUDA unavailable among others).
     #[error(transparent)]
     Core(#[from] CoreError),
+    /// Reading a dataset or weights failed.
+    #[error(transparent)]
+    Data(#[from] memopt_data::DataError),
     /// Reading or writing a file failed.
     #[error("cannot {action} {}: {source}", .path.display())]
     Io {

@@ -86,9 +86,15 @@ pub enum Command {
     /// Plan which modules to recompute so that a step needs less memory.
     #[command(long_about = commands::optimize::LONG_ABOUT)]
     Optimize(commands::optimize::OptimizeArgs),
-    /// Train on synthetic data, with or without a plan, and report the measured peak.
+    /// Train on synthetic data or a dataset (--data), with or without a plan.
     #[command(long_about = commands::train::LONG_ABOUT)]
     Train(commands::train::TrainArgs),
+    /// Integrate raw event recordings into SpikingJelly's cached frame folders.
+    #[command(long_about = commands::frames::LONG_ABOUT)]
+    Frames(commands::frames::FramesArgs),
+    /// Loss and accuracy of saved weights on a dataset; optionally the logits.
+    #[command(long_about = commands::eval::LONG_ABOUT)]
+    Eval(commands::eval::EvalArgs),
     /// Compare every strategy on one model: exact peak, measured step time and overhead.
     #[command(long_about = commands::bench::LONG_ABOUT)]
     Bench(commands::bench::BenchArgs),
@@ -104,6 +110,8 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> Result<()> {
         Command::Profile(a) => commands::profile::run(&a, out),
         Command::Optimize(a) => commands::optimize::run(&a, out),
         Command::Train(a) => commands::train::run(&a, out),
+        Command::Frames(a) => commands::frames::run(&a, out),
+        Command::Eval(a) => commands::eval::run(&a, out),
         Command::Bench(a) => commands::bench::run(&a, out),
         Command::Plot(a) => commands::plot::run(&a, out),
     }

@@ -1,6 +1,6 @@
 //! Adam (torch.optim.Adam semantics, L2 weight decay).
 
-use super::Optimizer;
+use super::{Optimizer, StateTensor};
 use crate::Result;
 use crate::autograd::Gradients;
 use crate::model::Model;
@@ -55,5 +55,37 @@ impl Optimizer for Adam {
             kernels::adam_step(p.tensor(), g, m, v, &self.cfg, self.step)?;
         }
         Ok(())
+    }
+
+    fn learning_rate(&self) -> f32 {
+        self.cfg.lr
+    }
+
+    fn set_learning_rate(&mut self, lr: f32) -> Result<()> {
+        super::check_lr(lr)?;
+        self.cfg.lr = lr;
+        Ok(())
+    }
+
+    fn state_tensors(&self) -> Vec<StateTensor> {
+        let mut out = Vec::with_capacity(2 * self.moments.len());
+        for (id, (m, v)) in &self.moments {
+            for (name, t) in [("exp_avg", m), ("exp_avg_sq", v)] {
+                out.push(StateTensor {
+                    param: *id,
+                    name,
+                    tensor: t.clone(),
+                });
+            }
+        }
+        out
+    }
+
+    fn step_count(&self) -> u64 {
+        self.step
+    }
+
+    fn set_step_count(&mut self, steps: u64) {
+        self.step = steps;
     }
 }

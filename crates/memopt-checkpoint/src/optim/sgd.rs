@@ -1,6 +1,6 @@
 //! Stochastic gradient descent with momentum and weight decay (torch.optim.SGD semantics).
 
-use super::Optimizer;
+use super::{Optimizer, StateTensor};
 use crate::Result;
 use crate::autograd::Gradients;
 use crate::model::Model;
@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 pub struct Sgd {
     cfg: SgdConfig,
     momentum: BTreeMap<ParamId, Tensor>,
-    started: bool,
+    steps: u64,
 }
 
 impl Sgd {
@@ -38,7 +38,7 @@ impl Sgd {
         Ok(Sgd {
             cfg,
             momentum,
-            started: false,
+            steps: 0,
         })
     }
 
@@ -70,10 +70,39 @@ impl Optimizer for Sgd {
                 g,
                 self.momentum.get(&p.id()),
                 &self.cfg,
-                !self.started,
+                self.steps == 0,
             )?;
         }
-        self.started = true;
+        self.steps += 1;
         Ok(())
+    }
+
+    fn learning_rate(&self) -> f32 {
+        self.cfg.lr
+    }
+
+    fn set_learning_rate(&mut self, lr: f32) -> Result<()> {
+        super::check_lr(lr)?;
+        self.cfg.lr = lr;
+        Ok(())
+    }
+
+    fn state_tensors(&self) -> Vec<StateTensor> {
+        self.momentum
+            .iter()
+            .map(|(id, t)| StateTensor {
+                param: *id,
+                name: "momentum_buffer",
+                tensor: t.clone(),
+            })
+            .collect()
+    }
+
+    fn step_count(&self) -> u64 {
+        self.steps
+    }
+
+    fn set_step_count(&mut self, steps: u64) {
+        self.steps = steps;
     }
 }

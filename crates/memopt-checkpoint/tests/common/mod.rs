@@ -123,6 +123,7 @@ pub fn fingerprint(model: &Model, steps: usize, n: usize) -> Fingerprint {
         input_grad: true,
         keep_states: true,
         skip_update: false,
+        keep_output: false,
     };
     let mut out = StepOutput::default();
     for s in 0..steps {

@@ -1,11 +1,16 @@
 //! The subcommands, one file each, and what they share: reading plans and writing charts.
 
 pub mod bench;
+pub mod dataset;
+pub mod eval;
+pub mod frames;
 pub mod models;
 pub mod optimize;
 pub mod plot;
 pub mod profile;
 pub mod train;
+pub mod train_chart;
+pub mod train_data;
 
 use crate::error::{Result, read_file, write_file};
 use crate::selection::Selection;

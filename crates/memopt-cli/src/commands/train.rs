@@ -45,6 +45,9 @@ pub struct TrainArgs {
     /// Print JSON (peak_bytes, step times, losses) instead of text.
     #[arg(long)]
     pub json: bool,
+    /// Training on a dataset (--data) for epochs, with weights saved and loaded.
+    #[command(flatten)]
+    pub dataset: super::train_data::DataTrainArgs,
 }
 
 /// The JSON of `memopt train --json`.
@@ -89,6 +92,10 @@ pub fn run(args: &TrainArgs, out: &mut dyn Write) -> Result<()> {
         Some(p) => read_plan_for(p, &sel)?,
         None => Plan::store_all(),
     };
+    if args.dataset.data.data.is_some() {
+        return super::train_data::run(&sel, &plan, device, &args.dataset, args.quiet || args.json, out);
+    }
+    args.dataset.reject_without_data()?;
     let workload = &sel.workload;
     let tracker = MemoryTracker::new(device);
     let _installed = MemoryTracker::install(tracker.clone());

@@ -1,0 +1,329 @@
+//! `memopt train --data`: epochs on an event-camera dataset, with a learning-rate schedule, a
+//! progress bar, metrics per epoch (CSV or JSON lines), a loss/accuracy chart, and weights
+//! saved, loaded and resumed in safetensors under PyTorch's `state_dict()` names.
+
+use super::dataset::DataArgs;
+use super::train_chart;
+use crate::error::{CliError, Result};
+use crate::out;
+use crate::selection::Selection;
+use memopt_checkpoint::optim::{Adam, Optimizer, Sgd};
+use memopt_checkpoint::{Model, Plan, Trainer};
+use memopt_core::{Device, MemoryTracker};
+use memopt_data::training::{EpochMetrics, EpochPlan, Schedule, run_epoch};
+use memopt_data::weights::{WeightsInfo, load_model, load_training, save_model, save_training};
+use memopt_profiler::OptimizerChoice;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+/// The learning-rate schedule of `--schedule`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ScheduleArg {
+    /// The same rate every epoch.
+    Constant,
+    /// Cosine annealing to 0 over the run's epochs (CosineAnnealingLR, T_max = --epochs).
+    Cosine,
+    /// Multiply by --gamma every --step-size epochs (StepLR).
+    Step,
+}
+
+/// Options of `memopt train` for training on a dataset (with `--data`).
+#[derive(Debug, Clone, clap::Args)]
+pub struct DataTrainArgs {
+    /// The dataset.
+    #[command(flatten)]
+    pub data: DataArgs,
+    /// Epochs to train (with --data).
+    #[arg(long, default_value_t = 1, value_name = "E")]
+    pub epochs: u64,
+    /// Learning rate [default: 0.1 for sgd, 0.001 for adam].
+    #[arg(long, value_name = "LR")]
+    pub lr: Option<f32>,
+    /// SGD momentum.
+    #[arg(long, default_value_t = 0.9, value_name = "M")]
+    pub momentum: f32,
+    /// L2 weight decay.
+    #[arg(long, default_value_t = 0.0, value_name = "WD")]
+    pub weight_decay: f32,
+    /// Learning-rate schedule over the epochs.
+    #[arg(long, value_enum, default_value_t = ScheduleArg::Cosine)]
+    pub schedule: ScheduleArg,
+    /// Epochs between decays of --schedule step.
+    #[arg(long, default_value_t = 30, value_name = "E")]
+    pub step_size: u64,
+    /// Decay factor of --schedule step.
+    #[arg(long, default_value_t = 0.1, value_name = "G")]
+    pub gamma: f64,
+    /// Start from these weights (safetensors with state_dict names, e.g. from SpikingJelly).
+    #[arg(long, value_name = "FILE", conflicts_with = "resume")]
+    pub load: Option<PathBuf>,
+    /// Save the weights after every epoch to FILE (loadable by SpikingJelly with strict=True)
+    /// and the training state (optimizer, counters) to FILE with `.state.safetensors`.
+    #[arg(long, value_name = "FILE")]
+    pub save: Option<PathBuf>,
+    /// Continue a run from its `.state.safetensors` file (same model, optimizer and data).
+    #[arg(long, value_name = "FILE")]
+    pub resume: Option<PathBuf>,
+    /// Write loss and accuracy per epoch: CSV, or JSON lines when FILE ends in .jsonl.
+    #[arg(long, value_name = "FILE")]
+    pub metrics: Option<PathBuf>,
+    /// Draw loss and accuracy per epoch as an SVG chart.
+    #[arg(long, value_name = "FILE.svg")]
+    pub chart: Option<PathBuf>,
+}
+
+impl DataTrainArgs {
+    /// Options that only make sense with --data are a usage error without it.
+    pub fn reject_without_data(&self) -> Result<()> {
+        let given = [
+            ("--load", self.load.is_some()),
+            ("--save", self.save.is_some()),
+            ("--resume", self.resume.is_some()),
+            ("--metrics", self.metrics.is_some()),
+            ("--chart", self.chart.is_some()),
+        ];
+        match given.iter().find(|(_, set)| *set) {
+            Some((flag, _)) => Err(CliError::Usage(format!(
+                "{flag} works with training on a dataset: add --data DIR (synthetic runs keep no weights)"
+            ))),
+            None => Ok(()),
+        }
+    }
+}
+
+/// The training-state file next to weights saved to `weights`.
+pub fn state_path(weights: &Path) -> PathBuf {
+    let stem = weights
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    weights.with_file_name(format!("{stem}.state.safetensors"))
+}
+
+fn optimizer(sel: &Selection, model: &Model, a: &DataTrainArgs) -> Result<Box<dyn Optimizer>> {
+    Ok(match sel.workload.optimizer {
+        OptimizerChoice::Sgd(mut cfg) => {
+            cfg.lr = a.lr.unwrap_or(cfg.lr);
+            cfg.momentum = a.momentum;
+            cfg.weight_decay = a.weight_decay;
+            Box::new(Sgd::new(model, cfg)?)
+        }
+        OptimizerChoice::Adam(mut cfg) => {
+            cfg.lr = a.lr.unwrap_or(cfg.lr);
+            cfg.weight_decay = a.weight_decay;
+            Box::new(Adam::new(model, cfg)?)
+        }
+    })
+}
+
+fn schedule(a: &DataTrainArgs) -> Result<Schedule> {
+    Ok(match a.schedule {
+        ScheduleArg::Constant => Schedule::Constant,
+        ScheduleArg::Cosine => Schedule::Cosine { t_max: a.epochs },
+        ScheduleArg::Step => {
+            if a.step_size == 0 || !(a.gamma.is_finite() && a.gamma > 0.0) {
+                return Err(CliError::Usage(format!(
+                    "--schedule step needs --step-size >= 1 and --gamma > 0, got {} and {}",
+                    a.step_size, a.gamma
+                )));
+            }
+            Schedule::Step {
+                step_size: a.step_size,
+                gamma: a.gamma,
+            }
+        }
+    })
+}
+
+/// One metrics record per epoch.
+fn metrics_line(m: &EpochMetrics, jsonl: bool) -> String {
+    let (tl, ta) = m.test.map_or((f64::NAN, f64::NAN), |t| (t.loss, t.accuracy));
+    if jsonl {
+        let num = |v: f64| {
+            if v.is_finite() {
+                serde_json::json!(v)
+            } else {
+                serde_json::Value::Null
+            }
+        };
+        serde_json::json!({
+            "epoch": m.epoch + 1, "lr": m.lr, "train_loss": m.train.loss, "train_acc": m.train.accuracy,
+            "test_loss": num(tl), "test_acc": num(ta),
+        })
+        .to_string()
+    } else {
+        let cell = |v: f64| {
+            if v.is_finite() {
+                format!("{v}")
+            } else {
+                String::new()
+            }
+        };
+        format!(
+            "{},{},{},{},{},{}",
+            m.epoch + 1,
+            m.lr,
+            m.train.loss,
+            m.train.accuracy,
+            cell(tl),
+            cell(ta)
+        )
+    }
+}
+
+/// Trains on `--data` for `--epochs`.
+pub fn run(
+    sel: &Selection,
+    plan: &Plan,
+    device: Device,
+    a: &DataTrainArgs,
+    quiet: bool,
+    out: &mut dyn Write,
+) -> Result<()> {
+    if device != Device::Cpu {
+        return Err(CliError::Usage(format!(
+            "training on a dataset runs on the cpu, not {device}"
+        )));
+    }
+    if a.epochs == 0 {
+        return Err(CliError::Usage("--epochs must be at least 1".into()));
+    }
+    let sched = schedule(a)?;
+    let tracker = MemoryTracker::new(device);
+    let _installed = MemoryTracker::install(tracker.clone());
+    let mut model = sel.workload.build_model(device)?;
+    model.apply_plan(plan)?;
+    let opt = optimizer(sel, &model, a)?;
+    let base_lr = opt.learning_rate();
+    let mut trainer = Trainer::new(opt, sel.workload.seed);
+    let data = a.data.open("train", model.spec())?;
+    memopt_data::training::check_classes(&model, &data)?;
+    let (train, test) = a.data.split(&data)?;
+    if train.is_empty() {
+        return Err(CliError::Invalid(
+            "the training split is empty: raise --train-ratio".into(),
+        ));
+    }
+    let mut start = 0;
+    let mut history: Vec<EpochMetrics> = Vec::new();
+    if let Some(p) = &a.load {
+        let info = load_model(p, &model)?;
+        out!(out, "loaded {} ({} steps behind it)", p.display(), info.steps)?;
+    }
+    if let Some(p) = &a.resume {
+        let info = load_training(p, &model, &mut trainer)?;
+        start = info
+            .extra
+            .get("epoch")
+            .and_then(|e| e.parse::<u64>().ok())
+            .unwrap_or(0);
+        out!(
+            out,
+            "resumed {} after epoch {start} ({} steps)",
+            p.display(),
+            trainer.steps()
+        )?;
+        if start >= a.epochs {
+            return Err(CliError::Usage(format!(
+                "{} already ran {start} epochs; ask for more with --epochs",
+                p.display()
+            )));
+        }
+    }
+    out!(out, "{}", sel.describe())?;
+    out!(
+        out,
+        "data: {} ({} samples, {} classes; {} train, {} test), epochs {}..{} of {}, batch {}",
+        a.data.folder("train")?.display(),
+        data.len(),
+        data.classes.len(),
+        train.len(),
+        test.len(),
+        start + 1,
+        a.epochs,
+        a.epochs,
+        sel.workload.batch_size
+    )?;
+    let epoch_plan = EpochPlan {
+        base_lr,
+        schedule: sched,
+        seed: sel.workload.seed,
+        batch_size: sel.workload.batch_size,
+    };
+    let steps_per_epoch = train.len().div_ceil(sel.workload.batch_size) as u64;
+    let bar = if quiet {
+        indicatif::ProgressBar::hidden()
+    } else {
+        indicatif::ProgressBar::new((a.epochs - start) * steps_per_epoch)
+    };
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{bar:30} {pos}/{len} steps {per_sec} eta {eta} {msg}")
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+    );
+    let jsonl = a
+        .metrics
+        .as_ref()
+        .is_some_and(|p| p.extension().is_some_and(|e| e == "jsonl"));
+    let mut metrics_text = if jsonl {
+        String::new()
+    } else {
+        "epoch,lr,train_loss,train_acc,test_loss,test_acc\n".to_string()
+    };
+    for epoch in start..a.epochs {
+        let m = run_epoch(
+            &model,
+            &mut trainer,
+            &data,
+            &train,
+            &test,
+            &epoch_plan,
+            epoch,
+            &mut |_, _, loss| {
+                bar.inc(1);
+                bar.set_message(format!("epoch {} loss {loss:.4}", epoch + 1));
+            },
+        )?;
+        let test_text = m.test.map_or("no test split".to_string(), |t| {
+            format!("test loss {:.4} acc {:.1}%", t.loss, 100.0 * t.accuracy)
+        });
+        bar.suspend(|| {
+            out!(
+                out,
+                "epoch {}/{}  lr {:.5}  train loss {:.4} acc {:.1}%  {test_text}",
+                epoch + 1,
+                a.epochs,
+                m.lr,
+                m.train.loss,
+                100.0 * m.train.accuracy
+            )
+        })?;
+        metrics_text.push_str(&metrics_line(&m, jsonl));
+        metrics_text.push('\n');
+        history.push(m);
+        if let Some(p) = &a.save {
+            let mut info = WeightsInfo {
+                model: model.name().to_string(),
+                steps: trainer.steps(),
+                ..WeightsInfo::default()
+            };
+            info.extra.insert("epoch".into(), (epoch + 1).to_string());
+            save_model(p, &model, &info)?;
+            save_training(&state_path(p), &model, &trainer, &info)?;
+        }
+        if let Some(p) = &a.metrics {
+            memopt_data::write_replacing(p, metrics_text.as_bytes())?;
+        }
+        if let Some(p) = &a.chart {
+            memopt_data::write_replacing(p, train_chart::render(model.name(), &history).as_bytes())?;
+        }
+    }
+    bar.finish_and_clear();
+    if let Some(p) = &a.save {
+        out!(out, "saved {} and {}", p.display(), state_path(p).display())?;
+    }
+    out!(
+        out,
+        "measured peak: {} bytes (model, optimizer state, batch included)",
+        tracker.peak_bytes()
+    )
+}

@@ -1,0 +1,191 @@
+//! `memopt frames`, `memopt train --data` (epochs, --save, --resume, --metrics, --chart) and
+//! `memopt eval` end to end on an N-MNIST-format dataset the test writes.
+
+use memopt_data::{Events, atis_bin};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn memopt(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_memopt"))
+        .args(args)
+        .output()
+        .expect("the memopt binary runs")
+}
+
+fn ok(args: &[&str]) -> String {
+    let o = memopt(args);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "memopt {args:?} failed: {stderr}");
+    String::from_utf8(o.stdout).expect("utf-8 output")
+}
+
+fn fails(args: &[&str], code: i32) -> String {
+    let o = memopt(args);
+    let stderr = String::from_utf8_lossy(&o.stderr).to_string();
+    assert_eq!(o.status.code(), Some(code), "memopt {args:?}: {stderr}");
+    assert!(
+        stderr.starts_with("error: ") && !stderr.contains("panicked"),
+        "{stderr}"
+    );
+    stderr
+}
+
+/// `root/raw/<class>/<i>.bin`: class 0 fires in the left half of the sensor, class 1 in the
+/// right half.
+fn write_raw(root: &Path) -> PathBuf {
+    let raw = root.join("raw");
+    for class in 0..2u32 {
+        let dir = raw.join(class.to_string());
+        std::fs::create_dir_all(&dir).unwrap();
+        for s in 0..4u32 {
+            let mut ev = Events::default();
+            for e in 0..120u32 {
+                let x = class * 17 + (e * 7 + s * 3) % 17;
+                ev.push(i64::from(e * 50 + s), x, (e * 11) % 34, (e % 2) as u8);
+            }
+            std::fs::write(dir.join(format!("{s}.bin")), atis_bin::to_bytes(&ev).unwrap()).unwrap();
+        }
+    }
+    raw
+}
+
+const MODEL: &str = r#"{
+  "name": "tiny",
+  "input": { "time_steps": 4, "sample": [2, 16, 16], "classes": 2 },
+  "layers": [
+    { "type": "conv2d", "out": 4, "kernel": 3, "padding": 1 },
+    { "type": "batch_norm" },
+    { "type": "lif" },
+    { "type": "max_pool", "kernel": 4 },
+    { "type": "flatten" },
+    { "type": "linear", "out": 2 }
+  ]
+}"#;
+
+#[test]
+fn frames_then_train_save_resume_and_eval() {
+    let root = std::env::temp_dir().join(format!("memopt-cli-data-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    let raw = write_raw(&root);
+    let model = root.join("tiny.json");
+    std::fs::write(&model, MODEL).unwrap();
+    let s = |p: &Path| p.to_str().unwrap().to_string();
+
+    let text = ok(&[
+        "frames",
+        "--data",
+        &s(&raw),
+        "--format",
+        "nmnist",
+        "--frames",
+        "4",
+    ]);
+    assert!(text.contains("wrote 8 samples (4 frames each, 34x34)"), "{text}");
+    let frames = root.join("frames_number_4_split_by_number");
+    assert!(frames.join("1/3.npz").is_file());
+
+    let w = root.join("w.safetensors");
+    let common = [
+        "-m",
+        &s(&model),
+        "--data",
+        &s(&frames),
+        "--train-ratio",
+        "0.75",
+        "-n",
+        "2",
+        "--quiet",
+    ];
+    let mut args: Vec<String> = ["train"]
+        .iter()
+        .chain(common.iter())
+        .map(|a| a.to_string())
+        .collect();
+    let metrics = root.join("m.csv");
+    let chart = root.join("c.svg");
+    for a in [
+        "--epochs",
+        "3",
+        "--save",
+        &s(&w),
+        "--metrics",
+        &s(&metrics),
+        "--chart",
+        &s(&chart),
+        "--lr",
+        "0.05",
+    ] {
+        args.push(a.to_string());
+    }
+    let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+    let text = ok(&argv);
+    assert!(
+        text.contains("epoch 3/3") && text.contains("6 train, 2 test"),
+        "{text}"
+    );
+    let csv = std::fs::read_to_string(&metrics).unwrap();
+    assert_eq!(csv.lines().count(), 4, "header and 3 epochs:\n{csv}");
+    assert!(
+        csv.starts_with("epoch,lr,train_loss,train_acc,test_loss,test_acc\n1,"),
+        "{csv}"
+    );
+    assert!(std::fs::read_to_string(&chart).unwrap().contains("<polyline"));
+    assert!(root.join("w.state.safetensors").is_file());
+
+    // resume for one more epoch; weights-only files are refused for --resume
+    let mut more = args.clone();
+    let at = more.iter().position(|a| a == "--epochs").unwrap();
+    more[at + 1] = "4".into();
+    more.extend(["--resume".to_string(), s(&root.join("w.state.safetensors"))]);
+    let argv: Vec<&str> = more.iter().map(String::as_str).collect();
+    let text = ok(&argv);
+    assert!(
+        text.contains("after epoch 3") && text.contains("epoch 4/4") && !text.contains("epoch 3/4"),
+        "{text}"
+    );
+    let mut wrong = args.clone();
+    wrong.extend(["--resume".to_string(), s(&w)]);
+    let argv: Vec<&str> = wrong.iter().map(String::as_str).collect();
+    let e = fails(&argv, 1);
+    assert!(e.contains("load it with --load"), "{e}");
+
+    let logits = root.join("l.npz");
+    let text = ok(&[
+        "eval",
+        "-m",
+        &s(&model),
+        "--data",
+        &s(&frames),
+        "--train-ratio",
+        "0.75",
+        "--load",
+        &s(&w),
+        "--logits",
+        &s(&logits),
+    ]);
+    assert!(
+        text.contains("on 2 samples") && text.contains("accuracy"),
+        "{text}"
+    );
+    let l = memopt_data::npz::read_array(&logits, "logits").unwrap();
+    assert_eq!(l.shape, vec![2, 2]);
+
+    // the model must fit the data, and weights-only options need --data
+    let e = fails(&["train", "-m", &s(&model), "--data", &s(&frames), "-t", "2"], 1);
+    assert!(e.contains("--timesteps 4"), "{e}");
+    let e = fails(&["train", "-m", "spiking-mlp", "--save", &s(&w)], 2);
+    assert!(e.contains("add --data DIR"), "{e}");
+    let e = fails(
+        &[
+            "eval",
+            "-m",
+            "spiking-mlp",
+            "--data",
+            &s(&frames),
+            "--load",
+            &s(&w),
+        ],
+        1,
+    );
+    assert!(e.contains("w.safetensors") || e.contains("model takes"), "{e}");
+}

@@ -1,0 +1,78 @@
+//! The crate's error type.
+
+use std::path::PathBuf;
+
+/// Result with [`DataError`].
+pub type Result<T> = std::result::Result<T, DataError>;
+
+/// What went wrong reading, integrating or writing data and weights.
+#[derive(Debug, thiserror::Error)]
+pub enum DataError {
+    /// A file could not be opened, read or written.
+    #[error("{}: {source}", path.display())]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The operating system's error.
+        source: std::io::Error,
+    },
+    /// A file's bytes are not what its format says, at a byte offset.
+    #[error("{}: at byte {offset}: {message}", path.display())]
+    Format {
+        /// The file.
+        path: PathBuf,
+        /// Offset of the first bad byte.
+        offset: u64,
+        /// What is wrong and what would be valid.
+        message: String,
+    },
+    /// A file is well formed but unusable here (wrong arrays, shapes, names).
+    #[error("{}: {message}", path.display())]
+    File {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong and what would be valid.
+        message: String,
+    },
+    /// An argument is out of range (frame count, ratio, batch size, ...).
+    #[error("{0}")]
+    Invalid(String),
+    /// The model or optimizer refused something.
+    #[error(transparent)]
+    Checkpoint(#[from] memopt_checkpoint::CheckpointError),
+    /// A tensor operation failed.
+    #[error(transparent)]
+    Core(#[from] memopt_core::CoreError),
+}
+
+impl DataError {
+    /// An I/O error on `path`.
+    pub fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+        DataError::Io {
+            path: path.into(),
+            source,
+        }
+    }
+
+    /// A format error in `path` at byte `offset`.
+    pub fn format(path: impl Into<PathBuf>, offset: u64, message: impl Into<String>) -> Self {
+        DataError::Format {
+            path: path.into(),
+            offset,
+            message: message.into(),
+        }
+    }
+
+    /// A file-level error in `path`.
+    pub fn file(path: impl Into<PathBuf>, message: impl Into<String>) -> Self {
+        DataError::File {
+            path: path.into(),
+            message: message.into(),
+        }
+    }
+}
+
+/// Reads a whole file, naming it on error.
+pub(crate) fn read_all(path: &std::path::Path) -> Result<Vec<u8>> {
+    std::fs::read(path).map_err(|e| DataError::io(path, e))
+}

@@ -1,0 +1,154 @@
+//! Event streams: `(t, x, y, p)` arrays as SpikingJelly's readers return them, and the formats
+//! they come in.
+
+use crate::error::{DataError, Result};
+use crate::npz;
+use std::path::Path;
+
+/// Events of one recording, in file order. `t` in microseconds, `p` 0 (OFF) or 1 (ON).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Events {
+    /// Timestamps (µs).
+    pub t: Vec<i64>,
+    /// Column of each event.
+    pub x: Vec<u32>,
+    /// Row of each event.
+    pub y: Vec<u32>,
+    /// Polarity of each event (0 or 1).
+    pub p: Vec<u8>,
+}
+
+impl Events {
+    /// Number of events.
+    pub fn len(&self) -> usize {
+        self.t.len()
+    }
+
+    /// Whether there are no events.
+    pub fn is_empty(&self) -> bool {
+        self.t.is_empty()
+    }
+
+    /// Appends one event.
+    pub fn push(&mut self, t: i64, x: u32, y: u32, p: u8) {
+        self.t.push(t);
+        self.x.push(x);
+        self.y.push(y);
+        self.p.push(p);
+    }
+
+    /// The events with `start <= t < end`, in order (how SpikingJelly cuts DVS128 Gesture
+    /// recordings into samples).
+    pub fn time_window(&self, start: i64, end: i64) -> Events {
+        let mut out = Events::default();
+        for i in 0..self.len() {
+            if self.t[i] >= start && self.t[i] < end {
+                out.push(self.t[i], self.x[i], self.y[i], self.p[i]);
+            }
+        }
+        out
+    }
+}
+
+/// A file format of event recordings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventFormat {
+    /// N-MNIST: ATIS `.bin`, 40 bits per event (34x34).
+    AtisBin,
+    /// CIFAR10-DVS: jAER AEDAT 2 `.aedat` (128x128).
+    Aedat2,
+    /// DVS128 Gesture: AEDAT 3.1 `.aedat` (128x128).
+    Aedat3,
+    /// SpikingJelly's `events_np` cache: `.npz` with arrays `t`, `x`, `y`, `p`.
+    Npz,
+}
+
+impl EventFormat {
+    /// Every format with its CLI name.
+    pub const ALL: [(&'static str, EventFormat); 4] = [
+        ("nmnist", EventFormat::AtisBin),
+        ("cifar10dvs", EventFormat::Aedat2),
+        ("dvs128", EventFormat::Aedat3),
+        ("npz", EventFormat::Npz),
+    ];
+
+    /// The format named `name` (`nmnist`, `cifar10dvs`, `dvs128`, `npz`).
+    pub fn from_name(name: &str) -> Result<EventFormat> {
+        Self::ALL
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, f)| *f)
+            .ok_or_else(|| {
+                DataError::Invalid(format!(
+                    "unknown event format '{name}': expected one of nmnist, cifar10dvs, dvs128, npz"
+                ))
+            })
+    }
+
+    /// The file extension recordings of this format have.
+    pub fn extension(self) -> &'static str {
+        match self {
+            EventFormat::AtisBin => "bin",
+            EventFormat::Aedat2 | EventFormat::Aedat3 => "aedat",
+            EventFormat::Npz => "npz",
+        }
+    }
+
+    /// Sensor size `(H, W)` of the dataset this format comes from (`None` for npz).
+    pub fn sensor_size(self) -> Option<(usize, usize)> {
+        match self {
+            EventFormat::AtisBin => Some((34, 34)),
+            EventFormat::Aedat2 | EventFormat::Aedat3 => Some((128, 128)),
+            EventFormat::Npz => None,
+        }
+    }
+
+    /// Reads one recording.
+    pub fn read(self, path: &Path) -> Result<Events> {
+        match self {
+            EventFormat::AtisBin => crate::atis_bin::read(path),
+            EventFormat::Aedat2 => crate::aedat2::read(path),
+            EventFormat::Aedat3 => crate::aedat3::read(path),
+            EventFormat::Npz => read_events_npz(path),
+        }
+    }
+}
+
+/// Reads SpikingJelly's `events_np` file: arrays `t`, `x`, `y`, `p` of one length.
+pub fn read_events_npz(path: &Path) -> Result<Events> {
+    let arrays = npz::read(path)?;
+    let get = |k: &str| -> Result<Vec<i64>> {
+        arrays
+            .iter()
+            .find(|(n, _)| n == k)
+            .ok_or_else(|| {
+                DataError::file(
+                    path,
+                    format!("no array '{k}': an events file holds t, x, y and p"),
+                )
+            })?
+            .1
+            .to_i64(path, k)
+    };
+    let (t, x, y, p) = (get("t")?, get("x")?, get("y")?, get("p")?);
+    if x.len() != t.len() || y.len() != t.len() || p.len() != t.len() {
+        return Err(DataError::file(
+            path,
+            format!(
+                "t, x, y, p must have one length, got {}, {}, {}, {}",
+                t.len(),
+                x.len(),
+                y.len(),
+                p.len()
+            ),
+        ));
+    }
+    let coord = |v: i64, k: &str| {
+        u32::try_from(v).map_err(|_| DataError::file(path, format!("{k} = {v} is not a pixel coordinate")))
+    };
+    let mut ev = Events::default();
+    for i in 0..t.len() {
+        ev.push(t[i], coord(x[i], "x")?, coord(y[i], "y")?, u8::from(p[i] != 0));
+    }
+    Ok(ev)
+}

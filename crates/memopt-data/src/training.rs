@@ -1,0 +1,289 @@
+//! Epochs over a dataset: seeded shuffling, batches from the background loader, a learning
+//! rate schedule as SpikingJelly's examples use (cosine annealing or step decay, set once per
+//! epoch), loss and accuracy per epoch on the training and test splits, and evaluation.
+
+use crate::dataset::Dataset;
+use crate::error::{DataError, Result};
+use crate::loader::{BatchLoader, HostBatch, shuffled};
+use memopt_checkpoint::{Batch, Cx, Model, Recording, StepOptions, Target, Trainer};
+use memopt_core::{Device, MemoryKind, Philox, Tensor};
+use std::sync::Arc;
+
+/// How the learning rate changes from epoch to epoch.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Schedule {
+    /// The base rate throughout.
+    Constant,
+    /// `torch.optim.lr_scheduler.CosineAnnealingLR(T_max=t_max, eta_min=0)`:
+    /// `base * (1 + cos(pi * epoch / t_max)) / 2`.
+    Cosine {
+        /// Epochs of the half period.
+        t_max: u64,
+    },
+    /// `StepLR(step_size, gamma)`: `base * gamma^(epoch / step_size)`.
+    Step {
+        /// Epochs between decays.
+        step_size: u64,
+        /// Factor per decay.
+        gamma: f64,
+    },
+}
+
+impl Schedule {
+    /// Learning rate of `epoch` (0-based) from `base`.
+    pub fn rate(&self, base: f32, epoch: u64) -> f32 {
+        let base = f64::from(base);
+        let lr = match *self {
+            Schedule::Constant => base,
+            Schedule::Cosine { t_max } => {
+                base * (1.0 + (std::f64::consts::PI * epoch as f64 / t_max.max(1) as f64).cos()) / 2.0
+            }
+            Schedule::Step { step_size, gamma } => base * gamma.powf((epoch / step_size.max(1)) as f64),
+        };
+        lr as f32
+    }
+}
+
+/// Loss and accuracy over a split.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct SplitMetrics {
+    /// Mean loss per sample.
+    pub loss: f64,
+    /// Fraction of samples whose largest output is their label.
+    pub accuracy: f64,
+    /// Samples seen.
+    pub samples: usize,
+}
+
+/// Sums of loss and correct predictions, weighted by batch size.
+#[derive(Debug, Default)]
+struct Tally {
+    loss: f64,
+    correct: usize,
+    samples: usize,
+}
+
+impl Tally {
+    fn add(&mut self, mean_loss: f64, rates: &[f32], labels: &[i64]) {
+        let n = labels.len();
+        self.loss += mean_loss * n as f64;
+        self.samples += n;
+        let classes = rates.len() / n.max(1);
+        for (row, &label) in rates.chunks(classes.max(1)).zip(labels) {
+            let best = row.iter().enumerate().fold(
+                (0, f32::NEG_INFINITY),
+                |b, (i, &v)| if v > b.1 { (i, v) } else { b },
+            );
+            self.correct += usize::from(best.0 as i64 == label);
+        }
+    }
+
+    fn metrics(&self) -> SplitMetrics {
+        let n = self.samples.max(1) as f64;
+        SplitMetrics {
+            loss: self.loss / n,
+            accuracy: self.correct as f64 / n,
+            samples: self.samples,
+        }
+    }
+}
+
+fn to_batch(b: &HostBatch, device: Device) -> Result<Batch> {
+    let input = Tensor::from_vec(b.input.clone(), b.dims.clone(), device, MemoryKind::Input)?;
+    let labels = Tensor::from_vec(b.labels.clone(), vec![b.labels.len()], device, MemoryKind::Input)?;
+    Ok(Batch {
+        input,
+        target: Target::Labels(labels),
+    })
+}
+
+/// One training epoch: the learning rate set by `schedule`, samples of `train` shuffled by
+/// `(seed, epoch)`, batches of `batch_size` (a smaller last batch kept), `on_step(step in
+/// epoch, steps in epoch, loss)` after every step.
+#[allow(clippy::too_many_arguments)]
+pub fn train_epoch(
+    model: &Model,
+    trainer: &mut Trainer,
+    data: &Arc<Dataset>,
+    train: &[usize],
+    epoch: u64,
+    seed: u64,
+    batch_size: usize,
+    on_step: &mut dyn FnMut(usize, usize, f32),
+) -> Result<SplitMetrics> {
+    let order = shuffled(train, seed, epoch);
+    let steps = order.len().div_ceil(batch_size.max(1));
+    let loader = BatchLoader::spawn(data.clone(), order, batch_size, model.spec().time_steps, false)?;
+    let mut tally = Tally::default();
+    let opts = StepOptions {
+        keep_output: true,
+        ..StepOptions::default()
+    };
+    for (i, host) in loader.enumerate() {
+        let host = host?;
+        let out = trainer.step(model, &to_batch(&host, model.device())?, opts)?;
+        let loss = out
+            .loss
+            .ok_or_else(|| DataError::Invalid("training needs a device with data (cpu)".into()))?;
+        if !loss.is_finite() {
+            return Err(DataError::Invalid(format!(
+                "the loss became {loss} at epoch {epoch}, step {i}: lower the learning rate"
+            )));
+        }
+        let rates = out
+            .output
+            .map(|t| t.to_vec_f32())
+            .transpose()?
+            .unwrap_or_default();
+        tally.add(f64::from(loss), &rates, &host.labels);
+        on_step(i + 1, steps, loss);
+    }
+    Ok(tally.metrics())
+}
+
+/// Evaluation without a tape, BatchNorm on its running statistics and dropout off: loss and
+/// accuracy over `indices`, and the time-averaged outputs `[samples, classes]` in order.
+pub fn evaluate(
+    model: &Model,
+    data: &Arc<Dataset>,
+    indices: &[usize],
+    batch_size: usize,
+) -> Result<(SplitMetrics, Vec<f32>)> {
+    check_classes(model, data)?;
+    let loader = BatchLoader::spawn(
+        data.clone(),
+        indices.to_vec(),
+        batch_size,
+        model.spec().time_steps,
+        false,
+    )?;
+    let mut tally = Tally::default();
+    let mut outputs = Vec::new();
+    for host in loader {
+        let host = host?;
+        let batch = to_batch(&host, model.device())?;
+        model.check_input(&batch.input)?;
+        let mut cx = Cx::new(
+            model.device(),
+            model.policies(),
+            Philox::new(0),
+            Recording::Off,
+            false,
+        );
+        let x = cx.leaf(batch.input, false);
+        let y = model.forward(&mut cx, x)?;
+        let d = y.dims().to_vec();
+        let values = y.tensor().to_vec_f32()?;
+        let rates = time_mean(&values, &d);
+        tally.add(mean_cross_entropy(&rates, &host.labels), &rates, &host.labels);
+        outputs.extend_from_slice(&rates);
+    }
+    Ok((tally.metrics(), outputs))
+}
+
+/// `[T, N, C]` -> mean over T (`[N, C]` passes through).
+fn time_mean(values: &[f32], dims: &[usize]) -> Vec<f32> {
+    if dims.len() < 3 {
+        return values.to_vec();
+    }
+    let t = dims[0];
+    let per_step = values.len() / t.max(1);
+    let mut out = vec![0f64; per_step];
+    for s in 0..t {
+        for (o, v) in out.iter_mut().zip(&values[s * per_step..(s + 1) * per_step]) {
+            *o += f64::from(*v);
+        }
+    }
+    out.into_iter().map(|v| (v / t as f64) as f32).collect()
+}
+
+/// Mean cross-entropy of `rates` `[N, C]` against `labels` (log-softmax in f64).
+fn mean_cross_entropy(rates: &[f32], labels: &[i64]) -> f64 {
+    let n = labels.len().max(1);
+    let classes = rates.len() / n;
+    let mut total = 0.0;
+    for (row, &label) in rates.chunks(classes.max(1)).zip(labels) {
+        let max = row.iter().fold(f64::NEG_INFINITY, |m, &v| m.max(f64::from(v)));
+        let lse = max + row.iter().map(|&v| (f64::from(v) - max).exp()).sum::<f64>().ln();
+        total += lse - f64::from(row[label as usize]);
+    }
+    total / n as f64
+}
+
+/// The settings that stay fixed over a run's epochs.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct EpochPlan {
+    /// Learning rate of epoch 0, before the schedule.
+    pub base_lr: f32,
+    /// How the rate changes per epoch.
+    pub schedule: Schedule,
+    /// Seed of the shuffling.
+    pub seed: u64,
+    /// Samples per batch.
+    pub batch_size: usize,
+}
+
+/// What one epoch measured.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct EpochMetrics {
+    /// Epoch (0-based).
+    pub epoch: u64,
+    /// Learning rate used.
+    pub lr: f32,
+    /// Training split (loss and accuracy of the steps as they ran).
+    pub train: SplitMetrics,
+    /// Test split, evaluated after the epoch (`None` when the split is empty).
+    pub test: Option<SplitMetrics>,
+}
+
+/// Checks that the dataset's labels fit the model's classes.
+pub fn check_classes(model: &Model, data: &Dataset) -> Result<()> {
+    if data.classes.len() > model.spec().classes {
+        return Err(DataError::Invalid(format!(
+            "the dataset has {} classes but model '{}' outputs {}; give the model at least {} classes",
+            data.classes.len(),
+            model.name(),
+            model.spec().classes,
+            data.classes.len()
+        )));
+    }
+    Ok(())
+}
+
+/// One epoch: sets the scheduled learning rate, trains on `train`, evaluates on `test`.
+#[allow(clippy::too_many_arguments)]
+pub fn run_epoch(
+    model: &Model,
+    trainer: &mut Trainer,
+    data: &Arc<Dataset>,
+    train: &[usize],
+    test: &[usize],
+    plan: &EpochPlan,
+    epoch: u64,
+    on_step: &mut dyn FnMut(usize, usize, f32),
+) -> Result<EpochMetrics> {
+    check_classes(model, data)?;
+    let lr = plan.schedule.rate(plan.base_lr, epoch);
+    trainer.optimizer_mut().set_learning_rate(lr)?;
+    let train = train_epoch(
+        model,
+        trainer,
+        data,
+        train,
+        epoch,
+        plan.seed,
+        plan.batch_size,
+        on_step,
+    )?;
+    let test = if test.is_empty() {
+        None
+    } else {
+        Some(evaluate(model, data, test, plan.batch_size)?.0)
+    };
+    Ok(EpochMetrics {
+        epoch,
+        lr,
+        train,
+        test,
+    })
+}

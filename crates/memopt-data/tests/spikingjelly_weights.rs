@@ -1,0 +1,192 @@
+//! Weights memopt generates from a seed, saved as safetensors, were loaded by SpikingJelly
+//! 2.0 with `strict=True` (tools/fixtures/weights.py); the fixture holds only SpikingJelly's
+//! outputs. Here the same file is loaded into a differently seeded memopt model, which must
+//! then give the same spikes (exactly), logits (within 1e-5 relative) and BatchNorm running
+//! statistics after the step. Files of another architecture are rejected, nothing loaded.
+
+#[path = "common/sj_models.rs"]
+mod sj_models;
+
+use memopt_checkpoint::{Cx, Model, Recording, Var, ops};
+use memopt_core::{Device, MemoryKind, Philox, Tensor};
+use memopt_data::npy::NpyArray;
+use memopt_data::npz;
+use memopt_data::weights::{WeightsInfo, load_model, save_model};
+use std::path::{Path, PathBuf};
+
+fn temp(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("memopt-data-weights-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir.join(name)
+}
+
+/// Module paths run one after the other (`flatten` = `torch.flatten(x, 2)` in the forward).
+fn chain(stem: &str) -> Vec<&'static str> {
+    match stem {
+        "vgg" => vec![
+            "features.0",
+            "features.1",
+            "features.2",
+            "features.3",
+            "features.4",
+            "features.5",
+            "features.6",
+            "features.7",
+            "features.8",
+            "flatten",
+            "classifier.1",
+        ],
+        _ => vec![
+            "conv1", "bn1", "sn1", "maxpool", "layer1", "layer2", "layer3", "layer4", "avgpool", "flatten",
+            "fc",
+        ],
+    }
+}
+
+/// Runs the chain in training mode (batch statistics) without dropout, returning every
+/// module's output by path.
+fn run(model: &Model, stem: &str, input: Tensor) -> Vec<(String, Vec<f32>)> {
+    let mut cx = Cx::new(
+        Device::Cpu,
+        model.policies(),
+        Philox::new(0),
+        Recording::Off,
+        true,
+    );
+    let mut x: Var = cx.leaf(input, false);
+    let mut outs = Vec::new();
+    for path in chain(stem) {
+        x = if path == "flatten" && model.module(path).is_none() {
+            let d = x.dims().to_vec();
+            ops::reshape(&mut cx, &x, vec![d[0], d[1], d[2..].iter().product()]).unwrap()
+        } else {
+            let m = model.module(path).unwrap_or_else(|| panic!("no module {path}"));
+            cx.call1(path, m, x).unwrap()
+        };
+        outs.push((path.to_string(), x.tensor().to_vec_f32().unwrap()));
+    }
+    outs
+}
+
+fn fixture(stem: &str) -> Vec<(String, NpyArray)> {
+    let p =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/fixtures/weights/{stem}_spikingjelly.npz"));
+    npz::read(&p).unwrap()
+}
+
+fn max_rel(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len());
+    let scale = b.iter().fold(0f32, |m, v| m.max(v.abs())).max(f32::MIN_POSITIVE);
+    a.iter().zip(b).fold(0f32, |m, (x, y)| m.max((x - y).abs())) / scale
+}
+
+#[test]
+fn spikingjelly_outputs_are_reproduced_from_the_exchanged_weights() {
+    for (name, stem, spec) in sj_models::cases() {
+        let seeded = sj_models::seeded_model(name, &spec);
+        let file = temp(&format!("{stem}.safetensors"));
+        save_model(&file, &seeded, &WeightsInfo::default()).unwrap();
+        drop(seeded);
+        // a model with other weights, then the file: everything must come from the file
+        let model = memopt_checkpoint::zoo::build(name, &spec, Device::Cpu, 999).unwrap();
+        load_model(&file, &model).unwrap();
+        let (dims, data) = sj_models::fixed_input(&spec);
+        let input = Tensor::from_vec(data, dims, Device::Cpu, MemoryKind::Input).unwrap();
+        let outs = run(&model, stem, input);
+        let want = fixture(stem);
+        let (mut layers, mut spiking_layers) = (0, 0);
+        for (key, arr) in &want {
+            if let Some(path) = key.strip_prefix("out.") {
+                let got = &outs.iter().find(|(p, _)| p == path).unwrap().1;
+                assert_eq!(
+                    got,
+                    &arr.to_f32(),
+                    "{stem}: output of {path} differs from SpikingJelly's"
+                );
+                layers += 1;
+                spiking_layers += usize::from(got.iter().any(|&v| v != 0.0));
+            }
+        }
+        assert!(layers >= 5, "{stem}: the fixture compares {layers} layers");
+        assert_eq!(spiking_layers, layers, "{stem}: a silent layer makes a weak test");
+        let logits = &outs.last().unwrap().1;
+        let want_logits = want.iter().find(|(k, _)| k == "logits").unwrap().1.to_f32();
+        let rel = max_rel(logits, &want_logits);
+        assert!(rel <= 1e-5, "{stem}: logits differ by {rel} relative");
+        for (key, arr) in &want {
+            if let Some(buffer) = key.strip_prefix("after.") {
+                let got = model.buffers().into_iter().find(|(n, _)| n == buffer).unwrap().1;
+                let rel = max_rel(&got.tensor().to_vec_f32().unwrap(), &arr.to_f32());
+                assert!(
+                    rel <= 1e-5,
+                    "{stem}: {buffer} after the step differs by {rel} relative"
+                );
+            }
+        }
+    }
+}
+
+fn snapshot(model: &Model) -> Vec<Vec<f32>> {
+    let mut v: Vec<Vec<f32>> = model
+        .params()
+        .iter()
+        .map(|(_, p)| p.tensor().to_vec_f32().unwrap())
+        .collect();
+    v.extend(
+        model
+            .buffers()
+            .iter()
+            .map(|(_, b)| b.tensor().to_vec_f32().unwrap()),
+    );
+    v
+}
+
+#[test]
+fn a_file_of_another_architecture_is_rejected_with_the_mismatches_and_nothing_loaded() {
+    let small = |hw: usize| memopt_checkpoint::InputSpec {
+        time_steps: 1,
+        sample: vec![2, hw, hw],
+        classes: 10,
+    };
+    let vgg16 = memopt_checkpoint::zoo::build("cifar10dvs-vgg", &small(16), Device::Cpu, 1).unwrap();
+    let file = temp("vgg16.safetensors");
+    save_model(&file, &vgg16, &WeightsInfo::default()).unwrap();
+    // same architecture at another input size: only the classifier differs
+    let vgg32 = memopt_checkpoint::zoo::build("cifar10dvs-vgg", &small(32), Device::Cpu, 2).unwrap();
+    let before = snapshot(&vgg32);
+    let e = load_model(&file, &vgg32).unwrap_err().to_string();
+    assert!(
+        e.contains("vgg16.safetensors") && e.contains("nothing loaded"),
+        "{e}"
+    );
+    assert!(
+        e.contains("classifier.1.weight: file has F32 [10, 512], model needs F32 [10, 2048]"),
+        "{e}"
+    );
+    assert_eq!(snapshot(&vgg32), before, "a rejected file changed the model");
+    // another architecture: missing and unexpected names, listed
+    let mlp = memopt_checkpoint::zoo::build(
+        "spiking-mlp",
+        &memopt_checkpoint::zoo::entry("spiking-mlp").unwrap().small,
+        Device::Cpu,
+        3,
+    )
+    .unwrap();
+    let before = snapshot(&mlp);
+    let e = load_model(&file, &mlp).unwrap_err().to_string();
+    assert!(
+        e.contains("missing 0.weight") && e.contains("unexpected classifier.1.bias"),
+        "{e}"
+    );
+    assert!(e.contains("more"), "{e}");
+    assert_eq!(snapshot(&mlp), before);
+    // not a safetensors file
+    std::fs::write(temp("junk.safetensors"), b"not weights").unwrap();
+    let e = load_model(&temp("junk.safetensors"), &mlp)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("junk.safetensors") && e.contains("not a safetensors file"),
+        "{e}"
+    );
+}

@@ -84,8 +84,13 @@ impl Module for Conv2d {
             .map(|(_, p)| p.elem_count() as u64)
             .sum::<u64>();
         ModuleCost {
-            flops: 2 * out * per_output + if self.bias.is_some() { out } else { 0 },
-            bytes: f32_bytes(inputs) + f32_bytes(outputs) + weights * super::COMPUTE_ELEM_BYTES,
+            flops: out
+                .saturating_mul(per_output)
+                .saturating_mul(2)
+                .saturating_add(if self.bias.is_some() { out } else { 0 }),
+            bytes: f32_bytes(inputs)
+                .saturating_add(f32_bytes(outputs))
+                .saturating_add(weights.saturating_mul(super::COMPUTE_ELEM_BYTES)),
         }
     }
 }

@@ -9,6 +9,10 @@ pub const COMPUTE_ELEM_BYTES: u64 = 4;
 
 /// The cost of one forward call of a module, computed from the shapes of its inputs and outputs
 /// without running it. Planners turn it into time with throughput constants.
+///
+/// Costs are time estimates, not byte accounting: a figure beyond `u64` (a Meta step of
+/// absurd size, whose bytes the tracker refuses anyway) saturates at `u64::MAX` rather than
+/// wrapping to a small, wrong time.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ModuleCost {
     /// Floating-point operations (a multiply-add counts as 2).
@@ -26,25 +30,27 @@ impl ModuleCost {
     pub fn elementwise(inputs: &[Shape], outputs: &[Shape]) -> ModuleCost {
         ModuleCost {
             flops: elems(outputs),
-            bytes: f32_bytes(inputs) + f32_bytes(outputs),
+            bytes: f32_bytes(inputs).saturating_add(f32_bytes(outputs)),
         }
     }
 
     /// Sum of two costs.
     pub fn plus(self, other: ModuleCost) -> ModuleCost {
         ModuleCost {
-            flops: self.flops + other.flops,
-            bytes: self.bytes + other.bytes,
+            flops: self.flops.saturating_add(other.flops),
+            bytes: self.bytes.saturating_add(other.bytes),
         }
     }
 }
 
 /// Total elements of `shapes`.
 pub fn elems(shapes: &[Shape]) -> u64 {
-    shapes.iter().map(|s| s.elem_count() as u64).sum()
+    shapes
+        .iter()
+        .fold(0u64, |n, s| n.saturating_add(s.elem_count() as u64))
 }
 
 /// Bytes of `shapes` as f32 tensors.
 pub fn f32_bytes(shapes: &[Shape]) -> u64 {
-    elems(shapes) * COMPUTE_ELEM_BYTES
+    elems(shapes).saturating_mul(COMPUTE_ELEM_BYTES)
 }

@@ -72,8 +72,13 @@ impl Module for Linear {
             .map(|(_, p)| p.elem_count() as u64)
             .sum::<u64>();
         ModuleCost {
-            flops: 2 * out * in_features + if self.bias.is_some() { out } else { 0 },
-            bytes: f32_bytes(inputs) + f32_bytes(outputs) + weights * super::COMPUTE_ELEM_BYTES,
+            flops: out
+                .saturating_mul(in_features)
+                .saturating_mul(2)
+                .saturating_add(if self.bias.is_some() { out } else { 0 }),
+            bytes: f32_bytes(inputs)
+                .saturating_add(f32_bytes(outputs))
+                .saturating_add(weights.saturating_mul(super::COMPUTE_ELEM_BYTES)),
         }
     }
 }

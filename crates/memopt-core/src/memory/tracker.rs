@@ -154,22 +154,33 @@ impl MemoryTracker {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Records a new buffer of `bytes` bytes and returns the guard that records its free.
-    pub fn allocate(self: &Arc<Self>, bytes: u64, kind: MemoryKind) -> Allocation {
+    /// Records a new buffer of `bytes` bytes and returns the guard that records its free. An
+    /// error, recording nothing, when the bytes held would exceed `u64::MAX` (possible on Meta,
+    /// whose sizes no real memory bounds).
+    pub fn allocate(self: &Arc<Self>, bytes: u64, kind: MemoryKind) -> crate::Result<Allocation> {
         let (id, event) = {
             let mut s = self.lock();
+            let current = s
+                .current
+                .checked_add(bytes)
+                .ok_or(crate::CoreError::ByteCountOverflow {
+                    device: self.device,
+                    held: s.current,
+                    bytes,
+                })?;
             let id = AllocationId(s.next_id);
             s.next_id += 1;
-            s.current += bytes;
+            s.current = current;
             s.peak = s.peak.max(s.current);
             let k = &mut s.by_kind[kind.index()];
+            // A kind's bytes are part of the total, which did not overflow.
             k.current += bytes;
             k.peak = k.peak.max(k.current);
             s.live += 1;
             (id, self.event(&mut s, MemoryAction::Alloc, id, bytes, kind))
         };
         self.publish(event);
-        Allocation::new(id, bytes, kind, self.clone())
+        Ok(Allocation::new(id, bytes, kind, self.clone()))
     }
 
     pub(super) fn record_free(&self, id: AllocationId, bytes: u64, kind: MemoryKind) {

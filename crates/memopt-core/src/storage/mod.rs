@@ -61,38 +61,39 @@ impl Storage {
             Device::Meta => StorageData::Meta,
             Device::Cuda(ordinal) => StorageData::Cuda(CudaData::zeros(ordinal, dtype, len)?),
         };
-        Ok(Self::from_parts(data, dtype, len, device, kind))
+        Self::from_parts(data, dtype, len, device, kind)
     }
 
     /// Wraps host data; records the allocation on the CPU tracker.
-    pub fn from_cpu(data: CpuData, kind: MemoryKind) -> Storage {
+    pub fn from_cpu(data: CpuData, kind: MemoryKind) -> Result<Storage> {
         let (dtype, len) = (data.dtype(), data.len());
         Self::from_parts(StorageData::Cpu(data), dtype, len, Device::Cpu, kind)
     }
 
     /// Wraps device memory of GPU `ordinal` (e.g. the output of a CUDA kernel) and records its
     /// allocation on that GPU's tracker. The data must have been allocated on that GPU.
-    pub fn from_cuda(data: CudaData, ordinal: usize, kind: MemoryKind) -> Storage {
+    pub fn from_cuda(data: CudaData, ordinal: usize, kind: MemoryKind) -> Result<Storage> {
         let (dtype, len) = (data.dtype(), data.len());
         Self::from_parts(StorageData::Cuda(data), dtype, len, Device::Cuda(ordinal), kind)
     }
 
     /// Wraps data already on `device` and records its allocation. `data` must match `device`.
+    /// An error when the bytes held on the device would exceed `u64::MAX`.
     pub(crate) fn from_parts(
         data: StorageData,
         dtype: DType,
         len: usize,
         device: Device,
         kind: MemoryKind,
-    ) -> Storage {
-        let allocation = MemoryTracker::current(device).allocate(Self::bytes_for(dtype, len), kind);
-        Storage {
+    ) -> Result<Storage> {
+        let allocation = MemoryTracker::current(device).allocate(Self::bytes_for(dtype, len), kind)?;
+        Ok(Storage {
             dtype,
             len,
             device,
             data: RwLock::new(data),
             allocation,
-        }
+        })
     }
 
     /// Element type.

@@ -54,7 +54,7 @@ impl Tensor {
                     kind,
                 )
             }
-        };
+        }?;
         Ok(Tensor::from_storage(Arc::new(storage), self.shape().clone())?.with_spike_flag(self.is_spike()))
     }
 
@@ -80,7 +80,7 @@ impl Tensor {
                     kind,
                 )
             }
-        };
+        }?;
         Ok(Tensor::from_storage(Arc::new(storage), self.shape().clone())?.with_spike_flag(self.is_spike()))
     }
 

@@ -91,9 +91,17 @@ impl Selection {
 /// Parses a count that must be a positive whole number (`--batch`, `--timesteps`, `--steps`):
 /// `-1`, `0`, `2.5` and numbers beyond the address space are errors that say so.
 pub fn positive(s: &str) -> std::result::Result<usize, String> {
+    match whole(s)? {
+        0 => Err("must be at least 1".into()),
+        n => Ok(n),
+    }
+}
+
+/// Parses a whole number (`--steps`, `--runs`; a command says itself when 0 is not allowed):
+/// `-1`, `2.5` and numbers beyond the address space are errors that say so.
+pub fn whole(s: &str) -> std::result::Result<usize, String> {
     let t = s.trim();
     match t.parse::<usize>() {
-        Ok(0) => Err("must be at least 1".into()),
         Ok(n) => Ok(n),
         Err(_) if t.starts_with('-') => Err(format!("must be a positive whole number (1, 2, ...), got {t}")),
         Err(_) if !t.is_empty() && t.chars().all(|c| c.is_ascii_digit()) => Err(format!(

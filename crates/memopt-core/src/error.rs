@@ -92,10 +92,12 @@ pub enum CoreError {
     /// The bytes held on a device would exceed what a byte count can represent (sizes of
     /// Meta steps are unbounded by real memory).
     #[error(
-        "the bytes held on {device} would exceed {} bytes: {held} held plus {bytes} more; plan with a smaller batch, fewer time steps or a smaller input",
+        "the bytes held on {device} would exceed {} bytes: {held} held plus {bytes} more in {at}; plan with a smaller batch, fewer time steps or a smaller input",
         u64::MAX
     )]
     ByteCountOverflow {
+        /// Where: `module features.3 (forward)`.
+        at: String,
         /// Device tracked.
         device: Device,
         /// Bytes held before the allocation.

@@ -24,7 +24,7 @@ pub struct BenchArgs {
     #[command(flatten)]
     pub model: ModelArgs,
     /// Timed CPU steps per strategy (after one step for the peak and gradients).
-    #[arg(long, default_value_t = 3, value_name = "N")]
+    #[arg(long, default_value_t = 3, value_name = "N", value_parser = crate::selection::whole, allow_hyphen_values = true)]
     pub steps: usize,
     /// Budget of the budget row (2GiB, 512MiB, 40%) [default: midway between the least
     /// reachable peak and the baseline].

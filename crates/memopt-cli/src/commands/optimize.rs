@@ -61,7 +61,7 @@ pub struct OptimizeArgs {
     #[arg(long, default_value = "cpu", value_name = "cpu|cuda")]
     pub device: String,
     /// Timed steps per run of --verify (after the first, which gives the peak and gradients).
-    #[arg(long, default_value_t = 2, value_name = "N")]
+    #[arg(long, default_value_t = 2, value_name = "N", value_parser = crate::selection::whole, allow_hyphen_values = true)]
     pub steps: usize,
     /// Print JSON (stable field names) instead of text.
     #[arg(long)]

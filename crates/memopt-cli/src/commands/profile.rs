@@ -41,7 +41,7 @@ pub struct ProfileArgs {
     #[arg(long, value_name = "FILE")]
     pub plan: Option<PathBuf>,
     /// Timed steps (after one warm-up) for the per-module times.
-    #[arg(long, default_value_t = 3, value_name = "N")]
+    #[arg(long, default_value_t = 3, value_name = "N", value_parser = crate::selection::whole, allow_hyphen_values = true)]
     pub runs: usize,
     /// Deepest module level in the table (0 = the whole model only).
     #[arg(long, default_value_t = 2, value_name = "D")]

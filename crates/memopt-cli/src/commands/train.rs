@@ -36,7 +36,7 @@ pub struct TrainArgs {
     #[arg(long, value_name = "FILE")]
     pub plan: Option<PathBuf>,
     /// Training steps.
-    #[arg(long, default_value_t = 20, value_name = "S")]
+    #[arg(long, default_value_t = 20, value_name = "S", value_parser = crate::selection::whole, allow_hyphen_values = true)]
     pub steps: usize,
     /// Where to train: cpu, meta (memory only: no data, no loss) or cuda[:N]. The training
     /// kernels run on the CPU only so far: cuda reports that it is not implemented (or that no

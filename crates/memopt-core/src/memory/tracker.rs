@@ -160,14 +160,18 @@ impl MemoryTracker {
     pub fn allocate(self: &Arc<Self>, bytes: u64, kind: MemoryKind) -> crate::Result<Allocation> {
         let (id, event) = {
             let mut s = self.lock();
-            let current = s
-                .current
-                .checked_add(bytes)
-                .ok_or(crate::CoreError::ByteCountOverflow {
+            let current = s.current.checked_add(bytes).ok_or_else(|| {
+                let scope = current_scope();
+                crate::CoreError::ByteCountOverflow {
+                    at: match scope.path() {
+                        "" => format!("the model ({})", scope.phase()),
+                        p => format!("module {p} ({})", scope.phase()),
+                    },
                     device: self.device,
                     held: s.current,
                     bytes,
-                })?;
+                }
+            })?;
             let id = AllocationId(s.next_id);
             s.next_id += 1;
             s.current = current;

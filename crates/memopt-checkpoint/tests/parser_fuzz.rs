@@ -233,10 +233,10 @@ fn replace_values(text: &str, changes: &[(usize, serde_json::Value)]) -> String 
 /// Parses as a model and as a plan; what parses is built or applied on Meta. Panics only on a
 /// bug (which proptest then reports with the input).
 fn exercise(text: &str) {
-    let _scratch = MemoryTracker::install(MemoryTracker::new(Device::Meta));
+    let _scratch = MemoryTracker::install(MemoryTracker::new(Device::META));
     match CustomModel::from_json(text) {
         Ok(model) => {
-            if let Err(e) = model.build(model.spec(), Device::Meta, 0) {
+            if let Err(e) = model.build(model.spec(), Device::META, 0) {
                 assert!(!e.to_string().is_empty());
             }
         }
@@ -249,7 +249,7 @@ fn exercise(text: &str) {
                 sample: vec![16],
                 classes: 10,
             };
-            let mut model = zoo::build("spiking-mlp", &spec, Device::Meta, 0).expect("the zoo model builds");
+            let mut model = zoo::build("spiking-mlp", &spec, Device::META, 0).expect("the zoo model builds");
             if let Err(e) = model.apply_plan(&plan) {
                 assert!(!e.to_string().is_empty());
             }

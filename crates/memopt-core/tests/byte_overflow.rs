@@ -7,15 +7,15 @@ use memopt_core::{CoreError, DType, Device, MemoryKind, MemoryTracker, Tensor};
 
 #[test]
 fn an_allocation_that_would_overflow_the_byte_count_is_an_error() {
-    let tracker = MemoryTracker::new(Device::Meta);
+    let tracker = MemoryTracker::new(Device::META);
     let _installed = MemoryTracker::install(tracker.clone());
     // Each just under isize::MAX bytes (the largest one storage may be); three exceed u64.
     let len = (isize::MAX as usize) / 4;
-    let a = Tensor::zeros([len], DType::F32, Device::Meta, MemoryKind::Activation).unwrap();
-    let b = Tensor::zeros([len], DType::F32, Device::Meta, MemoryKind::Activation).unwrap();
+    let a = Tensor::zeros([len], DType::F32, Device::META, MemoryKind::Activation).unwrap();
+    let b = Tensor::zeros([len], DType::F32, Device::META, MemoryKind::Activation).unwrap();
     let before = tracker.stats();
     let _scope = enter_scope(Scope::new("features.3", Phase::Forward));
-    let e = Tensor::zeros([len], DType::F32, Device::Meta, MemoryKind::Activation).unwrap_err();
+    let e = Tensor::zeros([len], DType::F32, Device::META, MemoryKind::Activation).unwrap_err();
     assert!(matches!(e, CoreError::ByteCountOverflow { .. }), "{e}");
     let msg = e.to_string();
     assert!(

@@ -159,12 +159,12 @@ pub fn run(args: &ProfileArgs, out: &mut dyn Write) -> Result<()> {
     let workload = &sel.workload;
     args.limit
         .check(workload, &[&plan], device, &args.model.command_line())?;
-    let report = if device == Device::Meta {
+    let report = if device == Device::META {
         estimate(workload, &plan)?
     } else {
         profile_memory(workload, &plan, device)?
     };
-    let timing = if device == Device::Meta {
+    let timing = if device == Device::META {
         None
     } else {
         Some(TimingProfiler::new(1, args.runs).profile(workload, &plan, device)?)

@@ -80,7 +80,7 @@ mod tests {
         assert_eq!(shell_word("my model.json"), "'my model.json'");
         assert_eq!(shell_word("it's"), r"'it'\''s'");
         let mut out = Vec::new();
-        write!(TerminalSafe::new(&mut out), "x\x1b[2Jy\x07\n").unwrap();
+        writeln!(TerminalSafe::new(&mut out), "x\x1b[2Jy\x07").unwrap();
         assert_eq!(String::from_utf8(out).unwrap(), "x\\u{1b}[2Jy\\u{7}\n");
     }
 }

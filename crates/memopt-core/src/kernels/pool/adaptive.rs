@@ -42,7 +42,7 @@ pub fn adaptive_avg_pool2d(x: &Tensor, out_hw: [usize; 2]) -> Result<Tensor> {
     let n = g.b * g.c * g.out_plane();
     let mut y = KernelBuffer::<f32>::new(OP, x.device(), n, MemoryKind::Activation, Init::Overwritten)?;
     launch(OP, x.device(), || {
-        if !(n > 0) {
+        if n == 0 {
             return Ok(());
         }
         let (xs, ys) = (xr.host()?, y.host_mut()?);

@@ -27,7 +27,7 @@ pub fn avg_pool2d(x: &Tensor, p: &Pool2dParams, count_include_pad: bool) -> Resu
     let n = g.b * g.c * g.out_plane();
     let mut y = KernelBuffer::<f32>::new(OP, x.device(), n, MemoryKind::Activation, Init::Overwritten)?;
     launch(OP, x.device(), || {
-        if !(n > 0) {
+        if n == 0 {
             return Ok(());
         }
         let (xs, ys) = (xr.host()?, y.host_mut()?);
@@ -78,7 +78,7 @@ pub fn avg_pool2d_backward(
         Init::Zeroed,
     )?;
     launch(OP, grad_y.device(), || {
-        if !(g.out_plane() > 0) {
+        if g.out_plane() == 0 {
             return Ok(());
         }
         let (gs, out) = (gr.host()?, gx.host_mut()?);

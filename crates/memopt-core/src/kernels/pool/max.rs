@@ -83,7 +83,7 @@ pub fn max_pool2d(x: &Tensor, p: &Pool2dParams) -> Result<(Tensor, Tensor)> {
     let mut y = KernelBuffer::<f32>::new(OP, x.device(), n, MemoryKind::Activation, Init::Overwritten)?;
     let mut idx = KernelBuffer::<u32>::new(OP, x.device(), n, MemoryKind::Activation, Init::Overwritten)?;
     launch(OP, x.device(), || {
-        if !(n > 0) {
+        if n == 0 {
             return Ok(());
         }
         let (xs, ys, is) = (xr.host()?, y.host_mut()?, idx.host_mut()?);
@@ -187,7 +187,7 @@ pub fn max_pool2d_backward(grad_y: &Tensor, indices: &Tensor, input_dims: &[usiz
         Init::Zeroed,
     )?;
     launch(OP, grad_y.device(), || {
-        if !(out_plane > 0) {
+        if out_plane == 0 {
             return Ok(());
         }
         let (gs, is, out) = (gr.host()?, ir.host()?, gx.host_mut()?);

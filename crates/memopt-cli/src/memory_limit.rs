@@ -174,19 +174,24 @@ pub fn cgroup_rooms(cgroup_file: &Path, mount: &Path) -> Vec<Room> {
     rooms
 }
 
-/// `MemAvailable` of a `/proc/meminfo` file.
-pub fn mem_available(meminfo: &Path) -> Option<Room> {
-    let text = std::fs::read_to_string(meminfo).ok()?;
+/// The bytes of a `Name:   123 kB` line of a /proc file.
+fn kib_field(text: &str, name: &str) -> Option<u64> {
     let kib: u64 = text
         .lines()
-        .find_map(|l| l.strip_prefix("MemAvailable:"))?
+        .find_map(|l| l.strip_prefix(name))?
         .trim()
         .trim_end_matches("kB")
         .trim()
         .parse()
         .ok()?;
+    kib.checked_mul(1024)
+}
+
+/// `MemAvailable` of a `/proc/meminfo` file.
+pub fn mem_available(meminfo: &Path) -> Option<Room> {
+    let text = std::fs::read_to_string(meminfo).ok()?;
     Some(Room {
-        bytes: kib.checked_mul(1024)?,
+        bytes: kib_field(&text, "MemAvailable:")?,
         source: format!("MemAvailable of {}", meminfo.display()),
     })
 }
@@ -201,15 +206,7 @@ fn address_space_room() -> Option<Room> {
         .next()?;
     let limit: u64 = soft.parse().ok()?; // "unlimited" gives None: no limit
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let used_kib: u64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmSize:"))?
-        .trim()
-        .trim_end_matches("kB")
-        .trim()
-        .parse()
-        .ok()?;
-    let used = used_kib.checked_mul(1024)?;
+    let used = kib_field(&status, "VmSize:")?;
     Some(Room {
         bytes: limit.saturating_sub(used),
         source: format!("RLIMIT_AS {limit} minus the address space in use {used}"),

@@ -17,10 +17,22 @@ fn run(args: &[&str]) -> Result<String, CliError> {
 }
 
 fn error(args: &[&str]) -> String {
-    match run(args) {
-        Ok(out) => panic!("memopt {args:?} succeeded:\n{out}"),
+    failure(run(args))
+}
+
+/// The message of a command that must fail.
+fn failure(r: Result<String, CliError>) -> String {
+    match r {
+        Ok(out) => panic!("the command succeeded:\n{out}"),
         Err(e) => e.to_string(),
     }
+}
+
+/// `memopt profile --device meta` plus `args`.
+fn meta_profile(args: &[&str]) -> Result<String, CliError> {
+    let mut all = vec!["profile", "--device", "meta"];
+    all.extend(args);
+    run(&all)
 }
 
 fn dir(test: &str) -> PathBuf {
@@ -42,6 +54,14 @@ fn exact_peak(extra: &[&str]) -> u64 {
     args.extend(extra);
     let v: serde_json::Value = serde_json::from_str(&run(&args).unwrap()).unwrap();
     v["peak_bytes"].as_u64().unwrap()
+}
+
+/// `memopt train` for one quiet step of the spiking MLP at batch 64, plus `extra`.
+fn train_mlp(extra: &[&str]) -> Result<String, CliError> {
+    let mut args = vec!["train", "--steps", "1", "-q"];
+    args.extend(MLP);
+    args.extend(extra);
+    run(&args)
 }
 
 #[test]
@@ -70,80 +90,19 @@ fn steps_over_the_memory_limit_are_refused_before_they_run() {
         );
     }
     // The exact peak fits, to the byte; and the override runs anyway.
-    let fit = peak.to_string();
-    run(&[
-        "train",
-        "--steps",
-        "1",
-        "-q",
-        "--memory-limit",
-        &fit,
-        "-m",
-        "spiking-mlp",
-        "--batch",
-        "64",
-    ])
-    .unwrap();
-    run(&[
-        "train",
-        "--steps",
-        "1",
-        "-q",
-        "--memory-limit",
-        "1",
-        "--ignore-memory-limit",
-        "-m",
-        "spiking-mlp",
-        "--batch",
-        "64",
-    ])
-    .unwrap();
+    train_mlp(&["--memory-limit", &peak.to_string()]).unwrap();
+    train_mlp(&["--memory-limit", "1", "--ignore-memory-limit"]).unwrap();
     // A plan lowers the peak that is checked: the min-memory plan fits where the baseline does not.
     let d = dir("oom-plan");
     let plan = d.join("plan.json");
-    run(&[
-        "optimize",
-        "--strategy",
-        "min-memory",
-        "--out",
-        s(&plan),
-        "-m",
-        "spiking-mlp",
-        "--batch",
-        "64",
-    ])
-    .unwrap();
+    let mut optimize = vec!["optimize", "--strategy", "min-memory", "--out", s(&plan)];
+    optimize.extend(MLP);
+    run(&optimize).unwrap();
     let planned = exact_peak(&["--plan", s(&plan)]);
     assert!(planned < peak, "{planned} < {peak}");
-    run(&[
-        "train",
-        "--steps",
-        "1",
-        "-q",
-        "--plan",
-        s(&plan),
-        "--memory-limit",
-        &planned.to_string(),
-        "-m",
-        "spiking-mlp",
-        "--batch",
-        "64",
-    ])
-    .unwrap();
+    train_mlp(&["--plan", s(&plan), "--memory-limit", &planned.to_string()]).unwrap();
     // Meta steps hold no data: never refused.
-    run(&[
-        "train",
-        "--steps",
-        "1",
-        "-q",
-        "--device",
-        "meta",
-        "--memory-limit",
-        "1",
-        "-m",
-        "spiking-mlp",
-    ])
-    .unwrap();
+    train_mlp(&["--device", "meta", "--memory-limit", "1"]).unwrap();
     // A limit that is not a size is a usage error naming the flag.
     let e = error(&["train", "--memory-limit", "lots", "-m", "spiking-mlp"]);
     assert!(e.contains("--memory-limit") && e.contains("unknown unit"), "{e}");
@@ -180,45 +139,28 @@ fn inputs_are_bounded_regular_utf8_files() {
     // A device, a directory, an oversized file: errors naming the file, found before reading.
     let e = error(&["train", "-m", "spiking-mlp", "--plan", "/dev/zero"]);
     assert!(e.contains("/dev/zero") && e.contains("not a regular file"), "{e}");
-    let e = error(&["profile", "--device", "meta", "-m", s(&d)]);
+    let e = failure(meta_profile(&["-m", s(&d)]));
     assert!(e.contains("is a directory"), "{e}");
     let big = d.join("big.json");
     std::fs::File::create(&big)
         .unwrap()
         .set_len(memopt_cli::files::MAX_INPUT_BYTES + 1)
         .unwrap();
-    let e = error(&["profile", "--device", "meta", "-m", s(&big)]);
+    let e = failure(meta_profile(&["-m", s(&big)]));
     assert!(e.contains("at most 16777216 bytes"), "{e}");
-    let e = error(&[
-        "profile",
-        "--device",
-        "meta",
-        "-m",
-        "spiking-mlp",
-        "--plan",
-        s(&big),
-    ]);
+    let e = failure(meta_profile(&["-m", "spiking-mlp", "--plan", s(&big)]));
     assert!(e.contains("at most 16777216 bytes"), "{e}");
     let bin = d.join("bin.json");
     std::fs::write(&bin, b"{\"name\": \"\xff\"}").unwrap();
-    assert!(error(&["profile", "--device", "meta", "-m", s(&bin)]).contains("not UTF-8"));
+    assert!(failure(meta_profile(&["-m", s(&bin)])).contains("not UTF-8"));
     // A byte-order mark is accepted, on models and plans.
     let model = d.join("bom.json");
     let example = include_str!("../../../examples/models/small-snn.json");
     std::fs::write(&model, format!("\u{feff}{example}")).unwrap();
-    run(&["profile", "--device", "meta", "-m", s(&model)]).unwrap();
+    meta_profile(&["-m", s(&model)]).unwrap();
     let plan = d.join("bom-plan.json");
     std::fs::write(&plan, "\u{feff}{\"version\": 1, \"entries\": []}").unwrap();
-    run(&[
-        "profile",
-        "--device",
-        "meta",
-        "-m",
-        "spiking-mlp",
-        "--plan",
-        s(&plan),
-    ])
-    .unwrap();
+    meta_profile(&["-m", "spiking-mlp", "--plan", s(&plan)]).unwrap();
     // Duplicate keys and unknown fields, at the top and deep inside.
     for (text, why) in [
         (
@@ -235,22 +177,19 @@ fn inputs_are_bounded_regular_utf8_files() {
         ),
     ] {
         std::fs::write(&plan, text).unwrap();
-        let e = error(&[
-            "profile",
-            "--device",
-            "meta",
-            "-m",
-            "spiking-mlp",
-            "--plan",
-            s(&plan),
-        ]);
+        let e = failure(meta_profile(&["-m", "spiking-mlp", "--plan", s(&plan)]));
         assert!(e.contains(why), "{text}: {e}");
     }
     let dup = example.replacen("\"type\": \"lif\"", "\"type\": \"lif\", \"type\": \"if\"", 1);
     assert_ne!(dup, example);
     std::fs::write(&model, dup).unwrap();
-    let e = error(&["profile", "--device", "meta", "-m", s(&model)]);
+    let e = failure(meta_profile(&["-m", s(&model)]));
     assert!(e.contains("duplicate key \"type\""), "{e}");
+}
+
+/// `memopt optimize` of the spiking MLP writing the plan to `out` and the chart to `svg`.
+fn plan_and_chart(out: &Path, svg: &Path) -> Result<String, CliError> {
+    run(&["optimize", "-m", "spiking-mlp", "--out", s(out), "--svg", s(svg)])
 }
 
 #[test]
@@ -260,28 +199,12 @@ fn outputs_are_written_only_when_the_whole_command_succeeds() {
     std::fs::write(&plan, "old plan").unwrap();
     // The chart cannot be written (no such directory): found before any work, plan untouched.
     let missing = d.join("no-such-dir/chart.svg");
-    let e = error(&[
-        "optimize",
-        "-m",
-        "spiking-mlp",
-        "--out",
-        s(&plan),
-        "--svg",
-        s(&missing),
-    ]);
+    let e = failure(plan_and_chart(&plan, &missing));
     assert!(e.contains("does not exist"), "{e}");
     assert_eq!(std::fs::read_to_string(&plan).unwrap(), "old plan");
     // The same file for two outputs is a usage error, however it is spelled.
     let same = d.join(".").join("plan.json");
-    let e = error(&[
-        "optimize",
-        "-m",
-        "spiking-mlp",
-        "--out",
-        s(&plan),
-        "--svg",
-        s(&same),
-    ]);
+    let e = failure(plan_and_chart(&plan, &same));
     assert!(e.contains("same file"), "{e}");
     // A command that fails after planning (a bad plan to chart) leaves the old chart.
     let chart = d.join("chart.svg");
@@ -295,16 +218,7 @@ fn outputs_are_written_only_when_the_whole_command_succeeds() {
     error(&["plot", "-m", "spiking-mlp", "--plan", s(&bad), "-o", s(&chart)]);
     assert_eq!(std::fs::read_to_string(&chart).unwrap(), "old chart");
     // Success replaces both files whole, leaving no temporary file behind.
-    run(&[
-        "optimize",
-        "-m",
-        "spiking-mlp",
-        "--out",
-        s(&plan),
-        "--svg",
-        s(&chart),
-    ])
-    .unwrap();
+    plan_and_chart(&plan, &chart).unwrap();
     assert!(std::fs::read_to_string(&plan).unwrap().contains("\"version\""));
     assert!(std::fs::read_to_string(&chart).unwrap().starts_with("<svg"));
     let names: Vec<String> = std::fs::read_dir(&d)
@@ -344,7 +258,7 @@ fn byte_counts_and_shapes_never_wrap() {
             "layers": [{"type": "flatten"}, {"type": "linear", "out": 2}]}"#,
     )
     .unwrap();
-    let e = error(&["profile", "--device", "meta", "-m", s(&model)]);
+    let e = failure(meta_profile(&["-m", s(&model)]));
     assert!(
         e.contains("layers[0] (flatten)") && e.contains("address space"),
         "{e}"
@@ -383,7 +297,7 @@ fn host_allocations_fail_cleanly_instead_of_aborting() {
 #[test]
 fn counts_must_be_positive_and_budgets_representable() {
     for flag in ["--batch", "--timesteps", "--classes"] {
-        let e = error(&["profile", "--device", "meta", "-m", "spiking-mlp", flag, "-1"]);
+        let e = failure(meta_profile(&["-m", "spiking-mlp", flag, "-1"]));
         assert!(e.contains("positive whole number"), "{flag}: {e}");
     }
     let e = error(&["optimize", "-m", "spiking-mlp", "--budget", "1e30"]);
@@ -402,7 +316,7 @@ fn control_characters_in_names_are_escaped() {
             "layers": [{"type": "linear", "out": 2}]}"#,
     )
     .unwrap();
-    let out = run(&["profile", "--device", "meta", "-m", s(&model)]).unwrap();
+    let out = meta_profile(&["-m", s(&model)]).unwrap();
     assert!(
         !out.contains('\x1b') && !out.contains('\r') && out.contains("evil\\u{1b}[2J\\u{d}"),
         "{out}"

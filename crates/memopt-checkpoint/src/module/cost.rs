@@ -34,6 +34,31 @@ impl ModuleCost {
         }
     }
 
+    /// A layer where each output element is a dot product of `per_output` inputs and weights
+    /// (linear, convolution): `2 · out_elems · per_output` FLOPs (plus one per output with a
+    /// bias); bytes of input, output and every parameter.
+    pub fn weighted(
+        inputs: &[Shape],
+        outputs: &[Shape],
+        per_output: u64,
+        bias: bool,
+        params: &[(&'static str, &crate::Param)],
+    ) -> ModuleCost {
+        let out = elems(outputs);
+        let weights = params
+            .iter()
+            .fold(0u64, |n, (_, p)| n.saturating_add(p.elem_count() as u64));
+        ModuleCost {
+            flops: out
+                .saturating_mul(per_output)
+                .saturating_mul(2)
+                .saturating_add(if bias { out } else { 0 }),
+            bytes: f32_bytes(inputs)
+                .saturating_add(f32_bytes(outputs))
+                .saturating_add(weights.saturating_mul(COMPUTE_ELEM_BYTES)),
+        }
+    }
+
     /// Sum of two costs.
     pub fn plus(self, other: ModuleCost) -> ModuleCost {
         ModuleCost {

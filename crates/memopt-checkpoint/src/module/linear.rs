@@ -1,7 +1,7 @@
 //! Fully connected layer.
 
 use super::Module;
-use super::cost::{ModuleCost, elems, f32_bytes};
+use super::cost::ModuleCost;
 use super::fold::one_input;
 use super::init::Init;
 use crate::autograd::Var;
@@ -65,20 +65,6 @@ impl Module for Linear {
     fn cost(&self, inputs: &[Shape], outputs: &[Shape]) -> ModuleCost {
         // weight dims are [out_features, in_features] by construction.
         let in_features = self.weight.tensor().dims()[1] as u64;
-        let out = elems(outputs);
-        let weights = self
-            .params()
-            .iter()
-            .map(|(_, p)| p.elem_count() as u64)
-            .sum::<u64>();
-        ModuleCost {
-            flops: out
-                .saturating_mul(in_features)
-                .saturating_mul(2)
-                .saturating_add(if self.bias.is_some() { out } else { 0 }),
-            bytes: f32_bytes(inputs)
-                .saturating_add(f32_bytes(outputs))
-                .saturating_add(weights.saturating_mul(super::COMPUTE_ELEM_BYTES)),
-        }
+        ModuleCost::weighted(inputs, outputs, in_features, self.bias.is_some(), &self.params())
     }
 }

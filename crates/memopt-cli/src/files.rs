@@ -24,7 +24,7 @@ const BOM: &str = "\u{feff}";
 /// Reads `path` as text: a regular file of at most [`MAX_INPUT_BYTES`] bytes, UTF-8 (a leading
 /// byte-order mark is dropped). `what` names the file's role in errors (`model file`, `plan`).
 pub fn read_input(path: &Path, what: &str) -> Result<String> {
-    let invalid = |why: String| CliError::Invalid(format!("{what} {}: {why}", path.display()));
+    let invalid = |why: String| CliError::Invalid(format!("cannot read {} ({what}): {why}", path.display()));
     let meta = std::fs::metadata(path).map_err(|e| match e.kind() {
         std::io::ErrorKind::NotFound => invalid("does not exist".into()),
         _ => CliError::read(path, e),

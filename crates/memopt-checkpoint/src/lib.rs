@@ -26,6 +26,7 @@ pub mod ops;
 pub mod optim;
 pub mod param;
 pub mod policy;
+pub mod strict_json;
 pub mod train;
 pub mod zoo;
 

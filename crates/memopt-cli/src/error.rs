@@ -86,13 +86,3 @@ macro_rules! out {
         writeln!($w, $($arg)*).map_err($crate::error::CliError::Output)
     };
 }
-
-/// Reads a text file, naming it in the error.
-pub fn read_file(path: &Path) -> Result<String> {
-    std::fs::read_to_string(path).map_err(|e| CliError::read(path, e))
-}
-
-/// Writes a text file, naming it in the error.
-pub fn write_file(path: &Path, text: &str) -> Result<()> {
-    std::fs::write(path, text).map_err(|e| CliError::write(path, e))
-}

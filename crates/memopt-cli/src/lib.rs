@@ -16,8 +16,12 @@
 pub mod bench;
 pub mod commands;
 pub mod error;
+pub mod escape;
+pub mod files;
 pub mod format;
+pub mod memory_limit;
 pub mod progress;
+pub mod samples;
 pub mod selection;
 pub mod steps;
 pub mod strategy;
@@ -104,7 +108,9 @@ pub enum Command {
 }
 
 /// Runs a parsed command line, writing its report to `out` (progress goes to stderr).
+/// Control characters in names read from files reach `out` escaped ([`escape::TerminalSafe`]).
 pub fn run(cli: Cli, out: &mut dyn Write) -> Result<()> {
+    let out = &mut escape::TerminalSafe::new(out);
     match cli.command {
         Command::Models(a) => commands::models::run(&a, out),
         Command::Profile(a) => commands::profile::run(&a, out),

@@ -30,7 +30,7 @@ fn main() {
         Err(CliError::Output(e)) if e.kind() == std::io::ErrorKind::BrokenPipe => {}
         Err(e) => {
             drop(out);
-            eprintln!("error: {e}");
+            eprintln!("error: {}", memopt_cli::escape::terminal(&e.to_string()));
             std::process::exit(e.exit_code());
         }
     }

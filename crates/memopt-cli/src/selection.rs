@@ -2,6 +2,7 @@
 //! `--published`, `--optimizer`, `--seed`, resolved into a profiler [`Workload`].
 
 use crate::error::{CliError, Result};
+use crate::files::read_input;
 use memopt_checkpoint::zoo::custom::CustomModel;
 use memopt_checkpoint::{InputSpec, zoo};
 use memopt_core::{Device, MemoryTracker};
@@ -32,16 +33,16 @@ pub struct ModelArgs {
     #[arg(short, long, value_name = "NAME|FILE.json")]
     pub model: Option<String>,
     /// Samples per batch, N [default: 4].
-    #[arg(short = 'n', long, value_name = "N")]
+    #[arg(short = 'n', long, value_name = "N", value_parser = positive, allow_hyphen_values = true)]
     pub batch: Option<usize>,
     /// Time steps, T [default: the model's small size, see `memopt models`].
-    #[arg(short = 't', long, value_name = "T")]
+    #[arg(short = 't', long, value_name = "T", value_parser = positive, allow_hyphen_values = true)]
     pub timesteps: Option<usize>,
     /// Shape of one sample: CxHxW for images (e.g. 2x48x48), F for features (e.g. 512).
     #[arg(long, value_name = "CxHxW")]
     pub input: Option<String>,
     /// Number of classes of the labels.
-    #[arg(long, value_name = "K")]
+    #[arg(long, value_name = "K", value_parser = positive, allow_hyphen_values = true)]
     pub classes: Option<usize>,
     /// Start from the model's published input size (T, sample, classes) instead of the small
     /// one that runs in seconds on a CPU; the options above still override it.
@@ -87,6 +88,30 @@ impl Selection {
     }
 }
 
+/// Parses a count that must be a positive whole number (`--batch`, `--timesteps`, `--steps`):
+/// `-1`, `0`, `2.5` and numbers beyond the address space are errors that say so.
+pub fn positive(s: &str) -> std::result::Result<usize, String> {
+    match whole(s)? {
+        0 => Err("must be at least 1".into()),
+        n => Ok(n),
+    }
+}
+
+/// Parses a whole number (`--steps`, `--runs`; a command says itself when 0 is not allowed):
+/// `-1`, `2.5` and numbers beyond the address space are errors that say so.
+pub fn whole(s: &str) -> std::result::Result<usize, String> {
+    let t = s.trim();
+    match t.parse::<usize>() {
+        Ok(n) => Ok(n),
+        Err(_) if t.starts_with('-') => Err(format!("must be a positive whole number (1, 2, ...), got {t}")),
+        Err(_) if !t.is_empty() && t.chars().all(|c| c.is_ascii_digit()) => Err(format!(
+            "{t} is beyond the largest supported value, {}",
+            usize::MAX
+        )),
+        Err(_) => Err(format!("must be a positive whole number (1, 2, ...), got '{t}'")),
+    }
+}
+
 /// `1234567` -> `1.23M`.
 pub fn count(n: usize) -> String {
     match n {
@@ -115,6 +140,34 @@ fn looks_like_file(model: &str) -> bool {
 }
 
 impl ModelArgs {
+    /// The options as they would be typed (`-m sew-resnet18 --batch 400`), to suggest commands
+    /// for the same model and size.
+    pub fn command_line(&self) -> String {
+        let mut parts = Vec::new();
+        if let Some(m) = &self.model {
+            parts.push(format!("-m {}", crate::escape::shell_word(m)));
+        }
+        if self.published {
+            parts.push("--published".into());
+        }
+        if let Some(n) = self.batch {
+            parts.push(format!("--batch {n}"));
+        }
+        if let Some(t) = self.timesteps {
+            parts.push(format!("--timesteps {t}"));
+        }
+        if let Some(i) = &self.input {
+            parts.push(format!("--input {}", crate::escape::shell_word(i)));
+        }
+        if let Some(k) = self.classes {
+            parts.push(format!("--classes {k}"));
+        }
+        if self.optimizer == Some(OptimizerName::Adam) {
+            parts.push("--optimizer adam".into());
+        }
+        parts.join(" ")
+    }
+
     /// Resolves the options into a workload, `default_model` standing in for a missing
     /// `--model` (an error when `None`). The model is built once on Meta, so a size that does
     /// not fit it is reported here.
@@ -132,17 +185,18 @@ impl ModelArgs {
         if batch == 0 {
             return Err(CliError::Usage("--batch must be at least 1".into()));
         }
-        let custom = if looks_like_file(&model)
-            || (zoo::entry(&model).is_err() && Path::new(&model).is_file())
+        let custom = if looks_like_file(&model) || (zoo::entry(&model).is_err() && Path::new(&model).exists())
         {
             let path = Path::new(&model);
-            if !path.is_file() {
-                return Err(CliError::Invalid(format!(
-                    "model file {} does not exist (a --model ending in .json or containing / is read as a file)",
-                    path.display()
-                )));
-            }
-            Some(Arc::new(CustomModel::from_file(path)?))
+            let text = read_input(path, "model file").map_err(|e| match e {
+                CliError::Invalid(m) if !path.exists() => CliError::Invalid(format!(
+                    "{m} (a --model ending in .json or containing / is read as a file)"
+                )),
+                other => other,
+            })?;
+            let parsed = CustomModel::from_json(&text)
+                .map_err(|e| CliError::Invalid(format!("model file {}: {e}", path.display())))?;
+            Some(Arc::new(parsed))
         } else {
             None
         };

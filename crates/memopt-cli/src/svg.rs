@@ -45,9 +45,11 @@ fn colour(kind: MemoryKind) -> &'static str {
     }
 }
 
-/// Escapes text for XML content and attributes.
+/// Escapes text for XML content and attributes; control characters (which XML 1.0 cannot
+/// hold, even as references) are shown as `\u{..}`.
 fn esc(s: &str) -> String {
-    s.replace('&', "&amp;")
+    crate::escape::visible(s)
+        .replace('&', "&amp;")
         .replace('<', "&lt;")
         .replace('>', "&gt;")
         .replace('"', "&quot;")
@@ -435,6 +437,7 @@ mod tests {
         assert_eq!(trim_number(12.0), "12");
         assert_eq!(trim_number(2.5), "2.5");
         assert_eq!(esc("a<b&\"c\">"), "a&lt;b&amp;&quot;c&quot;&gt;");
+        assert_eq!(esc("x\u{1b}[31m\u{0}"), "x\\u{1b}[31m\\u{0}");
     }
 
     #[test]

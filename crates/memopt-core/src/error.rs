@@ -89,6 +89,22 @@ pub enum CoreError {
         /// Size of the refused allocation, in bytes.
         bytes: u64,
     },
+    /// The bytes held on a device would exceed what a byte count can represent (sizes of
+    /// Meta steps are unbounded by real memory).
+    #[error(
+        "the bytes held on {device} would exceed {} bytes: {held} held plus {bytes} more in {at}; plan with a smaller batch, fewer time steps or a smaller input",
+        u64::MAX
+    )]
+    ByteCountOverflow {
+        /// Where: `module features.3 (forward)`.
+        at: String,
+        /// Device tracked.
+        device: Device,
+        /// Bytes held before the allocation.
+        held: u64,
+        /// Size of the allocation, in bytes.
+        bytes: u64,
+    },
     /// The device cannot run this operation (yet).
     #[error("{op} is not implemented on {device}{hint}")]
     Unsupported {

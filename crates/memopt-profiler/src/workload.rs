@@ -225,16 +225,16 @@ pub fn random_batch(model: &Model, n: usize, seed: u64) -> Result<Batch> {
     } else {
         let count = Shape::new(dims.clone()).elem_count_for("random_batch")?;
         let mut rng = Philox::new(seed ^ 0xBA7C_4E5D);
-        let values = (0..count)
-            .map(|_| if rng.next_uniform() < 0.3 { 1.0 } else { 0.0 })
-            .collect();
+        let mut values = memopt_core::host_vec_with_capacity(count)?;
+        values.extend((0..count).map(|_| if rng.next_uniform() < 0.3 { 1.0 } else { 0.0 }));
         Tensor::from_vec::<f32>(values, dims, device, MemoryKind::Input)?
     };
     let labels = if device.is_meta() {
         Tensor::zeros([n], DType::I64, device, MemoryKind::Input)?
     } else {
         let classes = model.spec().classes.max(1) as u64;
-        let labels: Vec<i64> = (0..n as u64).map(|i| ((i * 7 + seed) % classes) as i64).collect();
+        let mut labels: Vec<i64> = memopt_core::host_vec_with_capacity(n)?;
+        labels.extend((0..n as u64).map(|i| ((i.wrapping_mul(7).wrapping_add(seed)) % classes) as i64));
         Tensor::from_vec(labels, [n], device, MemoryKind::Input)?
     };
     Ok(Batch {

@@ -30,5 +30,5 @@ pub use report::{PipelineStep, PipelineSummary, PlanReport};
 pub use session::{ExactCandidate, PlanningSession};
 pub use strategy::block_plan;
 pub use strategy::{
-    Budget, BudgetStrategy, MaxOverhead, Memonger, MinMemory, Pipeline, Prefer, Profile, Strategy,
+    Budget, BudgetStrategy, MaxOverhead, Memonger, MinMemory, Pipeline, Prefer, Profile, Strategy, parse_size,
 };

@@ -88,8 +88,10 @@ impl Module for BatchNorm {
     /// twice (statistics, then normalisation) and the output written once.
     fn cost(&self, inputs: &[Shape], outputs: &[Shape]) -> ModuleCost {
         ModuleCost {
-            flops: 8 * elems(outputs),
-            bytes: 2 * f32_bytes(inputs) + f32_bytes(outputs),
+            flops: elems(outputs).saturating_mul(8),
+            bytes: f32_bytes(inputs)
+                .saturating_mul(2)
+                .saturating_add(f32_bytes(outputs)),
         }
     }
 

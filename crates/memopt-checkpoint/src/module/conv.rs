@@ -1,7 +1,7 @@
 //! 2-D convolution layer.
 
 use super::Module;
-use super::cost::{ModuleCost, elems, f32_bytes};
+use super::cost::ModuleCost;
 use super::fold::{fold_time, one_input, time_steps, unfold_time};
 use super::init::Init;
 use crate::autograd::Var;
@@ -77,15 +77,6 @@ impl Module for Conv2d {
     fn cost(&self, inputs: &[Shape], outputs: &[Shape]) -> ModuleCost {
         // weight dims are [C_out, C_in / groups, kh, kw] by construction.
         let per_output: u64 = self.weight.tensor().dims()[1..].iter().product::<usize>() as u64;
-        let out = elems(outputs);
-        let weights = self
-            .params()
-            .iter()
-            .map(|(_, p)| p.elem_count() as u64)
-            .sum::<u64>();
-        ModuleCost {
-            flops: 2 * out * per_output + if self.bias.is_some() { out } else { 0 },
-            bytes: f32_bytes(inputs) + f32_bytes(outputs) + weights * super::COMPUTE_ELEM_BYTES,
-        }
+        ModuleCost::weighted(inputs, outputs, per_output, self.bias.is_some(), &self.params())
     }
 }

@@ -1,7 +1,7 @@
 //! Fully connected layer.
 
 use super::Module;
-use super::cost::{ModuleCost, elems, f32_bytes};
+use super::cost::ModuleCost;
 use super::fold::one_input;
 use super::init::Init;
 use crate::autograd::Var;
@@ -65,15 +65,6 @@ impl Module for Linear {
     fn cost(&self, inputs: &[Shape], outputs: &[Shape]) -> ModuleCost {
         // weight dims are [out_features, in_features] by construction.
         let in_features = self.weight.tensor().dims()[1] as u64;
-        let out = elems(outputs);
-        let weights = self
-            .params()
-            .iter()
-            .map(|(_, p)| p.elem_count() as u64)
-            .sum::<u64>();
-        ModuleCost {
-            flops: 2 * out * in_features + if self.bias.is_some() { out } else { 0 },
-            bytes: f32_bytes(inputs) + f32_bytes(outputs) + weights * super::COMPUTE_ELEM_BYTES,
-        }
+        ModuleCost::weighted(inputs, outputs, in_features, self.bias.is_some(), &self.params())
     }
 }

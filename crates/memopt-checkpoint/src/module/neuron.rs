@@ -71,8 +71,8 @@ impl Module for Neuron {
     /// the input and writes the spikes and the membrane potential kept for backward.
     fn cost(&self, inputs: &[Shape], outputs: &[Shape]) -> ModuleCost {
         ModuleCost {
-            flops: 8 * elems(outputs),
-            bytes: f32_bytes(inputs) + 2 * f32_bytes(outputs),
+            flops: elems(outputs).saturating_mul(8),
+            bytes: f32_bytes(inputs).saturating_add(f32_bytes(outputs).saturating_mul(2)),
         }
     }
 }

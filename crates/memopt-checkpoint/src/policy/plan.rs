@@ -37,6 +37,7 @@ impl PlanEntry {
 /// "compressor": "bit_spike", "chunks": 1}}, {"path": "features", "children": [2, 5],
 /// "policy": {"kind": "checkpoint"}}]}`.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Plan {
     /// Format version ([`PLAN_VERSION`]).
     pub version: u32,
@@ -68,9 +69,10 @@ impl Plan {
         }
     }
 
-    /// Parses a plan from JSON, checking the version.
+    /// Parses a plan from JSON ([`crate::strict_json`]: a byte-order mark is accepted, repeated
+    /// keys and unknown fields are errors), checking the version.
     pub fn from_json(s: &str) -> Result<Plan> {
-        let plan: Plan = serde_json::from_str(s).map_err(|e| CheckpointError::InvalidPlan(e.to_string()))?;
+        let plan: Plan = crate::strict_json::from_str(s).map_err(CheckpointError::InvalidPlan)?;
         if plan.version != PLAN_VERSION {
             return Err(CheckpointError::InvalidPlan(format!(
                 "plan version {} is not supported (this build reads version {PLAN_VERSION})",

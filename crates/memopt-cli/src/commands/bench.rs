@@ -3,6 +3,7 @@
 use crate::bench::{bench, ms};
 use crate::error::{CliError, Result};
 use crate::format::bytes;
+use crate::memory_limit::MemoryLimitArgs;
 use crate::out;
 use crate::selection::{DEFAULT_MODEL, ModelArgs};
 use memopt_search::{Budget, SearchError};
@@ -23,7 +24,7 @@ pub struct BenchArgs {
     #[command(flatten)]
     pub model: ModelArgs,
     /// Timed CPU steps per strategy (after one step for the peak and gradients).
-    #[arg(long, default_value_t = 3, value_name = "N")]
+    #[arg(long, default_value_t = 3, value_name = "N", value_parser = crate::selection::whole, allow_hyphen_values = true)]
     pub steps: usize,
     /// Budget of the budget row (2GiB, 512MiB, 40%) [default: midway between the least
     /// reachable peak and the baseline].
@@ -33,6 +34,9 @@ pub struct BenchArgs {
     /// overhead, planning_ms, ...}.
     #[arg(long)]
     pub json: bool,
+    /// The memory limit checked before the CPU steps (against the baseline, the largest).
+    #[command(flatten)]
+    pub limit: MemoryLimitArgs,
 }
 
 /// Benches.
@@ -49,6 +53,12 @@ pub fn run(args: &BenchArgs, out: &mut dyn Write) -> Result<()> {
         })
         .transpose()?;
     let sel = args.model.resolve(Some(DEFAULT_MODEL))?;
+    args.limit.check(
+        &sel.workload,
+        &[&memopt_checkpoint::Plan::store_all()],
+        memopt_core::Device::Cpu,
+        &args.model.command_line(),
+    )?;
     let report = bench(&sel, args.steps, budget)?;
     if args.json {
         return out!(

@@ -12,7 +12,8 @@ pub mod train;
 pub mod train_chart;
 pub mod train_data;
 
-use crate::error::{Result, read_file, write_file};
+use crate::error::Result;
+use crate::files::read_input;
 use crate::selection::Selection;
 use crate::svg::{Series, render};
 use crate::timeline::record;
@@ -23,7 +24,7 @@ use std::path::Path;
 
 /// Reads a plan written by `memopt optimize --out`.
 pub fn read_plan(path: &Path) -> Result<Plan> {
-    let text = read_file(path)?;
+    let text = read_input(path, "plan")?;
     Plan::from_json(&text).map_err(|e| {
         crate::CliError::Invalid(format!(
             "{}: {e} (write plans with `memopt optimize --out FILE`)",
@@ -64,9 +65,9 @@ pub struct Charted {
     pub planned_peak: u64,
 }
 
-/// Writes the SVG chart of `selection`'s step, storing everything and, when given, under
-/// `plan`, to `path`. Everything is computed on Meta (exact, no data).
-pub fn write_chart(selection: &Selection, plan: Option<&Plan>, path: &Path) -> Result<Charted> {
+/// The SVG chart of `selection`'s step, storing everything and, when given, under `plan`, and
+/// what it shows. Everything is computed on Meta (exact, no data).
+pub fn chart(selection: &Selection, plan: Option<&Plan>) -> Result<(Charted, String)> {
     let workload = &selection.workload;
     let mut estimator = Estimator::new(workload)?;
     let store = Plan::store_all();
@@ -98,13 +99,13 @@ pub fn write_chart(selection: &Selection, plan: Option<&Plan>, path: &Path) -> R
             report: r,
         }),
     );
-    write_file(path, &svg)?;
-    Ok(Charted {
+    let charted = Charted {
         baseline_events: base_timeline.points.len(),
         planned_events: planned.as_ref().map_or(0, |(_, t)| t.points.len()),
         baseline_peak: base_report.peak_bytes,
         planned_peak: planned
             .as_ref()
             .map_or(base_report.peak_bytes, |(r, _)| r.peak_bytes),
-    })
+    };
+    Ok((charted, svg))
 }

@@ -1,8 +1,10 @@
 //! `memopt optimize`: plan, print the plan as a tree, optionally verify it with real steps.
 
-use super::write_chart;
-use crate::error::{CliError, Result, write_file};
+use super::chart;
+use crate::error::{CliError, Result};
+use crate::files::Outputs;
 use crate::format::{bytes, percent};
+use crate::memory_limit::MemoryLimitArgs;
 use crate::out;
 use crate::selection::{DEFAULT_MODEL, ModelArgs, parse_device};
 use crate::steps::run_steps;
@@ -61,7 +63,7 @@ pub struct OptimizeArgs {
     #[arg(long, default_value = "cpu", value_name = "cpu|cuda")]
     pub device: String,
     /// Timed steps per run of --verify (after the first, which gives the peak and gradients).
-    #[arg(long, default_value_t = 2, value_name = "N")]
+    #[arg(long, default_value_t = 2, value_name = "N", value_parser = crate::selection::whole, allow_hyphen_values = true)]
     pub steps: usize,
     /// Print JSON (stable field names) instead of text.
     #[arg(long)]
@@ -69,6 +71,9 @@ pub struct OptimizeArgs {
     /// Also write an SVG chart (baseline and planned timelines, top modules) to FILE.
     #[arg(long, value_name = "FILE")]
     pub svg: Option<PathBuf>,
+    /// The memory limit checked before the --verify steps.
+    #[command(flatten)]
+    pub limit: MemoryLimitArgs,
 }
 
 /// What `--verify` measured.
@@ -143,6 +148,7 @@ pub fn run(args: &OptimizeArgs, out: &mut dyn Write) -> Result<()> {
     if args.steps == 0 {
         return Err(CliError::Usage("--steps must be at least 1".into()));
     }
+    let mut outputs = Outputs::new(&[("--out", args.out.as_deref()), ("--svg", args.svg.as_deref())])?;
     let (strategy, setting) = args.strategy.build()?;
     let mut sel = args.model.resolve(Some(DEFAULT_MODEL))?;
     sel.workload.target = device.target();
@@ -152,9 +158,15 @@ pub fn run(args: &OptimizeArgs, out: &mut dyn Write) -> Result<()> {
     let setup_ms = started.elapsed().as_secs_f64() * 1e3;
     let report = strategy.plan(&mut session).map_err(explain)?;
     if let Some(path) = &args.out {
-        write_file(path, &report.plan.to_json())?;
+        outputs.stage(path, report.plan.to_json());
     }
     let verify = if args.verify {
+        args.limit.check(
+            workload,
+            &[&Plan::store_all(), &report.plan],
+            device,
+            &args.model.command_line(),
+        )?;
         let base = run_steps(workload, &Plan::store_all(), device, args.steps)?;
         let planned = run_steps(workload, &report.plan, device, args.steps)?;
         Some(Verification {
@@ -169,12 +181,21 @@ pub fn run(args: &OptimizeArgs, out: &mut dyn Write) -> Result<()> {
         None
     };
     let chart = match &args.svg {
-        Some(p) => Some((write_chart(&sel, Some(&report.plan), p)?, p)),
+        Some(p) => {
+            let (charted, svg) = chart(&sel, Some(&report.plan))?;
+            outputs.stage(p, svg);
+            Some((charted, p))
+        }
         None => None,
     };
     let failure = verify
         .as_ref()
         .and_then(|v| verification_failure(v, &report.plan, report.planned_peak_bytes));
+    // Outputs are written only when the whole command succeeded.
+    let written = failure.is_none();
+    if written {
+        outputs.commit()?;
+    }
     if args.json {
         let json = OptimizeJson {
             model: report.model.clone(),
@@ -250,11 +271,19 @@ pub fn run(args: &OptimizeArgs, out: &mut dyn Write) -> Result<()> {
         )?;
     }
     if let Some(path) = &args.out {
-        out!(
-            out,
-            "\nwrote the plan to {} (use it with `memopt train --plan`)",
-            path.display()
-        )?;
+        if written {
+            out!(
+                out,
+                "\nwrote the plan to {} (use it with `memopt train --plan`)",
+                path.display()
+            )?;
+        } else {
+            out!(
+                out,
+                "\nthe plan was not written to {} (verification failed)",
+                path.display()
+            )?;
+        }
     }
     if let Some(v) = &verify {
         out!(
@@ -289,7 +318,7 @@ pub fn run(args: &OptimizeArgs, out: &mut dyn Write) -> Result<()> {
             }
         )?;
     }
-    if let Some((c, p)) = chart {
+    if let Some((c, p)) = chart.filter(|_| written) {
         out!(
             out,
             "\nwrote {} (baseline {} and planned {} timelines)",

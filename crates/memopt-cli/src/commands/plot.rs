@@ -1,7 +1,8 @@
 //! `memopt plot`: the SVG chart of a step's memory, baseline and planned.
 
-use super::{read_plan_for, write_chart};
+use super::{chart, read_plan_for};
 use crate::error::{CliError, Result};
+use crate::files::Outputs;
 use crate::format::bytes;
 use crate::out;
 use crate::selection::{DEFAULT_MODEL, ModelArgs};
@@ -58,6 +59,7 @@ pub fn run(args: &PlotArgs, out: &mut dyn Write) -> Result<()> {
             "--plan and --baseline-only exclude each other".into(),
         ));
     }
+    let mut outputs = Outputs::new(&[("--out", Some(args.out.as_path()))])?;
     let sel = args.model.resolve(Some(DEFAULT_MODEL))?;
     let plan = match (&args.plan, args.baseline_only) {
         (Some(p), _) => Some(read_plan_for(p, &sel)?),
@@ -68,7 +70,9 @@ pub fn run(args: &PlotArgs, out: &mut dyn Write) -> Result<()> {
             Some(strategy.plan(&mut session).map_err(explain)?.plan)
         }
     };
-    let c = write_chart(&sel, plan.as_ref(), &args.out)?;
+    let (c, svg) = chart(&sel, plan.as_ref())?;
+    outputs.stage(&args.out, svg);
+    outputs.commit()?;
     match plan {
         Some(p) => out!(
             out,

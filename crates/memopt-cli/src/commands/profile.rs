@@ -1,8 +1,10 @@
 //! `memopt profile`: per-module memory and time of one training step, the peak and who holds it.
 
-use super::{read_plan_for, write_chart};
+use super::{chart, read_plan_for};
 use crate::error::{CliError, Result};
+use crate::files::Outputs;
 use crate::format::{bytes, path};
+use crate::memory_limit::MemoryLimitArgs;
 use crate::out;
 use crate::selection::{DEFAULT_MODEL, ModelArgs, parse_device};
 use memopt_checkpoint::Plan;
@@ -40,7 +42,7 @@ pub struct ProfileArgs {
     #[arg(long, value_name = "FILE")]
     pub plan: Option<PathBuf>,
     /// Timed steps (after one warm-up) for the per-module times.
-    #[arg(long, default_value_t = 3, value_name = "N")]
+    #[arg(long, default_value_t = 3, value_name = "N", value_parser = crate::selection::whole, allow_hyphen_values = true)]
     pub runs: usize,
     /// Deepest module level in the table (0 = the whole model only).
     #[arg(long, default_value_t = 2, value_name = "D")]
@@ -54,6 +56,9 @@ pub struct ProfileArgs {
     /// Also write an SVG chart of the step's memory to FILE.
     #[arg(long, value_name = "FILE")]
     pub svg: Option<PathBuf>,
+    /// The memory limit checked before the CPU step.
+    #[command(flatten)]
+    pub limit: MemoryLimitArgs,
 }
 
 /// One module in one phase, memory and time.
@@ -146,6 +151,7 @@ fn rows(report: &MemoryReport, timing: Option<&TimingReport>) -> Vec<ModuleRow> 
 /// Profiles one step.
 pub fn run(args: &ProfileArgs, out: &mut dyn Write) -> Result<()> {
     let device = parse_device(&args.device)?;
+    let mut outputs = Outputs::new(&[("--svg", args.svg.as_deref())])?;
     let mut sel = args.model.resolve(Some(DEFAULT_MODEL))?;
     // `--device meta:cuda` estimates what the step allocates on a GPU.
     sel.workload.target = device.target();
@@ -157,6 +163,8 @@ pub fn run(args: &ProfileArgs, out: &mut dyn Write) -> Result<()> {
         return Err(CliError::Usage("--runs must be at least 1".into()));
     }
     let workload = &sel.workload;
+    args.limit
+        .check(workload, &[&plan], device, &args.model.command_line())?;
     let report = if device.is_meta() {
         estimate(workload, &plan)?
     } else {
@@ -168,12 +176,14 @@ pub fn run(args: &ProfileArgs, out: &mut dyn Write) -> Result<()> {
         Some(TimingProfiler::new(1, args.runs).profile(workload, &plan, device)?)
     };
     let chart = match &args.svg {
-        Some(p) => Some((
-            write_chart(&sel, (!plan.entries.is_empty()).then_some(&plan), p)?,
-            p,
-        )),
+        Some(p) => {
+            let (charted, svg) = chart(&sel, (!plan.entries.is_empty()).then_some(&plan))?;
+            outputs.stage(p, svg);
+            Some((charted, p))
+        }
         None => None,
     };
+    outputs.commit()?;
     let modules = rows(&report, timing.as_ref());
     if args.json {
         let json = ProfileJson {

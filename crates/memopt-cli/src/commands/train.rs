@@ -3,8 +3,10 @@
 use super::read_plan_for;
 use crate::error::{CliError, Result};
 use crate::format::bytes;
+use crate::memory_limit::MemoryLimitArgs;
 use crate::out;
 use crate::progress::{Progress, StepStatus};
+use crate::samples::StepSamples;
 use crate::selection::{DEFAULT_MODEL, ModelArgs, parse_device};
 use memopt_checkpoint::{Plan, StepOptions};
 use memopt_core::MemoryTracker;
@@ -28,11 +30,14 @@ pub struct TrainArgs {
     /// The model and its size [default model: cifar10dvs-vgg].
     #[command(flatten)]
     pub model: ModelArgs,
+    /// The memory limit checked before the first step.
+    #[command(flatten)]
+    pub limit: MemoryLimitArgs,
     /// Train under this plan (from `memopt optimize --out`) [default: store everything].
     #[arg(long, value_name = "FILE")]
     pub plan: Option<PathBuf>,
     /// Training steps.
-    #[arg(long, default_value_t = 20, value_name = "S")]
+    #[arg(long, default_value_t = 20, value_name = "S", value_parser = crate::selection::whole, allow_hyphen_values = true)]
     pub steps: usize,
     /// Where to train: cpu, meta (memory only: no data, no loss) or cuda[:N]. The training
     /// kernels run on the CPU only so far: cuda reports that it is not implemented (or that no
@@ -75,9 +80,16 @@ pub struct TrainJson {
     pub reserved_peak_bytes: u64,
     /// Bytes held after the last step.
     pub final_bytes: u64,
-    /// Median step time, in ms.
+    /// Median step time of the sampled steps (every `sample_every`-th), in ms.
     pub median_step_ms: f64,
-    /// Loss of each step (empty on Meta).
+    /// Loss of the first step (`None` on Meta).
+    pub first_loss: Option<f32>,
+    /// Loss of the last step (`None` on Meta).
+    pub last_loss: Option<f32>,
+    /// Steps between two sampled steps of `losses` and the step times: 1 up to 1000 steps, so
+    /// that a run of any length keeps at most 1000 samples.
+    pub sample_every: usize,
+    /// Loss of every `sample_every`-th step, the first included (empty on Meta).
     pub losses: Vec<f32>,
 }
 
@@ -92,6 +104,8 @@ pub fn run(args: &TrainArgs, out: &mut dyn Write) -> Result<()> {
         Some(p) => read_plan_for(p, &sel)?,
         None => Plan::store_all(),
     };
+    args.limit
+        .check(&sel.workload, &[&plan], device, &args.model.command_line())?;
     if args.dataset.data.data.is_some() {
         return super::train_data::run(&sel, &plan, device, &args.dataset, args.quiet || args.json, out);
     }
@@ -116,14 +130,20 @@ pub fn run(args: &TrainArgs, out: &mut dyn Write) -> Result<()> {
         out.flush().map_err(CliError::Output)?;
     }
     let mut progress = Progress::new(args.steps, !args.quiet && !args.json);
-    let mut losses = Vec::new();
-    let mut times = Vec::new();
+    // Bounded: nothing held here grows with the number of steps.
+    let mut losses = StepSamples::new(args.steps);
+    let mut times = StepSamples::new(args.steps);
+    let (mut first_loss, mut last_loss) = (None, None);
     let started = Instant::now();
     for step in 0..args.steps {
         let t = Instant::now();
         let o = trainer.step(&model, &batch, StepOptions::default())?;
-        times.push(t.elapsed().as_secs_f64() * 1e3);
-        losses.extend(o.loss);
+        times.offer(step, t.elapsed().as_secs_f64() * 1e3);
+        if let Some(l) = o.loss {
+            losses.offer(step, l);
+            first_loss = first_loss.or(Some(l));
+            last_loss = Some(l);
+        }
         progress.update(&StepStatus {
             done: step + 1,
             loss: o.loss,
@@ -145,8 +165,11 @@ pub fn run(args: &TrainArgs, out: &mut dyn Write) -> Result<()> {
             allocated_peak_bytes: tracker.allocated_peak_bytes(),
             reserved_peak_bytes: tracker.reserved_peak_bytes(),
             final_bytes: tracker.current_bytes(),
-            median_step_ms: median(&times),
-            losses,
+            median_step_ms: median(times.values()),
+            first_loss,
+            last_loss,
+            sample_every: losses.every(),
+            losses: losses.into_values(),
         };
         return out!(out, "{}", serde_json::to_string_pretty(&json).unwrap_or_default());
     }
@@ -156,9 +179,9 @@ pub fn run(args: &TrainArgs, out: &mut dyn Write) -> Result<()> {
         args.steps,
         elapsed,
         args.steps as f64 / elapsed.max(1e-9),
-        median(&times)
+        median(times.values())
     )?;
-    match (losses.first(), losses.last()) {
+    match (first_loss, last_loss) {
         (Some(a), Some(b)) => out!(out, "loss: {a:.4} -> {b:.4}")?,
         _ => out!(out, "loss: n/a on {device} (no data)")?,
     }

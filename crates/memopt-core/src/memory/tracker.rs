@@ -326,8 +326,36 @@ impl MemoryTracker {
         )
     }
 
+    /// An error, recording nothing, when `bytes` more would take the requested, allocated or
+    /// reserved count past `u64::MAX` (possible on Meta, whose sizes no real memory bounds).
+    /// Checked against the largest block and segment the request can take, so the additions
+    /// that follow cannot wrap.
+    fn check_fits(&self, s: &TrackerState, bytes: u64) -> Result<()> {
+        let block = crate::memory::caching::rules::round_size(bytes);
+        let segment = block.and_then(crate::memory::caching::rules::segment_size);
+        let fits = s.current.checked_add(bytes).is_some()
+            && block.and_then(|b| s.allocated.checked_add(b)).is_some()
+            && segment
+                .and_then(|g| s.allocator.reserved().checked_add(g))
+                .is_some();
+        if fits {
+            return Ok(());
+        }
+        let scope = current_scope();
+        Err(CoreError::ByteCountOverflow {
+            at: match scope.path() {
+                "" => format!("the model ({})", scope.phase()),
+                p => format!("module {p} ({})", scope.phase()),
+            },
+            device: self.device,
+            held: s.current,
+            bytes,
+        })
+    }
+
     fn record_alloc(&self, bytes: u64, kind: MemoryKind) -> Result<(AllocationId, Grant, MemoryEvent)> {
         let mut s = self.lock();
+        self.check_fits(&s, bytes)?;
         let grant = s.allocator.malloc(bytes)?;
         let id = AllocationId(s.next_id);
         s.next_id += 1;

@@ -123,11 +123,20 @@ impl Tensor {
 
 /// `n` copies of `value` on the host, or an out-of-memory error instead of an abort.
 fn host_vec(n: usize, value: f32) -> Result<Vec<f32>> {
+    let mut v = host_vec_with_capacity(n)?;
+    v.resize(n, value);
+    Ok(v)
+}
+
+/// An empty host vector with room for `n` elements, or an out-of-memory error naming the bytes
+/// instead of an abort. Host data built outside the tensor constructors (synthetic batches,
+/// labels) is allocated through this.
+pub fn host_vec_with_capacity<T>(n: usize) -> Result<Vec<T>> {
     let mut v = Vec::new();
     v.try_reserve_exact(n).map_err(|_| CoreError::OutOfMemory {
         device: Device::Cpu,
-        bytes: (n as u64).saturating_mul(4),
+        // Reported, not computed with: a size beyond u64 shows as u64::MAX.
+        bytes: (n as u128 * size_of::<T>() as u128).min(u64::MAX as u128) as u64,
     })?;
-    v.resize(n, value);
     Ok(v)
 }

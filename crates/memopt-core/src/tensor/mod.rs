@@ -5,6 +5,7 @@ mod convert;
 mod create;
 
 pub use access::{DataRead, DataWrite, KernelBuffer};
+pub use create::host_vec_with_capacity;
 
 use crate::memory::MemoryKind;
 use crate::storage::Storage;

@@ -89,8 +89,9 @@ impl CallObserver for Sink {
             }
         });
         entry.calls += 1;
-        entry.flops += cost.flops;
-        entry.bytes += cost.bytes;
+        // Time estimates saturate (see `ModuleCost`).
+        entry.flops = entry.flops.saturating_add(cost.flops);
+        entry.bytes = entry.bytes.saturating_add(cost.bytes);
     }
 }
 

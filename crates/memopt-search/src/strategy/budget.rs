@@ -27,7 +27,17 @@ impl Budget {
     pub fn bytes(self, baseline: u64) -> Result<u64> {
         match self {
             Budget::Bytes(b) => Ok(b),
-            Budget::Fraction(f) if f > 0.0 && f.is_finite() => Ok((baseline as f64 * f) as u64),
+            Budget::Fraction(f) if f > 0.0 && f.is_finite() => {
+                let b = baseline as f64 * f;
+                if b >= 18_446_744_073_709_551_616.0 {
+                    return Err(SearchError::InvalidSetting(format!(
+                        "a budget of {} times the baseline peak is beyond the largest representable size, {} bytes",
+                        f,
+                        u64::MAX
+                    )));
+                }
+                Ok(b as u64)
+            }
             Budget::Fraction(f) => Err(SearchError::InvalidSetting(format!(
                 "a budget fraction must be positive, got {f}"
             ))),
@@ -42,7 +52,7 @@ impl std::str::FromStr for Budget {
     fn from_str(s: &str) -> Result<Budget> {
         let bad = || {
             SearchError::InvalidSetting(format!(
-                "cannot read budget '{s}': use a positive size in bytes, with or without a unit (e.g. 2GiB, 512MiB, 300MB, 1e9), or a positive percentage of the baseline peak (e.g. 40%)"
+                "cannot read budget '{s}': use a positive size in bytes, with or without a unit (e.g. 2GiB, 512MiB, 300MB, 1.5TiB, 1e9), or a positive percentage of the baseline peak (e.g. 40%)"
             ))
         };
         let t = s.trim();
@@ -53,26 +63,65 @@ impl std::str::FromStr for Budget {
             }
             return Ok(Budget::Fraction(f / 100.0));
         }
-        // The unit is the trailing run of letters, so that exponents (`1e9`) stay in the number.
-        let num = t.trim_end_matches(|c: char| c.is_ascii_alphabetic());
-        let unit = &t[num.len()..];
-        let value: f64 = num.trim().parse().map_err(|_| bad())?;
-        let scale: f64 = match unit.trim().to_ascii_lowercase().as_str() {
-            "" | "b" => 1.0,
-            "kb" => 1e3,
-            "mb" => 1e6,
-            "gb" => 1e9,
-            "kib" => 1024.0,
-            "mib" => 1024.0 * 1024.0,
-            "gib" => 1024.0 * 1024.0 * 1024.0,
-            _ => return Err(bad()),
-        };
-        let bytes = value * scale;
-        if !(bytes >= 1.0 && bytes.is_finite()) {
-            return Err(bad());
-        }
-        Ok(Budget::Bytes(bytes as u64))
+        parse_size(t).map(Budget::Bytes).map_err(|why| {
+            SearchError::InvalidSetting(format!(
+                "cannot read budget '{s}': {why}; use a positive size in bytes, with or without a unit (e.g. 2GiB, 512MiB, 300MB, 1.5TiB, 1e9), or a positive percentage of the baseline peak (e.g. 40%)"
+            ))
+        })
     }
+}
+
+/// Parses a positive size in bytes: a number (`1000000`, `1e9`, `1.5`) with an optional unit,
+/// B, kB/MB/GB/TB (powers of 1000) or KiB/MiB/GiB/TiB (powers of 1024), case-insensitive.
+/// Sizes below one byte and sizes beyond `u64::MAX` bytes are errors (never capped); the
+/// error says why, without the input.
+pub fn parse_size(text: &str) -> std::result::Result<u64, String> {
+    let t = text.trim();
+    // The unit is the trailing run of letters, so that exponents (`1e9`) stay in the number.
+    let num = t.trim_end_matches(|c: char| c.is_ascii_alphabetic());
+    let unit = &t[num.len()..];
+    let scale: f64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1.0,
+        "kb" => 1e3,
+        "mb" => 1e6,
+        "gb" => 1e9,
+        "tb" => 1e12,
+        "kib" => 1024.0,
+        "mib" => 1024.0 * 1024.0,
+        "gib" => 1024.0 * 1024.0 * 1024.0,
+        "tib" => 1024.0 * 1024.0 * 1024.0 * 1024.0,
+        other => {
+            return Err(format!(
+                "unknown unit '{other}' (B, kB, MB, GB, TB, KiB, MiB, GiB, TiB)"
+            ));
+        }
+    };
+    // Plain integers are exact to the byte, even above 2^53.
+    if scale == 1.0
+        && let Ok(n) = num.trim().parse::<u64>()
+    {
+        return if n >= 1 {
+            Ok(n)
+        } else {
+            Err("the size must be positive".into())
+        };
+    }
+    let value: f64 = num
+        .trim()
+        .parse()
+        .map_err(|_| format!("'{}' is not a number", num.trim()))?;
+    let bytes = value * scale;
+    if bytes.is_nan() || bytes < 1.0 {
+        return Err("the size must be positive, at least 1 byte".into());
+    }
+    // 2^64 as f64: anything at or above it does not fit in u64 (the cast would cap it).
+    if bytes >= 18_446_744_073_709_551_616.0 {
+        return Err(format!(
+            "the size is beyond the largest representable, {} bytes",
+            u64::MAX
+        ));
+    }
+    Ok(bytes as u64)
 }
 
 /// The optimal plan under a budget: a dynamic program over the chain of segments (each
@@ -152,6 +201,9 @@ mod tests {
             ("1e9", Budget::Bytes(1_000_000_000)),
             ("1.5e3KiB", Budget::Bytes(1_536_000)),
             ("1000000", Budget::Bytes(1_000_000)),
+            ("2TiB", Budget::Bytes(2 << 40)),
+            ("3 TB", Budget::Bytes(3_000_000_000_000)),
+            ("18446744073709551615", Budget::Bytes(u64::MAX)),
             ("40%", Budget::Fraction(0.4)),
             ("150%", Budget::Fraction(1.5)),
         ];
@@ -170,6 +222,19 @@ mod tests {
                 msg.contains(&format!("'{text}'")) && msg.contains("positive size") && msg.contains("40%"),
                 "{text}: {msg}"
             );
+        }
+    }
+
+    #[test]
+    fn budgets_beyond_u64_are_errors_not_capped() {
+        for text in [
+            "1e30",
+            "20000000TiB",
+            "18446744073709551616",
+            "99999999999999999999",
+        ] {
+            let msg = text.parse::<Budget>().unwrap_err().to_string();
+            assert!(msg.contains("largest representable"), "{text}: {msg}");
         }
     }
 }

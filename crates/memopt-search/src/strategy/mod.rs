@@ -7,7 +7,7 @@ mod memonger;
 mod min_memory;
 mod pipeline;
 
-pub use budget::{Budget, BudgetStrategy};
+pub use budget::{Budget, BudgetStrategy, parse_size};
 pub use groups::block_plan;
 pub use max_overhead::MaxOverhead;
 pub use memonger::Memonger;

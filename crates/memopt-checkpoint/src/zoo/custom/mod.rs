@@ -117,6 +117,24 @@ pub struct CustomModel {
     layers: Vec<Layer>,
 }
 
+/// Most layers a model description may have, residual branches included.
+pub const MAX_LAYERS: usize = 10_000;
+
+/// Layers of a chain, those inside residual branches included.
+fn count_layers(layers: &[Layer]) -> usize {
+    layers
+        .iter()
+        .map(|l| match l {
+            Layer::Residual {
+                body,
+                shortcut,
+                after,
+            } => 1 + count_layers(body) + count_layers(shortcut) + count_layers(after),
+            _ => 1,
+        })
+        .sum()
+}
+
 pub(super) fn invalid(msg: impl Into<String>) -> CheckpointError {
     CheckpointError::InvalidModel(msg.into())
 }
@@ -125,13 +143,19 @@ impl CustomModel {
     /// Parses a model description. Syntax, unknown types or fields and out-of-range settings are
     /// errors naming the layer's position; shapes are checked against the description's input.
     pub fn from_json(text: &str) -> Result<CustomModel> {
-        let raw: RawModel = serde_json::from_str(text).map_err(|e| invalid(e.to_string()))?;
+        let raw: RawModel = crate::strict_json::from_str(text).map_err(invalid)?;
         if raw.name.trim().is_empty() {
             return Err(invalid("`name` must not be empty"));
         }
         let layers = parse_layers(&raw.layers, "layers")?;
         if layers.is_empty() {
             return Err(invalid("`layers` must list at least one layer"));
+        }
+        let count = count_layers(&layers);
+        if count > MAX_LAYERS {
+            return Err(invalid(format!(
+                "{count} layers (residual branches included); a model description has at most {MAX_LAYERS}"
+            )));
         }
         let model = CustomModel {
             name: raw.name,
@@ -239,6 +263,13 @@ impl CustomModel {
         for (i, layer) in layers.iter().enumerate() {
             let at = format!("{at}[{i}]");
             shape = self.layer_output(layer, &shape, &at)?;
+            if shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d)).is_none() {
+                return Err(CheckpointError::InvalidInput(format!(
+                    "model '{}' {at} ({}) gives samples of shape {shape:?}, more elements than fit in the address space; make the layer or the input smaller",
+                    self.name,
+                    layer.type_name()
+                )));
+            }
         }
         Ok(shape)
     }
@@ -302,7 +333,15 @@ impl CustomModel {
                 let [c, _, _] = image(shape)?;
                 vec![c, out[0], out[1]]
             }
-            Layer::Flatten {} => vec![shape.iter().product()],
+            Layer::Flatten {} => match shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d)) {
+                Some(n) => vec![n],
+                None => {
+                    return Err(CheckpointError::InvalidInput(format!(
+                        "model '{}' {at} (flatten): samples of shape {shape:?} have more elements than fit in the address space",
+                        self.name
+                    )));
+                }
+            },
             Layer::Linear { out, .. } => match shape {
                 [_] => vec![*out],
                 _ => {

@@ -157,7 +157,7 @@ impl ModelArgs {
                     ))
                 })?;
                 if self.published {
-                    entry.default
+                    entry.published
                 } else {
                     entry.small
                 }

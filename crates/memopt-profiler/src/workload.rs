@@ -131,6 +131,12 @@ impl Workload {
         Ok(Self::zoo(name, zoo::entry(name)?.small, batch_size))
     }
 
+    /// Zoo model `name` at the input size of its published workload (see
+    /// [`zoo::ZooEntry::published`]; the CLI's `--published`).
+    pub fn zoo_published(name: &str, batch_size: usize) -> Result<Self> {
+        Ok(Self::zoo(name, zoo::entry(name)?.published, batch_size))
+    }
+
     /// A custom model from `build(device, seed)`.
     pub fn custom(
         name: &str,
@@ -258,9 +264,12 @@ impl StepSession {
 
     /// One training step (forward, backward, update); the gradients are freed after the update.
     pub fn step(&mut self) -> Result<StepOutput> {
-        Ok(self
-            .trainer
-            .step(&self.model, &self.batch, StepOptions::default())?)
+        self.step_with(StepOptions::default())
+    }
+
+    /// One training step with `opts` (keep the gradients or the final neuron states, ...).
+    pub fn step_with(&mut self, opts: StepOptions) -> Result<StepOutput> {
+        Ok(self.trainer.step(&self.model, &self.batch, opts)?)
     }
 }
 

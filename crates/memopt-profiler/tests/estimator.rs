@@ -162,7 +162,7 @@ fn estimator_sessions_are_reusable() {
 fn estimation_is_fast_at_full_size() {
     for entry in zoo::entries() {
         let n = if entry.name == "cifar10dvs-vgg" { 32 } else { 2 };
-        let workload = Workload::zoo(entry.name, entry.default.clone(), n);
+        let workload = Workload::zoo(entry.name, entry.published.clone(), n);
         let mut estimator = Estimator::new(&workload).unwrap();
         estimator.peak_bytes(&Plan::store_all()).unwrap();
         let t0 = Instant::now();

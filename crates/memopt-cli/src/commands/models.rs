@@ -85,7 +85,7 @@ pub fn run(args: &ModelsArgs, out: &mut dyn Write) -> Result<()> {
             name: e.name,
             description: e.description,
             small: size(e.name, &e.small)?,
-            published: size(e.name, &e.default)?,
+            published: size(e.name, &e.published)?,
         });
     }
     if args.json {

@@ -9,7 +9,7 @@ use crate::steps::run_steps;
 use crate::strategy::{StrategyArgs, explain};
 use crate::tree::plan_tree;
 use memopt_checkpoint::Plan;
-use memopt_profiler::plan_is_data_dependent;
+use memopt_profiler::{PlanCheck, Quantity, plan_is_data_dependent};
 use memopt_search::{PipelineSummary, PlanningSession};
 use serde::Serialize;
 use std::io::Write;
@@ -36,7 +36,9 @@ Strategies (--strategy, or inferred from the options given):
   min-memory    the least peak reachable, whatever the time.
 
 --verify runs a real CPU step of a fresh model with and without the plan (same seeds) and
-checks that the measured peak is the planned one and that every gradient is bit-identical.";
+checks that the measured peak is the planned one and that the loss, every gradient, the
+BatchNorm running statistics, the neuron states and the updated parameters are bit-identical
+(the library's memopt_profiler::verify).";
 
 /// Options of `memopt optimize`.
 #[derive(Debug, Clone, clap::Args)]
@@ -84,6 +86,9 @@ pub struct Verification {
     pub measured_overhead: f64,
     /// Whether every parameter gradient of the first step is bit-identical to the baseline's.
     pub grads_identical: bool,
+    /// The library's verdict ([`PlanCheck`]): planned and measured peaks, values compared and
+    /// those that differ (loss, gradients, running statistics, neuron states, parameters).
+    pub check: PlanCheck,
 }
 
 /// The JSON of `memopt optimize --json`.
@@ -145,13 +150,20 @@ pub fn run(args: &OptimizeArgs, out: &mut dyn Write) -> Result<()> {
     let verify = if args.verify {
         let base = run_steps(workload, &Plan::store_all(), device, args.steps)?;
         let planned = run_steps(workload, &report.plan, device, args.steps)?;
+        let check = PlanCheck::compare(
+            &base.record,
+            &planned.record,
+            report.planned_peak_bytes,
+            plan_is_data_dependent(&report.plan),
+        );
         Some(Verification {
-            measured_peak_bytes: planned.peak_bytes,
-            baseline_measured_peak_bytes: base.peak_bytes,
+            measured_peak_bytes: planned.peak_bytes(),
+            baseline_measured_peak_bytes: base.peak_bytes(),
             baseline_step_ms: base.median_step_ms(),
             planned_step_ms: planned.median_step_ms(),
             measured_overhead: planned.median_step_ms() / base.median_step_ms().max(1e-9) - 1.0,
-            grads_identical: planned.grad_bits == base.grad_bits,
+            grads_identical: !check.mismatches.iter().any(|m| m.quantity == Quantity::Gradient),
+            check,
         })
     } else {
         None
@@ -162,7 +174,8 @@ pub fn run(args: &OptimizeArgs, out: &mut dyn Write) -> Result<()> {
     };
     let failure = verify
         .as_ref()
-        .and_then(|v| verification_failure(v, &report.plan, report.planned_peak_bytes));
+        .and_then(|v| v.check.failure())
+        .map(CliError::Verification);
     if args.json {
         let json = OptimizeJson {
             model: report.model.clone(),
@@ -260,11 +273,19 @@ pub fn run(args: &OptimizeArgs, out: &mut dyn Write) -> Result<()> {
         )?;
         out!(
             out,
-            "  gradients         {}",
-            if v.grads_identical {
-                "bit-identical to the baseline"
+            "  values            {}",
+            if v.check.bit_identical() {
+                format!(
+                    "loss, gradients, running statistics, neuron states and updated parameters \
+                     bit-identical to the baseline ({} compared)",
+                    v.check.compared
+                )
             } else {
-                "DIFFER from the baseline"
+                format!(
+                    "{} of {} DIFFER from the baseline",
+                    v.check.mismatches.len(),
+                    v.check.compared
+                )
             }
         )?;
     }
@@ -278,26 +299,4 @@ pub fn run(args: &OptimizeArgs, out: &mut dyn Write) -> Result<()> {
         )?;
     }
     failure.map_or(Ok(()), Err)
-}
-
-/// Why a verification failed, if it did: gradients that differ, or a measured peak other than
-/// the planned one (above it, for plans whose sizes depend on the data).
-fn verification_failure(v: &Verification, plan: &Plan, planned: u64) -> Option<CliError> {
-    if !v.grads_identical {
-        return Some(CliError::Verification(
-            "the gradients under the plan are not bit-identical to the baseline's".into(),
-        ));
-    }
-    let data_dependent = plan_is_data_dependent(plan);
-    let ok = if data_dependent {
-        v.measured_peak_bytes <= planned
-    } else {
-        v.measured_peak_bytes == planned
-    };
-    (!ok).then(|| {
-        CliError::Verification(format!(
-            "the measured peak is {} bytes but the plan's exact peak is {planned} bytes",
-            v.measured_peak_bytes
-        ))
-    })
 }

@@ -43,6 +43,9 @@ device allocates exactly as on the CPU but computes nothing), and plans which mo
 checkpoint: keep only their input, bit-packed when it is spikes (1 bit per value), and recompute
 them in backward. Gradients stay bit-identical to storing everything.
 
+Every line under Examples runs as written, from any directory (examples/models/small-snn.json
+is shipped in the binary); `cargo test -p memopt-cli --test help_examples` runs them all.
+
 Sizes: every model runs at a small input by default so that commands finish in seconds on a
 CPU; --published, --input, --timesteps and --batch select the published size or any other
 (`memopt models` lists both).";
@@ -52,7 +55,7 @@ Examples:
   memopt models                                  the zoo, sizes and parameter counts
   memopt profile --model spiking-mlp             where the memory of a step goes
   memopt optimize                                plan the CIFAR10-DVS VGG (the default model)
-  memopt optimize --budget 40% --verify          fit 40% of the baseline peak, then check it
+  memopt optimize --budget 75% --verify          fit 75% of the baseline peak, then check it
   memopt optimize -m sew-resnet18 --out plan.json
   memopt train -m sew-resnet18 --plan plan.json --steps 20
   memopt bench -m toy-if --json                  every strategy side by side

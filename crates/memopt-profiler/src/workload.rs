@@ -8,7 +8,7 @@ use memopt_checkpoint::optim::{Adam, Optimizer, Sgd};
 use memopt_checkpoint::{Batch, InputSpec, Model, Plan, StepOptions, StepOutput, Target, Trainer, zoo};
 use memopt_compress::CompressorKind;
 use memopt_core::kernels::{AdamConfig, SgdConfig};
-use memopt_core::{DType, Device, MemoryKind, Philox, Shape, Tensor};
+use memopt_core::{DType, Device, MemoryKind, MemoryTracker, Philox, Shape, Tensor};
 use std::sync::Arc;
 
 /// Builds a model on a device from a parameter seed.
@@ -180,7 +180,22 @@ impl Workload {
                 self.optimizer.name()
             ),
             ModelSource::Custom { name, .. } => {
-                format!("{name} N={} {}", self.batch_size, self.optimizer.name())
+                // The spec lives in the built model: build it on Meta (no data) in a scratch
+                // tracker, so that nothing is recorded on the caller's.
+                let spec = {
+                    let _scratch = MemoryTracker::install(MemoryTracker::new(Device::Meta));
+                    self.build_model(Device::Meta).map(|m| m.spec().clone())
+                };
+                match spec {
+                    Ok(spec) => format!(
+                        "{name} T={} N={} {:?} {}",
+                        spec.time_steps,
+                        self.batch_size,
+                        spec.sample,
+                        self.optimizer.name()
+                    ),
+                    Err(_) => format!("{name} N={} {}", self.batch_size, self.optimizer.name()),
+                }
             }
         }
     }

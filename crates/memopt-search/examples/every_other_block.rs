@@ -53,7 +53,7 @@ fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
         Box::new(Pipeline::default()),
         Box::new(Memonger::default()),
         Box::new(BudgetStrategy {
-            budget: Budget::Fraction(0.8),
+            budget: Budget::Fraction(0.9),
         }),
         Box::new(MaxOverhead { max_overhead: 0.2 }),
         Box::new(MinMemory),

@@ -15,8 +15,9 @@ min-memory) and measure each plan with real CPU steps: the exact peak, the measu
 median step time and its range over --steps timed steps (default 10), the measured and
 predicted overhead over the baseline, the planning time and whether the step's values (loss,
 gradients, running statistics, neuron states, updated parameters) are bit-identical to the
-baseline's ("same"). Overheads within the range of the baseline's own step times are noise. The budget row asks for the midpoint
-between the least reachable peak and the baseline unless --budget is given.";
+baseline's (same). Overheads within the range of the baseline's own step times are noise.
+The budget row asks for the midpoint between the least reachable peak and the baseline unless
+--budget is given.";
 
 /// Options of `memopt bench`.
 #[derive(Debug, Clone, clap::Args)]

@@ -78,7 +78,10 @@ pub fn write_chart(selection: &Selection, plan: Option<&Plan>, path: &Path) -> R
         workload.batch_size,
         selection.spec.sample,
         match plan {
-            Some(p) => format!(": baseline and a plan of {} entries", p.entries.len()),
+            Some(p) => format!(
+                ": baseline and a plan of {}",
+                crate::format::count(p.entries.len(), "entry", "entries")
+            ),
             None => ": baseline".into(),
         }
     );

@@ -2,7 +2,7 @@
 
 use super::{read_plan_for, write_chart};
 use crate::error::{CliError, Result};
-use crate::format::bytes;
+use crate::format::{bytes, count};
 use crate::out;
 use crate::selection::{DEFAULT_MODEL, ModelArgs};
 use crate::strategy::{StrategyArgs, explain};
@@ -72,22 +72,22 @@ pub fn run(args: &PlotArgs, out: &mut dyn Write) -> Result<()> {
     match plan {
         Some(p) => out!(
             out,
-            "wrote {}: {}; baseline peak {} ({} events), planned peak {} ({} events, {} plan entries)",
+            "wrote {}: {}; baseline peak {} ({}), planned peak {} ({}, {})",
             args.out.display(),
             sel.describe(),
             bytes(c.baseline_peak),
-            c.baseline_events,
+            count(c.baseline_events, "event", "events"),
             bytes(c.planned_peak),
-            c.planned_events,
-            p.entries.len()
+            count(c.planned_events, "event", "events"),
+            count(p.entries.len(), "plan entry", "plan entries")
         ),
         None => out!(
             out,
-            "wrote {}: {}; baseline peak {} ({} events)",
+            "wrote {}: {}; baseline peak {} ({})",
             args.out.display(),
             sel.describe(),
             bytes(c.baseline_peak),
-            c.baseline_events
+            count(c.baseline_events, "event", "events")
         ),
     }
 }

@@ -192,9 +192,9 @@ pub fn run(args: &ProfileArgs, out: &mut dyn Write) -> Result<()> {
     if let Some(t) = &timing {
         out!(
             out,
-            "\nstep time: {:.2} ms (median of {} steps after {} warm-up)",
+            "\nstep time: {:.2} ms (median of {} after {} warm-up)",
             t.step_ms,
-            t.runs,
+            crate::format::count(t.runs, "step", "steps"),
             t.warmup_runs
         )?;
     }
@@ -254,9 +254,9 @@ pub fn run(args: &ProfileArgs, out: &mut dyn Write) -> Result<()> {
     if let Some((c, p)) = chart {
         out!(
             out,
-            "\nwrote {} (memory timeline of {} events, peak {})",
+            "\nwrote {} (memory timeline of {}, peak {})",
             p.display(),
-            c.planned_events.max(c.baseline_events),
+            crate::format::count(c.planned_events.max(c.baseline_events), "event", "events"),
             bytes(c.planned_peak)
         )?;
     }

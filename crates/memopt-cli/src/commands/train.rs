@@ -92,12 +92,15 @@ pub fn run(args: &TrainArgs, out: &mut dyn Write) -> Result<()> {
         out!(out, "{}", sel.describe())?;
         out!(
             out,
-            "training {} steps on {device}, {}",
-            args.steps,
+            "training {} on {device}, {}",
+            crate::format::count(args.steps, "step", "steps"),
             if plan.entries.is_empty() {
                 "storing everything".to_string()
             } else {
-                format!("under a plan of {} entries", plan.entries.len())
+                format!(
+                    "under a plan of {}",
+                    crate::format::count(plan.entries.len(), "entry", "entries")
+                )
             }
         )?;
         out.flush().map_err(CliError::Output)?;
@@ -137,8 +140,8 @@ pub fn run(args: &TrainArgs, out: &mut dyn Write) -> Result<()> {
     }
     out!(
         out,
-        "done: {} steps in {:.2} s ({:.2} steps/s, median step {:.2} ms)",
-        args.steps,
+        "done: {} in {:.2} s ({:.2} steps/s, median step {:.2} ms)",
+        crate::format::count(args.steps, "step", "steps"),
         elapsed,
         args.steps as f64 / elapsed.max(1e-9),
         median(&times)

@@ -13,6 +13,7 @@
 //! ```
 #![warn(missing_docs)]
 
+pub mod align;
 pub mod bench;
 pub mod commands;
 pub mod error;

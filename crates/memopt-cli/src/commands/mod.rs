@@ -14,6 +14,7 @@ use crate::timeline::record;
 use memopt_checkpoint::Plan;
 use memopt_core::{Device, MemoryTracker};
 use memopt_profiler::Estimator;
+use std::collections::HashMap;
 use std::path::Path;
 
 /// Reads a plan written by `memopt optimize --out`.
@@ -85,6 +86,15 @@ pub fn write_chart(selection: &Selection, plan: Option<&Plan>, path: &Path) -> R
             None => ": baseline".into(),
         }
     );
+    let module_types: HashMap<String, &str> = {
+        let _meta = MemoryTracker::install(MemoryTracker::new(Device::Meta));
+        workload
+            .build_model(Device::Meta)?
+            .modules()
+            .into_iter()
+            .map(|m| (m.path, m.type_name))
+            .collect()
+    };
     let svg = render(
         &title,
         Series {
@@ -95,6 +105,7 @@ pub fn write_chart(selection: &Selection, plan: Option<&Plan>, path: &Path) -> R
             timeline: t,
             report: r,
         }),
+        &module_types,
     );
     write_file(path, &svg)?;
     Ok(Charted {

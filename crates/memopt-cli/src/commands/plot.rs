@@ -15,7 +15,12 @@ pub const LONG_ABOUT: &str = "\
 Write an SVG chart of one training step's memory: the timeline (MiB held after each allocation
 or free; the planned step stacked by kind: parameters, optimizer state, activations, saved for
 backward, packed spikes, gradients, workspace, ...; the baseline's total as a dashed line), and a
-horizontal bar chart of what the largest modules hold at the peak, baseline above planned.
+horizontal bar chart of what the largest modules hold at the peak, baseline above planned, each
+module labelled with its layer type.
+The x axis is the step phase by phase and module by module: baseline and plan are aligned on the
+same modules (a module whose backward recomputes gets a wider span in both), bands mark forward,
+backward, optimizer (when it allocates; SGD and Adam update in place) and the release of the
+tape and gradients at the end, and a red strip under the axis marks the plan's recomputation.
 The plan is read from --plan, or made with the strategy options (as `memopt optimize`).
 Everything is computed on the Meta device: exact, and in milliseconds.";
 

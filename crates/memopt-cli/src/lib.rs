@@ -4,7 +4,7 @@
 //!
 //! The library holds the command-line definitions ([`Cli`]), the commands ([`commands`]) and
 //! the pieces other tools reuse: model selection ([`selection`]), real steps ([`steps`]), the
-//! strategy table ([`bench`]), the per-kind timeline ([`timeline`]) and the SVG chart ([`svg`]).
+//! strategy table ([`mod@bench`]), the per-kind timeline ([`timeline`]) and the SVG chart ([`svg`]).
 //!
 //! ```no_run
 //! use clap::Parser;
@@ -18,6 +18,7 @@ pub mod bench;
 pub mod commands;
 pub mod error;
 pub mod format;
+pub mod plan_file;
 pub mod progress;
 pub mod selection;
 pub mod steps;

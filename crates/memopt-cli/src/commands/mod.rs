@@ -8,6 +8,7 @@ pub mod profile;
 pub mod train;
 
 use crate::error::{Result, read_file, write_file};
+use crate::plan_file::{MadeFor, made_for};
 use crate::selection::Selection;
 use crate::svg::{Series, render};
 use crate::timeline::record;
@@ -17,21 +18,28 @@ use memopt_profiler::Estimator;
 use std::collections::HashMap;
 use std::path::Path;
 
-/// Reads a plan written by `memopt optimize --out`.
-pub fn read_plan(path: &Path) -> Result<Plan> {
+/// Reads a plan written by `memopt optimize --out`, with what it says it was made for.
+pub fn read_plan(path: &Path) -> Result<(Plan, Option<MadeFor>)> {
     let text = read_file(path)?;
-    Plan::from_json(&text).map_err(|e| {
+    let plan = Plan::from_json(&text).map_err(|e| {
         crate::CliError::Invalid(format!(
             "{}: {e} (write plans with `memopt optimize --out FILE`)",
             path.display()
         ))
-    })
+    })?;
+    Ok((plan, made_for(&text)))
 }
 
 /// Reads a plan and checks that it fits the selected model (every path exists, every policy
-/// suits its module), naming the file and the model when it does not.
+/// suits its module), naming the file and the model when it does not. A plan made for another
+/// model, size or memopt version gets a warning on stderr.
 pub fn read_plan_for(path: &Path, sel: &Selection) -> Result<Plan> {
-    let plan = read_plan(path)?;
+    let (plan, made_for) = read_plan(path)?;
+    if let Some(made) = made_for {
+        for why in made.differences(&MadeFor::of(sel)) {
+            eprintln!("warning: {}: {why}", path.display());
+        }
+    }
     let misfit = |e: String| {
         crate::CliError::Invalid(format!(
             "the plan {} does not fit {}: {e}",

@@ -4,6 +4,7 @@ use super::write_chart;
 use crate::error::{CliError, Result, write_file};
 use crate::format::{bytes, percent};
 use crate::out;
+use crate::plan_file::{MadeFor, plan_file_json};
 use crate::selection::{DEFAULT_MODEL, ModelArgs, parse_device};
 use crate::steps::run_steps;
 use crate::strategy::{StrategyArgs, explain};
@@ -49,14 +50,15 @@ pub struct OptimizeArgs {
     /// The strategy and its settings.
     #[command(flatten)]
     pub strategy: StrategyArgs,
-    /// Write the plan as JSON to FILE (read back by `memopt train --plan` and `profile --plan`).
+    /// Write the plan as JSON to FILE (read back by `memopt train --plan` and `profile --plan`),
+    /// with the model, sizes and memopt version it was made for (others get a warning).
     #[arg(short, long, value_name = "FILE")]
     pub out: Option<PathBuf>,
     /// Run real steps with and without the plan: measured peak, step times, and whether the
     /// gradients are bit-identical.
     #[arg(long)]
     pub verify: bool,
-    /// Device of the --verify steps: cpu or cuda[:N] (the training kernels run on the CPU only
+    /// Device of the --verify steps: cpu, cuda or cuda:N (the training kernels run on the CPU only
     /// so far: cuda reports that).
     #[arg(long, default_value = "cpu", value_name = "cpu|cuda")]
     pub device: String,
@@ -145,7 +147,7 @@ pub fn run(args: &OptimizeArgs, out: &mut dyn Write) -> Result<()> {
     let setup_ms = started.elapsed().as_secs_f64() * 1e3;
     let report = strategy.plan(&mut session).map_err(explain)?;
     if let Some(path) = &args.out {
-        write_file(path, &report.plan.to_json())?;
+        write_file(path, &plan_file_json(&report.plan, &MadeFor::of(&sel)))?;
     }
     let verify = if args.verify {
         let base = run_steps(workload, &Plan::store_all(), device, args.steps)?;

@@ -31,8 +31,8 @@ pub struct ProfileArgs {
     /// The model and its size [default model: cifar10dvs-vgg].
     #[command(flatten)]
     pub model: ModelArgs,
-    /// Where the step runs: cpu (measured, timed), meta (exact memory, no data, no time) or
-    /// cuda[:N] (the training kernels run on the CPU only so far: cuda reports that).
+    /// Where the step runs: cpu (measured, timed), meta (exact memory, no data, no time), cuda
+    /// or cuda:N (the training kernels run on the CPU only so far: cuda reports that).
     #[arg(long, default_value = "cpu", value_name = "cpu|meta|cuda")]
     pub device: String,
     /// Profile under this plan (from `memopt optimize --out`) instead of storing everything.

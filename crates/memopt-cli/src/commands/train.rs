@@ -33,7 +33,7 @@ pub struct TrainArgs {
     /// Training steps.
     #[arg(long, default_value_t = 20, value_name = "S")]
     pub steps: usize,
-    /// Where to train: cpu, meta (memory only: no data, no loss) or cuda[:N]. The training
+    /// Where to train: cpu, meta (memory only: no data, no loss) or cuda (cuda:N). The training
     /// kernels run on the CPU only so far: cuda reports that it is not implemented (or that no
     /// GPU is present).
     #[arg(long, default_value = "cpu", value_name = "cpu|meta|cuda")]

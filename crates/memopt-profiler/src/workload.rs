@@ -226,7 +226,8 @@ impl Workload {
     }
 }
 
-/// A random batch of `n` for `model`: inputs 0 or 1 (probability 0.3), labels spread over the
+/// A random batch of `n` for `model`: inputs 0 or 1 (probability 0.3), carrying the spike flag
+/// when the model declares spike input ([`Model::spike_input`]), labels spread over the
 /// classes. On Meta the same shapes without data: no host memory is touched, whatever the size.
 pub fn random_batch(model: &Model, n: usize, seed: u64) -> Result<Batch> {
     let device = model.device();
@@ -240,7 +241,8 @@ pub fn random_batch(model: &Model, n: usize, seed: u64) -> Result<Batch> {
             .map(|_| if rng.next_uniform() < 0.3 { 1.0 } else { 0.0 })
             .collect();
         Tensor::from_vec::<f32>(values, dims, device, MemoryKind::Input)?
-    };
+    }
+    .with_spike_flag(model.spike_input());
     let labels = if device.is_meta() {
         Tensor::zeros([n], DType::I64, device, MemoryKind::Input)?
     } else {

@@ -62,7 +62,8 @@ impl PlanningSession {
                 DType::F32,
                 Device::Meta,
                 MemoryKind::Input,
-            )?;
+            )?
+            .with_spike_flag(model.spike_input());
             let root = discover(&model, &input)?;
             let chain = chain_model(
                 &model,

@@ -109,6 +109,9 @@ pub struct Workload {
     pub seed: u64,
     /// Seed of the random batch (spikes with probability 0.3, labels).
     pub data_seed: u64,
+    /// The hardware whose allocations Meta steps of this workload reproduce (estimates and
+    /// plans): the CPU by default, or a CUDA GPU, which needs no GPU to plan for.
+    pub target: memopt_core::Target,
 }
 
 impl Workload {
@@ -123,6 +126,7 @@ impl Workload {
             optimizer: OptimizerChoice::sgd_momentum(),
             seed: 0,
             data_seed: 0,
+            target: memopt_core::Target::Cpu,
         }
     }
 
@@ -152,6 +156,7 @@ impl Workload {
             optimizer: OptimizerChoice::sgd_momentum(),
             seed: 0,
             data_seed: 0,
+            target: memopt_core::Target::Cpu,
         }
     }
 
@@ -183,8 +188,8 @@ impl Workload {
                 // The spec lives in the built model: build it on Meta (no data) in a scratch
                 // tracker, so that nothing is recorded on the caller's.
                 let spec = {
-                    let _scratch = MemoryTracker::install(MemoryTracker::new(Device::Meta));
-                    self.build_model(Device::Meta).map(|m| m.spec().clone())
+                    let _scratch = MemoryTracker::install(MemoryTracker::new(Device::META));
+                    self.build_model(Device::META).map(|m| m.spec().clone())
                 };
                 match spec {
                     Ok(spec) => format!(
@@ -198,6 +203,11 @@ impl Workload {
                 }
             }
         }
+    }
+
+    /// The Meta device that estimates this workload: it allocates as [`Workload::target`] does.
+    pub fn meta_device(&self) -> Device {
+        Device::Meta(self.target)
     }
 
     /// Builds the model on `device` (parameters allocated on the current tracker).

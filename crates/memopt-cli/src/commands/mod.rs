@@ -48,8 +48,8 @@ pub fn read_plan_for(path: &Path, sel: &Selection) -> Result<Plan> {
         ))
     };
     let mut model = {
-        let _meta = MemoryTracker::install(MemoryTracker::new(Device::Meta));
-        sel.workload.build_model(Device::Meta)?
+        let _meta = MemoryTracker::install(MemoryTracker::new(Device::META));
+        sel.workload.build_model(Device::META)?
     };
     model.apply_plan(&plan).map_err(|e| misfit(e.to_string()))?;
     Ok(plan)
@@ -95,9 +95,9 @@ pub fn write_chart(selection: &Selection, plan: Option<&Plan>, path: &Path) -> R
         }
     );
     let module_types: HashMap<String, &str> = {
-        let _meta = MemoryTracker::install(MemoryTracker::new(Device::Meta));
+        let _meta = MemoryTracker::install(MemoryTracker::new(Device::META));
         workload
-            .build_model(Device::Meta)?
+            .build_model(Device::META)?
             .modules()
             .into_iter()
             .map(|m| (m.path, m.type_name))

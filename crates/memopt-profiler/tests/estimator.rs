@@ -66,7 +66,7 @@ fn estimator_equals_the_measured_step_for_a_custom_model() {
         move |device, seed| zoo::build("spiking-mlp", &spec, device, seed),
         3,
     );
-    assert_eq!(workload.describe(), "custom-mlp N=3 sgd");
+    assert_eq!(workload.describe(), "custom-mlp T=3 N=3 [16] sgd");
     let mut estimator = Estimator::new(&workload).unwrap();
     check_equal(
         &workload,

@@ -38,6 +38,7 @@ pub struct Model {
     spec: InputSpec,
     device: Device,
     training: bool,
+    spike_input: bool,
 }
 
 impl std::fmt::Debug for Model {
@@ -61,7 +62,21 @@ impl Model {
             spec,
             device,
             training: true,
+            spike_input: false,
         }
+    }
+
+    /// The same model, declaring whether its input is spikes (every value 0 or 1, as event
+    /// frames are). A spike input carries the spike flag, so a checkpoint of the first segment
+    /// keeps it bit-packed (1 bit per value) instead of as f32.
+    pub fn with_spike_input(mut self, spikes: bool) -> Self {
+        self.spike_input = spikes;
+        self
+    }
+
+    /// Whether the input is declared to be spikes ([`Self::with_spike_input`]).
+    pub fn spike_input(&self) -> bool {
+        self.spike_input
     }
 
     /// Name (zoo name for zoo models).

@@ -119,7 +119,7 @@ fn chunks_lower_the_peak_of_long_sequences() {
     // toy-if at its published size (T = 16, C = 512): a batch large enough for activations to
     // outweigh the parameters.
     let build = |d| {
-        let spec = zoo::entry("toy-if").unwrap().default;
+        let spec = zoo::entry("toy-if").unwrap().published;
         zoo::build("toy-if", &spec, d, 0).unwrap()
     };
     let plan = |chunks| {

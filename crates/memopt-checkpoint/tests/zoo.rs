@@ -264,7 +264,7 @@ fn every_zoo_model_trains_on_meta_at_default_and_small_specs() {
         ]
     );
     for entry in zoo::entries() {
-        for s in [&entry.default, &entry.small] {
+        for s in [&entry.published, &entry.small] {
             let model = build(entry.name, s, Device::META);
             let (dims, _) = forward(&model, 2, true);
             assert_eq!(dims, [s.time_steps, 2, s.classes], "{} {s:?}", entry.name);
@@ -276,7 +276,7 @@ fn every_zoo_model_trains_on_meta_at_default_and_small_specs() {
     }
     for name in NEW_MODELS {
         let e = zoo::entry(name).unwrap();
-        assert_eq!(e.default, spec(4, &[3, 224, 224], 1000), "{name}");
+        assert_eq!(e.published, spec(4, &[3, 224, 224], 1000), "{name}");
         assert!(e.small.sample == [3, 32, 32] && e.small.classes == 10 && e.small.time_steps <= 4);
     }
 }

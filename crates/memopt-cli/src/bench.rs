@@ -9,6 +9,7 @@ use crate::steps::run_steps;
 use crate::strategy::explain;
 use memopt_checkpoint::Plan;
 use memopt_core::Device;
+use memopt_profiler::{PlanCheck, Quantity, plan_is_data_dependent};
 use memopt_search::{
     Budget, BudgetStrategy, MaxOverhead, Memonger, MinMemory, Pipeline, PlanReport, PlanningSession, Strategy,
 };
@@ -30,6 +31,10 @@ pub struct BenchRow {
     pub measured_peak_bytes: u64,
     /// Median wall time of a CPU step, in ms.
     pub step_ms: f64,
+    /// Fastest timed step, in ms.
+    pub step_ms_min: f64,
+    /// Slowest timed step, in ms.
+    pub step_ms_max: f64,
     /// Measured extra time over the baseline step, as a fraction (0.18 = 18% slower).
     pub overhead: f64,
     /// The cost model's predicted extra time, as a fraction.
@@ -40,6 +45,9 @@ pub struct BenchRow {
     pub entries: usize,
     /// Whether the first step's gradients are bit-identical to the baseline's.
     pub grads_identical: bool,
+    /// Whether everything the first step produced (loss, gradients, running statistics, neuron
+    /// states, updated parameters) is bit-identical to the baseline's.
+    pub bit_identical: bool,
 }
 
 /// All strategies on one workload.
@@ -98,32 +106,46 @@ pub fn bench(selection: &Selection, timed_steps: usize, budget: Option<Budget>) 
 
     let base = run_steps(workload, &Plan::store_all(), Device::Cpu, timed_steps)?;
     let base_ms = base.median_step_ms();
+    let (base_min, base_max) = base.step_ms_range();
     let mut rows = vec![BenchRow {
         strategy: "baseline".into(),
         setting: "store everything".into(),
         peak_bytes: baseline_peak,
-        measured_peak_bytes: base.peak_bytes,
+        measured_peak_bytes: base.peak_bytes(),
         step_ms: base_ms,
+        step_ms_min: base_min,
+        step_ms_max: base_max,
         overhead: 0.0,
         predicted_overhead: 0.0,
         planning_ms: 0.0,
         entries: 0,
         grads_identical: true,
+        bit_identical: true,
     }];
     for (r, setting) in reports {
         let run = run_steps(workload, &r.plan, Device::Cpu, timed_steps)?;
         let ms = run.median_step_ms();
+        let (min, max) = run.step_ms_range();
+        let check = PlanCheck::compare(
+            &base.record,
+            &run.record,
+            r.planned_peak_bytes,
+            plan_is_data_dependent(&r.plan),
+        );
         rows.push(BenchRow {
             strategy: r.strategy.clone(),
             setting,
             peak_bytes: r.planned_peak_bytes,
-            measured_peak_bytes: run.peak_bytes,
+            measured_peak_bytes: run.peak_bytes(),
             step_ms: ms,
+            step_ms_min: min,
+            step_ms_max: max,
             overhead: ms / base_ms.max(1e-9) - 1.0,
             predicted_overhead: r.predicted_overhead,
             planning_ms: r.planning_ms,
             entries: r.plan.entries.len(),
-            grads_identical: run.grad_bits == base.grad_bits,
+            grads_identical: !check.mismatches.iter().any(|m| m.quantity == Quantity::Gradient),
+            bit_identical: check.bit_identical(),
         });
     }
     Ok(BenchReport {

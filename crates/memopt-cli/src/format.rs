@@ -1,6 +1,6 @@
 //! Numbers for people: bytes in binary units, fractions as percentages, durations.
 
-pub use memopt_profiler::format::{bytes, path};
+pub use memopt_profiler::format::{bytes, count, path};
 
 /// `bytes` in MiB as a number (for charts).
 pub fn mib(bytes: u64) -> f64 {

@@ -4,7 +4,7 @@
 //!
 //! The library holds the command-line definitions ([`Cli`]), the commands ([`commands`]) and
 //! the pieces other tools reuse: model selection ([`selection`]), real steps ([`steps`]), the
-//! strategy table ([`bench`]), the per-kind timeline ([`timeline`]) and the SVG chart ([`svg`]).
+//! strategy table ([`mod@bench`]), the per-kind timeline ([`timeline`]) and the SVG chart ([`svg`]).
 //!
 //! ```no_run
 //! use clap::Parser;
@@ -13,6 +13,7 @@
 //! ```
 #![warn(missing_docs)]
 
+pub mod align;
 pub mod bench;
 pub mod commands;
 pub mod error;
@@ -20,6 +21,7 @@ pub mod escape;
 pub mod files;
 pub mod format;
 pub mod memory_limit;
+pub mod plan_file;
 pub mod progress;
 pub mod samples;
 pub mod selection;
@@ -47,6 +49,9 @@ device allocates exactly as on the CPU but computes nothing), and plans which mo
 checkpoint: keep only their input, bit-packed when it is spikes (1 bit per value), and recompute
 them in backward. Gradients stay bit-identical to storing everything.
 
+Every line under Examples runs as written, from any directory (examples/models/small-snn.json
+is shipped in the binary); `cargo test -p memopt-cli --test help_examples` runs them all.
+
 Sizes: every model runs at a small input by default so that commands finish in seconds on a
 CPU; --published, --input, --timesteps and --batch select the published size or any other
 (`memopt models` lists both).";
@@ -56,7 +61,7 @@ Examples:
   memopt models                                  the zoo, sizes and parameter counts
   memopt profile --model spiking-mlp             where the memory of a step goes
   memopt optimize                                plan the CIFAR10-DVS VGG (the default model)
-  memopt optimize --budget 40% --verify          fit 40% of the baseline peak, then check it
+  memopt optimize --budget 75% --verify          fit 75% of the baseline peak, then check it
   memopt optimize -m sew-resnet18 --out plan.json
   memopt train -m sew-resnet18 --plan plan.json --steps 20
   memopt bench -m toy-if --json                  every strategy side by side

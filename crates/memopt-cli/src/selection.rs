@@ -135,6 +135,27 @@ pub fn parse_sample(s: &str) -> Result<Vec<usize>> {
     })
 }
 
+/// The example models shipped in the binary, by their path in the repository: a relative
+/// `--model examples/models/small-snn.json` that does not exist in the current directory reads
+/// the shipped copy, so that the examples in `--help` work from any directory.
+const SHIPPED_MODELS: [(&str, &str); 1] = [(
+    "examples/models/small-snn.json",
+    include_str!("../../../examples/models/small-snn.json"),
+)];
+
+/// The shipped copy of a relative model path missing from the current directory.
+fn shipped_model(model: &str) -> Option<&'static str> {
+    let path = Path::new(model);
+    if path.is_absolute() || path.exists() {
+        return None;
+    }
+    let normal = model.trim_start_matches("./").replace('\\', "/");
+    SHIPPED_MODELS
+        .iter()
+        .find(|(name, _)| *name == normal)
+        .map(|(_, json)| *json)
+}
+
 fn looks_like_file(model: &str) -> bool {
     model.ends_with(".json") || model.contains('/') || model.contains('\\')
 }
@@ -185,8 +206,9 @@ impl ModelArgs {
         if batch == 0 {
             return Err(CliError::Usage("--batch must be at least 1".into()));
         }
-        let custom = if looks_like_file(&model) || (zoo::entry(&model).is_err() && Path::new(&model).exists())
-        {
+        let custom = if let Some(json) = shipped_model(&model) {
+            Some(Arc::new(CustomModel::from_json(json)?))
+        } else if looks_like_file(&model) || (zoo::entry(&model).is_err() && Path::new(&model).exists()) {
             let path = Path::new(&model);
             let text = read_input(path, "model file").map_err(|e| match e {
                 CliError::Invalid(m) if !path.exists() => CliError::Invalid(format!(
@@ -211,7 +233,7 @@ impl ModelArgs {
                     ))
                 })?;
                 if self.published {
-                    entry.default
+                    entry.published
                 } else {
                     entry.small
                 }

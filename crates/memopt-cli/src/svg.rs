@@ -2,10 +2,12 @@
 //! the planned step stacked by kind, the baseline's total as a line) and a horizontal bar chart
 //! of what each module holds at the peak, baseline and planned side by side, stacked by kind.
 
+use crate::align::{Stage, align, recompute_spans};
 use crate::format::{bytes, mib, path};
 use crate::timeline::KindTimeline;
 use memopt_core::MemoryKind;
 use memopt_profiler::MemoryReport;
+use std::collections::HashMap;
 use std::fmt::Write;
 
 /// One step to draw.
@@ -28,6 +30,8 @@ const MAX_POINTS: usize = 1600;
 const BARS: usize = 12;
 const BAR_HEIGHT: f64 = 11.0;
 const BAR_LABEL_WIDTH: f64 = 220.0;
+/// Colour of the recompute strip.
+const RECOMPUTE: &str = "#b2182b";
 
 /// Fill colour of each kind, in [`MemoryKind::ALL`] order.
 fn colour(kind: MemoryKind) -> &'static str {
@@ -97,8 +101,9 @@ struct Frame {
 }
 
 impl Frame {
-    fn x(&self, event: usize) -> f64 {
-        PLOT_LEFT + (PLOT_RIGHT - PLOT_LEFT) * event as f64 / self.x_max.max(1.0)
+    /// Position `pos` of the common axis ([`crate::align::Axis`]) in pixels.
+    fn x(&self, pos: f64) -> f64 {
+        PLOT_LEFT + (PLOT_RIGHT - PLOT_LEFT) * pos / self.x_max.max(1.0)
     }
     fn y(&self, b: u64) -> f64 {
         PLOT_BOTTOM - (PLOT_BOTTOM - PLOT_TOP) * mib(b) / self.y_max_mib
@@ -108,7 +113,17 @@ impl Frame {
 /// Renders the chart. `title` heads it; `planned` is drawn stacked by kind with `baseline`'s
 /// total as a dashed line; without a plan the baseline itself is stacked. Groups carry the ids
 /// `baseline`, `planned`, `bars-baseline` and `bars-planned`.
-pub fn render(title: &str, baseline: Series<'_>, planned: Option<Series<'_>>) -> String {
+///
+/// The x axis is the step phase by phase and module by module, the two steps aligned on the
+/// same modules ([`crate::align`]); bands mark forward, backward and optimizer, a red strip
+/// below the axis the planned step's recomputation. `module_types` labels the bars with each
+/// module's type (`3 (Conv2d)`).
+pub fn render(
+    title: &str,
+    baseline: Series<'_>,
+    planned: Option<Series<'_>>,
+    module_types: &HashMap<String, &str>,
+) -> String {
     let top = bar_rows(baseline.report, planned.map(|p| p.report));
     let per_row = if planned.is_some() {
         2.0 * BAR_HEIGHT + 8.0
@@ -134,7 +149,7 @@ pub fn render(title: &str, baseline: Series<'_>, planned: Option<Series<'_>>) ->
         esc(title)
     );
     timeline_chart(&mut s, baseline, planned);
-    bar_chart(&mut s, &top, bars_top, baseline, planned);
+    bar_chart(&mut s, &top, bars_top, baseline, planned, module_types);
     s.push_str("</svg>\n");
     s
 }
@@ -143,11 +158,8 @@ fn timeline_chart(s: &mut String, baseline: Series<'_>, planned: Option<Series<'
     let all: Vec<&KindTimeline> = std::iter::once(baseline.timeline)
         .chain(planned.map(|p| p.timeline))
         .collect();
-    let x_max = all
-        .iter()
-        .map(|t| t.points.len().saturating_sub(1))
-        .max()
-        .unwrap_or(1) as f64;
+    let axis = align(baseline.timeline, planned.map(|p| p.timeline));
+    let x_max = axis.length.max(1.0);
     let peak = all.iter().map(|t| t.peak()).max().unwrap_or(0);
     let step = nice_step(mib(peak).max(1e-3) * 1.05, 5.0);
     let y_max_mib = (mib(peak) * 1.05 / step).ceil().max(1.0) * step;
@@ -170,26 +182,13 @@ fn timeline_chart(s: &mut String, baseline: Series<'_>, planned: Option<Series<'
         );
         v += step;
     }
-    let xstep = nice_step(x_max.max(1.0), 6.0);
-    let mut e = 0.0;
-    while e <= x_max + 1e-9 {
-        let x = PLOT_LEFT + (PLOT_RIGHT - PLOT_LEFT) * e / x_max.max(1.0);
-        let _ = writeln!(
-            s,
-            r#"<line x1="{x:.1}" y1="{PLOT_BOTTOM}" x2="{x:.1}" y2="{:.1}"/><text x="{x:.1}" y="{:.1}" text-anchor="middle" stroke="none">{}</text>"#,
-            PLOT_BOTTOM + 5.0,
-            PLOT_BOTTOM + 18.0,
-            trim_number(e)
-        );
-        e += xstep;
-    }
     let _ = writeln!(
         s,
         r#"<line x1="{PLOT_LEFT}" y1="{PLOT_BOTTOM}" x2="{PLOT_RIGHT}" y2="{PLOT_BOTTOM}"/><line x1="{PLOT_LEFT}" y1="{PLOT_TOP}" x2="{PLOT_LEFT}" y2="{PLOT_BOTTOM}"/>"#
     );
     let _ = writeln!(
         s,
-        r#"<text x="{:.1}" y="{:.1}" text-anchor="middle" stroke="none">event of the step (allocation, free or re-tag), in order</text>"#,
+        r#"<text x="{:.1}" y="{:.1}" text-anchor="middle" stroke="none">the step, phase by phase and module by module (baseline and plan aligned on the same modules)</text>"#,
         (PLOT_LEFT + PLOT_RIGHT) / 2.0,
         PLOT_BOTTOM + 38.0
     );
@@ -200,14 +199,22 @@ fn timeline_chart(s: &mut String, baseline: Series<'_>, planned: Option<Series<'
     );
     s.push_str("</g>\n");
 
-    let (stacked, stacked_id, line) = match planned {
-        Some(p) => (p, "planned", Some((baseline, "baseline"))),
-        None => (baseline, "baseline", None),
+    stage_bands(s, &f, &axis.stages);
+    let (stacked, stacked_x, stacked_id, line) = match planned {
+        Some(p) => (
+            p,
+            &axis.second,
+            "planned",
+            Some((baseline, &axis.first, "baseline")),
+        ),
+        None => (baseline, &axis.first, "baseline", None),
     };
-    stacked_areas(s, &f, stacked.timeline, stacked_id);
-    if let Some((series, id)) = line {
-        total_line(s, &f, series.timeline, id);
+    stacked_areas(s, &f, stacked.timeline, stacked_x, stacked_id);
+    if let Some((series, xs, id)) = line {
+        total_line(s, &f, series.timeline, xs, id);
     }
+    let recompute = recompute_spans(stacked.timeline, stacked_x);
+    recompute_strip(s, &f, &recompute);
     // Peak markers.
     let mut marks = vec![(baseline.report.peak_bytes, "baseline peak", "#222")];
     if let Some(p) = planned {
@@ -228,7 +235,59 @@ fn timeline_chart(s: &mut String, baseline: Series<'_>, planned: Option<Series<'
         );
     }
     s.push_str("</g>\n");
-    legend(s, stacked.timeline, line.is_some(), stacked_id);
+    legend(
+        s,
+        stacked.timeline,
+        line.is_some(),
+        !recompute.is_empty(),
+        stacked_id,
+    );
+}
+
+/// Light bands behind the curves for forward, backward and optimizer, named at the top.
+fn stage_bands(s: &mut String, f: &Frame, stages: &[(Stage, f64, f64)]) {
+    let _ = writeln!(s, r#"<g id="stages">"#);
+    for (stage, from, to) in stages {
+        let fill = match stage {
+            Stage::Forward => "#eef4fa",
+            Stage::Backward => "#fbf3ea",
+            Stage::Optimizer => "#e9f3e6",
+            Stage::Setup => "#f1f1f1",
+        };
+        let (x0, x1) = (f.x(*from), f.x(*to));
+        let _ = writeln!(
+            s,
+            r##"<rect class="stage-{}" x="{x0:.1}" y="{PLOT_TOP}" width="{:.1}" height="{:.1}" fill="{fill}"/>"##,
+            stage.name(),
+            (x1 - x0).max(0.5),
+            PLOT_BOTTOM - PLOT_TOP
+        );
+        if x1 - x0 > 40.0 {
+            let _ = writeln!(
+                s,
+                r##"<text x="{:.1}" y="{:.1}" text-anchor="middle" fill="#666">{}</text>"##,
+                (x0 + x1) / 2.0,
+                PLOT_TOP + 14.0,
+                stage.name()
+            );
+        }
+    }
+    s.push_str("</g>\n");
+}
+
+/// A red strip under the axis where the planned step recomputes.
+fn recompute_strip(s: &mut String, f: &Frame, spans: &[(f64, f64)]) {
+    let _ = writeln!(s, r#"<g id="recompute">"#);
+    for (from, to) in spans {
+        let (x0, x1) = (f.x(*from), f.x(*to));
+        let _ = writeln!(
+            s,
+            r##"<rect x="{x0:.1}" y="{:.1}" width="{:.1}" height="6" fill="{RECOMPUTE}"><title>recompute</title></rect>"##,
+            PLOT_BOTTOM + 2.0,
+            (x1 - x0).max(1.0)
+        );
+    }
+    s.push_str("</g>\n");
 }
 
 /// `12.0` -> `12`, `2.5` -> `2.5`.
@@ -237,7 +296,7 @@ fn trim_number(v: f64) -> String {
     t.trim_end_matches('0').trim_end_matches('.').to_string()
 }
 
-fn stacked_areas(s: &mut String, f: &Frame, t: &KindTimeline, id: &str) {
+fn stacked_areas(s: &mut String, f: &Frame, t: &KindTimeline, xs: &[f64], id: &str) {
     let idx = sample(t);
     let kinds = t.kinds_used();
     let _ = writeln!(s, r#"<g id="{id}" stroke="none">"#);
@@ -254,12 +313,12 @@ fn stacked_areas(s: &mut String, f: &Frame, t: &KindTimeline, id: &str) {
                 d,
                 "{}{:.1},{:.1} ",
                 if j == 0 { "M" } else { "L" },
-                f.x(i),
+                f.x(xs[i]),
                 f.y(above[j])
             );
         }
         for (j, &i) in idx.iter().enumerate().rev() {
-            let _ = write!(d, "L{:.1},{:.1} ", f.x(i), f.y(below[j]));
+            let _ = write!(d, "L{:.1},{:.1} ", f.x(xs[i]), f.y(below[j]));
         }
         d.push('Z');
         let _ = writeln!(
@@ -275,11 +334,11 @@ fn stacked_areas(s: &mut String, f: &Frame, t: &KindTimeline, id: &str) {
     s.push_str("</g>\n");
 }
 
-fn total_line(s: &mut String, f: &Frame, t: &KindTimeline, id: &str) {
+fn total_line(s: &mut String, f: &Frame, t: &KindTimeline, xs: &[f64], id: &str) {
     let idx = sample(t);
     let pts: Vec<String> = idx
         .iter()
-        .map(|&i| format!("{:.1},{:.1}", f.x(i), f.y(t.total(i))))
+        .map(|&i| format!("{:.1},{:.1}", f.x(xs[i]), f.y(t.total(i))))
         .collect();
     let _ = writeln!(
         s,
@@ -288,7 +347,7 @@ fn total_line(s: &mut String, f: &Frame, t: &KindTimeline, id: &str) {
     );
 }
 
-fn legend(s: &mut String, t: &KindTimeline, with_baseline: bool, stacked_id: &str) {
+fn legend(s: &mut String, t: &KindTimeline, with_baseline: bool, with_recompute: bool, stacked_id: &str) {
     let x = PLOT_RIGHT + 20.0;
     let mut y = PLOT_TOP;
     let _ = writeln!(s, r#"<g id="legend">"#);
@@ -319,6 +378,15 @@ fn legend(s: &mut String, t: &KindTimeline, with_baseline: bool, stacked_id: &st
             x + 20.0
         );
     }
+    if with_recompute {
+        y += 22.0;
+        let _ = writeln!(
+            s,
+            r#"<rect x="{x}" y="{:.1}" width="14" height="6" fill="{RECOMPUTE}"/><text x="{:.1}" y="{y:.1}">recompute ({stacked_id})</text>"#,
+            y - 7.0,
+            x + 20.0
+        );
+    }
     s.push_str("</g>\n");
 }
 
@@ -341,7 +409,14 @@ fn bar_rows(baseline: &MemoryReport, planned: Option<&MemoryReport>) -> Vec<Stri
     paths.into_iter().take(BARS).map(|(p, _)| p).collect()
 }
 
-fn bar_chart(s: &mut String, rows: &[String], top: f64, baseline: Series<'_>, planned: Option<Series<'_>>) {
+fn bar_chart(
+    s: &mut String,
+    rows: &[String],
+    top: f64,
+    baseline: Series<'_>,
+    planned: Option<Series<'_>>,
+    module_types: &HashMap<String, &str>,
+) {
     let _ = writeln!(
         s,
         r#"<text x="{PLOT_LEFT}" y="{:.1}" font-size="14" font-weight="bold">Held at the step's peak, by module (top {})</text>"#,
@@ -383,7 +458,11 @@ fn bar_chart(s: &mut String, rows: &[String], top: f64, baseline: Series<'_>, pl
             s,
             r#"<text x="{:.1}" y="{y:.1}" text-anchor="end">{}</text>"#,
             x0 - 8.0,
-            esc(path(p))
+            esc(&match module_types.get(p) {
+                Some(t) if p.is_empty() => format!("(root: {t})"),
+                Some(t) => format!("{} ({t})", path(p)),
+                None => path(p).to_string(),
+            })
         );
     }
     s.push_str("</g>\n");

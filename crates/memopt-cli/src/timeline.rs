@@ -3,7 +3,7 @@
 
 use crate::error::Result;
 use memopt_checkpoint::Plan;
-use memopt_core::memory::{MemoryAction, MemoryEvent, MemorySubscriber};
+use memopt_core::memory::{MemoryAction, MemoryEvent, MemorySubscriber, Phase};
 use memopt_core::{MemoryKind, MemoryTracker};
 use memopt_profiler::Workload;
 use std::sync::{Arc, Mutex};
@@ -14,6 +14,8 @@ use std::sync::{Arc, Mutex};
 pub struct KindTimeline {
     /// One point per event.
     pub points: Vec<[u64; MemoryKind::COUNT]>,
+    /// Phase and module path of each point's event (the first point: setup, root).
+    pub scopes: Vec<(Phase, String)>,
 }
 
 impl KindTimeline {
@@ -55,6 +57,8 @@ impl MemorySubscriber for Recorder {
             }
         }
         t.points.push(p);
+        t.scopes
+            .push((event.scope.phase(), event.scope.path().to_string()));
     }
 }
 
@@ -69,7 +73,10 @@ pub fn record(workload: &Workload, plan: &Plan) -> Result<KindTimeline> {
     for k in MemoryKind::ALL {
         start[k.index()] = stats.kind(k).current;
     }
-    let recorder = Arc::new(Recorder(Mutex::new(KindTimeline { points: vec![start] })));
+    let recorder = Arc::new(Recorder(Mutex::new(KindTimeline {
+        points: vec![start],
+        scopes: vec![(Phase::Setup, String::new())],
+    })));
     let subscription = tracker.subscribe(recorder.clone());
     session.step()?;
     drop(subscription);

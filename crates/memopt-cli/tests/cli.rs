@@ -274,7 +274,10 @@ fn optimize_writes_a_plan_that_train_reads_back_at_the_planned_peak() {
     ]);
     let written: Value =
         serde_json::from_str(&std::fs::read_to_string(&plan).expect("plan written")).expect("plan JSON");
-    assert_eq!(written, v["plan"]);
+    // The file is the plan of --json plus what it was made for.
+    assert_eq!(written["version"], v["plan"]["version"]);
+    assert_eq!(written["entries"], v["plan"]["entries"]);
+    assert_eq!(written["made_for"]["model"], "small-snn");
     assert!(!written["entries"].as_array().expect("entries").is_empty());
     let t = json(&[
         "train",
@@ -642,4 +645,42 @@ fn a_one_layer_model_is_planned_and_benched() {
     assert_eq!(u(&v, "planned_peak_bytes"), u(&v, "baseline_peak_bytes"));
     let out = ok(&["bench", "-m", s(&tiny), "--steps", "1"]);
     assert!(out.contains("every measured CPU peak equals its exact"), "{out}");
+}
+
+#[test]
+fn plan_files_say_what_they_were_made_for_and_warn_elsewhere() {
+    let plan = temp("made-for.json");
+    ok(&[
+        "optimize",
+        "-m",
+        "toy-if",
+        "--strategy",
+        "min-memory",
+        "--out",
+        s(&plan),
+    ]);
+    let written: Value =
+        serde_json::from_str(&std::fs::read_to_string(&plan).expect("plan written")).expect("JSON");
+    assert_eq!(written["made_for"]["model"], "toy-if", "{written}");
+    assert_eq!(written["made_for"]["batch"], 4, "{written}");
+    assert_eq!(written["made_for"]["memopt_version"], env!("CARGO_PKG_VERSION"));
+    // The same workload: no warning.
+    let same = memopt(&["profile", "-m", "toy-if", "--plan", s(&plan)]);
+    assert!(same.status.success());
+    assert!(!String::from_utf8_lossy(&same.stderr).contains("warning"));
+    // Another batch size: the plan still applies, with a warning naming both workloads.
+    let other = memopt(&["profile", "-m", "toy-if", "--batch", "2", "--plan", s(&plan)]);
+    let stderr = String::from_utf8_lossy(&other.stderr);
+    assert!(other.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("warning") && stderr.contains("N=4") && stderr.contains("N=2"),
+        "{stderr}"
+    );
+    // A plan without `made_for` (older files) loads without a warning.
+    let old = temp("old-plan.json");
+    let entries = serde_json::to_string(&written["entries"]).expect("entries");
+    std::fs::write(&old, format!("{{\"version\": 1, \"entries\": {entries}}}")).expect("write");
+    let o = memopt(&["profile", "-m", "toy-if", "--batch", "2", "--plan", s(&old)]);
+    assert!(o.status.success());
+    assert!(!String::from_utf8_lossy(&o.stderr).contains("warning"));
 }

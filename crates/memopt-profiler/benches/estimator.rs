@@ -21,7 +21,7 @@ fn batch(name: &str) -> usize {
 fn bench(c: &mut Criterion) {
     let mut group = c.benchmark_group("estimator");
     for entry in zoo::entries() {
-        let workload = Workload::zoo(entry.name, entry.default.clone(), batch(entry.name));
+        let workload = Workload::zoo(entry.name, entry.published.clone(), batch(entry.name));
         let mut estimator = Estimator::new(&workload).expect("zoo models build on Meta");
         let model = workload
             .build_model(memopt_core::Device::META)

@@ -15,6 +15,11 @@ pub fn bytes(bytes: u64) -> String {
     format!("{v:.2} {}", UNITS[unit])
 }
 
+/// `n` and the noun in the right number: `1 entry`, `3 entries`.
+pub fn count(n: usize, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
 /// A module path for tables: `(root)` for the empty path.
 pub fn path(p: &str) -> &str {
     if p.is_empty() { "(root)" } else { p }

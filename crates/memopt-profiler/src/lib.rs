@@ -32,6 +32,7 @@ pub mod format;
 pub mod memory;
 mod scopes;
 pub mod timing;
+pub mod verify;
 mod workload;
 
 pub use cost::CostModel;
@@ -39,6 +40,12 @@ pub use error::{ProfilerError, Result};
 pub use estimator::{Estimator, estimate};
 pub use memory::{AllocatorFigures, AllocatorLevels, MemoryRecorder, MemoryReport, profile_memory};
 pub use timing::{TimingProfiler, TimingReport};
+pub use verify::{Mismatch, PlanCheck, Quantity, StepRecord, verify_plan};
 pub use workload::{
     ModelBuilder, ModelSource, OptimizerChoice, StepSession, Workload, plan_is_data_dependent, random_batch,
 };
+
+// The types this crate's public signatures use, so that depending on memopt-profiler suffices.
+pub use memopt_checkpoint::{InputSpec, Model, PLAN_VERSION, Plan, PlanEntry, Policy};
+pub use memopt_compress::CompressorKind;
+pub use memopt_core::Device;

@@ -8,7 +8,7 @@ use memopt_checkpoint::optim::{Adam, Optimizer, Sgd};
 use memopt_checkpoint::{Batch, InputSpec, Model, Plan, StepOptions, StepOutput, Target, Trainer, zoo};
 use memopt_compress::CompressorKind;
 use memopt_core::kernels::{AdamConfig, SgdConfig};
-use memopt_core::{DType, Device, MemoryKind, Philox, Shape, Tensor};
+use memopt_core::{DType, Device, MemoryKind, MemoryTracker, Philox, Shape, Tensor};
 use std::sync::Arc;
 
 /// Builds a model on a device from a parameter seed.
@@ -135,6 +135,12 @@ impl Workload {
         Ok(Self::zoo(name, zoo::entry(name)?.small, batch_size))
     }
 
+    /// Zoo model `name` at the input size of its published workload (see
+    /// [`zoo::ZooEntry::published`]; the CLI's `--published`).
+    pub fn zoo_published(name: &str, batch_size: usize) -> Result<Self> {
+        Ok(Self::zoo(name, zoo::entry(name)?.published, batch_size))
+    }
+
     /// A custom model from `build(device, seed)`.
     pub fn custom(
         name: &str,
@@ -179,7 +185,22 @@ impl Workload {
                 self.optimizer.name()
             ),
             ModelSource::Custom { name, .. } => {
-                format!("{name} N={} {}", self.batch_size, self.optimizer.name())
+                // The spec lives in the built model: build it on Meta (no data) in a scratch
+                // tracker, so that nothing is recorded on the caller's.
+                let spec = {
+                    let _scratch = MemoryTracker::install(MemoryTracker::new(Device::META));
+                    self.build_model(Device::META).map(|m| m.spec().clone())
+                };
+                match spec {
+                    Ok(spec) => format!(
+                        "{name} T={} N={} {:?} {}",
+                        spec.time_steps,
+                        self.batch_size,
+                        spec.sample,
+                        self.optimizer.name()
+                    ),
+                    Err(_) => format!("{name} N={} {}", self.batch_size, self.optimizer.name()),
+                }
             }
         }
     }
@@ -215,7 +236,8 @@ impl Workload {
     }
 }
 
-/// A random batch of `n` for `model`: inputs 0 or 1 (probability 0.3), labels spread over the
+/// A random batch of `n` for `model`: inputs 0 or 1 (probability 0.3), carrying the spike flag
+/// when the model declares spike input ([`Model::spike_input`]), labels spread over the
 /// classes. On Meta the same shapes without data: no host memory is touched, whatever the size.
 pub fn random_batch(model: &Model, n: usize, seed: u64) -> Result<Batch> {
     let device = model.device();
@@ -228,7 +250,8 @@ pub fn random_batch(model: &Model, n: usize, seed: u64) -> Result<Batch> {
         let mut values = memopt_core::host_vec_with_capacity(count)?;
         values.extend((0..count).map(|_| if rng.next_uniform() < 0.3 { 1.0 } else { 0.0 }));
         Tensor::from_vec::<f32>(values, dims, device, MemoryKind::Input)?
-    };
+    }
+    .with_spike_flag(model.spike_input());
     let labels = if device.is_meta() {
         Tensor::zeros([n], DType::I64, device, MemoryKind::Input)?
     } else {
@@ -268,9 +291,12 @@ impl StepSession {
 
     /// One training step (forward, backward, update); the gradients are freed after the update.
     pub fn step(&mut self) -> Result<StepOutput> {
-        Ok(self
-            .trainer
-            .step(&self.model, &self.batch, StepOptions::default())?)
+        self.step_with(StepOptions::default())
+    }
+
+    /// One training step with `opts` (keep the gradients or the final neuron states, ...).
+    pub fn step_with(&mut self, opts: StepOptions) -> Result<StepOutput> {
+        Ok(self.trainer.step(&self.model, &self.batch, opts)?)
     }
 }
 

@@ -82,7 +82,7 @@ fn estimator_equals_the_measured_step_for_a_custom_model() {
         move |device, seed| zoo::build("spiking-mlp", &spec, device, seed),
         3,
     );
-    assert_eq!(workload.describe(), "custom-mlp N=3 sgd");
+    assert_eq!(workload.describe(), "custom-mlp T=3 N=3 [16] sgd");
     let mut estimator = Estimator::new(&workload).unwrap();
     check_equal(
         &workload,
@@ -178,7 +178,7 @@ fn estimator_sessions_are_reusable() {
 fn estimation_is_fast_at_full_size() {
     for entry in zoo::entries() {
         let n = if entry.name == "cifar10dvs-vgg" { 32 } else { 2 };
-        let workload = Workload::zoo(entry.name, entry.default.clone(), n);
+        let workload = Workload::zoo(entry.name, entry.published.clone(), n);
         let mut estimator = Estimator::new(&workload).unwrap();
         estimator.peak_bytes(&Plan::store_all()).unwrap();
         let t0 = Instant::now();

@@ -11,7 +11,7 @@ fn main() {
     println!("| model | input (T, N, sample) | store everything | every block checkpointed | blocks |");
     println!("|---|---|---|---|---|");
     for e in zoo::entries() {
-        let mut spec = e.default.clone();
+        let mut spec = e.published.clone();
         spec.time_steps = 4;
         let workload = Workload::zoo(e.name, spec.clone(), 2);
         let mut session = PlanningSession::new(&workload).expect("session");

@@ -15,7 +15,7 @@ fn main() {
         args.first().copied().unwrap_or(32),
         args.get(1).copied().unwrap_or(10),
     );
-    let mut spec = zoo::entry("cifar10dvs-vgg").expect("zoo").default;
+    let mut spec = zoo::entry("cifar10dvs-vgg").expect("zoo").published;
     spec.time_steps = t;
     let workload = Workload::zoo("cifar10dvs-vgg", spec, n);
     for compressor in [CompressorKind::Null, CompressorKind::BitSpike] {

@@ -43,7 +43,7 @@ fn strategies() -> Vec<(String, Box<dyn Strategy>)> {
 }
 
 fn table(name: &str, n: usize, t: usize) {
-    let mut spec = zoo::entry(name).expect("zoo model").default;
+    let mut spec = zoo::entry(name).expect("zoo model").published;
     spec.time_steps = t;
     let workload = Workload::zoo(name, spec.clone(), n);
     let started = Instant::now();

@@ -27,6 +27,8 @@ pub struct PlanningSession {
     chain_exact: bool,
     exact_front: Option<Vec<ExactCandidate>>,
     setup_ms: f64,
+    /// Start of the current planning (see [`PlanningSession::report`]).
+    clock: Instant,
 }
 
 /// A plan from the chain model's Pareto front with its exact peak.
@@ -60,7 +62,8 @@ impl PlanningSession {
                 DType::F32,
                 workload.meta_device(),
                 MemoryKind::Input,
-            )?;
+            )?
+            .with_spike_flag(model.spike_input());
             let root = discover(&model, &input)?;
             let chain = chain_model(
                 &model,
@@ -87,6 +90,7 @@ impl PlanningSession {
             chain_exact,
             exact_front: None,
             setup_ms: started.elapsed().as_secs_f64() * 1e3,
+            clock: Instant::now(),
         })
     }
 
@@ -179,8 +183,22 @@ impl PlanningSession {
         self.cost.plan_overhead(plan)
     }
 
-    /// Verifies `plan` with a Meta step and writes the report.
-    pub fn report(
+    /// Runs `strategy` on this session, timing it from here ([`PlanReport::planning_ms`]).
+    pub fn plan(&mut self, strategy: &dyn crate::Strategy) -> Result<PlanReport> {
+        self.clock = Instant::now();
+        strategy.plan(self)
+    }
+
+    /// Verifies `plan` with a Meta step and writes the report of `strategy` (its name). The
+    /// planning time is measured from the latest of: the end of the session's setup, the
+    /// previous report, and the start of [`Self::plan`].
+    pub fn report(&mut self, strategy: &str, plan: Plan) -> Result<PlanReport> {
+        let started = self.clock;
+        self.report_timed(strategy, plan, started, None)
+    }
+
+    /// [`Self::report`] with an explicit start and a pipeline summary.
+    pub(crate) fn report_timed(
         &mut self,
         strategy: &str,
         plan: Plan,
@@ -198,7 +216,7 @@ impl PlanningSession {
             )));
         }
         let spec = self.model.spec();
-        Ok(PlanReport {
+        let report = PlanReport {
             model: self.workload.name().to_string(),
             batch: self.workload.batch_size,
             timesteps: spec.time_steps,
@@ -209,6 +227,8 @@ impl PlanningSession {
             planning_ms: started.elapsed().as_secs_f64() * 1e3,
             plan,
             summary,
-        })
+        };
+        self.clock = Instant::now();
+        Ok(report)
     }
 }

@@ -15,7 +15,7 @@ use crate::{CheckpointError, Result, ops};
 use memopt_core::Device;
 use memopt_core::memory::current_scope;
 
-/// A zoo model: its CLI name, what it is, and its default and small input specs.
+/// A zoo model: its CLI name, what it is, and its published and small input specs.
 #[derive(Debug, Clone)]
 pub struct ZooEntry {
     /// Name used by the CLI and benchmarks.
@@ -23,7 +23,7 @@ pub struct ZooEntry {
     /// One line on what it is.
     pub description: &'static str,
     /// The input of the published workload.
-    pub default: InputSpec,
+    pub published: InputSpec,
     /// A small input for tests and quick runs on a CPU.
     pub small: InputSpec,
 }
@@ -44,7 +44,7 @@ fn registry() -> Vec<(ZooEntry, Builder)> {
             ZooEntry {
                 name: "cifar10dvs-vgg",
                 description: "SpikingJelly memopt example: 8 blocks of [AvgPool] Conv3x3-BN-LIF on CIFAR10-DVS",
-                default: spec(10, &[2, 48, 48], 10),
+                published: spec(10, &[2, 48, 48], 10),
                 small: spec(4, &[2, 48, 48], 10),
             },
             cifar10dvs_vgg::build,
@@ -53,7 +53,7 @@ fn registry() -> Vec<(ZooEntry, Builder)> {
             ZooEntry {
                 name: "sew-resnet18",
                 description: "SpikingJelly sew_resnet18 (cnf ADD, LIF tau 2), ImageNet-size input",
-                default: spec(4, &[3, 224, 224], 1000),
+                published: spec(4, &[3, 224, 224], 1000),
                 small: spec(2, &[3, 32, 32], 10),
             },
             resnet::build_sew_resnet18,
@@ -62,7 +62,7 @@ fn registry() -> Vec<(ZooEntry, Builder)> {
             ZooEntry {
                 name: "spiking-resnet18",
                 description: "SpikingJelly spiking_resnet18 (LIF tau 2), ImageNet-size input",
-                default: spec(4, &[3, 224, 224], 1000),
+                published: spec(4, &[3, 224, 224], 1000),
                 small: spec(2, &[3, 32, 32], 10),
             },
             resnet::build_spiking_resnet18,
@@ -71,7 +71,7 @@ fn registry() -> Vec<(ZooEntry, Builder)> {
             ZooEntry {
                 name: "spiking-vgg11-bn",
                 description: "SpikingJelly spiking_vgg11_bn (LIF tau 2, 512*7*7-4096-4096 classifier), ImageNet-size input",
-                default: spec(4, &[3, 224, 224], 1000),
+                published: spec(4, &[3, 224, 224], 1000),
                 small: spec(2, &[3, 32, 32], 10),
             },
             spiking_vgg::build,
@@ -80,7 +80,7 @@ fn registry() -> Vec<(ZooEntry, Builder)> {
             ZooEntry {
                 name: "toy-if",
                 description: "three blocks of Linear-IF-Linear-IF (C=512) and a Linear head",
-                default: spec(16, &[512], 10),
+                published: spec(16, &[512], 10),
                 small: spec(4, &[64], 10),
             },
             mlp::build_toy_if,
@@ -89,7 +89,7 @@ fn registry() -> Vec<(ZooEntry, Builder)> {
             ZooEntry {
                 name: "spiking-mlp",
                 description: "Linear(16,32)-LIF-Linear(32,10), the golden mlp_ce network",
-                default: spec(4, &[16], 10),
+                published: spec(4, &[16], 10),
                 small: spec(4, &[16], 10),
             },
             mlp::build_spiking_mlp,

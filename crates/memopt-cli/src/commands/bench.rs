@@ -13,9 +13,12 @@ use std::io::Write;
 pub const LONG_ABOUT: &str = "\
 Plan one model with every strategy (pipeline level 4, memonger, budget, max-overhead 20%,
 min-memory) and measure each plan with real CPU steps: the exact peak, the measured peak, the
-median step time, the measured and predicted overhead over the baseline, the planning time and
-whether the gradients are bit-identical to the baseline's. The budget row asks for the midpoint
-between the least reachable peak and the baseline unless --budget is given.";
+median step time and its range over --steps timed steps (default 10), the measured and
+predicted overhead over the baseline, the planning time and whether the step's values (loss,
+gradients, running statistics, neuron states, updated parameters) are bit-identical to the
+baseline's (same). Overheads within the range of the baseline's own step times are noise.
+The budget row asks for the midpoint between the least reachable peak and the baseline unless
+--budget is given.";
 
 /// Options of `memopt bench`.
 #[derive(Debug, Clone, clap::Args)]
@@ -24,7 +27,7 @@ pub struct BenchArgs {
     #[command(flatten)]
     pub model: ModelArgs,
     /// Timed CPU steps per strategy (after one step for the peak and gradients).
-    #[arg(long, default_value_t = 3, value_name = "N", value_parser = crate::selection::whole, allow_hyphen_values = true)]
+    #[arg(long, default_value_t = 10, value_name = "N", value_parser = crate::selection::whole, allow_hyphen_values = true)]
     pub steps: usize,
     /// Budget of the budget row (2GiB, 512MiB, 40%) [default: midway between the least
     /// reachable peak and the baseline].
@@ -70,40 +73,42 @@ pub fn run(args: &BenchArgs, out: &mut dyn Write) -> Result<()> {
     out!(out, "{}", sel.describe())?;
     out!(
         out,
-        "baseline peak {}; planning session setup {:.1} ms; step times are the median of {} CPU steps\n",
+        "baseline peak {}; planning session setup {:.1} ms; step times: median and range (fastest-slowest) of {} CPU steps\n",
         bytes(report.rows[0].peak_bytes),
         report.session_setup_ms,
         report.timed_steps.max(1)
     )?;
     out!(
         out,
-        "{:<13} {:<28} {:>11} {:>7} {:>10} {:>9} {:>9} {:>9} {:>7} {:>6}",
+        "{:<13} {:<28} {:>11} {:>7} {:>10} {:>17} {:>9} {:>9} {:>9} {:>7} {:>6}",
         "strategy",
         "setting",
         "peak",
         "reduct.",
         "step ms",
+        "range ms",
         "overhead",
         "predicted",
         "plan ms",
         "entries",
-        "grads"
+        "values"
     )?;
     let base = report.rows[0].peak_bytes.max(1);
     for r in &report.rows {
         out!(
             out,
-            "{:<13} {:<28} {:>11} {:>6.2}x {:>10} {:>+8.1}% {:>+8.1}% {:>9.2} {:>7} {:>6}",
+            "{:<13} {:<28} {:>11} {:>6.2}x {:>10} {:>17} {:>+8.1}% {:>+8.1}% {:>9.2} {:>7} {:>6}",
             r.strategy,
             r.setting,
             bytes(r.peak_bytes),
             base as f64 / r.peak_bytes.max(1) as f64,
             ms(r.step_ms),
+            format!("{}-{}", ms(r.step_ms_min), ms(r.step_ms_max)),
             r.overhead * 100.0,
             r.predicted_overhead * 100.0,
             r.planning_ms,
             r.entries,
-            if r.grads_identical { "same" } else { "DIFFER" }
+            if r.bit_identical { "same" } else { "DIFFER" }
         )?;
     }
     let mismatched: Vec<&str> = report

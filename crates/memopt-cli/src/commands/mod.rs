@@ -14,29 +14,38 @@ pub mod train_data;
 
 use crate::error::Result;
 use crate::files::read_input;
+use crate::plan_file::{MadeFor, made_for};
 use crate::selection::Selection;
 use crate::svg::{Series, render};
 use crate::timeline::record;
 use memopt_checkpoint::Plan;
 use memopt_core::{Device, MemoryTracker};
 use memopt_profiler::Estimator;
+use std::collections::HashMap;
 use std::path::Path;
 
-/// Reads a plan written by `memopt optimize --out`.
-pub fn read_plan(path: &Path) -> Result<Plan> {
+/// Reads a plan written by `memopt optimize --out`, with what it says it was made for.
+pub fn read_plan(path: &Path) -> Result<(Plan, Option<MadeFor>)> {
     let text = read_input(path, "plan")?;
-    Plan::from_json(&text).map_err(|e| {
+    let plan = Plan::from_json(&text).map_err(|e| {
         crate::CliError::Invalid(format!(
             "{}: {e} (write plans with `memopt optimize --out FILE`)",
             path.display()
         ))
-    })
+    })?;
+    Ok((plan, made_for(&text)))
 }
 
 /// Reads a plan and checks that it fits the selected model (every path exists, every policy
-/// suits its module), naming the file and the model when it does not.
+/// suits its module), naming the file and the model when it does not. A plan made for another
+/// model, size or memopt version gets a warning on stderr.
 pub fn read_plan_for(path: &Path, sel: &Selection) -> Result<Plan> {
-    let plan = read_plan(path)?;
+    let (plan, made_for) = read_plan(path)?;
+    if let Some(made) = made_for {
+        for why in made.differences(&MadeFor::of(sel)) {
+            eprintln!("warning: {}: {why}", path.display());
+        }
+    }
     let misfit = |e: String| {
         crate::CliError::Invalid(format!(
             "the plan {} does not fit {}: {e}",
@@ -84,10 +93,22 @@ pub fn chart(selection: &Selection, plan: Option<&Plan>) -> Result<(Charted, Str
         workload.batch_size,
         selection.spec.sample,
         match plan {
-            Some(p) => format!(": baseline and a plan of {} entries", p.entries.len()),
+            Some(p) => format!(
+                ": baseline and a plan of {}",
+                crate::format::count(p.entries.len(), "entry", "entries")
+            ),
             None => ": baseline".into(),
         }
     );
+    let module_types: HashMap<String, &str> = {
+        let _meta = MemoryTracker::install(MemoryTracker::new(Device::META));
+        workload
+            .build_model(Device::META)?
+            .modules()
+            .into_iter()
+            .map(|m| (m.path, m.type_name))
+            .collect()
+    };
     let svg = render(
         &title,
         Series {
@@ -98,6 +119,7 @@ pub fn chart(selection: &Selection, plan: Option<&Plan>) -> Result<(Charted, Str
             timeline: t,
             report: r,
         }),
+        &module_types,
     );
     let charted = Charted {
         baseline_events: base_timeline.points.len(),

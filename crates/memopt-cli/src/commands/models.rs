@@ -18,7 +18,7 @@ Custom models: any command's --model also takes a JSON file describing a chain o
 residual blocks; input channels are inferred. A complete example is examples/models/small-snn.json:
 
   {\"name\": \"small-snn\",
-   \"input\": {\"time_steps\": 4, \"sample\": [2, 16, 16], \"classes\": 10},
+   \"input\": {\"time_steps\": 4, \"sample\": [2, 16, 16], \"classes\": 10, \"spikes\": true},
    \"layers\": [
      {\"type\": \"conv2d\", \"out\": 8, \"kernel\": 3, \"padding\": 1},
      {\"type\": \"batch_norm\"},
@@ -35,6 +35,8 @@ decay_input=true), if, plif (init_tau=2), max_pool / avg_pool (kernel, stride=ke
 adaptive_avg_pool (out=[h, w]), flatten, linear (out, bias=true), relu, dropout (p),
 residual (body, shortcut=[] for the identity, after=[]). Neurons also take v_threshold=1,
 v_reset=0 (null: soft reset), detach_reset=false, surrogate=\"sigmoid\"|\"atan\", alpha.
+\"spikes\": true declares that the input is spikes (values 0 or 1, as event frames are): a
+checkpoint of the first segment then keeps its input bit-packed (1 bit per value).
 The full reference is the documentation of memopt_checkpoint::zoo::custom.";
 
 /// Options of `memopt models`.
@@ -85,7 +87,7 @@ pub fn run(args: &ModelsArgs, out: &mut dyn Write) -> Result<()> {
             name: e.name,
             description: e.description,
             small: size(e.name, &e.small)?,
-            published: size(e.name, &e.default)?,
+            published: size(e.name, &e.published)?,
         });
     }
     if args.json {

@@ -6,13 +6,14 @@ use crate::files::Outputs;
 use crate::format::{bytes, percent};
 use crate::memory_limit::MemoryLimitArgs;
 use crate::out;
+use crate::plan_file::{MadeFor, plan_file_json};
 use crate::selection::{DEFAULT_MODEL, ModelArgs, parse_device};
 use crate::steps::run_steps;
 use crate::strategy::{StrategyArgs, explain};
 use crate::tree::plan_tree;
 use memopt_checkpoint::Plan;
 use memopt_core::{Device, Target};
-use memopt_profiler::plan_is_data_dependent;
+use memopt_profiler::{PlanCheck, Quantity, plan_is_data_dependent};
 use memopt_search::{PipelineSummary, PlanningSession};
 use serde::Serialize;
 use std::io::Write;
@@ -39,7 +40,9 @@ Strategies (--strategy, or inferred from the options given):
   min-memory    the least peak reachable, whatever the time.
 
 --verify runs a real CPU step of a fresh model with and without the plan (same seeds) and
-checks that the measured peak is the planned one and that every gradient is bit-identical.";
+checks that the measured peak is the planned one and that the loss, every gradient, the
+BatchNorm running statistics, the neuron states and the updated parameters are bit-identical
+(the library's memopt_profiler::verify).";
 
 /// Options of `memopt optimize`.
 #[derive(Debug, Clone, clap::Args)]
@@ -50,14 +53,15 @@ pub struct OptimizeArgs {
     /// The strategy and its settings.
     #[command(flatten)]
     pub strategy: StrategyArgs,
-    /// Write the plan as JSON to FILE (read back by `memopt train --plan` and `profile --plan`).
+    /// Write the plan as JSON to FILE (read back by `memopt train --plan` and `profile --plan`),
+    /// with the model, sizes and memopt version it was made for (others get a warning).
     #[arg(short, long, value_name = "FILE")]
     pub out: Option<PathBuf>,
     /// Run real steps with and without the plan: measured peak, step times, and whether the
     /// gradients are bit-identical.
     #[arg(long)]
     pub verify: bool,
-    /// The device to plan for: cpu, or cuda[:N] to plan for a GPU (the Meta device then
+    /// The device to plan for: cpu, or cuda or cuda:N to plan for a GPU (the Meta device then
     /// allocates as the CUDA backend will; no GPU is needed). Also the device of the --verify
     /// steps, which need that device to exist.
     #[arg(long, default_value = "cpu", value_name = "cpu|cuda")]
@@ -91,6 +95,9 @@ pub struct Verification {
     pub measured_overhead: f64,
     /// Whether every parameter gradient of the first step is bit-identical to the baseline's.
     pub grads_identical: bool,
+    /// The library's verdict ([`PlanCheck`]): planned and measured peaks, values compared and
+    /// those that differ (loss, gradients, running statistics, neuron states, parameters).
+    pub check: PlanCheck,
 }
 
 /// The JSON of `memopt optimize --json`.
@@ -158,7 +165,7 @@ pub fn run(args: &OptimizeArgs, out: &mut dyn Write) -> Result<()> {
     let setup_ms = started.elapsed().as_secs_f64() * 1e3;
     let report = strategy.plan(&mut session).map_err(explain)?;
     if let Some(path) = &args.out {
-        outputs.stage(path, report.plan.to_json());
+        outputs.stage(path, plan_file_json(&report.plan, &MadeFor::of(&sel)));
     }
     let verify = if args.verify {
         args.limit.check(
@@ -169,13 +176,20 @@ pub fn run(args: &OptimizeArgs, out: &mut dyn Write) -> Result<()> {
         )?;
         let base = run_steps(workload, &Plan::store_all(), device, args.steps)?;
         let planned = run_steps(workload, &report.plan, device, args.steps)?;
+        let check = PlanCheck::compare(
+            &base.record,
+            &planned.record,
+            report.planned_peak_bytes,
+            plan_is_data_dependent(&report.plan),
+        );
         Some(Verification {
-            measured_peak_bytes: planned.peak_bytes,
-            baseline_measured_peak_bytes: base.peak_bytes,
+            measured_peak_bytes: planned.peak_bytes(),
+            baseline_measured_peak_bytes: base.peak_bytes(),
             baseline_step_ms: base.median_step_ms(),
             planned_step_ms: planned.median_step_ms(),
             measured_overhead: planned.median_step_ms() / base.median_step_ms().max(1e-9) - 1.0,
-            grads_identical: planned.grad_bits == base.grad_bits,
+            grads_identical: !check.mismatches.iter().any(|m| m.quantity == Quantity::Gradient),
+            check,
         })
     } else {
         None
@@ -190,7 +204,8 @@ pub fn run(args: &OptimizeArgs, out: &mut dyn Write) -> Result<()> {
     };
     let failure = verify
         .as_ref()
-        .and_then(|v| verification_failure(v, &report.plan, report.planned_peak_bytes));
+        .and_then(|v| v.check.failure())
+        .map(CliError::Verification);
     // Outputs are written only when the whole command succeeded.
     let written = failure.is_none();
     if written {
@@ -310,11 +325,19 @@ pub fn run(args: &OptimizeArgs, out: &mut dyn Write) -> Result<()> {
         )?;
         out!(
             out,
-            "  gradients         {}",
-            if v.grads_identical {
-                "bit-identical to the baseline"
+            "  values            {}",
+            if v.check.bit_identical() {
+                format!(
+                    "loss, gradients, running statistics, neuron states and updated parameters \
+                     bit-identical to the baseline ({} compared)",
+                    v.check.compared
+                )
             } else {
-                "DIFFER from the baseline"
+                format!(
+                    "{} of {} DIFFER from the baseline",
+                    v.check.mismatches.len(),
+                    v.check.compared
+                )
             }
         )?;
     }
@@ -328,26 +351,4 @@ pub fn run(args: &OptimizeArgs, out: &mut dyn Write) -> Result<()> {
         )?;
     }
     failure.map_or(Ok(()), Err)
-}
-
-/// Why a verification failed, if it did: gradients that differ, or a measured peak other than
-/// the planned one (above it, for plans whose sizes depend on the data).
-fn verification_failure(v: &Verification, plan: &Plan, planned: u64) -> Option<CliError> {
-    if !v.grads_identical {
-        return Some(CliError::Verification(
-            "the gradients under the plan are not bit-identical to the baseline's".into(),
-        ));
-    }
-    let data_dependent = plan_is_data_dependent(plan);
-    let ok = if data_dependent {
-        v.measured_peak_bytes <= planned
-    } else {
-        v.measured_peak_bytes == planned
-    };
-    (!ok).then(|| {
-        CliError::Verification(format!(
-            "the measured peak is {} bytes but the plan's exact peak is {planned} bytes",
-            v.measured_peak_bytes
-        ))
-    })
 }

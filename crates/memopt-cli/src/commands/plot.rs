@@ -3,7 +3,7 @@
 use super::{chart, read_plan_for};
 use crate::error::{CliError, Result};
 use crate::files::Outputs;
-use crate::format::bytes;
+use crate::format::{bytes, count};
 use crate::out;
 use crate::selection::{DEFAULT_MODEL, ModelArgs};
 use crate::strategy::{StrategyArgs, explain};
@@ -16,7 +16,12 @@ pub const LONG_ABOUT: &str = "\
 Write an SVG chart of one training step's memory: the timeline (MiB held after each allocation
 or free; the planned step stacked by kind: parameters, optimizer state, activations, saved for
 backward, packed spikes, gradients, workspace, ...; the baseline's total as a dashed line), and a
-horizontal bar chart of what the largest modules hold at the peak, baseline above planned.
+horizontal bar chart of what the largest modules hold at the peak, baseline above planned, each
+module labelled with its layer type.
+The x axis is the step phase by phase and module by module: baseline and plan are aligned on the
+same modules (a module whose backward recomputes gets a wider span in both), bands mark forward,
+backward, optimizer (when it allocates; SGD and Adam update in place) and the release of the
+tape and gradients at the end, and a red strip under the axis marks the plan's recomputation.
 The plan is read from --plan, or made with the strategy options (as `memopt optimize`).
 Everything is computed on the Meta device: exact, and in milliseconds.";
 
@@ -76,22 +81,22 @@ pub fn run(args: &PlotArgs, out: &mut dyn Write) -> Result<()> {
     match plan {
         Some(p) => out!(
             out,
-            "wrote {}: {}; baseline peak {} ({} events), planned peak {} ({} events, {} plan entries)",
+            "wrote {}: {}; baseline peak {} ({}), planned peak {} ({}, {})",
             args.out.display(),
             sel.describe(),
             bytes(c.baseline_peak),
-            c.baseline_events,
+            count(c.baseline_events, "event", "events"),
             bytes(c.planned_peak),
-            c.planned_events,
-            p.entries.len()
+            count(c.planned_events, "event", "events"),
+            count(p.entries.len(), "plan entry", "plan entries")
         ),
         None => out!(
             out,
-            "wrote {}: {}; baseline peak {} ({} events)",
+            "wrote {}: {}; baseline peak {} ({})",
             args.out.display(),
             sel.describe(),
             bytes(c.baseline_peak),
-            c.baseline_events
+            count(c.baseline_events, "event", "events")
         ),
     }
 }

@@ -34,7 +34,7 @@ pub struct ProfileArgs {
     #[command(flatten)]
     pub model: ModelArgs,
     /// Where the step runs: cpu (measured, timed), meta (exact memory, no data, no time),
-    /// meta:cuda (exact memory of the step on a GPU, computed without one) or cuda[:N] (the
+    /// meta:cuda (exact memory of the step on a GPU, computed without one), cuda or cuda:N (the
     /// training kernels run on the CPU only so far: cuda reports that).
     #[arg(long, default_value = "cpu", value_name = "cpu|meta|meta:cuda|cuda")]
     pub device: String,
@@ -209,9 +209,9 @@ pub fn run(args: &ProfileArgs, out: &mut dyn Write) -> Result<()> {
     if let Some(t) = &timing {
         out!(
             out,
-            "\nstep time: {:.2} ms (median of {} steps after {} warm-up)",
+            "\nstep time: {:.2} ms (median of {} after {} warm-up)",
             t.step_ms,
-            t.runs,
+            crate::format::count(t.runs, "step", "steps"),
             t.warmup_runs
         )?;
     }
@@ -271,9 +271,9 @@ pub fn run(args: &ProfileArgs, out: &mut dyn Write) -> Result<()> {
     if let Some((c, p)) = chart {
         out!(
             out,
-            "\nwrote {} (memory timeline of {} events, peak {})",
+            "\nwrote {} (memory timeline of {}, peak {})",
             p.display(),
-            c.planned_events.max(c.baseline_events),
+            crate::format::count(c.planned_events.max(c.baseline_events), "event", "events"),
             bytes(c.planned_peak)
         )?;
     }

@@ -39,7 +39,7 @@ pub struct TrainArgs {
     /// Training steps.
     #[arg(long, default_value_t = 20, value_name = "S", value_parser = crate::selection::whole, allow_hyphen_values = true)]
     pub steps: usize,
-    /// Where to train: cpu, meta (memory only: no data, no loss) or cuda[:N]. The training
+    /// Where to train: cpu, meta (memory only: no data, no loss) or cuda (cuda:N). The training
     /// kernels run on the CPU only so far: cuda reports that it is not implemented (or that no
     /// GPU is present).
     #[arg(long, default_value = "cpu", value_name = "cpu|meta|cuda")]
@@ -119,12 +119,15 @@ pub fn run(args: &TrainArgs, out: &mut dyn Write) -> Result<()> {
         out!(out, "{}", sel.describe())?;
         out!(
             out,
-            "training {} steps on {device}, {}",
-            args.steps,
+            "training {} on {device}, {}",
+            crate::format::count(args.steps, "step", "steps"),
             if plan.entries.is_empty() {
                 "storing everything".to_string()
             } else {
-                format!("under a plan of {} entries", plan.entries.len())
+                format!(
+                    "under a plan of {}",
+                    crate::format::count(plan.entries.len(), "entry", "entries")
+                )
             }
         )?;
         out.flush().map_err(CliError::Output)?;
@@ -175,8 +178,8 @@ pub fn run(args: &TrainArgs, out: &mut dyn Write) -> Result<()> {
     }
     out!(
         out,
-        "done: {} steps in {:.2} s ({:.2} steps/s, median step {:.2} ms)",
-        args.steps,
+        "done: {} in {:.2} s ({:.2} steps/s, median step {:.2} ms)",
+        crate::format::count(args.steps, "step", "steps"),
         elapsed,
         args.steps as f64 / elapsed.max(1e-9),
         median(times.values())

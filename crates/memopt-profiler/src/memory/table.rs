@@ -17,10 +17,10 @@ impl MemoryReport {
     fn write_table(&self, s: &mut String, top: usize, modules: bool) -> fmt::Result {
         writeln!(
             s,
-            "memory of one step: {} on {} (plan: {} entries{})",
+            "memory of one step: {} on {} (plan: {}{})",
             self.workload,
             self.device,
-            self.plan.entries.len(),
+            crate::format::count(self.plan.entries.len(), "entry", "entries"),
             if self.data_dependent_sizes {
                 ", data-dependent sizes: a Meta estimate is an upper bound"
             } else {

@@ -85,11 +85,11 @@ impl TimingReport {
     fn write_table(&self, s: &mut String) -> fmt::Result {
         writeln!(
             s,
-            "time of one step: {} on {} (plan: {} entries), median of {} runs after {} warm-up: {:.3} ms",
+            "time of one step: {} on {} (plan: {}), median of {} after {} warm-up: {:.3} ms",
             self.workload,
             self.device,
-            self.plan.entries.len(),
-            self.runs,
+            crate::format::count(self.plan.entries.len(), "entry", "entries"),
+            crate::format::count(self.runs, "run", "runs"),
             self.warmup_runs,
             self.step_ms
         )?;

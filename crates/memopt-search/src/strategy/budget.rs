@@ -176,7 +176,7 @@ impl Strategy for BudgetStrategy {
                 }
             }
         };
-        let report = session.report(&self.name(), plan, started, None)?;
+        let report = session.report_timed(&self.name(), plan, started, None)?;
         if report.planned_peak_bytes > limit {
             return Err(SearchError::Internal(format!(
                 "the chosen plan peaks at {} over the budget {}",

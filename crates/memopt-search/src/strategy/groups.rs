@@ -46,20 +46,99 @@ pub(crate) fn group_entries(
     out
 }
 
-/// The plan that checkpoints every block with `policy`: runs of layers ending with one that
-/// holds a neuron ([`crate::sites::Site::layers`]); layers after the last neuron stay stored.
-pub fn block_plan(root: &crate::sites::Site, policy: Policy) -> memopt_checkpoint::Plan {
-    let layers = root.layers();
-    let mut blocks = Vec::new();
-    let mut start = 0;
-    for (i, l) in layers.iter().enumerate() {
-        if l.site.stateful {
-            blocks.push(start..i + 1);
-            start = i + 1;
+/// One block of a model: a run of consecutive layers ([`crate::sites::Site::layers`]) ending
+/// with one that holds a spiking neuron — `[pool] conv-bn-LIF` in a flat model, or a whole
+/// residual block. Layers after the last neuron (pooling, the classifier head) belong to no
+/// block.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Block {
+    /// Its position among the model's blocks, from 0.
+    pub index: usize,
+    /// Its layers, as positions in [`crate::sites::Site::layers`].
+    pub layers: std::ops::Range<usize>,
+    /// The module path of each of its layers.
+    pub paths: Vec<String>,
+    /// Bytes of its input (what a checkpoint keeps before compression).
+    pub input_bytes: u64,
+}
+
+/// The blocks of a model, and plans made of whole blocks. A plan built here cannot cut a
+/// block in two or give one policy to layers of two blocks: each chosen block becomes the plan
+/// entries that recompute exactly its layers (one run of children when its layers share a
+/// container, otherwise one entry per container).
+///
+/// ```
+/// use memopt_search::{Blocks, PlanningSession, Policy, Workload};
+/// let workload = Workload::zoo_small("cifar10dvs-vgg", 2).unwrap();
+/// let session = PlanningSession::new(&workload).unwrap();
+/// let blocks = Blocks::of(session.sites());
+/// // Checkpoint every other block, starting with the first.
+/// let plan = blocks.plan(|b| (b.index % 2 == 0).then_some(Policy::CHECKPOINT));
+/// assert!(!plan.entries.is_empty());
+/// ```
+#[derive(Debug, Clone)]
+pub struct Blocks<'a> {
+    layers: Vec<Layer<'a>>,
+    blocks: Vec<Block>,
+}
+
+impl<'a> Blocks<'a> {
+    /// The blocks under `root` (a session's [`crate::PlanningSession::sites`]).
+    pub fn of(root: &'a crate::sites::Site) -> Self {
+        let layers = root.layers();
+        let mut blocks = Vec::new();
+        let mut start = 0;
+        for (i, l) in layers.iter().enumerate() {
+            if l.site.stateful {
+                blocks.push(Block {
+                    index: blocks.len(),
+                    layers: start..i + 1,
+                    paths: layers[start..=i].iter().map(|l| l.site.path.clone()).collect(),
+                    input_bytes: layers[start].site.input_bytes(),
+                });
+                start = i + 1;
+            }
+        }
+        Blocks { layers, blocks }
+    }
+
+    /// The blocks, in model order.
+    pub fn iter(&self) -> std::slice::Iter<'_, Block> {
+        self.blocks.iter()
+    }
+
+    /// How many blocks the model has.
+    pub fn len(&self) -> usize {
+        self.blocks.len()
+    }
+
+    /// Whether the model has no block (no spiking neuron).
+    pub fn is_empty(&self) -> bool {
+        self.blocks.is_empty()
+    }
+
+    /// The plan entries that give `block` the policy `policy`.
+    pub fn entries(&self, block: &Block, policy: Policy) -> Vec<PlanEntry> {
+        group_entries(&self.layers, std::slice::from_ref(&block.layers), policy)
+    }
+
+    /// The plan that gives each block the policy `choose` returns for it (`None`: stored).
+    pub fn plan(&self, mut choose: impl FnMut(&Block) -> Option<Policy>) -> memopt_checkpoint::Plan {
+        let mut entries = Vec::new();
+        for b in &self.blocks {
+            if let Some(policy) = choose(b) {
+                entries.extend(self.entries(b, policy));
+            }
+        }
+        memopt_checkpoint::Plan {
+            version: memopt_checkpoint::PLAN_VERSION,
+            entries,
         }
     }
-    memopt_checkpoint::Plan {
-        version: memopt_checkpoint::policy::PLAN_VERSION,
-        entries: group_entries(&layers, &blocks, policy),
-    }
+}
+
+/// The plan that checkpoints every block ([`Blocks`]) with `policy`; layers after the last
+/// neuron stay stored.
+pub fn block_plan(root: &crate::sites::Site, policy: Policy) -> memopt_checkpoint::Plan {
+    Blocks::of(root).plan(|_| Some(policy))
 }

@@ -46,6 +46,6 @@ impl Strategy for MaxOverhead {
                 front.iter().filter(|c| c.extra_ms <= limit_ms).cloned().collect();
             least_exact_peak(&within)?.plan.clone()
         };
-        session.report(&self.name(), plan, started, None)
+        session.report_timed(&self.name(), plan, started, None)
     }
 }

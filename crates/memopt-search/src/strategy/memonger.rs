@@ -95,6 +95,6 @@ impl Strategy for Memonger {
         history.push((session.baseline_peak_bytes(), u64::MAX, Plan::store_all()));
         history.sort_by_key(|(peak, threshold, _)| (*peak, *threshold));
         let plan = history.swap_remove(0).2;
-        session.report(&self.name(), plan, started, None)
+        session.report_timed(&self.name(), plan, started, None)
     }
 }

@@ -30,6 +30,6 @@ impl Strategy for MinMemory {
         } else {
             least_exact_peak(session.exact_front()?)?.plan.clone()
         };
-        session.report(&self.name(), plan, started, None)
+        session.report_timed(&self.name(), plan, started, None)
     }
 }

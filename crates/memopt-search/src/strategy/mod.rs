@@ -8,7 +8,7 @@ mod min_memory;
 mod pipeline;
 
 pub use budget::{Budget, BudgetStrategy, parse_size};
-pub use groups::block_plan;
+pub use groups::{Block, Blocks, block_plan};
 pub use max_overhead::MaxOverhead;
 pub use memonger::Memonger;
 pub use min_memory::MinMemory;
@@ -20,6 +20,33 @@ use crate::{Result, SearchError};
 
 /// A way to choose a plan. Every strategy's plan is verified by an exact Meta step before it is
 /// reported.
+///
+/// To write one, read what you need from the session ([`PlanningSession::sites`],
+/// [`Blocks::of`], [`PlanningSession::peak`] for the exact peak of a candidate in microseconds,
+/// [`PlanningSession::overhead`] for its predicted slowdown), build a [`memopt_checkpoint::Plan`]
+/// and hand it to [`PlanningSession::report`], which verifies it with a Meta step:
+///
+/// ```
+/// use memopt_search::{Blocks, PlanReport, PlanningSession, Policy, Result, Strategy, Workload};
+///
+/// /// Checkpoints every other block, starting with the first.
+/// struct EveryOtherBlock;
+///
+/// impl Strategy for EveryOtherBlock {
+///     fn name(&self) -> String {
+///         "every-other-block".into()
+///     }
+///     fn plan(&self, session: &mut PlanningSession) -> Result<PlanReport> {
+///         let plan = Blocks::of(session.sites()).plan(|b| (b.index % 2 == 0).then_some(Policy::CHECKPOINT));
+///         session.report(&self.name(), plan)
+///     }
+/// }
+///
+/// let mut session = PlanningSession::new(&Workload::zoo_small("cifar10dvs-vgg", 2)?)?;
+/// let report = session.plan(&EveryOtherBlock)?;
+/// assert!(report.planned_peak_bytes < report.baseline_peak_bytes);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub trait Strategy {
     /// Name for reports (`budget`, `min-memory`, `memonger`, `pipeline`).
     fn name(&self) -> String;

@@ -3,7 +3,7 @@
 
 use super::Strategy;
 use super::budget::Budget;
-use super::groups::group_entries;
+use super::groups::{Block, Blocks};
 use crate::chain::ChainNode;
 use crate::report::{PipelineStep, PipelineSummary, PlanReport, mib};
 use crate::session::PlanningSession;
@@ -198,16 +198,9 @@ impl Strategy for Pipeline {
         // one that holds a neuron ("[pool] conv-bn-LIF" in a flat model, or a whole residual
         // block); layers after the last neuron (pooling, classifier heads) stay stored.
         if level >= 1 {
-            let layers = root.layers();
-            let mut blocks: Vec<std::ops::Range<usize>> = Vec::new();
-            let mut start = 0;
-            for (i, l) in layers.iter().enumerate() {
-                if l.site.stateful {
-                    blocks.push(start..i + 1);
-                    start = i + 1;
-                }
-            }
-            blocks.sort_by_key(|r| std::cmp::Reverse(layers[r.start].site.input_bytes()));
+            let all = Blocks::of(&root);
+            let mut blocks: Vec<&Block> = all.iter().collect();
+            blocks.sort_by_key(|b| std::cmp::Reverse(b.input_bytes));
             let mut limit = blocks.len();
             if let Some(m) = self.max_wrapped {
                 limit = limit.min(m);
@@ -219,7 +212,7 @@ impl Strategy for Pipeline {
                 if budget.is_some_and(|b| run.peak <= b) {
                     break;
                 }
-                let entries = group_entries(&layers, std::slice::from_ref(&block), Policy::CHECKPOINT);
+                let entries = all.entries(block, Policy::CHECKPOINT);
                 let name = entries
                     .iter()
                     .map(PlanEntry::target)
@@ -361,7 +354,7 @@ fn session_report(
     started: Instant,
     summary: PipelineSummary,
 ) -> Result<PlanReport> {
-    session.report("pipeline", plan, started, Some(summary))
+    session.report_timed("pipeline", plan, started, Some(summary))
 }
 
 fn recommendation(level: u8, baseline: u64, peak: u64, overhead: f64) -> String {

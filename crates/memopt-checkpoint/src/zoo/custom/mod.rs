@@ -27,7 +27,10 @@
 //!
 //! - `input`: time steps `T`, the shape of one sample (`[C, H, W]` for images, `[F]` for
 //!   features) and the number of classes; the model takes `[T, N, sample...]`. The CLI's
-//!   `--timesteps`, `--input` and `--batch` override it.
+//!   `--timesteps`, `--input` and `--batch` override it. `"spikes": true` declares that the
+//!   input is spikes (every value 0 or 1, as event-camera frames are): a checkpoint of the first
+//!   segment then keeps its input bit-packed, 1 bit per value instead of 32 (the batch itself
+//!   stays in memory for the step, so this is a copy, measured like any other).
 //! - `layers`: run in order. Input channels and features are never written: they are inferred
 //!   by propagating the sample shape through the chain when the model is built, and a layer
 //!   that does not fit its input is reported by its position (`layers[4].body[3]`) with the
@@ -107,6 +110,8 @@ struct RawInput {
     time_steps: usize,
     sample: Vec<usize>,
     classes: usize,
+    #[serde(default)]
+    spikes: bool,
 }
 
 /// A model described in JSON (see the [module documentation](self) for the format).
@@ -115,6 +120,7 @@ pub struct CustomModel {
     name: String,
     spec: InputSpec,
     layers: Vec<Layer>,
+    spike_input: bool,
 }
 
 /// Most layers a model description may have, residual branches included.
@@ -165,6 +171,7 @@ impl CustomModel {
                 classes: raw.input.classes,
             },
             layers,
+            spike_input: raw.input.spikes,
         };
         model.check_settings(&model.layers, "layers")?;
         model.output_shape(&model.spec)?;
@@ -381,11 +388,9 @@ impl CustomModel {
         self.output_shape(spec)?;
         let mut init = Init::new(device, seed);
         let (root, _) = self.build_chain(&mut init, &self.layers, &spec.sample, "layers")?;
-        Ok(Model::new(
-            self.name.clone(),
-            Box::new(root),
-            spec.clone(),
-            device,
-        ))
+        Ok(
+            Model::new(self.name.clone(), Box::new(root), spec.clone(), device)
+                .with_spike_input(self.spike_input),
+        )
     }
 }

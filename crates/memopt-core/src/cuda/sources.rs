@@ -44,7 +44,7 @@ source!(
     /// Sums and means over everything or one dimension, in the CPU's f64 blocks.
     REDUCE,
     "reduce.cu",
-    ["sum_blocks", "reduce_parts", "sum_single", "sum_rows", "sum_columns"]
+    ["sum_blocks", "reduce_parts", "sum_rows", "sum_columns"]
 );
 
 source!(

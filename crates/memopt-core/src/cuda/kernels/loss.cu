@@ -19,10 +19,12 @@ __device__ __forceinline__ void log_sum_exp(const float* row, u64 c, double* max
 }
 
 // parts[b] = sum over rows b*rows_per_block .. of (max + lse - row[label]), rows in order from
-// -0.0; one thread per block of rows (BlockedSum with block = max(16384 / C, 1) rows).
+// -0.0; one thread per block of rows (BlockedSum with block = max(16384 / C, 1) rows). With one
+// block (no workspace, parts null) out[0] = (sum / n) as f32 directly.
 extern "C" __global__ void ce_blocks(const float* logits, const i64* labels, u64 n, u64 c,
-                                     u64 rows_per_block, double* parts) {
-    const u64 blocks = (n + rows_per_block - 1) / rows_per_block;
+                                     u64 rows_per_block, double* parts, float* out) {
+    // Without a workspace there is one block, even for n = 0 (the CPU then gives 0/0 = NaN).
+    const u64 blocks = parts ? (n + rows_per_block - 1) / rows_per_block : 1;
     FOR_EACH(b, blocks) {
         const u64 lo = b * rows_per_block;
         const u64 hi = min(lo + rows_per_block, n);
@@ -33,7 +35,11 @@ extern "C" __global__ void ce_blocks(const float* logits, const i64* labels, u64
             log_sum_exp(row, c, &max, &lse);
             s += max + lse - (double)row[labels[i]];
         }
-        parts[b] = s;
+        if (parts) {
+            parts[b] = s;
+        } else {
+            out[0] = (float)(s / (double)n);
+        }
     }
 }
 
@@ -54,10 +60,12 @@ extern "C" __global__ void ce_backward(const float* g, const float* logits, cons
     }
 }
 
-// parts[b] = sum of (p - t)^2 in f64 over block b of 16384 values (group8 order).
+// parts[b] = sum of (p - t)^2 in f64 over block b of 16384 values (group8 order); with one
+// block (no workspace, parts null) out[0] = (sum / n) as f32 directly.
 extern "C" __global__ void mse_blocks(const float* p, const float* t, u64 n, u64 block,
-                                      double* parts) {
-    const u64 blocks = (n + block - 1) / block;
+                                      double* parts, float* out) {
+    // Without a workspace there is one block, even for n = 0 (NaN for a mean, as the CPU).
+    const u64 blocks = parts ? (n + block - 1) / block : 1;
     FOR_EACH_GROUP8(b, blocks) {
         const u64 lo = b * block;
         const u64 len = b < blocks ? min(block, n - lo) : 0;
@@ -66,7 +74,11 @@ extern "C" __global__ void mse_blocks(const float* p, const float* t, u64 n, u64
             return d * d;
         });
         if (b < blocks && (threadIdx.x & 7u) == 0) {
-            parts[b] = s;
+            if (parts) {
+                parts[b] = s;
+            } else {
+                out[0] = (float)(s / (double)n);
+            }
         }
     }
 }

@@ -3,7 +3,8 @@
 //
 // Determinism rules for every kernel: no floating-point atomics; grid sizes depend only on
 // shapes; every sum is a fixed tree, the same one the CPU kernel uses; compiled without fast
-// math and with --fmad=false, so a*b+c rounds twice exactly as the CPU does.
+// math and with --fmad=false, so a*b+c rounds twice exactly as the CPU does. Launch every kernel
+// with a block size that is a multiple of 32 (the group-of-8 sums use whole warps).
 
 typedef unsigned char u8;
 typedef unsigned int u32;

@@ -5,36 +5,34 @@
 // added one by one in block order (from -0.0) by reduce_parts. With one block there is no
 // workspace: the group writes the result directly.
 
-#define SUM_BLOCK 16384ull
-
 // parts[b] = sum of x[b*block .. min((b+1)*block, n)] (f64), for b < blocks = ceil(n / block).
-extern "C" __global__ void sum_blocks(const float* x, u64 n, u64 block, double* parts) {
-    const u64 blocks = (n + block - 1) / block;
+// With one block the CPU has no workspace: parts is null and the group writes
+// out[0] = (sum * factor) as f32 directly.
+extern "C" __global__ void sum_blocks(const float* x, u64 n, u64 block, double* parts,
+                                      double factor, float* out) {
+    // Without a workspace there is one block, even for n = 0 (NaN for a mean, as the CPU).
+    const u64 blocks = parts ? (n + block - 1) / block : 1;
     FOR_EACH_GROUP8(b, blocks) {
         const u64 lo = b * block;
         const u64 len = b < blocks ? min(block, n - lo) : 0;
         const double s = group8_sum(len, [&](u64 i) { return (double)x[lo + i]; });
         if (b < blocks && (threadIdx.x & 7u) == 0) {
-            parts[b] = s;
+            if (parts) {
+                parts[b] = s;
+            } else {
+                out[0] = (float)(s * factor);
+            }
         }
     }
 }
 
-// out[0] = (sum of parts in order * factor) as f32. One thread.
-extern "C" __global__ void reduce_parts(const double* parts, u64 count, double factor, float* out) {
+// out[0] = (sum of parts in order from -0.0, times factor, divided by divisor) as f32: sums and
+// means over everything multiply by factor = 1/n (divisor 1), the losses divide by n
+// (factor 1), exactly as their CPU kernels. One thread.
+extern "C" __global__ void reduce_parts(const double* parts, u64 count, double factor,
+                                        double divisor, float* out) {
     if (global_index() == 0) {
-        out[0] = (float)(seq_sum(count, [&](u64 i) { return parts[i]; }) * factor);
-    }
-}
-
-// The whole sum by one group when it fits one block (no workspace).
-extern "C" __global__ void sum_single(const float* x, u64 n, double factor, float* out) {
-    if (blockIdx.x == 0 && threadIdx.x < 32) {
-        const u64 len = threadIdx.x < 8 ? n : 0;
-        const double s = group8_sum(len, [&](u64 i) { return (double)x[i]; });
-        if (threadIdx.x == 0) {
-            out[0] = (float)(s * factor);
-        }
+        out[0] = (float)(seq_sum(count, [&](u64 i) { return parts[i]; }) * factor / divisor);
     }
 }
 

@@ -15,7 +15,7 @@ use memopt_checkpoint::Plan;
 use memopt_cli::steps::run_steps;
 use memopt_compress::CompressorKind;
 use memopt_core::storage::cuda_context;
-use memopt_core::{Device, MemoryKind, Tensor, cuda_device_count};
+use memopt_core::{Device, MemoryKind, Tensor};
 use memopt_profiler::Workload;
 use memopt_search::{MaxOverhead, PlanningSession, Strategy};
 use serde_json::{Value, json};
@@ -35,7 +35,7 @@ fn main() {
         },
         None => None,
     };
-    if let Err(why) = gpu_present() {
+    if let Err(why) = memopt_core::cuda::gpu_with_nvrtc() {
         eprintln!("gpu_bench: no GPU to measure on: {why}");
         let required = std::env::var("MEMOPT_REQUIRE_GPU").as_deref() == Ok("1");
         std::process::exit(required as i32);
@@ -61,14 +61,6 @@ fn main() {
         failed = true;
     }
     std::process::exit(failed as i32);
-}
-
-fn gpu_present() -> Result<(), String> {
-    match cuda_device_count() {
-        Ok(n) if n > 0 => memopt_core::cuda::nvrtc_available().map_err(|e| e.to_string()),
-        Ok(_) => Err("no CUDA device".into()),
-        Err(e) => Err(e.to_string()),
-    }
 }
 
 fn vgg_figures() -> Result<Value, String> {

@@ -1,40 +1,16 @@
 //! The CUDA kernels against the CPU path, bit for bit. Each test prints why it skips and passes
-//! on a machine without a CUDA driver or device.
+//! on a machine without a CUDA driver or device, and fails there under MEMOPT_REQUIRE_GPU=1.
 
 mod common;
 
 use common::{bits, record, tensor};
 use memopt_compress::{CompressError, CompressorKind};
-use memopt_core::{DType, Device, cuda_device_count};
+use memopt_core::cuda::gpu_or_skip;
+use memopt_core::{DType, Device};
 
 const GPU: Device = Device::Cuda(0);
 const KINDS: [CompressorKind; 2] = [CompressorKind::BitSpike, CompressorKind::U8];
 const DTYPES: [DType; 3] = [DType::F32, DType::F16, DType::BF16];
-
-/// Whether a GPU and NVRTC are there; prints why a test skips otherwise. A GPU without NVRTC
-/// fails instead when MEMOPT_REQUIRE_NVRTC=1.
-fn gpu_or_skip(test: &str) -> bool {
-    match cuda_device_count() {
-        Ok(n) if n > 0 => match memopt_core::cuda::nvrtc_available() {
-            Ok(()) => true,
-            Err(e) if std::env::var("MEMOPT_REQUIRE_NVRTC").as_deref() == Ok("1") => {
-                panic!("{test}: MEMOPT_REQUIRE_NVRTC=1 but {e}")
-            }
-            Err(e) => {
-                eprintln!("skipping {test}: a GPU is present but {e}");
-                false
-            }
-        },
-        Ok(_) => {
-            eprintln!("skipping {test}: no CUDA device");
-            false
-        }
-        Err(e) => {
-            eprintln!("skipping {test}: {e}");
-            false
-        }
-    }
-}
 
 /// Spikes with roughly one in `1 << k` ones, irregular.
 fn spikes(n: usize, k: u32) -> Vec<f32> {

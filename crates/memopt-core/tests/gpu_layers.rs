@@ -167,6 +167,15 @@ fn pooling_forward_and_backward_are_bit_identical() {
     }
 }
 
+fn conv(stride: [usize; 2], padding: [usize; 2], dilation: [usize; 2], groups: usize) -> Conv2dParams {
+    Conv2dParams {
+        stride,
+        padding,
+        dilation,
+        groups,
+    }
+}
+
 #[test]
 fn convolution_and_linear_match_within_gemm_tolerance() {
     if !gpu_or_skip("convolution_and_linear_match_within_gemm_tolerance") {
@@ -177,47 +186,12 @@ fn convolution_and_linear_match_within_gemm_tolerance() {
         (
             [2usize, 3, 9, 7],
             [4usize, 3, 3, 3],
-            Conv2dParams {
-                stride: [1, 1],
-                padding: [1, 1],
-                dilation: [1, 1],
-                groups: 1,
-            },
+            conv([1, 1], [1, 1], [1, 1], 1),
             2,
         ),
-        (
-            [3, 4, 11, 11],
-            [6, 2, 3, 3],
-            Conv2dParams {
-                stride: [2, 2],
-                padding: [1, 0],
-                dilation: [1, 1],
-                groups: 2,
-            },
-            3,
-        ),
-        (
-            [4, 2, 8, 8],
-            [5, 2, 1, 1],
-            Conv2dParams {
-                stride: [1, 1],
-                padding: [0, 0],
-                dilation: [1, 1],
-                groups: 1,
-            },
-            4,
-        ),
-        (
-            [2, 2, 10, 9],
-            [3, 2, 3, 2],
-            Conv2dParams {
-                stride: [1, 2],
-                padding: [2, 1],
-                dilation: [2, 1],
-                groups: 1,
-            },
-            1,
-        ),
+        ([3, 4, 11, 11], [6, 2, 3, 3], conv([2, 2], [1, 0], [1, 1], 2), 3),
+        ([4, 2, 8, 8], [5, 2, 1, 1], conv([1, 1], [0, 0], [1, 1], 1), 4),
+        ([2, 2, 10, 9], [3, 2, 3, 2], conv([1, 2], [2, 1], [2, 1], 1), 1),
     ];
     for (xd, wd, p, steps) in cases {
         let what = format!("conv2d x {xd:?} w {wd:?} {p:?}");

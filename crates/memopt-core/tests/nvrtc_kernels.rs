@@ -5,21 +5,8 @@
 //! unless MEMOPT_REQUIRE_NVRTC=1 (as in CI), where absence fails.
 
 use memopt_core::cuda::{
-    KernelSource, compile_cubin, compile_kernel_source, kernel_sources, nvrtc_available, nvrtc_version,
+    KernelSource, compile_cubin, compile_kernel_source, kernel_sources, nvrtc_or_skip, nvrtc_version,
 };
-
-fn nvrtc_or_skip(test: &str) -> bool {
-    match nvrtc_available() {
-        Ok(()) => true,
-        Err(e) if std::env::var("MEMOPT_REQUIRE_NVRTC").as_deref() == Ok("1") => {
-            panic!("{test}: MEMOPT_REQUIRE_NVRTC=1 but {e}")
-        }
-        Err(e) => {
-            eprintln!("skipping {test}: {e}");
-            false
-        }
-    }
-}
 
 /// Names of the `extern "C" __global__` functions a source defines, read from its text
 /// (including kernels stamped out by macros: `NAME(kernel_name, ...)` lines after a

@@ -5,7 +5,8 @@
 //! when there is no GPU, and fails under MEMOPT_REQUIRE_GPU=1.
 
 use memopt_checkpoint::{Plan, StepOptions, zoo};
-use memopt_core::{DType, Device, MemoryKind, MemoryTracker, Philox, Tensor, cuda_device_count};
+use memopt_core::cuda::gpu_or_skip;
+use memopt_core::{DType, Device, MemoryKind, MemoryTracker, Philox, Tensor};
 use memopt_profiler::cost::Throughput;
 use memopt_profiler::{CostModel, Workload};
 use memopt_search::builder::{OptionSpace, chain_model};
@@ -13,22 +14,6 @@ use memopt_search::chain::plan_entries;
 use memopt_search::sites::discover;
 
 const GPU: Device = Device::Cuda(0);
-
-fn gpu_or_skip(test: &str) -> bool {
-    let why = match cuda_device_count() {
-        Ok(n) if n > 0 => match memopt_core::cuda::nvrtc_available() {
-            Ok(()) => return true,
-            Err(e) => format!("a GPU is present but {e}"),
-        },
-        Ok(_) => "no CUDA device".to_string(),
-        Err(e) => e.to_string(),
-    };
-    if std::env::var("MEMOPT_REQUIRE_GPU").as_deref() == Ok("1") {
-        panic!("{test}: MEMOPT_REQUIRE_GPU=1 but {why}");
-    }
-    eprintln!("skipping {test}: {why}");
-    false
-}
 
 /// What one step leaves: its peak, every parameter gradient, every buffer (BatchNorm running
 /// statistics) after the update, and the final neuron states, as host values.

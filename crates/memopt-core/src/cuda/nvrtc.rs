@@ -193,20 +193,7 @@ fn describe(name: &str, e: CompileError) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// Skips (returning false) when NVRTC is absent, unless MEMOPT_REQUIRE_NVRTC=1.
-    fn nvrtc_or_skip(test: &str) -> bool {
-        match nvrtc_available() {
-            Ok(()) => true,
-            Err(e) if std::env::var("MEMOPT_REQUIRE_NVRTC").as_deref() == Ok("1") => {
-                panic!("{test}: MEMOPT_REQUIRE_NVRTC=1 but {e}")
-            }
-            Err(e) => {
-                eprintln!("skipping {test}: {e}");
-                false
-            }
-        }
-    }
+    use crate::cuda::nvrtc_or_skip;
 
     #[test]
     fn compiles_and_reports_errors_with_the_log() {

@@ -3,28 +3,11 @@
 //! (bit-identical, or within a relative tolerance).
 #![allow(dead_code)]
 
-use memopt_core::{Device, MemoryKind, Tensor, cuda_device_count};
+pub use memopt_core::cuda::gpu_or_skip;
+use memopt_core::{Device, MemoryKind, Tensor};
 
 /// The GPU every test uses.
 pub const GPU: Device = Device::Cuda(0);
-
-/// Whether a GPU and NVRTC are there. Otherwise prints why the test skips, or panics when
-/// MEMOPT_REQUIRE_GPU=1 (the GPU bundle sets it, so a skip there is a failure).
-pub fn gpu_or_skip(test: &str) -> bool {
-    let why = match cuda_device_count() {
-        Ok(n) if n > 0 => match memopt_core::cuda::nvrtc_available() {
-            Ok(()) => return true,
-            Err(e) => format!("a GPU is present but {e}"),
-        },
-        Ok(_) => "no CUDA device".to_string(),
-        Err(e) => e.to_string(),
-    };
-    if std::env::var("MEMOPT_REQUIRE_GPU").as_deref() == Ok("1") {
-        panic!("{test}: MEMOPT_REQUIRE_GPU=1 but {why}");
-    }
-    eprintln!("skipping {test}: {why}");
-    false
-}
 
 /// `n` pseudo-random values in `[-scale, scale)` from `seed` (splitmix64).
 pub fn values(n: usize, seed: u64, scale: f32) -> Vec<f32> {

@@ -11,7 +11,7 @@
 //! use memopt_checkpoint::{zoo, Plan, Policy};
 //! use memopt_core::Device;
 //! let spec = zoo::entry("spiking-mlp").unwrap().small;
-//! let mut model = zoo::build("spiking-mlp", &spec, Device::Meta, 0).unwrap();
+//! let mut model = zoo::build("spiking-mlp", &spec, Device::META, 0).unwrap();
 //! model.apply_plan(&Plan::from_entries([("1", Policy::CHECKPOINT)])).unwrap();
 //! assert_eq!(model.plan().entries.len(), 1);
 //! ```

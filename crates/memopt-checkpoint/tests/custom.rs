@@ -23,7 +23,7 @@ fn the_example_file_builds_on_meta_with_inferred_channels() {
     assert_eq!(custom.layers().len(), 9);
     assert!(matches!(custom.layers()[4], Layer::Residual { .. }));
     assert_eq!(custom.output_shape(custom.spec()).unwrap(), vec![10]);
-    let model = custom.build(custom.spec(), Device::Meta, 0).unwrap();
+    let model = custom.build(custom.spec(), Device::META, 0).unwrap();
     // Channels inferred: conv 2->8, residual 8->8, residual 8->16 with a 1x1 shortcut, linear
     // 16*4*4 -> 10.
     let params: Vec<(String, Vec<usize>)> = model
@@ -65,7 +65,7 @@ fn meta_and_cpu_steps_allocate_the_same_peak() {
             .unwrap();
         (tracker.peak_bytes(), out.loss)
     };
-    let (meta, meta_loss) = peak(Device::Meta);
+    let (meta, meta_loss) = peak(Device::META);
     let (cpu, cpu_loss) = peak(Device::Cpu);
     assert_eq!(meta, cpu);
     assert!(meta_loss.is_none());
@@ -226,7 +226,7 @@ fn shapes_that_do_not_fit_name_the_layer_and_the_shape_it_needs() {
         sample: vec![64],
         classes: 10,
     };
-    let e = custom.build(&flat, Device::Meta, 0).unwrap_err();
+    let e = custom.build(&flat, Device::META, 0).unwrap_err();
     assert!(matches!(e, CheckpointError::InvalidInput(_)), "{e}");
     assert!(e.to_string().contains("layers[0] (conv2d)"), "{e}");
     let bigger = InputSpec {
@@ -235,7 +235,7 @@ fn shapes_that_do_not_fit_name_the_layer_and_the_shape_it_needs() {
         classes: 10,
     };
     // A larger image fits: the linear layer's input features are inferred again.
-    let model = custom.build(&bigger, Device::Meta, 0).unwrap();
+    let model = custom.build(&bigger, Device::META, 0).unwrap();
     let fc = model
         .params()
         .into_iter()

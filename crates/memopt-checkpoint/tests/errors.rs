@@ -9,7 +9,7 @@ use memopt_core::{DType, Device, MemoryKind, Tensor};
 
 #[test]
 fn unknown_paths_are_named_with_suggestions() {
-    let mut model = tiny_conv_snn(Device::Meta, 0, 4);
+    let mut model = tiny_conv_snn(Device::META, 0, 4);
     let e = model
         .apply_plan(&Plan::from_entries([("block1.cnov", Policy::CHECKPOINT)]))
         .unwrap_err();
@@ -23,7 +23,7 @@ fn unknown_paths_are_named_with_suggestions() {
 
 #[test]
 fn chunks_beyond_the_time_steps_are_rejected() {
-    let mut model = zoo_small("toy-if", Device::Meta, 0);
+    let mut model = zoo_small("toy-if", Device::META, 0);
     let t = model.spec().time_steps;
     let p = Policy::Checkpoint {
         compressor: CompressorKind::BitSpike,
@@ -53,7 +53,7 @@ fn chunks_beyond_the_time_steps_are_rejected() {
 
 #[test]
 fn chunking_a_segment_with_batch_norm_says_which_module_and_why() {
-    let mut model = tiny_conv_snn(Device::Meta, 0, 4);
+    let mut model = tiny_conv_snn(Device::META, 0, 4);
     let p = Policy::Checkpoint {
         compressor: CompressorKind::BitSpike,
         chunks: 2,
@@ -72,7 +72,7 @@ fn chunking_a_segment_with_batch_norm_says_which_module_and_why() {
 
 #[test]
 fn rejected_plans_leave_the_policies_unchanged() {
-    let mut model = tiny_conv_snn(Device::Meta, 0, 4);
+    let mut model = tiny_conv_snn(Device::META, 0, 4);
     model
         .apply_plan(&Plan::from_entries([("block2", Policy::CHECKPOINT)]))
         .unwrap();
@@ -149,7 +149,7 @@ fn policies_on_the_root_and_leaves_are_allowed() {
 
 #[test]
 fn spatial_split_moves_a_policy_to_the_children() {
-    let mut model = zoo_small("cifar10dvs-vgg", Device::Meta, 0);
+    let mut model = zoo_small("cifar10dvs-vgg", Device::META, 0);
     model.set_policy("features.3", Policy::CHECKPOINT).unwrap();
     model.split_policy("features.3").unwrap();
     let paths: Vec<String> = model.plan().entries.into_iter().map(|e| e.path).collect();
@@ -160,7 +160,7 @@ fn spatial_split_moves_a_policy_to_the_children() {
 
 #[test]
 fn runs_of_children_are_validated() {
-    let mut model = tiny_conv_snn(Device::Meta, 0, 4);
+    let mut model = tiny_conv_snn(Device::META, 0, 4);
     let entry = |path: &str, a, b, chunks| memopt_checkpoint::PlanEntry {
         path: path.into(),
         children: Some([a, b]),

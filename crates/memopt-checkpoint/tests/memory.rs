@@ -74,7 +74,7 @@ fn checkpointing_every_vgg_block_lowers_the_peak_on_cpu_exactly_as_meta_predicts
         (Plan::store_all(), &store),
         (vgg_blocks(CompressorKind::BitSpike), &ckpt),
     ] {
-        let meta = step(&vgg, &plan, Device::Meta, 2);
+        let meta = step(&vgg, &plan, Device::META, 2);
         assert_eq!(
             (meta.peak, meta.end_of_forward),
             (cpu.peak, cpu.end_of_forward),
@@ -86,8 +86,8 @@ fn checkpointing_every_vgg_block_lowers_the_peak_on_cpu_exactly_as_meta_predicts
 #[test]
 fn bit_packing_the_saved_spike_inputs_saves_exactly_their_size_difference() {
     let n = 8;
-    let null = step(&vgg, &vgg_blocks(CompressorKind::Null), Device::Meta, n);
-    let bits = step(&vgg, &vgg_blocks(CompressorKind::BitSpike), Device::Meta, n);
+    let null = step(&vgg, &vgg_blocks(CompressorKind::Null), Device::META, n);
+    let bits = step(&vgg, &vgg_blocks(CompressorKind::BitSpike), Device::META, n);
     // Blocks 1..7 take spikes [T=4, N, C, H, W] (block 0 takes the raw input, kept as it is).
     // At the end of the forward pass every block holds its saved input: f32 under Null, one
     // bit per value under BitSpike.
@@ -133,7 +133,7 @@ fn chunks_lower_the_peak_of_long_sequences() {
     };
     let peaks: Vec<u64> = [1, 2, 4]
         .iter()
-        .map(|&k| step(&build, &plan(k), Device::Meta, 128).peak)
+        .map(|&k| step(&build, &plan(k), Device::META, 128).peak)
         .collect();
     assert!(
         peaks[1] < peaks[0] && peaks[2] < peaks[1],

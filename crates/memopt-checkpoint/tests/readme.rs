@@ -11,7 +11,7 @@ fn the_readme_plan_applies_to_the_vgg() {
     let plan = Plan::from_json(json).unwrap();
     assert_eq!(plan.entries.len(), 4);
     let spec = zoo::entry("cifar10dvs-vgg").unwrap().small;
-    let mut model = zoo::build("cifar10dvs-vgg", &spec, Device::Meta, 0).unwrap();
+    let mut model = zoo::build("cifar10dvs-vgg", &spec, Device::META, 0).unwrap();
     model.apply_plan(&plan).unwrap();
     assert_eq!(model.plan().entries.len(), 4);
 }

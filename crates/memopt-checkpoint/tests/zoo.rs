@@ -62,9 +62,9 @@ const VGG11_BN_BODY: usize = 9_220_480 + 5_504 + 102_764_544 + 16_781_312;
 #[test]
 fn parameter_counts_equal_pytorch() {
     for name in ["sew-resnet18", "spiking-resnet18"] {
-        let big = build(name, &spec(4, &[3, 224, 224], 1000), Device::Meta);
+        let big = build(name, &spec(4, &[3, 224, 224], 1000), Device::META);
         assert_eq!(big.param_count(), 11_689_512, "{name}, 1000 classes");
-        let small = build(name, &spec(2, &[3, 32, 32], 10), Device::Meta);
+        let small = build(name, &spec(2, &[3, 32, 32], 10), Device::META);
         assert_eq!(small.param_count(), 11_181_642, "{name}, 10 classes");
         assert_eq!(RESNET18_BODY + 512 * 10 + 10, 11_181_642);
         // The per-stage figures of the derivation above.
@@ -83,11 +83,11 @@ fn parameter_counts_equal_pytorch() {
             assert_eq!(params_under(&small, path), count, "{name} {path}");
         }
     }
-    let vgg = build("spiking-vgg11-bn", &spec(4, &[3, 224, 224], 1000), Device::Meta);
+    let vgg = build("spiking-vgg11-bn", &spec(4, &[3, 224, 224], 1000), Device::META);
     assert_eq!(vgg.param_count(), 132_868_840);
     assert_eq!(VGG11_BN_BODY + 4_096 * 1000 + 1000, 132_868_840);
     // The adaptive pool makes the count independent of the input size.
-    let vgg = build("spiking-vgg11-bn", &spec(2, &[3, 32, 32], 10), Device::Meta);
+    let vgg = build("spiking-vgg11-bn", &spec(2, &[3, 32, 32], 10), Device::META);
     assert_eq!(vgg.param_count(), 128_812_810);
     assert_eq!(params_under(&vgg, "features"), 9_220_480 + 5_504);
     assert_eq!(params_under(&vgg, "classifier.0"), 102_764_544);
@@ -138,7 +138,7 @@ fn module_trees_follow_spikingjelly() {
         ("sew-resnet18", true, "SEWResNet"),
         ("spiking-resnet18", false, "SpikingResNet"),
     ] {
-        let model = build(name, &spec(2, &[3, 32, 32], 10), Device::Meta);
+        let model = build(name, &spec(2, &[3, 32, 32], 10), Device::META);
         let modules = model.modules();
         let paths: Vec<&str> = modules.iter().map(|m| m.path.as_str()).collect();
         assert_eq!(paths, resnet18_paths(sew), "{name}");
@@ -185,7 +185,7 @@ fn module_trees_follow_spikingjelly() {
         assert!(buffers.iter().any(|b| b == "layer3.0.downsample.1.running_var"));
     }
 
-    let vgg = build("spiking-vgg11-bn", &spec(2, &[3, 32, 32], 10), Device::Meta);
+    let vgg = build("spiking-vgg11-bn", &spec(2, &[3, 32, 32], 10), Device::META);
     let modules = vgg.modules();
     assert_eq!(modules[0].type_name, "SpikingVGG");
     let top: Vec<&str> = modules
@@ -265,7 +265,7 @@ fn every_zoo_model_trains_on_meta_at_default_and_small_specs() {
     );
     for entry in zoo::entries() {
         for s in [&entry.default, &entry.small] {
-            let model = build(entry.name, s, Device::Meta);
+            let model = build(entry.name, s, Device::META);
             let (dims, _) = forward(&model, 2, true);
             assert_eq!(dims, [s.time_steps, 2, s.classes], "{} {s:?}", entry.name);
             let out = trainer(&model)
@@ -286,7 +286,7 @@ fn image_models_take_any_size_from_32() {
     for name in ["sew-resnet18", "spiking-resnet18", "spiking-vgg11-bn"] {
         for hw in [[32, 32], [33, 47], [64, 40], [96, 96]] {
             let s = spec(1, &[3, hw[0], hw[1]], 7);
-            let (dims, _) = forward(&build(name, &s, Device::Meta), 1, false);
+            let (dims, _) = forward(&build(name, &s, Device::META), 1, false);
             assert_eq!(dims, [1, 1, 7], "{name} {hw:?}");
         }
     }
@@ -500,7 +500,7 @@ fn spiking_resnet18_checkpointed_blocks_are_exact() {
 }
 
 fn invalid_input(name: &str, s: &InputSpec) -> String {
-    match zoo::build(name, s, Device::Meta, 0) {
+    match zoo::build(name, s, Device::META, 0) {
         Err(e @ CheckpointError::InvalidInput(_)) => e.to_string(),
         Err(e) => panic!("{name} {s:?}: wrong error {e}"),
         Ok(_) => panic!("{name} {s:?}: accepted"),

@@ -192,8 +192,8 @@ impl ModelArgs {
         workload.data_seed = self.seed;
         // Build on Meta (no data, a scratch tracker) to report a misfitting size now.
         let params = {
-            let _scratch = MemoryTracker::install(MemoryTracker::new(Device::Meta));
-            workload.build_model(Device::Meta)?.param_count()
+            let _scratch = MemoryTracker::install(MemoryTracker::new(Device::META));
+            workload.build_model(Device::META)?.param_count()
         };
         Ok(Selection {
             workload,

@@ -4,7 +4,7 @@
 use crate::error::Result;
 use memopt_checkpoint::Plan;
 use memopt_core::memory::{MemoryAction, MemoryEvent, MemorySubscriber};
-use memopt_core::{Device, MemoryKind, MemoryTracker};
+use memopt_core::{MemoryKind, MemoryTracker};
 use memopt_profiler::Workload;
 use std::sync::{Arc, Mutex};
 
@@ -61,9 +61,9 @@ impl MemorySubscriber for Recorder {
 /// Runs one step of `workload` under `plan` on Meta and records the bytes of each kind after
 /// every event.
 pub fn record(workload: &Workload, plan: &Plan) -> Result<KindTimeline> {
-    let tracker = MemoryTracker::new(Device::Meta);
+    let tracker = MemoryTracker::new(workload.meta_device());
     let _installed = MemoryTracker::install(tracker.clone());
-    let mut session = workload.instantiate(Device::Meta, plan)?;
+    let mut session = workload.instantiate(workload.meta_device(), plan)?;
     let stats = tracker.stats();
     let mut start = [0u64; MemoryKind::COUNT];
     for k in MemoryKind::ALL {

@@ -93,9 +93,9 @@ mod tests {
     use memopt_core::{Device, MemoryTracker};
 
     fn vgg_modules() -> Vec<ModuleInfo> {
-        let _t = MemoryTracker::install(MemoryTracker::new(Device::Meta));
+        let _t = MemoryTracker::install(MemoryTracker::new(Device::META));
         let spec = zoo::entry("cifar10dvs-vgg").unwrap().small;
-        zoo::build("cifar10dvs-vgg", &spec, Device::Meta, 0)
+        zoo::build("cifar10dvs-vgg", &spec, Device::META, 0)
             .unwrap()
             .modules()
     }

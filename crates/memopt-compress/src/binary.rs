@@ -6,6 +6,7 @@ use crate::compressor::{expect_float, expect_kind};
 use crate::cpu::SpikeElem;
 use crate::{CompressError, CompressorKind, Packed, Result};
 use half::{bf16, f16};
+use memopt_core::backend::{Init, launch_on};
 use memopt_core::{DType, Device, KernelBuffer, MemoryKind, Tensor};
 
 /// A binary compressor whose payload is a byte buffer of a length fixed by the element count.
@@ -51,11 +52,18 @@ impl CudaKernels {
 /// GPU kernel's `atomicMin` target; the CPU records it too, so that every device allocates
 /// exactly the same.
 pub(crate) fn status_word(op: &'static str, device: Device) -> Result<KernelBuffer<i64>> {
-    let mut w = KernelBuffer::<i64>::workspace(op, device, 1)?;
-    if let Some(s) = w.slice_mut() {
-        s[0] = -1;
-    }
+    let mut w = KernelBuffer::<i64>::workspace(op, device, 1, Init::Overwritten)?;
+    memopt_core::backend::launch(op, device, || {
+        w.host_mut()?[0] = -1;
+        Ok(())
+    })?;
     Ok(w)
+}
+
+/// Runs the CPU half of compression op `op` (nothing on Meta). The GPU paths dispatch before
+/// allocating (`crate::cuda`), so reaching a GPU here is the op's `Unsupported` answer.
+pub(crate) fn cpu_half(op: &'static str, device: Device, cpu: impl FnOnce() -> Result<()>) -> Result<()> {
+    launch_on(device, cpu, |gpu| Err(gpu.unsupported(op).into()))
 }
 
 /// Compresses `x` with codec `C`.
@@ -68,7 +76,8 @@ pub(crate) fn compress<C: ByteCodec>(x: &Tensor) -> Result<Packed> {
         return Ok(Packed::new(C::KIND, payload, x));
     }
     let len = C::payload_len(x.elem_count());
-    let mut out = KernelBuffer::<u8>::zeros(C::PACK_OP, x.device(), len, MemoryKind::Packed)?;
+    let mut out =
+        KernelBuffer::<u8>::new(C::PACK_OP, x.device(), len, MemoryKind::Packed, Init::Overwritten)?;
     let mut status = match check {
         true => Some(status_word(C::PACK_OP, x.device())?),
         false => None,
@@ -78,10 +87,12 @@ pub(crate) fn compress<C: ByteCodec>(x: &Tensor) -> Result<Packed> {
         DType::F16 => pack_host::<C, f16>(x, &mut out, check),
         _ => pack_host::<C, bf16>(x, &mut out, check),
     };
-    if let (Err(CompressError::NonBinary { index, .. }), Some(Some(w))) =
-        (&r, status.as_mut().map(|s| s.slice_mut()))
-    {
-        w[0] = *index as i64;
+    if let (Err(CompressError::NonBinary { index, .. }), Some(w)) = (&r, status.as_mut()) {
+        let index = *index as i64;
+        memopt_core::backend::launch(C::PACK_OP, x.device(), || {
+            w.host_mut()?[0] = index;
+            Ok(())
+        })?;
     }
     drop(status);
     r?;
@@ -90,10 +101,9 @@ pub(crate) fn compress<C: ByteCodec>(x: &Tensor) -> Result<Packed> {
 
 fn pack_host<C: ByteCodec, E: SpikeElem>(x: &Tensor, out: &mut KernelBuffer<u8>, check: bool) -> Result<()> {
     let xr = x.read::<E>(C::PACK_OP)?;
-    if let (Some(s), Some(d)) = (xr.slice(), out.slice_mut()) {
-        C::pack(s, d, check)?;
-    }
-    Ok(())
+    cpu_half(C::PACK_OP, x.device(), || {
+        C::pack(xr.host()?, out.host_mut()?, check)
+    })
 }
 
 /// Decompresses a payload made by codec `C`.
@@ -113,9 +123,15 @@ pub(crate) fn decompress<C: ByteCodec>(packed: &Packed) -> Result<Tensor> {
 fn unpack_host<C: ByteCodec, E: SpikeElem>(packed: &Packed) -> Result<Tensor> {
     let src = packed.payload().read::<u8>(C::UNPACK_OP)?;
     let n = packed.shape().elem_count();
-    let mut out = KernelBuffer::<E>::zeros(C::UNPACK_OP, packed.device(), n, MemoryKind::Activation)?;
-    if let (Some(s), Some(d)) = (src.slice(), out.slice_mut()) {
-        C::unpack(s, d)?;
-    }
+    let mut out = KernelBuffer::<E>::new(
+        C::UNPACK_OP,
+        packed.device(),
+        n,
+        MemoryKind::Activation,
+        Init::Overwritten,
+    )?;
+    cpu_half(C::UNPACK_OP, packed.device(), || {
+        C::unpack(src.host()?, out.host_mut()?)
+    })?;
     Ok(out.into_tensor(packed.shape().clone())?)
 }

@@ -1,9 +1,10 @@
 //! Half: a lossy f16 or bf16 copy (opt-in only).
 
+use crate::binary::cpu_half;
 use crate::compressor::{elems, expect_float, expect_kind};
 use crate::{CompressError, Compressor, CompressorKind, Packed, PackedSize, Result};
 use half::{bf16, f16};
-use memopt_core::{DType, Element, KernelBuffer, MemoryKind, Shape, Tensor};
+use memopt_core::{DType, Element, Init, KernelBuffer, MemoryKind, Shape, Tensor};
 use rayon::prelude::*;
 
 /// A copy rounded to f16 or bf16 (round to nearest even), converted back on decompression.
@@ -129,7 +130,7 @@ impl Float for bf16 {
 
 /// A new tensor of `x`'s shape holding `x` converted to `D` (round to nearest even).
 fn convert_to<D: Float>(op: &'static str, x: &Tensor, kind: MemoryKind) -> Result<Tensor> {
-    let out = KernelBuffer::<D>::zeros(op, x.device(), x.elem_count(), kind)?;
+    let out = KernelBuffer::<D>::new(op, x.device(), x.elem_count(), kind, Init::Overwritten)?;
     let out = match x.dtype() {
         DType::F32 => convert_from::<f32, D>(op, x, out)?,
         DType::F16 => convert_from::<f16, D>(op, x, out)?,
@@ -145,7 +146,8 @@ fn convert_from<S: Float, D: Float>(
 ) -> Result<KernelBuffer<D>> {
     const CHUNK: usize = 1 << 14;
     let xr = x.read::<S>(op)?;
-    if let (Some(s), Some(d)) = (xr.slice(), out.slice_mut()) {
+    cpu_half(op, x.device(), || {
+        let (s, d) = (xr.host()?, out.host_mut()?);
         d.par_chunks_mut(CHUNK)
             .zip(s.par_chunks(CHUNK))
             .for_each(|(d, s)| {
@@ -153,7 +155,8 @@ fn convert_from<S: Float, D: Float>(
                     .zip(s)
                     .for_each(|(d, &s)| *d = D::from_f32(s.to_f32()))
             });
-    }
+        Ok(())
+    })?;
     drop(xr);
     Ok(out)
 }

@@ -1,10 +1,11 @@
 //! Sparse: the indices of the ones.
 
+use crate::binary::cpu_half;
 use crate::compressor::{elems, expect_float, expect_kind};
 use crate::cpu::{self, IndexBuf, SpikeElem};
 use crate::{CompressError, Compressor, CompressorKind, Packed, PackedSize, Result};
 use half::{bf16, f16};
-use memopt_core::{DType, Device, KernelBuffer, MemoryKind, Shape, Tensor};
+use memopt_core::{DType, Device, Init, KernelBuffer, MemoryKind, Shape, Tensor};
 
 /// The sorted row-major indices of the ones: u16 (stored as little-endian byte pairs in a u8
 /// payload) when the tensor has at most 65,536 elements, else u32 (a u32 payload; at most 2^32
@@ -89,22 +90,25 @@ fn compress_as<E: SpikeElem>(x: &Tensor) -> Result<Tensor> {
     let n = x.elem_count();
     let dev = x.device();
     let xr = x.read::<E>(COMPRESS)?;
-    let mut counts = KernelBuffer::<i64>::workspace(COMPRESS, dev, cpu::chunk_count(n))?;
-    let ones = match (xr.slice(), counts.slice_mut()) {
-        (Some(s), Some(c)) => cpu::count_ones(s, !x.is_spike(), c)?,
-        _ => n,
-    };
+    let mut counts = KernelBuffer::<i64>::workspace(COMPRESS, dev, cpu::chunk_count(n), Init::Overwritten)?;
+    // The worst case (every value a one) where nothing is counted (Meta).
+    let mut ones = n;
+    cpu_half(COMPRESS, dev, || {
+        ones = cpu::count_ones(xr.host()?, !x.is_spike(), counts.host_mut()?)?;
+        Ok(())
+    })?;
     let payload = if sparse_index_bytes(n as u64) == 2 {
-        let mut out = KernelBuffer::<u8>::zeros(COMPRESS, dev, 2 * ones, MemoryKind::Packed)?;
-        if let (Some(s), Some(c), Some(d)) = (xr.slice(), counts.slice_mut(), out.slice_mut()) {
-            cpu::fill_indices(s, c, IndexBuf::U16Le(d))?;
-        }
+        let mut out =
+            KernelBuffer::<u8>::new(COMPRESS, dev, 2 * ones, MemoryKind::Packed, Init::Overwritten)?;
+        cpu_half(COMPRESS, dev, || {
+            cpu::fill_indices(xr.host()?, counts.host_mut()?, IndexBuf::U16Le(out.host_mut()?))
+        })?;
         out.into_tensor([2 * ones])?
     } else {
-        let mut out = KernelBuffer::<u32>::zeros(COMPRESS, dev, ones, MemoryKind::Packed)?;
-        if let (Some(s), Some(c), Some(d)) = (xr.slice(), counts.slice_mut(), out.slice_mut()) {
-            cpu::fill_indices(s, c, IndexBuf::U32(d))?;
-        }
+        let mut out = KernelBuffer::<u32>::new(COMPRESS, dev, ones, MemoryKind::Packed, Init::Overwritten)?;
+        cpu_half(COMPRESS, dev, || {
+            cpu::fill_indices(xr.host()?, counts.host_mut()?, IndexBuf::U32(out.host_mut()?))
+        })?;
         out.into_tensor([ones])?
     };
     drop(counts);
@@ -113,19 +117,30 @@ fn compress_as<E: SpikeElem>(x: &Tensor) -> Result<Tensor> {
 
 fn decompress_as<E: SpikeElem>(packed: &Packed) -> Result<Tensor> {
     let n = packed.shape().elem_count();
-    let mut out = KernelBuffer::<E>::zeros(DECOMPRESS, packed.device(), n, MemoryKind::Activation)?;
+    // The ones are scattered into zeros.
+    let mut out = KernelBuffer::<E>::new(
+        DECOMPRESS,
+        packed.device(),
+        n,
+        MemoryKind::Activation,
+        Init::Zeroed,
+    )?;
     let payload = packed.payload();
     if sparse_index_bytes(n as u64) == 2 {
         let r = payload.read::<u8>(DECOMPRESS)?;
-        if let (Some(b), Some(d)) = (r.slice(), out.slice_mut()) {
+        cpu_half(DECOMPRESS, packed.device(), || {
+            let b = r.host()?;
             let get = |k: usize| u16::from_le_bytes([b[2 * k], b[2 * k + 1]]) as usize;
-            cpu::scatter_ones(b.len() / 2, get, d);
-        }
+            cpu::scatter_ones(b.len() / 2, get, out.host_mut()?);
+            Ok(())
+        })?;
     } else {
         let r = payload.read::<u32>(DECOMPRESS)?;
-        if let (Some(v), Some(d)) = (r.slice(), out.slice_mut()) {
-            cpu::scatter_ones(v.len(), |k| v[k] as usize, d);
-        }
+        cpu_half(DECOMPRESS, packed.device(), || {
+            let v = r.host()?;
+            cpu::scatter_ones(v.len(), |k| v[k] as usize, out.host_mut()?);
+            Ok(())
+        })?;
     }
     Ok(out.into_tensor(packed.shape().clone())?)
 }

@@ -1,5 +1,5 @@
-//! The CUDA kernels against the CPU path, bit for bit. Each test prints why it skips and passes
-//! on a machine without a CUDA driver or device, and fails there under MEMOPT_REQUIRE_GPU=1.
+//! The CUDA kernels against the CPU path, bit for bit. Without a CUDA device each test prints why
+//! it skips and passes, unless MEMOPT_REQUIRE_GPU=1, which makes it fail naming itself.
 
 mod common;
 
@@ -148,7 +148,7 @@ fn gpu_records_what_meta_records() {
                     })
                     .1
                 };
-                assert_eq!(events(GPU), events(Device::Meta), "{kind} {dtype} spike={spike}");
+                assert_eq!(events(GPU), events(Device::META), "{kind} {dtype} spike={spike}");
             }
         }
     }

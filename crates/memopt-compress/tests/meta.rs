@@ -40,7 +40,7 @@ proptest! {
     fn meta_records_what_the_cpu_records((shape, dtype, values) in binary_case(), spike in any::<bool>()) {
         for kind in CompressorKind::ALL {
             let cpu = run(kind, &values, &shape, dtype, spike, Device::Cpu);
-            let meta = run(kind, &values, &shape, dtype, spike, Device::Meta);
+            let meta = run(kind, &values, &shape, dtype, spike, Device::META);
             if kind != CompressorKind::Sparse {
                 prop_assert_eq!(&meta, &cpu, "{}", kind);
                 continue;
@@ -68,7 +68,7 @@ proptest! {
 fn bitspike_event_stream_is_as_documented() {
     use memopt_core::memory::MemoryAction::{Alloc, Free};
     let v = vec![1.0f32; 20];
-    for device in [Device::Cpu, Device::Meta] {
+    for device in [Device::Cpu, Device::META] {
         assert_eq!(
             run(CompressorKind::BitSpike, &v, &[4, 5], DType::F32, false, device),
             vec![

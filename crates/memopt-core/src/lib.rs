@@ -2,18 +2,19 @@
 //! and CPU kernels with their backward functions.
 //!
 //! Every buffer is allocated through its device's [`MemoryTracker`], so current and peak bytes
-//! are exact; on the [`Device::Meta`] device kernels compute nothing but allocate exactly as on
+//! are exact; on the [`Device::META`] device kernels compute nothing but allocate exactly as on
 //! the CPU, which makes a whole training step's peak computable in microseconds.
 //!
 //! ```
 //! use memopt_core::{Device, DType, MemoryKind, MemoryTracker, Tensor, kernels};
-//! let x = Tensor::full([2, 3], -1.0, Device::Meta, MemoryKind::Input).unwrap();
+//! let x = Tensor::full([2, 3], -1.0, Device::META, MemoryKind::Input).unwrap();
 //! let y = kernels::relu(&x).unwrap();
 //! assert_eq!(y.dims(), &[2, 3]);
-//! assert_eq!(MemoryTracker::current(Device::Meta).current_bytes(), 2 * 2 * 3 * 4);
+//! assert_eq!(MemoryTracker::current(Device::META).current_bytes(), 2 * 2 * 3 * 4);
 //! ```
 #![warn(missing_docs)]
 
+pub mod backend;
 pub mod cuda;
 mod device;
 mod dtype;
@@ -25,6 +26,7 @@ mod shape;
 pub mod storage;
 mod tensor;
 
+pub use backend::{Init, Target};
 pub use device::Device;
 pub use dtype::DType;
 pub use error::{CoreError, Result};

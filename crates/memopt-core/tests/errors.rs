@@ -22,16 +22,64 @@ fn cuda_requests_fail_clearly_without_a_gpu() {
                 msg.contains(&format!("CUDA device {} does not exist", n + 3)),
                 "{msg}"
             );
-            let x = Tensor::zeros([4], DType::F32, Device::Cuda(0), MemoryKind::Input).unwrap();
-            let e = kernels::relu(&x).unwrap_err().to_string();
-            assert!(e.contains("relu") && e.contains("cuda:0"), "{e}");
         }
     }
 }
 
+/// The CUDA backend answers `Unsupported` naming the op for every op not ported yet.
+#[test]
+fn ops_without_a_cuda_kernel_answer_unsupported_on_a_gpu() {
+    if !memopt_core::cuda::gpu_or_skip("ops_without_a_cuda_kernel_answer_unsupported_on_a_gpu") {
+        return;
+    }
+    let x = Tensor::zeros([4], DType::F32, Device::Cuda(0), MemoryKind::Input).unwrap();
+    let e = kernels::relu(&x).unwrap_err();
+    assert!(matches!(e, CoreError::Unsupported { op: "relu", .. }), "{e}");
+    assert!(e.to_string().contains("cuda:0"), "{e}");
+}
+
+/// The seam's dispatch on every device, without a GPU: the CPU half runs on the CPU, nothing
+/// runs on Meta (of either target), and CUDA answers `Unsupported` naming the op.
+#[test]
+fn launch_dispatches_by_device() {
+    use memopt_core::Target;
+    use memopt_core::backend::launch;
+    for (device, runs) in [
+        (Device::Cpu, true),
+        (Device::META, false),
+        (Device::Meta(Target::Cuda), false),
+    ] {
+        let mut ran = false;
+        launch("probe", device, || {
+            ran = true;
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(ran, runs, "{device}");
+    }
+    let mut ran = false;
+    let e = launch("probe", Device::Cuda(1), || {
+        ran = true;
+        Ok(())
+    })
+    .unwrap_err();
+    assert!(!ran);
+    assert!(
+        matches!(
+            e,
+            CoreError::Unsupported {
+                op: "probe",
+                device: Device::Cuda(1),
+                ..
+            }
+        ),
+        "{e}"
+    );
+}
+
 #[test]
 fn meta_tensors_have_no_data_to_read() {
-    let t = Tensor::zeros([2], DType::F32, Device::Meta, MemoryKind::Input).unwrap();
+    let t = Tensor::zeros([2], DType::F32, Device::META, MemoryKind::Input).unwrap();
     let e = t.to_vec_f32().unwrap_err().to_string();
     assert!(e.contains("no data") && e.contains("meta"), "{e}");
     assert!(t.to_device(Device::Cpu).is_err());
@@ -40,7 +88,7 @@ fn meta_tensors_have_no_data_to_read() {
 #[test]
 fn mismatched_devices_are_named() {
     let a = Tensor::zeros([2], DType::F32, Device::Cpu, MemoryKind::Input).unwrap();
-    let b = Tensor::zeros([2], DType::F32, Device::Meta, MemoryKind::Input).unwrap();
+    let b = Tensor::zeros([2], DType::F32, Device::META, MemoryKind::Input).unwrap();
     let e = kernels::add(&a, &b).unwrap_err().to_string();
     assert!(e.contains("cpu") && e.contains("meta"), "{e}");
 }
@@ -93,7 +141,7 @@ proptest! {
 #[test]
 fn shapes_too_large_to_address_are_errors_not_overflows() {
     let huge = [usize::MAX / 2, 3];
-    for device in [Device::Cpu, Device::Meta] {
+    for device in [Device::Cpu, Device::META] {
         let e = Tensor::zeros(huge, DType::F32, device, MemoryKind::Input).unwrap_err();
         let msg = e.to_string();
         assert!(
@@ -108,7 +156,7 @@ fn shapes_too_large_to_address_are_errors_not_overflows() {
     }
     let e = Tensor::from_vec(vec![0f32; 6], huge, Device::Cpu, MemoryKind::Input).unwrap_err();
     assert!(e.to_string().contains("more elements than fit"), "{e}");
-    let x = Tensor::zeros([6], DType::F32, Device::Meta, MemoryKind::Input).unwrap();
+    let x = Tensor::zeros([6], DType::F32, Device::META, MemoryKind::Input).unwrap();
     assert!(x.reshape(huge).is_err());
 }
 
@@ -125,6 +173,6 @@ fn a_host_allocation_the_machine_cannot_provide_is_an_error() {
     let e = Tensor::full([len], 1.0, Device::Cpu, MemoryKind::Input).unwrap_err();
     assert!(matches!(e, CoreError::OutOfMemory { .. }), "{e}");
     // On Meta the same tensor is only counted.
-    let meta = Tensor::zeros([len], DType::F32, Device::Meta, MemoryKind::Input).unwrap();
+    let meta = Tensor::zeros([len], DType::F32, Device::META, MemoryKind::Input).unwrap();
     assert_eq!(meta.view_bytes(), 1 << 62);
 }

@@ -1,7 +1,8 @@
 //! Elementwise ops, reductions, losses, optimizers and dropout on the GPU against the CPU
 //! kernels, through the public op API, on random inputs, odd sizes and views (non-zero storage
 //! offsets). Kernels made of add/mul/div/sqrt and every f64 sum in the CPU's order must be
-//! bit-identical; ops using exp/log within 1e-5 relative. Each test skips with the reason when
+//! bit-identical; ops using exp/log, and sums blocked differently on CUDA
+//! (`Target::sum_block`), within 1e-5 relative. Each test skips with the reason when
 //! there is no GPU, and fails under MEMOPT_REQUIRE_GPU=1.
 
 mod gpu_common;
@@ -58,10 +59,7 @@ fn elementwise_ops_and_backwards_are_bit_identical() {
         id("add_assign", acc.clone(), gacc.clone());
         assign(&acc, &b).unwrap();
         assign(&gacc, &gb).unwrap();
-        id("assign", acc.clone(), gacc.clone());
-        zero_(&acc).unwrap();
-        zero_(&gacc).unwrap();
-        id("zero_", acc, gacc);
+        id("assign", acc, gacc);
     }
 }
 

@@ -67,7 +67,7 @@ fn batch_norm_backward_reuses_an_unshared_gradient() {
         "no buffer for grad_x"
     );
     assert_eq!(
-        run(Device::Meta, true, false).0,
+        run(Device::META, true, false).0,
         reuse_peak,
         "Meta decides the same way"
     );
@@ -113,7 +113,7 @@ fn neuron_backward_reuses_an_unshared_gradient() {
             (t * n * 4) as u64,
             "no buffer for grad_x"
         );
-        assert_eq!(run(Device::Meta, true, false).0, reuse_peak);
+        assert_eq!(run(Device::META, true, false).0, reuse_peak);
         let (shared_peak, (shared, untouched)) = run(Device::Cpu, true, true);
         assert_eq!((shared, shared_peak), (plain, plain_peak));
         assert_eq!(untouched, Some(true));

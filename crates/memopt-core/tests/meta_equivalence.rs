@@ -173,7 +173,7 @@ fn step(device: Device) -> Trace {
 #[test]
 fn meta_and_cpu_record_identical_event_streams_and_peaks() {
     let (cpu_events, cpu) = step(Device::Cpu);
-    let (meta_events, meta) = step(Device::Meta);
+    let (meta_events, meta) = step(Device::META);
     assert!(
         cpu_events.len() > 50,
         "the sequence allocates: {} events",

@@ -24,7 +24,7 @@ fn bench(c: &mut Criterion) {
         let workload = Workload::zoo(entry.name, entry.default.clone(), batch(entry.name));
         let mut estimator = Estimator::new(&workload).expect("zoo models build on Meta");
         let model = workload
-            .build_model(memopt_core::Device::Meta)
+            .build_model(memopt_core::Device::META)
             .expect("zoo models build on Meta");
         // The blocks: containers two levels down (VGG `features.i`, ResNet `layerk.i`), or one
         // level down for flat models.

@@ -6,7 +6,7 @@ use crate::memory::recorder::RecorderState;
 use crate::memory::{MemoryRecorder, MemoryReport};
 use crate::workload::{StepSession, Workload};
 use memopt_checkpoint::Plan;
-use memopt_core::{Device, MemoryTracker};
+use memopt_core::MemoryTracker;
 use std::sync::Arc;
 
 /// Estimates a workload's step memory for any plan by running the step on the Meta device,
@@ -30,10 +30,10 @@ pub struct Estimator {
 impl Estimator {
     /// Builds `workload` on Meta in a fresh tracker.
     pub fn new(workload: &Workload) -> Result<Estimator> {
-        let tracker = MemoryTracker::new(Device::Meta);
+        let tracker = MemoryTracker::new(workload.meta_device());
         let _installed = MemoryTracker::install(tracker.clone());
         let recorder = MemoryRecorder::start(&tracker);
-        let session = workload.instantiate(Device::Meta, &Plan::store_all())?;
+        let session = workload.instantiate(workload.meta_device(), &Plan::store_all())?;
         recorder.attribute_model(session.model());
         let setup = recorder.snapshot();
         drop(recorder);

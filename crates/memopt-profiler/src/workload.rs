@@ -109,6 +109,9 @@ pub struct Workload {
     pub seed: u64,
     /// Seed of the random batch (spikes with probability 0.3, labels).
     pub data_seed: u64,
+    /// The hardware whose allocations Meta steps of this workload reproduce (estimates and
+    /// plans): the CPU by default, or a CUDA GPU, which needs no GPU to plan for.
+    pub target: memopt_core::Target,
 }
 
 impl Workload {
@@ -123,6 +126,7 @@ impl Workload {
             optimizer: OptimizerChoice::sgd_momentum(),
             seed: 0,
             data_seed: 0,
+            target: memopt_core::Target::Cpu,
         }
     }
 
@@ -146,6 +150,7 @@ impl Workload {
             optimizer: OptimizerChoice::sgd_momentum(),
             seed: 0,
             data_seed: 0,
+            target: memopt_core::Target::Cpu,
         }
     }
 
@@ -177,6 +182,11 @@ impl Workload {
                 format!("{name} N={} {}", self.batch_size, self.optimizer.name())
             }
         }
+    }
+
+    /// The Meta device that estimates this workload: it allocates as [`Workload::target`] does.
+    pub fn meta_device(&self) -> Device {
+        Device::Meta(self.target)
     }
 
     /// Builds the model on `device` (parameters allocated on the current tracker).

@@ -23,7 +23,7 @@ fn check_equal(workload: &Workload, plan: &Plan, estimator: &mut Estimator) -> R
         plan.to_json()
     );
     let estimated = estimator.report(plan).unwrap();
-    prop_assert_eq!(estimated.device, Device::Meta);
+    prop_assert_eq!(estimated.device, Device::META);
     prop_assert_eq!(
         without_device_and_time(&estimated),
         without_device_and_time(&measured),
@@ -86,7 +86,7 @@ proptest! {
     ) {
         let workload = Workload::zoo_small(model, 2).unwrap();
         let mut estimator = Estimator::new(&workload).unwrap();
-        let probe = workload.build_model(Device::Meta).unwrap();
+        let probe = workload.build_model(Device::META).unwrap();
         let plan = random_plan(&probe, &picks, &SHAPE_ONLY);
         check_equal(&workload, &plan, &mut estimator)?;
     }
@@ -102,7 +102,7 @@ proptest! {
     ) {
         let workload = Workload::zoo_small(model, 2).unwrap();
         let mut estimator = Estimator::new(&workload).unwrap();
-        let probe = workload.build_model(Device::Meta).unwrap();
+        let probe = workload.build_model(Device::META).unwrap();
         let plan = random_plan(&probe, &picks, &SHAPE_ONLY);
         check_equal(&workload, &plan, &mut estimator)?;
     }
@@ -181,7 +181,7 @@ fn estimation_is_fast_at_full_size() {
 fn meta_batches_touch_no_host_memory() {
     let model = Workload::zoo_small("toy-if", 1)
         .unwrap()
-        .build_model(Device::Meta)
+        .build_model(Device::META)
         .unwrap();
     let n = 1usize << 32;
     let started = Instant::now();

@@ -222,7 +222,7 @@ fn the_report_round_trips_through_json_with_stable_field_names() {
 fn the_peak_breakdown_accounts_for_the_persistent_state() {
     let workload = Workload::zoo_small("cifar10dvs-vgg", 2).unwrap();
     let r = profile_memory(&workload, &Plan::store_all(), Device::Cpu).unwrap();
-    let model = workload.build_model(Device::Meta).unwrap();
+    let model = workload.build_model(Device::META).unwrap();
     let params: u64 = model.params().iter().map(|(_, p)| p.tensor().view_bytes()).sum();
     let buffers: u64 = model.buffers().iter().map(|(_, b)| b.tensor().view_bytes()).sum();
     assert_eq!(r.by_kind.get(MemoryKind::Parameter), params);
@@ -265,7 +265,7 @@ fn profiling_an_existing_session_reports_its_baseline() {
 // ---- nested modules ------------------------------------------------------------------------
 
 fn zeros(elems: usize, kind: MemoryKind) -> Tensor {
-    Tensor::zeros([elems], DType::F32, Device::Meta, kind).unwrap()
+    Tensor::zeros([elems], DType::F32, Device::META, kind).unwrap()
 }
 
 /// Allocates a 400-byte output and a 200-byte temporary it frees.
@@ -335,7 +335,7 @@ impl Module for Outer {
 /// ```
 #[test]
 fn nested_modules_do_not_corrupt_each_other() {
-    let tracker = MemoryTracker::new(Device::Meta);
+    let tracker = MemoryTracker::new(Device::META);
     let _installed = MemoryTracker::install(tracker.clone());
     let outer = Outer {
         inner: Inner { leaf: Leaf },
@@ -345,7 +345,7 @@ fn nested_modules_do_not_corrupt_each_other() {
     let recorder = MemoryRecorder::start(&tracker);
     let outputs = {
         let _fwd = enter_scope(Scope::new("", Phase::Forward));
-        let mut cx = Cx::new(Device::Meta, &table, Philox::new(0), Recording::Off, true);
+        let mut cx = Cx::new(Device::META, &table, Philox::new(0), Recording::Off, true);
         cx.call("outer", &outer, vec![]).unwrap()
     };
     let r = recorder.finish("nested", Plan::store_all());
@@ -542,7 +542,7 @@ proptest! {
         picks in proptest::collection::vec(0u32..4096, 1..24),
     ) {
         let workload = Workload::zoo_small(model, 2).unwrap();
-        let probe = workload.build_model(Device::Meta).unwrap();
+        let probe = workload.build_model(Device::META).unwrap();
         let plan = random_plan(&probe, &picks, &SHAPE_ONLY);
         check_against_naive(&workload, &plan)?;
     }

@@ -19,7 +19,7 @@ fn report() -> (Workload, TimingReport) {
 fn every_module_is_timed_in_every_phase_it_runs_in() {
     let (workload, r) = report();
     assert_eq!((r.warmup_runs, r.runs, r.step_samples_ms.len()), (1, 3, 3));
-    let model = workload.build_model(Device::Meta).unwrap();
+    let model = workload.build_model(Device::META).unwrap();
     for info in model.modules() {
         let fwd = r
             .module(&info.path, Phase::Forward)

@@ -145,7 +145,7 @@ pub fn chain_model(
     cost: &CostModel,
 ) -> Result<ChainModel> {
     let mut nodes = vec![node(model, root, true, space, cost)?];
-    let loss = measure_loss(root, n)?;
+    let loss = measure_loss(root, n, model.device())?;
     nodes.push(ChainNode::Segment(ChainSegment {
         path: LOSS_PATH.into(),
         children: None,

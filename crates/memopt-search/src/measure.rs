@@ -25,14 +25,11 @@ pub struct Figures {
     pub param_grads: u64,
 }
 
-fn placeholder(info: &memopt_checkpoint::module::ValueInfo) -> Result<Tensor> {
-    Ok(Tensor::zeros(
-        info.shape.clone(),
-        info.dtype,
-        Device::Meta,
-        MemoryKind::Activation,
-    )?
-    .with_spike_flag(info.is_spike))
+fn placeholder(info: &memopt_checkpoint::module::ValueInfo, device: Device) -> Result<Tensor> {
+    Ok(
+        Tensor::zeros(info.shape.clone(), info.dtype, device, MemoryKind::Activation)?
+            .with_spike_flag(info.is_spike),
+    )
 }
 
 /// Runs `site` of `model` (built on Meta) under `policy`. `first` marks the first segment,
@@ -57,19 +54,25 @@ pub fn measure(model: &Model, site: &Site, policy: Policy, first: bool) -> Resul
     // The batch (first segment) is part of the base and lives outside the measured tracker; a
     // later segment's input is allocated inside it, so its lifetime is seen exactly.
     let outside: Vec<Tensor> = if first {
-        site.inputs.iter().map(placeholder).collect::<Result<_>>()?
+        site.inputs
+            .iter()
+            .map(|i| placeholder(i, model.device()))
+            .collect::<Result<_>>()?
     } else {
         Vec::new()
     };
-    let tracker = MemoryTracker::new(Device::Meta);
+    let tracker = MemoryTracker::new(model.device());
     let _installed = MemoryTracker::install(tracker.clone());
     let inputs = if first {
         outside
     } else {
-        site.inputs.iter().map(placeholder).collect::<Result<_>>()?
+        site.inputs
+            .iter()
+            .map(|i| placeholder(i, model.device()))
+            .collect::<Result<_>>()?
     };
     let mut cx = Cx::new(
-        Device::Meta,
+        model.device(),
         &table,
         Philox::new(0),
         Recording::On,
@@ -102,7 +105,7 @@ pub fn measure(model: &Model, site: &Site, policy: Policy, first: bool) -> Resul
         .map(|(id, shape)| {
             Ok((
                 id,
-                Tensor::zeros(shape, DType::F32, Device::Meta, MemoryKind::Gradient)?,
+                Tensor::zeros(shape, DType::F32, Device::META, MemoryKind::Gradient)?,
             ))
         })
         .collect::<Result<_>>()?;
@@ -120,18 +123,18 @@ pub fn measure(model: &Model, site: &Site, policy: Policy, first: bool) -> Resul
 }
 
 /// The loss after the chain (time average and cross-entropy against `n` labels), run on its own
-/// like a segment whose input is the model's output.
-pub fn measure_loss(model_output: &Site, n: usize) -> Result<Figures> {
+/// like a segment whose input is the model's output, on Meta `device`.
+pub fn measure_loss(model_output: &Site, n: usize, device: Device) -> Result<Figures> {
     let infos = &model_output.outputs;
     let output = infos
         .first()
         .ok_or_else(|| SearchError::Internal("the model returned nothing".into()))?;
-    let labels = Tensor::zeros([n], DType::I64, Device::Meta, MemoryKind::Input)?;
-    let tracker = MemoryTracker::new(Device::Meta);
+    let labels = Tensor::zeros([n], DType::I64, device, MemoryKind::Input)?;
+    let tracker = MemoryTracker::new(device);
     let _installed = MemoryTracker::install(tracker.clone());
-    let input = placeholder(output)?;
+    let input = placeholder(output, device)?;
     let policies = PolicyTable::default();
-    let mut cx = Cx::new(Device::Meta, &policies, Philox::new(0), Recording::On, true);
+    let mut cx = Cx::new(device, &policies, Philox::new(0), Recording::On, true);
     let x = cx.leaf(input, true);
     let loss = {
         let _scope = enter_scope(Scope::new("", Phase::Forward));

@@ -9,7 +9,7 @@ use crate::sites::{Site, discover};
 use crate::{Result, SearchError};
 use memopt_checkpoint::policy::PLAN_VERSION;
 use memopt_checkpoint::{Model, Plan};
-use memopt_core::{DType, Device, MemoryKind, MemoryTracker, Tensor};
+use memopt_core::{DType, MemoryKind, MemoryTracker, Tensor};
 use memopt_profiler::cost::Throughput;
 use memopt_profiler::{CostModel, Estimator, Workload};
 use std::time::Instant;
@@ -53,12 +53,12 @@ impl PlanningSession {
         let started = Instant::now();
         let mut estimator = Estimator::new(workload)?;
         let (model, root, chain) = {
-            let _own = MemoryTracker::install(MemoryTracker::new(Device::Meta));
-            let model = workload.build_model(Device::Meta)?;
+            let _own = MemoryTracker::install(MemoryTracker::new(workload.meta_device()));
+            let model = workload.build_model(workload.meta_device())?;
             let input = Tensor::zeros(
                 model.spec().input_dims(workload.batch_size),
                 DType::F32,
-                Device::Meta,
+                workload.meta_device(),
                 MemoryKind::Input,
             )?;
             let root = discover(&model, &input)?;

@@ -24,14 +24,14 @@ fn sgd() -> SgdConfig {
 /// Exact peak of one step of zoo model `name` (small spec) with batch `n` under `plan`, and the
 /// bytes held before the step starts.
 fn exact(name: &str, n: usize, plan: &Plan) -> (u64, u64) {
-    let tracker = MemoryTracker::new(Device::Meta);
+    let tracker = MemoryTracker::new(Device::META);
     let _installed = MemoryTracker::install(tracker.clone());
     let spec = zoo::entry(name).unwrap().small;
-    let mut model = zoo::build(name, &spec, Device::Meta, 0).unwrap();
+    let mut model = zoo::build(name, &spec, Device::META, 0).unwrap();
     model.apply_plan(plan).unwrap();
     let mut trainer = Trainer::new(Box::new(Sgd::new(&model, sgd()).unwrap()), 0);
-    let input = Tensor::zeros(spec.input_dims(n), DType::F32, Device::Meta, MemoryKind::Input).unwrap();
-    let labels = Tensor::zeros([n], DType::I64, Device::Meta, MemoryKind::Input).unwrap();
+    let input = Tensor::zeros(spec.input_dims(n), DType::F32, Device::META, MemoryKind::Input).unwrap();
+    let labels = Tensor::zeros([n], DType::I64, Device::META, MemoryKind::Input).unwrap();
     let base = tracker.current_bytes();
     trainer
         .step(
@@ -52,7 +52,7 @@ fn cost(name: &str, n: usize) -> CostModel {
 
 fn meta_model(name: &str) -> Model {
     let spec = zoo::entry(name).unwrap().small;
-    zoo::build(name, &spec, Device::Meta, 0).unwrap()
+    zoo::build(name, &spec, Device::META, 0).unwrap()
 }
 
 fn check(name: &str, n: usize, samples: usize) {
@@ -61,7 +61,7 @@ fn check(name: &str, n: usize, samples: usize) {
     let input = Tensor::zeros(
         model.spec().input_dims(n),
         DType::F32,
-        Device::Meta,
+        Device::META,
         MemoryKind::Input,
     )
     .unwrap();
@@ -134,7 +134,7 @@ fn plans_map_back_onto_the_chain() {
     let input = Tensor::zeros(
         model.spec().input_dims(2),
         DType::F32,
-        Device::Meta,
+        Device::META,
         MemoryKind::Input,
     )
     .unwrap();

@@ -1,8 +1,8 @@
 //! A whole training step of every zoo model on the GPU: gradients within 1e-4 relative of the
 //! CPU's; under random plans (checkpoints, chunks, runs of children) gradients, BatchNorm
 //! running statistics and final neuron states bit-identical to the GPU's store-everything step;
-//! the Meta peak equal to the GPU tracker's peak, to the byte. Each test skips with the reason
-//! when there is no GPU, and fails under MEMOPT_REQUIRE_GPU=1.
+//! the peak of Meta with the CUDA target equal to the GPU tracker's peak, to the byte. Each test
+//! skips with the reason when there is no GPU, and fails under MEMOPT_REQUIRE_GPU=1.
 
 use memopt_checkpoint::{Plan, StepOptions, zoo};
 use memopt_core::cuda::gpu_or_skip;
@@ -88,13 +88,13 @@ fn bits(v: &[(String, Vec<f32>)]) -> Vec<(String, Vec<u32>)> {
 /// fixed seed (as in chain_exactness.rs).
 fn random_plans(name: &str, n: usize, count: usize) -> Vec<Plan> {
     let workload = Workload::zoo_small(name, n).unwrap();
-    let tracker = MemoryTracker::new(Device::Meta);
+    let tracker = MemoryTracker::new(Device::META);
     let _installed = MemoryTracker::install(tracker.clone());
-    let model = workload.build_model(Device::Meta).unwrap();
+    let model = workload.build_model(Device::META).unwrap();
     let input = Tensor::zeros(
         model.spec().input_dims(n),
         DType::F32,
-        Device::Meta,
+        Device::META,
         MemoryKind::Input,
     )
     .unwrap();
@@ -116,7 +116,7 @@ fn check_model(name: &str, n: usize, plans: usize) {
     let store = Plan::store_all();
     let cpu = step(&workload, &store, Device::Cpu);
     let gpu = step(&workload, &store, GPU);
-    let meta = step(&workload, &store, Device::Meta);
+    let meta = step(&workload, &store, GPU.meta());
     assert_close(&format!("{name} gradients"), &cpu.grads, &gpu.grads, 1e-4);
     assert_close(
         &format!("{name} running statistics"),
@@ -126,7 +126,7 @@ fn check_model(name: &str, n: usize, plans: usize) {
     );
     assert_eq!(
         meta.peak, gpu.peak,
-        "{name}: Meta peak vs GPU tracker peak (bytes)"
+        "{name}: Meta (CUDA target) peak vs GPU tracker peak (bytes)"
     );
     for (i, plan) in random_plans(name, n, plans).iter().enumerate() {
         let what = format!("{name} plan {i} {:?}", plan.entries);
@@ -139,9 +139,9 @@ fn check_model(name: &str, n: usize, plans: usize) {
         );
         assert_eq!(bits(&planned.states), bits(&gpu.states), "{what}: neuron states");
         assert_eq!(
-            step(&workload, plan, Device::Meta).peak,
+            step(&workload, plan, Device::META).peak,
             planned.peak,
-            "{what}: Meta peak vs GPU peak"
+            "{what}: Meta (CUDA target) peak vs GPU peak"
         );
     }
 }

@@ -148,7 +148,7 @@ mod tests {
 
     #[test]
     fn every_call_is_reported_in_post_order_with_shapes_and_costs() {
-        let mut init = Init::new(Device::Meta, 1);
+        let mut init = Init::new(Device::META, 1);
         let pad = Conv2dParams {
             padding: [1, 1],
             ..Conv2dParams::default()
@@ -165,8 +165,8 @@ mod tests {
         let guard = observe_calls(calls.clone());
         {
             let _fwd = enter_scope(Scope::new("", Phase::Forward));
-            let mut cx = Cx::new(Device::Meta, &table, Philox::new(0), Recording::Off, true);
-            let x = Tensor::zeros([2, 2, 4, 4], DType::F32, Device::Meta, MemoryKind::Input).unwrap();
+            let mut cx = Cx::new(Device::META, &table, Philox::new(0), Recording::Off, true);
+            let x = Tensor::zeros([2, 2, 4, 4], DType::F32, Device::META, MemoryKind::Input).unwrap();
             let conv = root.children()[0].1;
             let y = cx.call("conv", conv, vec![crate::Var::constant(x)]).unwrap();
             let y = cx.call("flatten", &head_input, y).unwrap();
@@ -197,8 +197,8 @@ mod tests {
         assert!(!observing());
         let table = PolicyTable::default();
         let relu = crate::module::Relu;
-        let mut cx = Cx::new(Device::Meta, &table, Philox::new(0), Recording::Off, true);
-        let x = Tensor::zeros([2, 3], DType::F32, Device::Meta, MemoryKind::Input).unwrap();
+        let mut cx = Cx::new(Device::META, &table, Philox::new(0), Recording::Off, true);
+        let x = Tensor::zeros([2, 3], DType::F32, Device::META, MemoryKind::Input).unwrap();
         cx.call("relu", &relu, vec![crate::Var::constant(x)]).unwrap();
         assert!(calls.0.borrow().is_empty());
     }

@@ -39,8 +39,8 @@ pub fn read_plan_for(path: &Path, sel: &Selection) -> Result<Plan> {
         ))
     };
     let mut model = {
-        let _meta = MemoryTracker::install(MemoryTracker::new(Device::Meta));
-        sel.workload.build_model(Device::Meta)?
+        let _meta = MemoryTracker::install(MemoryTracker::new(Device::META));
+        sel.workload.build_model(Device::META)?
     };
     model.apply_plan(&plan).map_err(|e| misfit(e.to_string()))?;
     Ok(plan)

@@ -62,8 +62,8 @@ struct Row {
 }
 
 fn size(name: &str, spec: &InputSpec) -> Result<Size> {
-    let _scratch = MemoryTracker::install(MemoryTracker::new(Device::Meta));
-    let model = zoo::build(name, spec, Device::Meta, 0)?;
+    let _scratch = MemoryTracker::install(MemoryTracker::new(Device::META));
+    let model = zoo::build(name, spec, Device::META, 0)?;
     Ok(Size {
         time_steps: spec.time_steps,
         sample: spec.sample.clone(),

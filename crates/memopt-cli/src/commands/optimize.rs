@@ -9,6 +9,7 @@ use crate::steps::run_steps;
 use crate::strategy::{StrategyArgs, explain};
 use crate::tree::plan_tree;
 use memopt_checkpoint::Plan;
+use memopt_core::{Device, Target};
 use memopt_profiler::plan_is_data_dependent;
 use memopt_search::{PipelineSummary, PlanningSession};
 use serde::Serialize;
@@ -54,8 +55,9 @@ pub struct OptimizeArgs {
     /// gradients are bit-identical.
     #[arg(long)]
     pub verify: bool,
-    /// Device of the --verify steps: cpu or cuda[:N] (the training kernels run on the CPU only
-    /// so far: cuda reports that).
+    /// The device to plan for: cpu, or cuda[:N] to plan for a GPU (the Meta device then
+    /// allocates as the CUDA backend will; no GPU is needed). Also the device of the --verify
+    /// steps, which need that device to exist.
     #[arg(long, default_value = "cpu", value_name = "cpu|cuda")]
     pub device: String,
     /// Timed steps per run of --verify (after the first, which gives the peak and gradients).
@@ -111,6 +113,10 @@ pub struct OptimizeJson {
     pub planning_ms: f64,
     /// Time to build the planning session (every segment measured on Meta), in ms.
     pub setup_ms: f64,
+    /// The hardware planned for when it is not the CPU (`cuda`): every figure is then that
+    /// target's, computed on the Meta device without a GPU.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub target: Option<String>,
     /// The plan (the same JSON as `--out` writes).
     pub plan: Plan,
     /// What the pipeline did, step by step (pipeline only).
@@ -123,7 +129,12 @@ pub struct OptimizeJson {
 
 /// Plans and reports.
 pub fn run(args: &OptimizeArgs, out: &mut dyn Write) -> Result<()> {
-    let device = parse_device(&args.device)?;
+    // Planning needs only the target; real steps (--verify) need the device itself.
+    let device = if args.verify {
+        parse_device(&args.device)?
+    } else {
+        args.device.parse::<Device>().map_err(CliError::Usage)?
+    };
     if args.verify && device.is_meta() {
         return Err(CliError::Usage(
             "--verify runs real steps and compares gradients: use --device cpu".into(),
@@ -133,7 +144,8 @@ pub fn run(args: &OptimizeArgs, out: &mut dyn Write) -> Result<()> {
         return Err(CliError::Usage("--steps must be at least 1".into()));
     }
     let (strategy, setting) = args.strategy.build()?;
-    let sel = args.model.resolve(Some(DEFAULT_MODEL))?;
+    let mut sel = args.model.resolve(Some(DEFAULT_MODEL))?;
+    sel.workload.target = device.target();
     let workload = &sel.workload;
     let started = Instant::now();
     let mut session = PlanningSession::new(workload)?;
@@ -178,12 +190,21 @@ pub fn run(args: &OptimizeArgs, out: &mut dyn Write) -> Result<()> {
             setup_ms,
             plan: report.plan.clone(),
             summary: report.summary.clone(),
+            target: (device.target() != Target::Cpu).then(|| device.target().to_string()),
             verify,
         };
         out!(out, "{}", serde_json::to_string_pretty(&json).unwrap_or_default())?;
         return failure.map_or(Ok(()), Err);
     }
     out!(out, "{}", sel.describe())?;
+    if device.target() != Target::Cpu {
+        out!(
+            out,
+            "target: {} (planned on the Meta device with the {} backend's workspace rules; no GPU needed)",
+            device.target(),
+            device.target()
+        )?;
+    }
     out!(out, "strategy: {} ({setting})", report.strategy)?;
     out!(
         out,

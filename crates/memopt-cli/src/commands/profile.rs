@@ -151,12 +151,12 @@ pub fn run(args: &ProfileArgs, out: &mut dyn Write) -> Result<()> {
         return Err(CliError::Usage("--runs must be at least 1".into()));
     }
     let workload = &sel.workload;
-    let report = if device == Device::Meta {
+    let report = if device == Device::META {
         estimate(workload, &plan)?
     } else {
         profile_memory(workload, &plan, device)?
     };
-    let timing = if device == Device::Meta {
+    let timing = if device == Device::META {
         None
     } else {
         Some(TimingProfiler::new(1, args.runs).profile(workload, &plan, device)?)

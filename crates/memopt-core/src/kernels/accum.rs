@@ -2,28 +2,30 @@
 //! tracked f64 workspace for partial sums that are computed in parallel and combined in index
 //! order. Results never depend on the number of threads.
 
+use crate::backend::{Init, Target};
 use crate::{Device, KernelBuffer, Result};
 use rayon::prelude::*;
 use std::ops::Range;
 
-/// Elements summed serially per block by [`BlockedSum`]; blocks are combined in index order.
-pub(crate) const BLOCK: usize = 1 << 14;
+/// Elements summed serially per block by the CPU backend (its [`Target::sum_block`]); also the
+/// CPU's grain for parallel fills.
+pub(crate) const BLOCK: usize = Target::Cpu.sum_block();
 
 /// Tracked workspace of f64 values. The tracker's dtypes have no f64, so the buffer is an i64
 /// buffer of the same size (8 bytes per value) viewed as f64.
 pub(crate) struct F64Workspace(KernelBuffer<i64>);
 
 impl F64Workspace {
-    /// `len` zeroed f64 values on `device`, recorded as workspace.
-    pub(crate) fn new(op: &'static str, device: Device, len: usize) -> Result<Self> {
-        Ok(F64Workspace(KernelBuffer::workspace(op, device, len)?))
+    /// `len` f64 values on `device`, recorded as workspace, starting as `init` says.
+    pub(crate) fn new(op: &'static str, device: Device, len: usize, init: Init) -> Result<Self> {
+        Ok(F64Workspace(KernelBuffer::workspace(op, device, len, init)?))
     }
 
-    /// The values on the CPU; `None` on Meta.
-    pub(crate) fn slice_mut(&mut self) -> Option<&mut [f64]> {
+    /// The values in host memory, for the CPU half of an op.
+    pub(crate) fn host_mut(&mut self) -> Result<&mut [f64]> {
         // i64 and f64 have the same size and alignment and every bit pattern is valid for both,
         // so the cast cannot fail.
-        self.0.slice_mut().map(bytemuck::cast_slice_mut::<i64, f64>)
+        Ok(bytemuck::cast_slice_mut::<i64, f64>(self.0.host_mut()?))
     }
 }
 
@@ -86,17 +88,18 @@ impl BlockedSum {
         let block = block.max(1);
         let blocks = n.div_ceil(block);
         let ws = if blocks > 1 {
-            Some(F64Workspace::new(op, device, blocks)?)
+            // Every block writes its own partial before the partials are added.
+            Some(F64Workspace::new(op, device, blocks, Init::Overwritten)?)
         } else {
             None
         };
         Ok(BlockedSum { n, block, ws })
     }
 
-    /// `sum over blocks of block_sum(range)`, blocks added in order. Call on the CPU only.
-    pub(crate) fn run(&mut self, block_sum: impl Fn(Range<usize>) -> f64 + Sync) -> f64 {
+    /// `sum over blocks of block_sum(range)`, blocks added in order. The CPU half of an op.
+    pub(crate) fn run(&mut self, block_sum: impl Fn(Range<usize>) -> f64 + Sync) -> Result<f64> {
         let (n, block) = (self.n, self.block);
-        match self.ws.as_mut().and_then(F64Workspace::slice_mut) {
+        Ok(match self.ws.as_mut().map(F64Workspace::host_mut).transpose()? {
             Some(parts) => {
                 parts.par_iter_mut().enumerate().for_each(|(b, p)| {
                     *p = block_sum(b * block..((b + 1) * block).min(n));
@@ -104,7 +107,7 @@ impl BlockedSum {
                 parts.iter().sum()
             }
             None => block_sum(0..n),
-        }
+        })
     }
 }
 
@@ -133,18 +136,18 @@ mod tests {
         assert!((sum_zip_f64(&xs, &xs, |a, b| a as f64 * b as f64) - dot).abs() < 1e-12);
 
         let mut s = BlockedSum::new("test", Device::Cpu, xs.len(), 100).unwrap();
-        let got = s.run(|r| sum_f64(&xs[r]));
+        let got = s.run(|r| sum_f64(&xs[r])).unwrap();
         assert!((got - want).abs() < 1e-12);
         let mut one = BlockedSum::new("test", Device::Cpu, 5, 100).unwrap();
         assert!(one.ws.is_none());
-        assert_eq!(one.run(|r| r.len() as f64), 5.0);
+        assert_eq!(one.run(|r| r.len() as f64).unwrap(), 5.0);
     }
 
     #[test]
     fn workspace_is_tracked_as_eight_bytes_per_value() {
-        let tracker = crate::MemoryTracker::new(Device::Meta);
+        let tracker = crate::MemoryTracker::new(Device::META);
         let _g = crate::MemoryTracker::install(tracker.clone());
-        let s = BlockedSum::new("test", Device::Meta, 10_001, 1000).unwrap();
+        let s = BlockedSum::new("test", Device::META, 10_001, 1000).unwrap();
         assert_eq!(tracker.current_bytes(), 11 * 8);
         drop(s);
         assert_eq!(tracker.current_bytes(), 0);

@@ -2,6 +2,7 @@
 //! never stored: backward regenerates it from the same state, so replaying a checkpointed
 //! segment with its saved [`RngState`] reproduces the forward mask exactly.
 
+use crate::backend::{Init, launch};
 use crate::memory::MemoryKind;
 use crate::rng::{RngState, philox4x32_10};
 use crate::{CoreError, KernelBuffer, Result, Tensor};
@@ -62,14 +63,16 @@ fn masked(
 ) -> Result<Tensor> {
     check(op, p, mask_period, x.elem_count())?;
     let xr = x.read::<f32>(op)?;
-    let mut out = KernelBuffer::<f32>::zeros(op, x.device(), x.elem_count(), kind)?;
-    if let (Some(xs), Some(os)) = (xr.slice(), out.slice_mut()) {
+    let mut out = KernelBuffer::<f32>::new(op, x.device(), x.elem_count(), kind, Init::Overwritten)?;
+    launch(op, x.device(), || {
+        let (xs, os) = (xr.host()?, out.host_mut()?);
         let scale = 1.0 / (1.0 - p);
         os.par_chunks_mut(CHUNK)
             .zip(xs.par_chunks(CHUNK))
             .enumerate()
             .for_each(|(c, (o, s))| apply_mask(rng, p, scale, mask_period, c * CHUNK, s, o));
-    }
+        Ok(())
+    })?;
     out.into_tensor(x.shape().clone())
 }
 

@@ -2,6 +2,7 @@
 //! in-place gradient accumulation.
 
 use super::par::{map1, map2, update2};
+use crate::backend::{Init, launch};
 use crate::memory::MemoryKind;
 use crate::{CoreError, KernelBuffer, Result, Tensor};
 
@@ -25,10 +26,11 @@ fn unary(
     f: impl Fn(f32) -> f32 + Sync,
 ) -> Result<Tensor> {
     let xr = x.read::<f32>(op)?;
-    let mut out = KernelBuffer::<f32>::zeros(op, x.device(), x.elem_count(), kind)?;
-    if let (Some(xs), Some(os)) = (xr.slice(), out.slice_mut()) {
-        map1(xs, os, f);
-    }
+    let mut out = KernelBuffer::<f32>::new(op, x.device(), x.elem_count(), kind, Init::Overwritten)?;
+    launch(op, x.device(), || {
+        map1(xr.host()?, out.host_mut()?, f);
+        Ok(())
+    })?;
     Ok(out.into_tensor(x.shape().clone())?.with_spike_flag(spike))
 }
 
@@ -42,10 +44,11 @@ fn binary(
 ) -> Result<Tensor> {
     same_shape(op, a, b)?;
     let (ar, br) = (a.read::<f32>(op)?, b.read::<f32>(op)?);
-    let mut out = KernelBuffer::<f32>::zeros(op, a.device(), a.elem_count(), kind)?;
-    if let (Some(xs), Some(ys), Some(os)) = (ar.slice(), br.slice(), out.slice_mut()) {
-        map2(xs, ys, os, f);
-    }
+    let mut out = KernelBuffer::<f32>::new(op, a.device(), a.elem_count(), kind, Init::Overwritten)?;
+    launch(op, a.device(), || {
+        map2(ar.host()?, br.host()?, out.host_mut()?, f);
+        Ok(())
+    })?;
     Ok(out.into_tensor(a.shape().clone())?.with_spike_flag(spike))
 }
 
@@ -143,10 +146,10 @@ pub fn add_assign(acc: &Tensor, x: &Tensor) -> Result<()> {
     }
     let xr = x.read::<f32>(OP)?;
     let mut w = acc.write::<f32>(OP)?;
-    if let (Some(a), Some(b)) = (w.slice_mut(), xr.slice()) {
-        update2(a, b, |a, b| a + b);
-    }
-    Ok(())
+    launch(OP, acc.device(), || {
+        update2(w.host_mut()?, xr.host()?, |a, b| a + b);
+        Ok(())
+    })
 }
 
 /// `dst = src` in place (same shapes): writes a chunk's result into its time slice of a
@@ -159,19 +162,10 @@ pub fn assign(dst: &Tensor, src: &Tensor) -> Result<()> {
     }
     let sr = src.read::<f32>(OP)?;
     let mut w = dst.write::<f32>(OP)?;
-    if let (Some(d), Some(s)) = (w.slice_mut(), sr.slice()) {
-        update2(d, s, |_, b| b);
-    }
-    Ok(())
-}
-
-/// Sets every element of `x` to zero in place.
-pub fn zero_(x: &Tensor) -> Result<()> {
-    let mut w = x.write::<f32>("zero_")?;
-    if let Some(s) = w.slice_mut() {
-        s.fill(0.0);
-    }
-    Ok(())
+    launch(OP, dst.device(), || {
+        update2(w.host_mut()?, sr.host()?, |_, b| b);
+        Ok(())
+    })
 }
 
 #[cfg(test)]

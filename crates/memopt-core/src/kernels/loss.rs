@@ -3,6 +3,7 @@
 
 use super::accum::{BLOCK, BlockedSum, sum_zip_f64};
 use super::par::map2;
+use crate::backend::{Init, launch};
 use crate::memory::MemoryKind;
 use crate::{CoreError, KernelBuffer, Result, Shape, Tensor};
 use rayon::prelude::*;
@@ -58,12 +59,12 @@ pub fn cross_entropy(logits: &Tensor, labels: &Tensor) -> Result<Tensor> {
     const OP: &str = "cross_entropy";
     let (n, c) = check_ce(OP, logits, labels)?;
     let (lr, yr) = (logits.read::<f32>(OP)?, labels.read::<i64>(OP)?);
-    if let Some(ys) = yr.slice() {
-        check_labels(OP, ys, c)?;
-    }
-    let mut out = KernelBuffer::<f32>::zeros(OP, logits.device(), 1, MemoryKind::Activation)?;
-    let mut sum = BlockedSum::new(OP, logits.device(), n, BLOCK / c)?;
-    if let (Some(xs), Some(ys), Some(o)) = (lr.slice(), yr.slice(), out.slice_mut()) {
+    launch(OP, labels.device(), || check_labels(OP, yr.host()?, c))?;
+    let mut out =
+        KernelBuffer::<f32>::new(OP, logits.device(), 1, MemoryKind::Activation, Init::Overwritten)?;
+    let mut sum = BlockedSum::new(OP, logits.device(), n, logits.device().target().sum_block() / c)?;
+    launch(OP, logits.device(), || {
+        let (xs, ys, o) = (lr.host()?, yr.host()?, out.host_mut()?);
         let total = sum.run(|rows| {
             rows.map(|i| {
                 let row = &xs[i * c..(i + 1) * c];
@@ -71,9 +72,10 @@ pub fn cross_entropy(logits: &Tensor, labels: &Tensor) -> Result<Tensor> {
                 max + lse - row[ys[i] as usize] as f64
             })
             .sum()
-        });
+        })?;
         o[0] = (total / n as f64) as f32;
-    }
+        Ok(())
+    })?;
     drop(sum);
     out.into_tensor(Shape::scalar())
 }
@@ -89,11 +91,16 @@ pub fn cross_entropy_backward(grad_loss: &Tensor, logits: &Tensor, labels: &Tens
         logits.read::<f32>(OP)?,
         labels.read::<i64>(OP)?,
     );
-    if let Some(ys) = yr.slice() {
-        check_labels(OP, ys, c)?;
-    }
-    let mut out = KernelBuffer::<f32>::zeros(OP, logits.device(), n * c, MemoryKind::Gradient)?;
-    if let (Some(g), Some(xs), Some(ys), Some(os)) = (gr.slice(), lr.slice(), yr.slice(), out.slice_mut()) {
+    launch(OP, labels.device(), || check_labels(OP, yr.host()?, c))?;
+    let mut out = KernelBuffer::<f32>::new(
+        OP,
+        logits.device(),
+        n * c,
+        MemoryKind::Gradient,
+        Init::Overwritten,
+    )?;
+    launch(OP, logits.device(), || {
+        let (g, xs, ys, os) = (gr.host()?, lr.host()?, yr.host()?, out.host_mut()?);
         let scale = g[0] as f64 / n as f64;
         let rows_per_task = (BLOCK / c).max(1);
         os.par_chunks_mut(c)
@@ -108,7 +115,8 @@ pub fn cross_entropy_backward(grad_loss: &Tensor, logits: &Tensor, labels: &Tens
                     *o = ((p - t) * scale) as f32;
                 }
             });
-    }
+        Ok(())
+    })?;
     out.into_tensor(logits.shape().clone())
 }
 
@@ -143,17 +151,19 @@ pub fn mse(pred: &Tensor, target: &Tensor) -> Result<Tensor> {
     check_pair(OP, pred, target)?;
     let (pr, tr) = (pred.read::<f32>(OP)?, target.read::<f32>(OP)?);
     let n = pred.elem_count();
-    let mut out = KernelBuffer::<f32>::zeros(OP, pred.device(), 1, MemoryKind::Activation)?;
-    let mut sum = BlockedSum::new(OP, pred.device(), n, BLOCK)?;
-    if let (Some(p), Some(t), Some(o)) = (pr.slice(), tr.slice(), out.slice_mut()) {
+    let mut out = KernelBuffer::<f32>::new(OP, pred.device(), 1, MemoryKind::Activation, Init::Overwritten)?;
+    let mut sum = BlockedSum::new(OP, pred.device(), n, pred.device().target().sum_block())?;
+    launch(OP, pred.device(), || {
+        let (p, t, o) = (pr.host()?, tr.host()?, out.host_mut()?);
         let total = sum.run(|r| {
             sum_zip_f64(&p[r.clone()], &t[r], |a, b| {
                 let d = a as f64 - b as f64;
                 d * d
             })
-        });
+        })?;
         o[0] = (total / n as f64) as f32;
-    }
+        Ok(())
+    })?;
     drop(sum);
     out.into_tensor(Shape::scalar())
 }
@@ -170,11 +180,13 @@ pub fn mse_backward(grad_loss: &Tensor, pred: &Tensor, target: &Tensor) -> Resul
         target.read::<f32>(OP)?,
     );
     let n = pred.elem_count();
-    let mut out = KernelBuffer::<f32>::zeros(OP, pred.device(), n, MemoryKind::Gradient)?;
-    if let (Some(g), Some(p), Some(t), Some(os)) = (gr.slice(), pr.slice(), tr.slice(), out.slice_mut()) {
+    let mut out = KernelBuffer::<f32>::new(OP, pred.device(), n, MemoryKind::Gradient, Init::Overwritten)?;
+    launch(OP, pred.device(), || {
+        let (g, p, t, os) = (gr.host()?, pr.host()?, tr.host()?, out.host_mut()?);
         let k = (2.0 * g[0] as f64 / n as f64) as f32;
         map2(p, t, os, |a, b| k * (a - b));
-    }
+        Ok(())
+    })?;
     out.into_tensor(pred.shape().clone())
 }
 
@@ -340,8 +352,8 @@ mod tests {
         let e = mse_backward(&logits, &logits, &logits).unwrap_err().to_string();
         assert!(e.contains("scalar loss gradient"), "{e}");
         // Meta labels cannot be checked, but shapes still are.
-        let ml = tensor(vec![7i64, 9], &[2], Device::Meta);
-        let mx = tensor(vec![0f32; 6], &[2, 3], Device::Meta);
+        let ml = tensor(vec![7i64, 9], &[2], Device::META);
+        let mx = tensor(vec![0f32; 6], &[2, 3], Device::META);
         assert!(cross_entropy(&mx, &ml).is_ok());
     }
 }

@@ -1,6 +1,7 @@
 //! Optimizer steps, in place and without allocation, with `torch.optim`'s semantics: SGD (with
 //! momentum, dampening, Nesterov and weight decay) and Adam (L2 weight decay, bias correction).
 
+use crate::backend::launch;
 use crate::{CoreError, Result, Tensor};
 use rayon::prelude::*;
 
@@ -141,41 +142,41 @@ pub fn sgd_step(
     let gr = grad.read::<f32>(OP)?;
     let mut pw = param.write::<f32>(OP)?;
     let mut bw = buf.map(|b| b.write::<f32>(OP)).transpose()?;
-    let (Some(p), Some(g)) = (pw.slice_mut(), gr.slice()) else {
-        return Ok(());
-    };
-    let SgdConfig {
-        lr,
-        momentum,
-        dampening,
-        weight_decay: wd,
-        nesterov,
-    } = *cfg;
-    let keep = 1.0 - dampening;
-    let decayed = move |g: f32, p: f32| if wd != 0.0 { g + wd * p } else { g };
-    match bw.as_mut().and_then(|b| b.slice_mut()) {
-        Some(b) => p
-            .par_chunks_mut(CHUNK)
-            .zip(b.par_chunks_mut(CHUNK))
-            .zip(g.par_chunks(CHUNK))
-            .for_each(|((p, b), g)| {
-                for ((p, b), &g) in p.iter_mut().zip(b.iter_mut()).zip(g) {
-                    let d = decayed(g, *p);
-                    *b = if first_step { d } else { *b * momentum + keep * d };
-                    let d = if nesterov { d + momentum * *b } else { *b };
-                    *p += -lr * d;
-                }
-            }),
-        None => p
-            .par_chunks_mut(CHUNK)
-            .zip(g.par_chunks(CHUNK))
-            .for_each(|(p, g)| {
-                for (p, &g) in p.iter_mut().zip(g) {
-                    *p += -lr * decayed(g, *p);
-                }
-            }),
-    }
-    Ok(())
+    launch(OP, param.device(), || {
+        let (p, g) = (pw.host_mut()?, gr.host()?);
+        let SgdConfig {
+            lr,
+            momentum,
+            dampening,
+            weight_decay: wd,
+            nesterov,
+        } = *cfg;
+        let keep = 1.0 - dampening;
+        let decayed = move |g: f32, p: f32| if wd != 0.0 { g + wd * p } else { g };
+        match bw.as_mut().map(|b| b.host_mut()).transpose()? {
+            Some(b) => p
+                .par_chunks_mut(CHUNK)
+                .zip(b.par_chunks_mut(CHUNK))
+                .zip(g.par_chunks(CHUNK))
+                .for_each(|((p, b), g)| {
+                    for ((p, b), &g) in p.iter_mut().zip(b.iter_mut()).zip(g) {
+                        let d = decayed(g, *p);
+                        *b = if first_step { d } else { *b * momentum + keep * d };
+                        let d = if nesterov { d + momentum * *b } else { *b };
+                        *p += -lr * d;
+                    }
+                }),
+            None => p
+                .par_chunks_mut(CHUNK)
+                .zip(g.par_chunks(CHUNK))
+                .for_each(|(p, g)| {
+                    for (p, &g) in p.iter_mut().zip(g) {
+                        *p += -lr * decayed(g, *p);
+                    }
+                }),
+        }
+        Ok(())
+    })
 }
 
 /// `torch.lerp(start, end, weight)` on one value, with PyTorch's two-sided formula.
@@ -224,37 +225,36 @@ pub fn adam_step(
 
     let gr = grad.read::<f32>(OP)?;
     let (mut pw, mut mw, mut vw) = (param.write::<f32>(OP)?, m.write::<f32>(OP)?, v.write::<f32>(OP)?);
-    let (Some(p), Some(g), Some(ms), Some(vs)) = (pw.slice_mut(), gr.slice(), mw.slice_mut(), vw.slice_mut())
-    else {
-        return Ok(());
-    };
-    let AdamConfig {
-        lr,
-        beta1,
-        beta2,
-        eps,
-        weight_decay: wd,
-    } = *cfg;
-    // Bias corrections in f64, as PyTorch computes them on Python floats.
-    let bias_correction1 = 1.0 - (beta1 as f64).powf(step as f64);
-    let bias_correction2 = 1.0 - (beta2 as f64).powf(step as f64);
-    let step_size = (lr as f64 / bias_correction1) as f32;
-    let bc2_sqrt = bias_correction2.sqrt() as f32;
-    let (w1, w2) = (1.0 - beta1, 1.0 - beta2);
-    p.par_chunks_mut(CHUNK)
-        .zip(ms.par_chunks_mut(CHUNK))
-        .zip(vs.par_chunks_mut(CHUNK))
-        .zip(g.par_chunks(CHUNK))
-        .for_each(|(((p, m), v), g)| {
-            for (((p, m), v), &g) in p.iter_mut().zip(m.iter_mut()).zip(v.iter_mut()).zip(g) {
-                let g = if wd != 0.0 { g + wd * *p } else { g };
-                *m = lerp(*m, g, w1);
-                *v = *v * beta2 + w2 * g * g;
-                let denom = v.sqrt() / bc2_sqrt + eps;
-                *p += -step_size * (*m / denom);
-            }
-        });
-    Ok(())
+    launch(OP, param.device(), || {
+        let (p, g, ms, vs) = (pw.host_mut()?, gr.host()?, mw.host_mut()?, vw.host_mut()?);
+        let AdamConfig {
+            lr,
+            beta1,
+            beta2,
+            eps,
+            weight_decay: wd,
+        } = *cfg;
+        // Bias corrections in f64, as PyTorch computes them on Python floats.
+        let bias_correction1 = 1.0 - (beta1 as f64).powf(step as f64);
+        let bias_correction2 = 1.0 - (beta2 as f64).powf(step as f64);
+        let step_size = (lr as f64 / bias_correction1) as f32;
+        let bc2_sqrt = bias_correction2.sqrt() as f32;
+        let (w1, w2) = (1.0 - beta1, 1.0 - beta2);
+        p.par_chunks_mut(CHUNK)
+            .zip(ms.par_chunks_mut(CHUNK))
+            .zip(vs.par_chunks_mut(CHUNK))
+            .zip(g.par_chunks(CHUNK))
+            .for_each(|(((p, m), v), g)| {
+                for (((p, m), v), &g) in p.iter_mut().zip(m.iter_mut()).zip(v.iter_mut()).zip(g) {
+                    let g = if wd != 0.0 { g + wd * *p } else { g };
+                    *m = lerp(*m, g, w1);
+                    *v = *v * beta2 + w2 * g * g;
+                    let denom = v.sqrt() / bc2_sqrt + eps;
+                    *p += -step_size * (*m / denom);
+                }
+            });
+        Ok(())
+    })
 }
 
 #[cfg(test)]
@@ -417,7 +417,7 @@ mod tests {
 
     #[test]
     fn steps_allocate_nothing_on_cpu_or_meta() {
-        for dev in [Device::Cpu, Device::Meta] {
+        for dev in [Device::Cpu, Device::META] {
             let (events, ()) = record(dev, |dev| {
                 let t = |s| tensor(values(64, s), &[8, 8], dev);
                 let (p, g, b, m, v) = (t(1), t(2), t(3), t(4), t(5));
@@ -510,7 +510,7 @@ mod tests {
             e(adam_step(&p, &g, &m, &v, &AdamConfig { beta1: 1.0, ..adam }, 1))
                 .contains("beta1 must be in [0, 1)")
         );
-        let meta = tensor(vec![0f32; 4], &[4], Device::Meta);
+        let meta = tensor(vec![0f32; 4], &[4], Device::META);
         assert!(e(adam_step(&p, &g, &meta, &v, &adam, 1)).contains("different devices"));
     }
 }

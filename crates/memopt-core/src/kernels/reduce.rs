@@ -4,6 +4,7 @@
 //! results are accurate and do not depend on the number of threads.
 
 use super::accum::{BLOCK, BlockedSum, sum_f64};
+use crate::backend::{Init, launch};
 use crate::memory::MemoryKind;
 use crate::{CoreError, KernelBuffer, Result, Shape, Tensor};
 use rayon::prelude::*;
@@ -27,11 +28,13 @@ pub fn mean_all(x: &Tensor) -> Result<Tensor> {
 
 fn reduce_all(op: &'static str, x: &Tensor, factor: f64) -> Result<Tensor> {
     let xr = x.read::<f32>(op)?;
-    let mut out = KernelBuffer::<f32>::zeros(op, x.device(), 1, MemoryKind::Activation)?;
-    let mut sum = BlockedSum::new(op, x.device(), x.elem_count(), BLOCK)?;
-    if let (Some(xs), Some(o)) = (xr.slice(), out.slice_mut()) {
-        o[0] = (sum.run(|r| sum_f64(&xs[r])) * factor) as f32;
-    }
+    let mut out = KernelBuffer::<f32>::new(op, x.device(), 1, MemoryKind::Activation, Init::Overwritten)?;
+    let mut sum = BlockedSum::new(op, x.device(), x.elem_count(), x.device().target().sum_block())?;
+    launch(op, x.device(), || {
+        let (xs, o) = (xr.host()?, out.host_mut()?);
+        o[0] = (sum.run(|r| sum_f64(&xs[r]))? * factor) as f32;
+        Ok(())
+    })?;
     drop(sum);
     out.into_tensor(Shape::scalar())
 }
@@ -68,8 +71,15 @@ fn reduce_dim(op: &'static str, x: &Tensor, dim: usize, mean: bool) -> Result<Te
     let mut out_dims = x.dims().to_vec();
     out_dims.remove(dim);
     let xr = x.read::<f32>(op)?;
-    let mut out = KernelBuffer::<f32>::zeros(op, x.device(), outer * inner, MemoryKind::Activation)?;
-    if let (Some(xs), Some(os)) = (xr.slice(), out.slice_mut()) {
+    let mut out = KernelBuffer::<f32>::new(
+        op,
+        x.device(),
+        outer * inner,
+        MemoryKind::Activation,
+        Init::Overwritten,
+    )?;
+    launch(op, x.device(), || {
+        let (xs, os) = (xr.host()?, out.host_mut()?);
         let factor = if mean { 1.0 / d as f64 } else { 1.0 };
         let row = |o: usize, orow: &mut [f32]| {
             let src = &xs[o * d * inner..(o + 1) * d * inner];
@@ -98,7 +108,8 @@ fn reduce_dim(op: &'static str, x: &Tensor, dim: usize, mean: bool) -> Result<Te
                 os.par_chunks_mut(inner).enumerate().for_each(|(o, r)| row(o, r));
             }
         }
-    }
+        Ok(())
+    })?;
     out.into_tensor(out_dims)
 }
 
@@ -120,8 +131,18 @@ pub fn broadcast_dim(g: &Tensor, dim: usize, size: usize, scale: f32) -> Result<
     dims.insert(dim, size);
     let (outer, _, inner) = split_at_dim(&dims, dim);
     let gr = g.read::<f32>(OP)?;
-    let mut out = KernelBuffer::<f32>::zeros(OP, g.device(), outer * size * inner, MemoryKind::Gradient)?;
-    if let (Some(gs), Some(os), true) = (gr.slice(), out.slice_mut(), inner > 0) {
+    let mut out = KernelBuffer::<f32>::new(
+        OP,
+        g.device(),
+        outer * size * inner,
+        MemoryKind::Gradient,
+        Init::Overwritten,
+    )?;
+    launch(OP, g.device(), || {
+        if inner == 0 {
+            return Ok(());
+        }
+        let (gs, os) = (gr.host()?, out.host_mut()?);
         let fill = |j: usize, line: &mut [f32]| {
             let o = j / size;
             for (d, &v) in line.iter_mut().zip(&gs[o * inner..(o + 1) * inner]) {
@@ -133,7 +154,8 @@ pub fn broadcast_dim(g: &Tensor, dim: usize, size: usize, scale: f32) -> Result<
         } else {
             os.par_chunks_mut(inner).enumerate().for_each(|(j, l)| fill(j, l));
         }
-    }
+        Ok(())
+    })?;
     out.into_tensor(dims)
 }
 
@@ -146,15 +168,17 @@ pub fn broadcast_scalar(g: &Tensor, dims: &[usize], scale: f32) -> Result<Tensor
     }
     let gr = g.read::<f32>(OP)?;
     let n = dims.iter().product();
-    let mut out = KernelBuffer::<f32>::zeros(OP, g.device(), n, MemoryKind::Gradient)?;
-    if let (Some(gs), Some(os)) = (gr.slice(), out.slice_mut()) {
+    let mut out = KernelBuffer::<f32>::new(OP, g.device(), n, MemoryKind::Gradient, Init::Overwritten)?;
+    launch(OP, g.device(), || {
+        let (gs, os) = (gr.host()?, out.host_mut()?);
         let v = gs[0] * scale;
         if os.len() < SERIAL_BELOW {
             os.fill(v);
         } else {
             os.par_chunks_mut(BLOCK).for_each(|c| c.fill(v));
         }
-    }
+        Ok(())
+    })?;
     out.into_tensor(dims)
 }
 

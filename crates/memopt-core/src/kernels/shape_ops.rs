@@ -1,6 +1,7 @@
 //! Copies that change layout or role: concatenation along dimension 0 and contiguous copies with
 //! a new [`MemoryKind`], for every dtype.
 
+use crate::backend::{Init, launch};
 use crate::memory::MemoryKind;
 use crate::{CoreError, DType, Element, KernelBuffer, Result, Shape, Tensor, bf16, f16};
 use rayon::prelude::*;
@@ -68,14 +69,16 @@ pub fn cat0(parts: &[Tensor], kind: MemoryKind) -> Result<Tensor> {
 fn cat0_typed<T: Element>(parts: &[Tensor], shape: Shape, kind: MemoryKind) -> Result<Tensor> {
     const OP: &str = "cat0";
     let device = parts[0].device();
-    let mut out = KernelBuffer::<T>::zeros(OP, device, shape.elem_count(), kind)?;
+    let mut out = KernelBuffer::<T>::new(OP, device, shape.elem_count(), kind, Init::Overwritten)?;
     let mut at = 0;
     // One part at a time: parts may be views of one storage, whose lock is not re-entered.
     for p in parts {
         let r = p.read::<T>(OP)?;
-        if let (Some(src), Some(dst)) = (r.slice(), out.slice_mut()) {
+        launch(OP, device, || {
+            let (src, dst) = (r.host()?, out.host_mut()?);
             copy(&mut dst[at..at + src.len()], src);
-        }
+            Ok(())
+        })?;
         at += p.elem_count();
     }
     out.into_tensor(shape)
@@ -90,10 +93,12 @@ pub fn copy_as(x: &Tensor, kind: MemoryKind) -> Result<Tensor> {
 fn copy_typed<T: Element>(x: &Tensor, kind: MemoryKind) -> Result<Tensor> {
     const OP: &str = "copy_as";
     let r = x.read::<T>(OP)?;
-    let mut out = KernelBuffer::<T>::zeros(OP, x.device(), x.elem_count(), kind)?;
-    if let (Some(src), Some(dst)) = (r.slice(), out.slice_mut()) {
+    let mut out = KernelBuffer::<T>::new(OP, x.device(), x.elem_count(), kind, Init::Overwritten)?;
+    launch(OP, x.device(), || {
+        let (src, dst) = (r.host()?, out.host_mut()?);
         copy(dst, src);
-    }
+        Ok(())
+    })?;
     out.into_tensor(x.shape().clone())
 }
 
@@ -212,7 +217,7 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("expected dtype f32, got f16"), "{e}");
-        let m = tensor(vec![0f32; 6], &[2, 3], Device::Meta);
+        let m = tensor(vec![0f32; 6], &[2, 3], Device::META);
         let e = cat0(&[a, m], MemoryKind::Activation).unwrap_err().to_string();
         assert!(e.contains("different devices"), "{e}");
         let s = cpu(&[1.0], &[]);

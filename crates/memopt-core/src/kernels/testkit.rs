@@ -34,7 +34,7 @@ pub fn record<R>(device: Device, f: impl FnOnce(Device) -> R) -> (Vec<EventKey>,
 /// same event stream (action, bytes, kind), which must not be empty.
 pub fn assert_meta_matches_cpu(f: impl Fn(Device) -> Vec<Vec<usize>>) {
     let (cpu_events, cpu_shapes) = record(Device::Cpu, &f);
-    let (meta_events, meta_shapes) = record(Device::Meta, &f);
+    let (meta_events, meta_shapes) = record(Device::META, &f);
     assert!(!cpu_events.is_empty(), "the closure recorded no events");
     assert_eq!(
         cpu_shapes, meta_shapes,

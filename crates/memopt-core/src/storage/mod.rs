@@ -58,7 +58,7 @@ impl Storage {
         }
         let data = match device {
             Device::Cpu => StorageData::Cpu(CpuData::zeros(dtype, len)?),
-            Device::Meta => StorageData::Meta,
+            Device::Meta(_) => StorageData::Meta,
             Device::Cuda(ordinal) => StorageData::Cuda(CudaData::zeros(ordinal, dtype, len)?),
         };
         Ok(Self::from_parts(data, dtype, len, device, kind))

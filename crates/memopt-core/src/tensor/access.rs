@@ -1,10 +1,13 @@
-//! Typed access to tensor data for kernels: a slice on the CPU, nothing on Meta.
+//! Typed access to tensor data for kernels: host slices inside the CPU backend's half of an op.
 //!
-//! A kernel reads its inputs with [`Tensor::read`], allocates its outputs and workspace with
+//! An op reads its inputs with [`Tensor::read`], allocates its outputs and workspace with
 //! [`KernelBuffer`] (in the same order on every device, so Meta and CPU record identical event
-//! streams), computes only when the slices are present, and turns outputs into tensors.
+//! streams), then runs its compute through [`crate::backend::launch`]; only the CPU half asks
+//! for slices ([`DataRead::host`], [`KernelBuffer::host_mut`]), so "no data" (Meta) and "data on
+//! a GPU" can never be mistaken for each other.
 
 use super::Tensor;
+use crate::backend::Init;
 use crate::memory::MemoryKind;
 use crate::storage::{Element, Storage, StorageData};
 use crate::{CoreError, Device, Result, Shape};
@@ -12,15 +15,49 @@ use std::marker::PhantomData;
 use std::ops::Range;
 use std::sync::{Arc, RwLockReadGuard, RwLockWriteGuard};
 
-/// Checks that `device` can run a CPU-or-Meta kernel. CUDA kernels arrive with the CUDA backend.
-pub(crate) fn ensure_host_kernel(op: &'static str, device: Device) -> Result<()> {
-    match device {
-        Device::Cpu | Device::Meta => Ok(()),
-        Device::Cuda(_) => Err(CoreError::Unsupported {
-            op,
-            device,
-            hint: "; move the tensors to the cpu (to_device) or plan on the meta device".into(),
-        }),
+/// The slice of host data `range` of `data`, or the error of asking a device without host data.
+fn host_slice<'a, T: Element>(
+    op: &'static str,
+    device: Device,
+    data: &'a StorageData,
+    range: Range<usize>,
+) -> Result<&'a [T]> {
+    match data {
+        StorageData::Cpu(d) => T::slice(d)
+            .map(|s| &s[range])
+            .ok_or_else(|| wrong_dtype::<T>(op, d)),
+        _ => Err(CoreError::NoData { op, device }),
+    }
+}
+
+fn host_slice_mut<'a, T: Element>(
+    op: &'static str,
+    device: Device,
+    data: &'a mut StorageData,
+    range: Range<usize>,
+) -> Result<&'a mut [T]> {
+    match data {
+        StorageData::Cpu(d) => {
+            let dtype = d.dtype();
+            T::slice_mut(d)
+                .map(|s| &mut s[range])
+                .ok_or(CoreError::DTypeMismatch {
+                    op,
+                    expected: T::DTYPE,
+                    got: dtype,
+                    hint: String::new(),
+                })
+        }
+        _ => Err(CoreError::NoData { op, device }),
+    }
+}
+
+fn wrong_dtype<T: Element>(op: &'static str, d: &crate::storage::CpuData) -> CoreError {
+    CoreError::DTypeMismatch {
+        op,
+        expected: T::DTYPE,
+        got: d.dtype(),
+        hint: String::new(),
     }
 }
 
@@ -28,16 +65,16 @@ pub(crate) fn ensure_host_kernel(op: &'static str, device: Device) -> Result<()>
 pub struct DataRead<'a, T: Element> {
     guard: RwLockReadGuard<'a, StorageData>,
     range: Range<usize>,
+    op: &'static str,
+    device: Device,
     _t: PhantomData<T>,
 }
 
 impl<T: Element> DataRead<'_, T> {
-    /// The elements on the CPU; `None` on Meta.
-    pub fn slice(&self) -> Option<&[T]> {
-        match &*self.guard {
-            StorageData::Cpu(d) => T::slice(d).map(|s| &s[self.range.clone()]),
-            _ => None,
-        }
+    /// The elements in host memory, for the CPU half of an op; [`CoreError::NoData`] on Meta
+    /// or on a GPU.
+    pub fn host(&self) -> Result<&[T]> {
+        host_slice(self.op, self.device, &self.guard, self.range.clone())
     }
 }
 
@@ -45,17 +82,16 @@ impl<T: Element> DataRead<'_, T> {
 pub struct DataWrite<'a, T: Element> {
     guard: RwLockWriteGuard<'a, StorageData>,
     range: Range<usize>,
+    op: &'static str,
+    device: Device,
     _t: PhantomData<T>,
 }
 
 impl<T: Element> DataWrite<'_, T> {
-    /// The elements on the CPU; `None` on Meta.
-    pub fn slice_mut(&mut self) -> Option<&mut [T]> {
-        let range = self.range.clone();
-        match &mut *self.guard {
-            StorageData::Cpu(d) => T::slice_mut(d).map(|s| &mut s[range]),
-            _ => None,
-        }
+    /// The elements in host memory, for the CPU half of an op; [`CoreError::NoData`] on Meta
+    /// or on a GPU.
+    pub fn host_mut(&mut self) -> Result<&mut [T]> {
+        host_slice_mut(self.op, self.device, &mut self.guard, self.range.clone())
     }
 }
 
@@ -64,60 +100,70 @@ impl Tensor {
         self.0.offset..self.0.offset + self.elem_count()
     }
 
-    /// Reads the elements as `T` for kernel `op`: checks the dtype and that the device runs host
-    /// kernels. The slice is `None` on Meta.
+    /// Reads the elements as `T` for op `op` (checks the dtype).
     pub fn read<T: Element>(&self, op: &'static str) -> Result<DataRead<'_, T>> {
         self.expect_dtype(op, T::DTYPE)?;
-        ensure_host_kernel(op, self.device())?;
         Ok(DataRead {
             guard: self.0.storage.read(),
             range: self.range(),
+            op,
+            device: self.device(),
             _t: PhantomData,
         })
     }
 
-    /// Writes the elements in place as `T` for kernel `op`. The slice is `None` on Meta. Holding
-    /// this while reading a tensor that shares its storage would deadlock: in-place kernels check
+    /// Writes the elements in place as `T` for op `op` (checks the dtype). Holding this while
+    /// reading a tensor that shares its storage would deadlock: in-place ops check
     /// [`Tensor::same_storage`] first.
     pub fn write<T: Element>(&self, op: &'static str) -> Result<DataWrite<'_, T>> {
         self.expect_dtype(op, T::DTYPE)?;
-        ensure_host_kernel(op, self.device())?;
         Ok(DataWrite {
             guard: self.0.storage.write(),
             range: self.range(),
+            op,
+            device: self.device(),
             _t: PhantomData,
         })
     }
 }
 
-/// A freshly allocated, tracked buffer owned by a kernel: an output (turned into a tensor with
+/// A freshly allocated, tracked buffer owned by an op: an output (turned into a tensor with
 /// [`KernelBuffer::into_tensor`]) or workspace (dropped when done, which records its free).
+/// This is the one allocation path of every op; each buffer declares its [`Init`].
 pub struct KernelBuffer<T: Element> {
     storage: Storage,
+    op: &'static str,
+    init: Init,
     _t: PhantomData<T>,
 }
 
 impl<T: Element> KernelBuffer<T> {
-    /// `len` zeroed elements on `device` (no data on Meta), recorded with `kind`.
-    pub fn zeros(op: &'static str, device: Device, len: usize, kind: MemoryKind) -> Result<Self> {
-        ensure_host_kernel(op, device)?;
+    /// `len` elements on `device` for op `op`, recorded with `kind`, starting as `init` says.
+    /// Both kinds are zero-filled today (no data on Meta).
+    pub fn new(op: &'static str, device: Device, len: usize, kind: MemoryKind, init: Init) -> Result<Self> {
         Ok(KernelBuffer {
             storage: Storage::zeros(T::DTYPE, len, device, kind)?,
+            op,
+            init,
             _t: PhantomData,
         })
     }
 
     /// Workspace of `len` elements (kind [`MemoryKind::Workspace`]).
-    pub fn workspace(op: &'static str, device: Device, len: usize) -> Result<Self> {
-        Self::zeros(op, device, len, MemoryKind::Workspace)
+    pub fn workspace(op: &'static str, device: Device, len: usize, init: Init) -> Result<Self> {
+        Self::new(op, device, len, MemoryKind::Workspace, init)
     }
 
-    /// The elements on the CPU; `None` on Meta.
-    pub fn slice_mut(&mut self) -> Option<&mut [T]> {
-        match self.storage.data_mut() {
-            StorageData::Cpu(d) => T::slice_mut(d),
-            _ => None,
-        }
+    /// Whether the buffer was declared to start zeroed or to be overwritten.
+    pub fn init(&self) -> Init {
+        self.init
+    }
+
+    /// The elements in host memory, for the CPU half of an op; [`CoreError::NoData`] on Meta
+    /// or on a GPU.
+    pub fn host_mut(&mut self) -> Result<&mut [T]> {
+        let (op, device, len) = (self.op, self.storage.device(), self.storage.len());
+        host_slice_mut(op, device, self.storage.data_mut(), 0..len)
     }
 
     /// Number of elements.

@@ -42,7 +42,7 @@ impl Tensor {
     pub fn to_dtype_as(&self, dtype: DType, kind: MemoryKind) -> Result<Tensor> {
         let n = self.elem_count();
         let storage = match self.device() {
-            Device::Meta => Storage::from_parts(StorageData::Meta, dtype, n, Device::Meta, kind),
+            Device::Meta(_) => Storage::from_parts(StorageData::Meta, dtype, n, self.device(), kind),
             Device::Cpu => Storage::from_cpu(self.host_data("to_dtype")?.convert(0..n, dtype), kind),
             Device::Cuda(ordinal) => {
                 let host = self.host_data("to_dtype")?.convert(0..n, dtype);
@@ -68,7 +68,7 @@ impl Tensor {
     pub fn to_device_as(&self, device: Device, kind: MemoryKind) -> Result<Tensor> {
         let (dtype, n) = (self.dtype(), self.elem_count());
         let storage = match device {
-            Device::Meta => Storage::from_parts(StorageData::Meta, dtype, n, device, kind),
+            Device::Meta(_) => Storage::from_parts(StorageData::Meta, dtype, n, device, kind),
             Device::Cpu => Storage::from_cpu(self.host_data("to_device")?, kind),
             Device::Cuda(ordinal) => {
                 let host = self.host_data("to_device")?;

@@ -39,7 +39,7 @@ impl Tensor {
         let len = data.len();
         let storage = match device {
             Device::Cpu => Storage::from_cpu(T::into_cpu(data), kind),
-            Device::Meta => Storage::from_parts(StorageData::Meta, T::DTYPE, len, device, kind),
+            Device::Meta(_) => Storage::from_parts(StorageData::Meta, T::DTYPE, len, device, kind),
             Device::Cuda(ordinal) => {
                 let gpu = CudaData::upload(ordinal, &T::into_cpu(data))?;
                 Storage::from_parts(StorageData::Cuda(gpu), T::DTYPE, len, device, kind)

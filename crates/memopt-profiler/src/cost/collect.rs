@@ -4,7 +4,7 @@ use crate::Result;
 use crate::workload::Workload;
 use memopt_checkpoint::Plan;
 use memopt_checkpoint::module::{CallObserver, ModuleCall, observe_calls};
-use memopt_core::{DType, Device, MemoryTracker, Phase, Shape};
+use memopt_core::{DType, MemoryTracker, Phase, Shape};
 use serde::{Deserialize, Serialize};
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -97,9 +97,9 @@ impl CallObserver for Sink {
 /// Per-module forward costs of `workload` and its parameter bytes, from one step on Meta with
 /// every module stored (nothing is computed), in module order (parents before children).
 pub(crate) fn collect(workload: &Workload) -> Result<(Vec<ModuleCostEntry>, u64)> {
-    let tracker = MemoryTracker::new(Device::Meta);
+    let tracker = MemoryTracker::new(workload.meta_device());
     let _installed = MemoryTracker::install(tracker);
-    let mut session = workload.instantiate(Device::Meta, &Plan::store_all())?;
+    let mut session = workload.instantiate(workload.meta_device(), &Plan::store_all())?;
     let sink = Rc::new(Sink(RefCell::new(Collector::default())));
     {
         let _observe = observe_calls(sink.clone());

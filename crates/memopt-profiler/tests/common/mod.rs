@@ -90,7 +90,7 @@ pub fn random_plan(model: &Model, picks: &[u32], compressors: &[CompressorKind])
 /// removed: the device and the clock.
 pub fn without_device_and_time(report: &MemoryReport) -> MemoryReport {
     let mut r = report.clone();
-    r.device = Device::Meta;
+    r.device = Device::META;
     for p in r.timeline.iter_mut() {
         p.time_ns = 0;
     }

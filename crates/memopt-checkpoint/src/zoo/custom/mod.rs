@@ -74,7 +74,7 @@
 //!   ]
 //! }"#;
 //! let custom = CustomModel::from_json(json).unwrap();
-//! let model = custom.build(custom.spec(), Device::Meta, 0).unwrap();
+//! let model = custom.build(custom.spec(), Device::META, 0).unwrap();
 //! assert_eq!(model.name(), "tiny");
 //! assert!(model.module("2.body.0").is_some());
 //! ```

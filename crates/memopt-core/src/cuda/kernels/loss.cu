@@ -19,7 +19,7 @@ __device__ __forceinline__ void log_sum_exp(const float* row, u64 c, double* max
 }
 
 // parts[b] = sum over rows b*rows_per_block .. of (max + lse - row[label]), rows in order from
-// -0.0; one thread per block of rows (BlockedSum with block = max(16384 / C, 1) rows). With one
+// -0.0; one thread per block of rows (BlockedSum with block = max(sum_block / C, 1) rows). With one
 // block (no workspace, parts null) out[0] = (sum / n) as f32 directly.
 extern "C" __global__ void ce_blocks(const float* logits, const i64* labels, u64 n, u64 c,
                                      u64 rows_per_block, double* parts, float* out) {
@@ -60,7 +60,7 @@ extern "C" __global__ void ce_backward(const float* g, const float* logits, cons
     }
 }
 
-// parts[b] = sum of (p - t)^2 in f64 over block b of 16384 values (group8 order); with one
+// parts[b] = sum of (p - t)^2 in f64 over block b of `block` values (group8 order); with one
 // block (no workspace, parts null) out[0] = (sum / n) as f32 directly.
 extern "C" __global__ void mse_blocks(const float* p, const float* t, u64 n, u64 block,
                                       double* parts, float* out) {

@@ -134,15 +134,18 @@ __device__ __forceinline__ void backward_plain(const float* grad_spikes, const f
     }
 }
 
-// The CPU's neuron chunk (neuron/chunks.rs): PLIF partial sums are per (chunk, t).
-#define NEURON_CHUNK 8192
+// PLIF partial sums are per (block of neurons, t): Target::Cuda.neuron_block() = 1024 neurons,
+// one thread block of 256 threads x 4 neurons (the CPU uses 8192-neuron chunks, so the PLIF
+// parameter's gradient agrees with the CPU's within rounding, not bit for bit; on the GPU it is
+// the same under any plan).
+#define NEURON_CHUNK 1024
 #define PLIF_THREADS 256
 #define PLIF_PER_THREAD (NEURON_CHUNK / PLIF_THREADS)
 
-// PLIF: one block of 256 threads per chunk of 8192 neurons (launch exactly ceil(n / 8192)
-// blocks of 256 threads); neuron r.start + tid + 256 q is handled by thread tid. Per time step
+// PLIF: one block of 256 threads per chunk of 1024 neurons (launch exactly ceil(n / 1024)
+// blocks of 256 threads); neuron start + tid + 256 q is handled by thread tid. Per time step
 // the per-neuron dL/dH * dH/dk land in shared memory and thread 0 adds them in neuron order in
-// f64 from -0.0, as the CPU: partials[chunk * steps + t].
+// f64 from -0.0, as the CPU does per chunk: partials[chunk * steps + t].
 template <bool HARD, int DG, int SG>
 __device__ __forceinline__ void backward_plif(const float* grad_spikes, const float* grad_v_final,
                                               const float* h_seq, const float* v_init, u64 steps,
@@ -153,13 +156,13 @@ __device__ __forceinline__ void backward_plif(const float* grad_spikes, const fl
     const u64 start = chunk * NEURON_CHUNK;
     const u64 len = min((u64)NEURON_CHUNK, n - start);
     float gv[PLIF_PER_THREAD];
-#pragma unroll 1
+#pragma unroll
     for (int q = 0; q < PLIF_PER_THREAD; ++q) {
         const u64 j = threadIdx.x + (u64)PLIF_THREADS * q;
         gv[q] = (j < len && grad_v_final) ? grad_v_final[start + j] : 0.0f;
     }
     for (u64 t = steps; t-- > 0;) {
-#pragma unroll 1
+#pragma unroll
         for (int q = 0; q < PLIF_PER_THREAD; ++q) {
             const u64 j = threadIdx.x + (u64)PLIF_THREADS * q;
             if (j >= len) continue;
@@ -188,7 +191,7 @@ __device__ __forceinline__ void backward_plif(const float* grad_spikes, const fl
         __syncthreads();
     }
     if (grad_v_init) {
-#pragma unroll 1
+#pragma unroll
         for (int q = 0; q < PLIF_PER_THREAD; ++q) {
             const u64 j = threadIdx.x + (u64)PLIF_THREADS * q;
             if (j < len) grad_v_init[start + j] = gv[q];

@@ -1,7 +1,8 @@
 // Reductions (kernels/reduce.rs, accum.rs): sums in f64, in the CPU's blocks and order.
 //
-// sum_all / mean_all: BlockedSum over blocks of 16384 values (accum::BLOCK): each block summed
-// by a group of 8 lanes (group8_sum), the per-block f64 parts stored in the tracked workspace and
+// sum_all / mean_all: BlockedSum over blocks of Target::sum_block() values (4096 on CUDA, 16384
+// on the CPU; passed as `block`): each block summed by a group of 8 lanes (group8_sum, the CPU's
+// in-block order), the per-block f64 parts stored in the tracked workspace and
 // added one by one in block order (from -0.0) by reduce_parts. With one block there is no
 // workspace: the group writes the result directly.
 

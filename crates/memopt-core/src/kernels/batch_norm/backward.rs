@@ -1,6 +1,7 @@
 //! Backward of training-mode batch normalisation.
 
 use super::{Layout, at, check_channel};
+use crate::backend::{Init, launch};
 use crate::kernels::GradNeeds;
 use crate::kernels::accum::{F64Workspace, sum_f64, sum_zip_f64};
 use crate::memory::MemoryKind;
@@ -101,24 +102,25 @@ fn backward(
     }
     let dev = x.device();
     let alloc = |need: bool, len: usize| {
-        need.then(|| KernelBuffer::<f32>::zeros(OP, dev, len, MemoryKind::Gradient))
+        need.then(|| KernelBuffer::<f32>::new(OP, dev, len, MemoryKind::Gradient, Init::Overwritten))
             .transpose()
     };
     let mut gx = alloc(needs.input && !in_place, x.elem_count())?;
     let mut gw = alloc(needs.weight, l.c)?;
     let mut gb = alloc(needs.bias, l.c)?;
     // Workspace: per-plane (sum g, sum g*(x-mean)) pairs, then the same two sums per channel.
-    let mut ws = F64Workspace::new(OP, dev, 2 * l.planes() + 2 * l.c)?;
+    let mut ws = F64Workspace::new(OP, dev, 2 * l.planes() + 2 * l.c, Init::Overwritten)?;
     {
         // The output gradient: read only, or read then overwritten with the input gradient.
         let mut grad_data = GradData::open(OP, grad_y, in_place)?;
-        if let (Some(gs), Some(xs), Some(means), Some(invstds), Some(w)) = (
-            grad_data.slice(),
-            xr.slice(),
-            mr.slice(),
-            ir.slice(),
-            ws.slice_mut(),
-        ) {
+        launch(OP, dev, || {
+            let (gs, xs, means, invstds, w) = (
+                grad_data.host()?,
+                xr.host()?,
+                mr.host()?,
+                ir.host()?,
+                ws.host_mut()?,
+            );
             let (part, sums) = w.split_at_mut(2 * l.planes());
             let (sum_g, dot) = sums.split_at_mut(l.c);
             part.par_chunks_mut(2)
@@ -138,17 +140,17 @@ fn backward(
                     dot[c] += row[2 * c + 1];
                 }
             }
-            if let Some(b) = gb.as_mut().and_then(KernelBuffer::slice_mut) {
+            if let Some(b) = gb.as_mut().map(KernelBuffer::host_mut).transpose()? {
                 for c in 0..l.c {
                     b[c] = sum_g[c] as f32;
                 }
             }
-            if let Some(wg) = gw.as_mut().and_then(KernelBuffer::slice_mut) {
+            if let Some(wg) = gw.as_mut().map(KernelBuffer::host_mut).transpose()? {
                 for c in 0..l.c {
                     wg[c] = (dot[c] * invstds[c] as f64) as f32;
                 }
             }
-            let ws_ = wr.as_ref().and_then(|r| r.slice());
+            let ws_ = wr.as_ref().map(|r| r.host()).transpose()?;
             let m = l.per_channel() as f64;
             let (sum_g, dot): (&[f64], &[f64]) = (sum_g, dot);
             let grad_x = |p: usize, g: f32, x: f32| {
@@ -160,14 +162,14 @@ fn backward(
                 a * (g - mean_g - (x - means[c]) * k)
             };
             if m > 0.0 {
-                if let Some(out) = gx.as_mut().and_then(KernelBuffer::slice_mut) {
+                if let Some(out) = gx.as_mut().map(KernelBuffer::host_mut).transpose()? {
                     l.for_planes(out, |p, op| {
                         let (gp, xp) = (&gs[l.plane(p)], &xs[l.plane(p)]);
                         for (o, (&g, &x)) in op.iter_mut().zip(gp.iter().zip(xp)) {
                             *o = grad_x(p, g, x);
                         }
                     });
-                } else if let Some(out) = grad_data.slice_mut() {
+                } else if let Some(out) = grad_data.host_mut()? {
                     l.for_planes(out, |p, op| {
                         for (o, &x) in op.iter_mut().zip(&xs[l.plane(p)]) {
                             *o = grad_x(p, *o, x);
@@ -175,7 +177,8 @@ fn backward(
                     });
                 }
             }
-        }
+            Ok(())
+        })?;
     }
     drop(ws);
     let gx = match (gx, in_place, grad_in) {
@@ -205,17 +208,18 @@ impl<'a> GradData<'a> {
         })
     }
 
-    fn slice(&mut self) -> Option<&[f32]> {
+    fn host(&mut self) -> Result<&[f32]> {
         match self {
-            GradData::Read(r) => r.slice(),
-            GradData::Write(w) => w.slice_mut().map(|s| &*s),
+            GradData::Read(r) => r.host(),
+            GradData::Write(w) => w.host_mut().map(|s| &*s),
         }
     }
 
-    fn slice_mut(&mut self) -> Option<&mut [f32]> {
+    /// The data to overwrite, when it was opened for writing.
+    fn host_mut(&mut self) -> Result<Option<&mut [f32]>> {
         match self {
-            GradData::Read(_) => None,
-            GradData::Write(w) => w.slice_mut(),
+            GradData::Read(_) => Ok(None),
+            GradData::Write(w) => w.host_mut().map(Some),
         }
     }
 }

@@ -14,6 +14,7 @@ mod tests;
 pub use backward::{BatchNormGrads, batch_norm_backward, batch_norm_backward_reusing_grad};
 
 use super::accum::{F64Workspace, fill_parallel, sum_f64, sum_map_f64};
+use crate::backend::{Init, launch};
 use crate::memory::MemoryKind;
 use crate::{CoreError, KernelBuffer, Result, Tensor};
 use rayon::prelude::*;
@@ -211,18 +212,19 @@ pub fn batch_norm_train(
     let wr = weight.map(|w| w.read::<f32>(OP)).transpose()?;
     let br = bias.map(|b| b.read::<f32>(OP)).transpose()?;
     let dev = x.device();
-    let mut y = KernelBuffer::<f32>::zeros(OP, dev, x.elem_count(), MemoryKind::Activation)?;
-    let mut save_mean = KernelBuffer::<f32>::zeros(OP, dev, l.c, MemoryKind::Activation)?;
-    let mut save_invstd = KernelBuffer::<f32>::zeros(OP, dev, l.c, MemoryKind::Activation)?;
+    let mut y = KernelBuffer::<f32>::new(OP, dev, x.elem_count(), MemoryKind::Activation, Init::Overwritten)?;
+    let mut save_mean = KernelBuffer::<f32>::new(OP, dev, l.c, MemoryKind::Activation, Init::Overwritten)?;
+    let mut save_invstd = KernelBuffer::<f32>::new(OP, dev, l.c, MemoryKind::Activation, Init::Overwritten)?;
     // Workspace: per-plane partial sums, then the f64 mean and biased variance per channel.
-    let mut ws = F64Workspace::new(OP, dev, l.planes() + 2 * l.c)?;
-    if let (Some(xs), Some(ys), Some(ms), Some(is), Some(w)) = (
-        xr.slice(),
-        y.slice_mut(),
-        save_mean.slice_mut(),
-        save_invstd.slice_mut(),
-        ws.slice_mut(),
-    ) {
+    let mut ws = F64Workspace::new(OP, dev, l.planes() + 2 * l.c, Init::Overwritten)?;
+    launch(OP, dev, || {
+        let (xs, ys, ms, is, w) = (
+            xr.host()?,
+            y.host_mut()?,
+            save_mean.host_mut()?,
+            save_invstd.host_mut()?,
+            ws.host_mut()?,
+        );
         let (part, stats) = w.split_at_mut(l.planes());
         let (mean, var) = stats.split_at_mut(l.c);
         l.channel_sums(part, mean, |p| sum_f64(&xs[l.plane(p)]));
@@ -241,8 +243,8 @@ pub fn batch_norm_train(
             is[c] = (1.0 / (var[c] + eps as f64).sqrt()) as f32;
         }
         let (ws_, bs_) = (
-            wr.as_ref().and_then(|r| r.slice()),
-            br.as_ref().and_then(|r| r.slice()),
+            wr.as_ref().map(|r| r.host()).transpose()?,
+            br.as_ref().map(|r| r.host()).transpose()?,
         );
         let (ms, is): (&[f32], &[f32]) = (ms, is);
         l.for_planes(ys, |p, yp| {
@@ -252,17 +254,20 @@ pub fn batch_norm_train(
                 *y = (x - mu) * scale + shift;
             }
         });
-    }
+        Ok(())
+    })?;
     if let Some(r) = running {
         let (mut mw, mut vw) = (r.mean.write::<f32>(OP)?, r.var.write::<f32>(OP)?);
-        if let (Some(rm), Some(rv), Some(w)) = (mw.slice_mut(), vw.slice_mut(), ws.slice_mut()) {
+        launch(OP, dev, || {
+            let (rm, rv, w) = (mw.host_mut()?, vw.host_mut()?, ws.host_mut()?);
             let (mean, var) = w[l.planes()..].split_at(l.c);
             let (mo, unbias) = (momentum as f64, m as f64 / (m - 1) as f64);
             for c in 0..l.c {
                 rm[c] = ((1.0 - mo) * rm[c] as f64 + mo * mean[c]) as f32;
                 rv[c] = ((1.0 - mo) * rv[c] as f64 + mo * var[c] * unbias) as f32;
             }
-        }
+            Ok(())
+        })?;
     }
     drop(ws);
     Ok(BatchNormOutput {
@@ -293,11 +298,18 @@ pub fn batch_norm_eval(
     let wr = weight.map(|w| w.read::<f32>(OP)).transpose()?;
     let br = bias.map(|b| b.read::<f32>(OP)).transpose()?;
     let (mr, vr) = (running_mean.read::<f32>(OP)?, running_var.read::<f32>(OP)?);
-    let mut y = KernelBuffer::<f32>::zeros(OP, x.device(), x.elem_count(), MemoryKind::Activation)?;
-    if let (Some(xs), Some(ys), Some(rm), Some(rv)) = (xr.slice(), y.slice_mut(), mr.slice(), vr.slice()) {
+    let mut y = KernelBuffer::<f32>::new(
+        OP,
+        x.device(),
+        x.elem_count(),
+        MemoryKind::Activation,
+        Init::Overwritten,
+    )?;
+    launch(OP, x.device(), || {
+        let (xs, ys, rm, rv) = (xr.host()?, y.host_mut()?, mr.host()?, vr.host()?);
         let (ws_, bs_) = (
-            wr.as_ref().and_then(|r| r.slice()),
-            br.as_ref().and_then(|r| r.slice()),
+            wr.as_ref().map(|r| r.host()).transpose()?,
+            br.as_ref().map(|r| r.host()).transpose()?,
         );
         l.for_planes(ys, |p, yp| {
             let c = p % l.c;
@@ -308,6 +320,7 @@ pub fn batch_norm_eval(
                 *y = (x - mu) * scale + shift;
             }
         });
-    }
+        Ok(())
+    })?;
     y.into_tensor(x.shape().clone())
 }

@@ -491,7 +491,7 @@ fn errors_name_the_problem() {
         .unwrap()
         .to_string();
     assert!(msg.contains("save_mean of shape [3]"), "{msg}");
-    let meta = tensor(vec![0f32; 3], &[3], Device::Meta);
+    let meta = tensor(vec![0f32; 3], &[3], Device::META);
     let msg = e(batch_norm_train(&x, Some(&meta), None, None, 0.1, 1e-5));
     assert!(msg.contains("different devices"), "{msg}");
 }

@@ -3,6 +3,7 @@
 use super::backward::{BackwardBufs, backward, bias_grad};
 use super::params::Conv2dParams;
 use super::{Workspace, backward_geometry};
+use crate::backend::{Init, gemm_workspace, launch};
 use crate::kernels::WeightGradAcc;
 use crate::memory::MemoryKind;
 use crate::{KernelBuffer, Result, Tensor};
@@ -28,7 +29,7 @@ pub fn conv2d_backward_acc(
     let (gr, xr, wr) = (grad.read::<f32>(OP)?, x.read::<f32>(OP)?, w.read::<f32>(OP)?);
     let device = x.device();
     let mut gx = input
-        .then(|| KernelBuffer::<f32>::zeros(OP, device, x.elem_count(), MemoryKind::Gradient))
+        .then(|| KernelBuffer::<f32>::new(OP, device, x.elem_count(), MemoryKind::Gradient, Init::Zeroed))
         .transpose()?;
     let needed = input || acc.weight.is_some();
     let (col, stage) = if needed {
@@ -39,10 +40,12 @@ pub fn conv2d_backward_acc(
     let mut ws = Workspace::with_lens(OP, device, col, stage)?;
     let mut wacc = acc.weight.map(|t| t.write::<f32>(OP)).transpose()?;
     let mut bacc = acc.bias.map(|t| t.write::<f32>(OP)).transpose()?;
-    if let (Some(gs), Some(xs), Some(wv)) = (gr.slice(), xr.slice(), wr.slice()) {
-        let (col, stage) = ws.slices();
+    let _gemm_ws = gemm_workspace(OP, device)?;
+    launch(OP, device, || {
+        let (gs, xs, wv) = (gr.host()?, xr.host()?, wr.host()?);
+        let (col, stage) = ws.slices()?;
         let (out_step, in_step) = (per_step * g.co * g.ho * g.wo, per_step * g.c * g.h * g.w);
-        if let Some(gx) = gx.as_mut().and_then(|b| b.slice_mut()) {
+        if let Some(gx) = gx.as_mut().map(|b| b.host_mut()).transpose()? {
             for t in 0..acc.time_steps {
                 let bufs = BackwardBufs {
                     gx: Some(&mut gx[t * in_step..][..in_step]),
@@ -64,7 +67,7 @@ pub fn conv2d_backward_acc(
         let mut partial = vec![0f32; g.co];
         for t in (0..acc.time_steps).rev() {
             let (gs_t, xs_t) = (&gs[t * out_step..][..out_step], &xs[t * in_step..][..in_step]);
-            if let Some(aw) = wacc.as_mut().and_then(|a| a.slice_mut()) {
+            if let Some(aw) = wacc.as_mut().map(|a| a.host_mut()).transpose()? {
                 let bufs = BackwardBufs {
                     gx: None,
                     gw: Some(aw),
@@ -75,12 +78,13 @@ pub fn conv2d_backward_acc(
                 };
                 backward(&step, gs_t, xs_t, wv, bufs);
             }
-            if let Some(ab) = bacc.as_mut().and_then(|a| a.slice_mut()) {
+            if let Some(ab) = bacc.as_mut().map(|a| a.host_mut()).transpose()? {
                 bias_grad(&step, gs_t, &mut partial);
                 ab.iter_mut().zip(&partial).for_each(|(a, &s)| *a += s);
             }
         }
-    }
+        Ok(())
+    })?;
     drop((wacc, bacc, ws));
     gx.map(|b| b.into_tensor(x.shape().clone())).transpose()
 }

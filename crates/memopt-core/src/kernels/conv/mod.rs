@@ -21,6 +21,7 @@ pub use params::Conv2dParams;
 
 use super::GradNeeds;
 use super::matmul::{GemmPar, check_f32_same_device};
+use crate::backend::{Init, gemm_workspace, launch};
 use crate::memory::MemoryKind;
 use crate::{CoreError, Device, KernelBuffer, Result, Shape, Tensor};
 use params::ConvGeom;
@@ -69,7 +70,7 @@ impl Workspace {
     pub(super) fn with_lens(op: &'static str, device: Device, col: usize, stage: usize) -> Result<Self> {
         let alloc = |len: usize| {
             (len > 0)
-                .then(|| KernelBuffer::<f32>::workspace(op, device, len))
+                .then(|| KernelBuffer::<f32>::workspace(op, device, len, Init::Overwritten))
                 .transpose()
         };
         Ok(Workspace {
@@ -78,15 +79,15 @@ impl Workspace {
         })
     }
 
-    /// The CPU slices (empty where a buffer was not needed).
-    pub(super) fn slices(&mut self) -> (&mut [f32], &mut [f32]) {
-        fn slice(b: &mut Option<KernelBuffer<f32>>) -> &mut [f32] {
-            match b.as_mut().and_then(|b| b.slice_mut()) {
+    /// The host slices, for the CPU half of an op (empty where a buffer was not needed).
+    pub(super) fn slices(&mut self) -> Result<(&mut [f32], &mut [f32])> {
+        fn slice(b: &mut Option<KernelBuffer<f32>>) -> Result<&mut [f32]> {
+            Ok(match b.as_mut().map(|b| b.host_mut()).transpose()? {
                 Some(s) => s,
                 None => &mut [],
-            }
+            })
         }
-        (slice(&mut self.col), slice(&mut self.stage))
+        Ok((slice(&mut self.col)?, slice(&mut self.stage)?))
     }
 }
 
@@ -127,11 +128,14 @@ pub fn conv2d_steps(
     let (xr, wr) = (x.read::<f32>(OP)?, w.read::<f32>(OP)?);
     let br = b.map(|b| b.read::<f32>(OP)).transpose()?;
     let device = x.device();
-    let mut out = KernelBuffer::<f32>::zeros(OP, device, g.out_len(), MemoryKind::Activation)?;
+    let mut out =
+        KernelBuffer::<f32>::new(OP, device, g.out_len(), MemoryKind::Activation, Init::Overwritten)?;
     let mut ws = Workspace::new(OP, device, &step, true)?;
-    if let (Some(xs), Some(wv), Some(o)) = (xr.slice(), wr.slice(), out.slice_mut()) {
-        let bias = br.as_ref().and_then(|b| b.slice());
-        let (col, stage) = ws.slices();
+    let _gemm_ws = gemm_workspace(OP, device)?;
+    launch(OP, device, || {
+        let (xs, wv, o) = (xr.host()?, wr.host()?, out.host_mut()?);
+        let bias = br.as_ref().map(|b| b.host()).transpose()?;
+        let (col, stage) = ws.slices()?;
         let (in_step, out_step) = (step.b * g.c * g.h * g.w, step.out_len());
         for t in 0..time_steps {
             let bufs = forward::ForwardBufs {
@@ -141,7 +145,8 @@ pub fn conv2d_steps(
             };
             forward::forward(&step, &xs[t * in_step..][..in_step], wv, bias, bufs);
         }
-    }
+        Ok(())
+    })?;
     drop(ws);
     out.into_tensor(g.out_dims())
 }
@@ -209,26 +214,31 @@ pub fn conv2d_backward(
     let g = backward_geometry(OP, grad, x, w, p)?;
     let (gr, xr, wr) = (grad.read::<f32>(OP)?, x.read::<f32>(OP)?, w.read::<f32>(OP)?);
     let device = x.device();
-    let alloc = |need: bool, len: usize| {
-        need.then(|| KernelBuffer::<f32>::zeros(OP, device, len, MemoryKind::Gradient))
+    let alloc = |need: bool, len: usize, init: Init| {
+        need.then(|| KernelBuffer::<f32>::new(OP, device, len, MemoryKind::Gradient, init))
             .transpose()
     };
-    let mut gx = alloc(needs.input, x.elem_count())?;
-    let mut gw = alloc(needs.weight, w.elem_count())?;
-    let mut gb = alloc(needs.bias && has_bias, g.co)?;
+    // col2im scatter-adds into the input gradient; the weight gradient is written by the first
+    // chunk's GEMM, but stays zero for an empty batch.
+    let mut gx = alloc(needs.input, x.elem_count(), Init::Zeroed)?;
+    let mut gw = alloc(needs.weight, w.elem_count(), Init::Zeroed)?;
+    let mut gb = alloc(needs.bias && has_bias, g.co, Init::Overwritten)?;
     let mut ws = Workspace::new(OP, device, &g, needs.input || needs.weight)?;
-    if let (Some(gs), Some(xs), Some(wv)) = (gr.slice(), xr.slice(), wr.slice()) {
-        let (col, stage) = ws.slices();
+    let _gemm_ws = gemm_workspace(OP, device)?;
+    launch(OP, device, || {
+        let (gs, xs, wv) = (gr.host()?, xr.host()?, wr.host()?);
+        let (col, stage) = ws.slices()?;
         let bufs = backward::BackwardBufs {
-            gx: gx.as_mut().and_then(|b| b.slice_mut()),
-            gw: gw.as_mut().and_then(|b| b.slice_mut()),
-            gb: gb.as_mut().and_then(|b| b.slice_mut()),
+            gx: gx.as_mut().map(|b| b.host_mut()).transpose()?,
+            gw: gw.as_mut().map(|b| b.host_mut()).transpose()?,
+            gb: gb.as_mut().map(|b| b.host_mut()).transpose()?,
             col,
             stage,
             accumulate: false,
         };
         backward::backward(&g, gs, xs, wv, bufs);
-    }
+        Ok(())
+    })?;
     drop(ws);
     Ok(Conv2dGrads {
         x: gx.map(|b| b.into_tensor(x.shape().clone())).transpose()?,

@@ -3,10 +3,12 @@
 use crate::{CoreError, Result, Tensor};
 use serde::{Deserialize, Serialize};
 
-/// Output columns (images x output pixels) that one im2col chunk aims for: images with fewer
-/// output pixels are batched until a chunk reaches this many columns, so that each GEMM is wide
-/// enough to run near peak. A constant, so the workspace depends on shapes only.
-pub(crate) const TARGET_COLS: usize = 1024;
+/// Output columns (images x output pixels) that one im2col chunk aims for on the CPU: images with
+/// fewer output pixels are batched until a chunk reaches this many columns, so that each GEMM is
+/// wide enough to run near peak. Each target has its own ([`crate::Target::conv_chunk_columns`]), a
+/// constant, so the workspace depends on shapes and the target only.
+#[cfg(test)]
+pub(crate) const TARGET_COLS: usize = crate::Target::Cpu.conv_chunk_columns();
 
 /// Hyper-parameters of a 2-d convolution, as in PyTorch's `nn.Conv2d`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -124,6 +126,8 @@ pub(crate) struct ConvGeom {
     pub ho: usize,
     pub wo: usize,
     pub p: Conv2dParams,
+    /// Columns one im2col chunk aims for, the target's [`crate::Target::conv_chunk_columns`].
+    chunk_columns: usize,
     out_len: usize,
     col_len: usize,
     stage_len: usize,
@@ -189,6 +193,7 @@ impl ConvGeom {
             ho,
             wo,
             p: *p,
+            chunk_columns: x.device().target().conv_chunk_columns(),
             out_len: 0,
             col_len: 0,
             stage_len: 0,
@@ -221,10 +226,10 @@ impl ConvGeom {
         self.kh == 1 && self.kw == 1 && self.p.stride == [1, 1] && self.p.padding == [0, 0]
     }
 
-    /// Images whose columns share one im2col chunk: enough to reach [`TARGET_COLS`] columns,
+    /// Images whose columns share one im2col chunk: enough to reach the target's chunk columns,
     /// at most the batch, at least 1.
     pub fn images_per_chunk(&self) -> usize {
-        TARGET_COLS
+        self.chunk_columns
             .div_ceil(self.ho.saturating_mul(self.wo))
             .clamp(1, self.b.max(1))
     }

@@ -116,7 +116,7 @@ impl Case {
     }
 
     fn geom(&self) -> ConvGeom {
-        let (x, w, _) = self.tensors(Device::Meta);
+        let (x, w, _) = self.tensors(Device::META);
         ConvGeom::new("test", &x, &w, &self.p).unwrap()
     }
 }
@@ -353,7 +353,7 @@ fn meta_matches_cpu_shapes_and_events() {
             }
         };
         let cpu = events_of(Device::Cpu, run);
-        let meta = events_of(Device::Meta, run);
+        let meta = events_of(Device::META, run);
         assert_eq!(cpu, meta, "{c:?}");
         let workspace: Vec<u64> = cpu
             .iter()
@@ -487,7 +487,7 @@ fn errors_name_the_problem() {
             "expected dtype f32, got f16",
         ),
         (
-            err(&x, &tensor(&[6, 2, 3, 3], 0, Device::Meta), None, ok),
+            err(&x, &tensor(&[6, 2, 3, 3], 0, Device::META), None, ok),
             "different devices",
         ),
     ];

@@ -1,6 +1,7 @@
 //! linear backward that accumulates the weight and bias gradients one time step at a time.
 
 use super::{GemmPar, LinearDims, MatRef, backward_dims, column_sums, gemm_f32};
+use crate::backend::{Init, gemm_workspace, launch};
 use crate::kernels::WeightGradAcc;
 use crate::memory::MemoryKind;
 use crate::{KernelBuffer, Result, Tensor};
@@ -21,12 +22,14 @@ pub fn linear_backward_acc(
     let rows = acc.check(OP, w.dims(), n, m, &[grad, x, w])?;
     let (gr, xr, wr) = (grad.read::<f32>(OP)?, x.read::<f32>(OP)?, w.read::<f32>(OP)?);
     let mut gx = input
-        .then(|| KernelBuffer::<f32>::zeros(OP, x.device(), m * k, MemoryKind::Gradient))
+        .then(|| KernelBuffer::<f32>::new(OP, x.device(), m * k, MemoryKind::Gradient, Init::Overwritten))
         .transpose()?;
     let mut wacc = acc.weight.map(|t| t.write::<f32>(OP)).transpose()?;
     let mut bacc = acc.bias.map(|t| t.write::<f32>(OP)).transpose()?;
-    if let (Some(gs), Some(xs), Some(ws)) = (gr.slice(), xr.slice(), wr.slice()) {
-        if let Some(o) = gx.as_mut().and_then(|b| b.slice_mut()) {
+    let _gemm_ws = gemm_workspace(OP, x.device())?;
+    launch(OP, x.device(), || {
+        let (gs, xs, ws) = (gr.host()?, xr.host()?, wr.host()?);
+        if let Some(o) = gx.as_mut().map(|b| b.host_mut()).transpose()? {
             gemm_f32(
                 o,
                 k,
@@ -39,7 +42,7 @@ pub fn linear_backward_acc(
         let mut partial = vec![0f32; n];
         for t in (0..acc.time_steps).rev() {
             let g_t = &gs[t * rows * n..][..rows * n];
-            if let Some(aw) = wacc.as_mut().and_then(|a| a.slice_mut()) {
+            if let Some(aw) = wacc.as_mut().map(|a| a.host_mut()).transpose()? {
                 let x_t = MatRef::row_major(&xs[t * rows * k..], rows, k);
                 gemm_f32(
                     aw,
@@ -50,12 +53,13 @@ pub fn linear_backward_acc(
                     GemmPar::Auto,
                 );
             }
-            if let Some(ab) = bacc.as_mut().and_then(|a| a.slice_mut()) {
+            if let Some(ab) = bacc.as_mut().map(|a| a.host_mut()).transpose()? {
                 column_sums(g_t, rows, n, &mut partial);
                 ab.iter_mut().zip(&partial).for_each(|(a, &s)| *a += s);
             }
         }
-    }
+        Ok(())
+    })?;
     drop((wacc, bacc));
     gx.map(|b| b.into_tensor(x.shape().clone())).transpose()
 }

@@ -14,6 +14,7 @@ pub(crate) use gemm::{GemmPar, MatRef, gemm_f32};
 
 use super::GradNeeds;
 use super::par::PAR_THRESHOLD;
+use crate::backend::{Init, gemm_workspace, launch};
 use crate::memory::MemoryKind;
 use crate::{CoreError, DType, KernelBuffer, Result, Tensor};
 use rayon::prelude::*;
@@ -49,8 +50,10 @@ pub fn matmul(a: &Tensor, b: &Tensor) -> Result<Tensor> {
         ));
     }
     let (ar, br) = (a.read::<f32>(OP)?, b.read::<f32>(OP)?);
-    let mut out = KernelBuffer::<f32>::zeros(OP, a.device(), m * n, MemoryKind::Activation)?;
-    if let (Some(av), Some(bv), Some(o)) = (ar.slice(), br.slice(), out.slice_mut()) {
+    let mut out = KernelBuffer::<f32>::new(OP, a.device(), m * n, MemoryKind::Activation, Init::Overwritten)?;
+    let _gemm_ws = gemm_workspace(OP, a.device())?;
+    launch(OP, a.device(), || {
+        let (av, bv, o) = (ar.host()?, br.host()?, out.host_mut()?);
         gemm_f32(
             o,
             n,
@@ -59,7 +62,8 @@ pub fn matmul(a: &Tensor, b: &Tensor) -> Result<Tensor> {
             false,
             GemmPar::Auto,
         );
-    }
+        Ok(())
+    })?;
     out.into_tensor([m, n])
 }
 
@@ -153,9 +157,11 @@ pub fn linear_steps(x: &Tensor, w: &Tensor, b: Option<&Tensor>, time_steps: usiz
     let rows = rows_per_step(OP, m, time_steps)?;
     let (xr, wr) = (x.read::<f32>(OP)?, w.read::<f32>(OP)?);
     let br = b.map(|b| b.read::<f32>(OP)).transpose()?;
-    let mut out = KernelBuffer::<f32>::zeros(OP, x.device(), m * n, MemoryKind::Activation)?;
-    if let (Some(xs), Some(ws), Some(o)) = (xr.slice(), wr.slice(), out.slice_mut()) {
-        let bias = br.as_ref().and_then(|b| b.slice());
+    let mut out = KernelBuffer::<f32>::new(OP, x.device(), m * n, MemoryKind::Activation, Init::Overwritten)?;
+    let _gemm_ws = gemm_workspace(OP, x.device())?;
+    launch(OP, x.device(), || {
+        let (xs, ws, o) = (xr.host()?, wr.host()?, out.host_mut()?);
+        let bias = br.as_ref().map(|b| b.host()).transpose()?;
         if let Some(bias) = bias {
             fill_rows(o, bias);
         }
@@ -169,7 +175,8 @@ pub fn linear_steps(x: &Tensor, w: &Tensor, b: Option<&Tensor>, time_steps: usiz
                 GemmPar::Auto,
             );
         }
-    }
+        Ok(())
+    })?;
     out.into_tensor(with_last(x, n))
 }
 
@@ -222,24 +229,27 @@ pub fn linear_backward(
     let (gr, xr, wr) = (grad.read::<f32>(OP)?, x.read::<f32>(OP)?, w.read::<f32>(OP)?);
     let dev = x.device();
     let alloc = |need: bool, len: usize| {
-        need.then(|| KernelBuffer::<f32>::zeros(OP, dev, len, MemoryKind::Gradient))
+        need.then(|| KernelBuffer::<f32>::new(OP, dev, len, MemoryKind::Gradient, Init::Overwritten))
             .transpose()
     };
     let mut gx = alloc(needs.input, m * k)?;
     let mut gw = alloc(needs.weight, n * k)?;
     let mut gb = alloc(needs.bias && has_bias, n)?;
-    if let (Some(gs), Some(xs), Some(ws)) = (gr.slice(), xr.slice(), wr.slice()) {
+    let _gemm_ws = gemm_workspace(OP, dev)?;
+    launch(OP, dev, || {
+        let (gs, xs, ws) = (gr.host()?, xr.host()?, wr.host()?);
         let g = MatRef::row_major(gs, m, n);
-        if let Some(o) = gx.as_mut().and_then(|b| b.slice_mut()) {
+        if let Some(o) = gx.as_mut().map(|b| b.host_mut()).transpose()? {
             gemm_f32(o, k, g, MatRef::row_major(ws, n, k), false, GemmPar::Auto);
         }
-        if let Some(o) = gw.as_mut().and_then(|b| b.slice_mut()) {
+        if let Some(o) = gw.as_mut().map(|b| b.host_mut()).transpose()? {
             gemm_f32(o, k, g.t(), MatRef::row_major(xs, m, k), false, GemmPar::Auto);
         }
-        if let Some(o) = gb.as_mut().and_then(|b| b.slice_mut()) {
+        if let Some(o) = gb.as_mut().map(|b| b.host_mut()).transpose()? {
             column_sums(gs, m, n, o);
         }
-    }
+        Ok(())
+    })?;
     Ok(LinearGrads {
         x: gx.map(|b| b.into_tensor(x.shape().clone())).transpose()?,
         w: gw.map(|b| b.into_tensor([n, k])).transpose()?,

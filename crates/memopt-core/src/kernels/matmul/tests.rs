@@ -236,7 +236,7 @@ fn meta_matches_cpu_shapes_and_events() {
         }
     };
     let cpu = events_of(Device::Cpu, run);
-    let meta = events_of(Device::Meta, run);
+    let meta = events_of(Device::META, run);
     assert!(cpu.len() > 10);
     assert_eq!(cpu, meta);
 }
@@ -258,7 +258,7 @@ fn errors_name_the_problem() {
     let half = tensor(&[3, 2], 0, cpu).to_dtype(crate::DType::F16).unwrap();
     let e = matmul(&tensor(&[2, 3], 0, cpu), &half).unwrap_err().to_string();
     assert!(e.contains("expected dtype f32, got f16"), "{e}");
-    let e = matmul(&tensor(&[2, 3], 0, cpu), &tensor(&[3, 2], 0, Device::Meta)).unwrap_err();
+    let e = matmul(&tensor(&[2, 3], 0, cpu), &tensor(&[3, 2], 0, Device::META)).unwrap_err();
     assert!(matches!(e, CoreError::DeviceMismatch { .. }), "{e}");
 
     let (x, w) = (tensor(&[4, 3], 0, cpu), tensor(&[5, 3], 0, cpu));

@@ -10,7 +10,7 @@ use std::ops::Range;
 /// Neurons per chunk. Each chunk keeps up to three f32 arrays of this length on the stack (96 KiB
 /// in backward) that stay in L1/L2, and reads each time row in runs of 32 KiB, long enough for
 /// the hardware prefetchers (measured: 2048 and 4096 were up to 1.5x slower, 16384 no faster).
-pub(super) const CHUNK: usize = 8192;
+pub(super) const CHUNK: usize = crate::backend::Target::Cpu.neuron_block();
 
 /// Number of chunks for `n` neurons (depends only on the shape, never on the thread count).
 pub(super) fn chunk_count(n: usize) -> usize {

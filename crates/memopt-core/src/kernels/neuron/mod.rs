@@ -26,6 +26,7 @@ mod tests;
 pub use config::{NeuronConfig, NeuronKind};
 pub use surrogate::Surrogate;
 
+use crate::backend::{Init, launch};
 use crate::memory::MemoryKind;
 use crate::{CoreError, KernelBuffer, Result, Shape, Tensor};
 use backward::{BackwardIo, backward_cpu};
@@ -83,23 +84,25 @@ pub fn neuron_forward(
 
     let device = x.device();
     let kind = MemoryKind::Activation;
-    let mut spikes = KernelBuffer::<f32>::zeros(OP, device, steps * n, kind)?;
+    let mut spikes = KernelBuffer::<f32>::new(OP, device, steps * n, kind, Init::Overwritten)?;
     let mut h_seq = save_for_backward
-        .then(|| KernelBuffer::<f32>::zeros(OP, device, steps * n, kind))
+        .then(|| KernelBuffer::<f32>::new(OP, device, steps * n, kind, Init::Overwritten))
         .transpose()?;
-    let mut v_final = KernelBuffer::<f32>::zeros(OP, device, n, kind)?;
-    if let (Some(xs), Some(ss), Some(vf)) = (xr.slice(), spikes.slice_mut(), v_final.slice_mut()) {
+    let mut v_final = KernelBuffer::<f32>::new(OP, device, n, kind, Init::Overwritten)?;
+    launch(OP, device, || {
+        let (xs, ss, vf) = (xr.host()?, spikes.host_mut()?, v_final.host_mut()?);
         let io = ForwardIo {
             steps,
             n,
             x: Some(xs),
-            v_init: vr.as_ref().and_then(|r| r.slice()),
+            v_init: vr.as_ref().map(|r| r.host()).transpose()?,
             spikes: ss,
-            h_seq: h_seq.as_mut().and_then(|h| h.slice_mut()),
+            h_seq: h_seq.as_mut().map(|h| h.host_mut()).transpose()?,
             v_final: vf,
         };
         forward_cpu(&dynamics, io);
-    }
+        Ok(())
+    })?;
     Ok(NeuronOutput {
         spikes: spikes.into_tensor(x.shape().clone())?.with_spike_flag(true),
         v_final: v_final.into_tensor(state_shape(x))?,
@@ -134,22 +137,24 @@ pub fn neuron_forward_reusing_input(
     let dynamics = Dynamics::new(cfg, read_w(OP, w)?);
     let device = x.device();
     let kind = MemoryKind::Activation;
-    let mut spikes = KernelBuffer::<f32>::zeros(OP, device, steps * n, kind)?;
-    let mut v_final = KernelBuffer::<f32>::zeros(OP, device, n, kind)?;
+    let mut spikes = KernelBuffer::<f32>::new(OP, device, steps * n, kind, Init::Overwritten)?;
+    let mut v_final = KernelBuffer::<f32>::new(OP, device, n, kind, Init::Overwritten)?;
     {
         let mut h = x.write::<f32>(OP)?;
-        if let (Some(hs), Some(ss), Some(vf)) = (h.slice_mut(), spikes.slice_mut(), v_final.slice_mut()) {
+        launch(OP, device, || {
+            let (hs, ss, vf) = (h.host_mut()?, spikes.host_mut()?, v_final.host_mut()?);
             let io = ForwardIo {
                 steps,
                 n,
                 x: None,
-                v_init: vr.as_ref().and_then(|r| r.slice()),
+                v_init: vr.as_ref().map(|r| r.host()).transpose()?,
                 spikes: ss,
                 h_seq: Some(hs),
                 v_final: vf,
             };
             forward_cpu(&dynamics, io);
-        }
+            Ok(())
+        })?;
     }
     Ok(NeuronOutput {
         spikes: spikes.into_tensor(x.shape().clone())?.with_spike_flag(true),
@@ -311,16 +316,23 @@ fn backward_impl(
     let device = grad_spikes.device();
     let kind = MemoryKind::Gradient;
     let mut grad_x = (!in_place)
-        .then(|| KernelBuffer::<f32>::zeros(OP, device, steps * n, kind))
+        .then(|| KernelBuffer::<f32>::new(OP, device, steps * n, kind, Init::Overwritten))
         .transpose()?;
     let mut grad_v_init = want_v_init_grad
-        .then(|| KernelBuffer::<f32>::zeros(OP, device, n, kind))
+        .then(|| KernelBuffer::<f32>::new(OP, device, n, kind, Init::Overwritten))
         .transpose()?;
     let grad_w = (is_plif && w_acc.is_none())
         .then(|| Tensor::zeros([1], crate::DType::F32, device, kind))
         .transpose()?;
     let mut partials = is_plif
-        .then(|| KernelBuffer::<f32>::workspace(OP, device, chunks::chunk_count(n) * steps))
+        .then(|| {
+            KernelBuffer::<f32>::workspace(
+                OP,
+                device,
+                n.div_ceil(device.target().neuron_block()) * steps,
+                Init::Overwritten,
+            )
+        })
         .transpose()?;
     let mut w_target = w_acc
         .or(grad_w.as_ref())
@@ -332,36 +344,38 @@ fn backward_impl(
     } else {
         (Some(grad_spikes.read::<f32>(OP)?), None)
     };
-    let gs = gsr.as_ref().and_then(|r| r.slice());
-    let gx = match (&mut grad_x, &mut gsw) {
-        (Some(b), _) => b.slice_mut(),
-        (None, Some(w)) => w.slice_mut(),
-        (None, None) => None,
-    };
-    let has_data = hr.slice().is_some() && (in_place || gs.is_some());
-    if let (true, Some(hs), Some(gx)) = (has_data, hr.slice(), gx) {
+    launch(OP, device, || {
+        let gs = gsr.as_ref().map(|r| r.host()).transpose()?;
+        let gx = match (&mut grad_x, &mut gsw) {
+            (Some(b), _) => b.host_mut()?,
+            (None, Some(w)) => w.host_mut()?,
+            // grad_x is allocated exactly when the gradient is not written in place.
+            (None, None) => return Err(CoreError::invalid(OP, "no buffer for the input gradient")),
+        };
+        let hs = hr.host()?;
         let io = BackwardIo {
             steps,
             n,
             grad_spikes: gs,
-            grad_v_final: gvr.as_ref().and_then(|r| r.slice()),
+            grad_v_final: gvr.as_ref().map(|r| r.host()).transpose()?,
             h_seq: hs,
-            v_init: vr.as_ref().and_then(|r| r.slice()),
+            v_init: vr.as_ref().map(|r| r.host()).transpose()?,
             grad_x: gx,
-            grad_v_init: grad_v_init.as_mut().and_then(|g| g.slice_mut()),
-            partials: partials.as_mut().and_then(|p| p.slice_mut()),
+            grad_v_init: grad_v_init.as_mut().map(|g| g.host_mut()).transpose()?,
+            partials: partials.as_mut().map(|p| p.host_mut()).transpose()?,
         };
         backward_cpu(&dynamics, cfg.surrogate, io);
         if let (Some(p), Some(gw)) = (
-            partials.as_mut().and_then(|p| p.slice_mut()),
-            w_target.as_mut().and_then(|g| g.slice_mut()),
+            partials.as_mut().map(|p| p.host_mut()).transpose()?,
+            w_target.as_mut().map(|g| g.host_mut()).transpose()?,
         ) {
             for t in (0..steps).rev() {
                 let s: f64 = p.iter().skip(t).step_by(steps).map(|&v| v as f64).sum();
                 gw[0] += (s * dynamics.dk_dw as f64) as f32;
             }
         }
-    }
+        Ok(())
+    })?;
     drop((partials, w_target, gsr, gsw));
     let (shape, state) = (grad_spikes.shape().clone(), state_shape(grad_spikes));
     let v_init = grad_v_init.map(|g| g.into_tensor(state)).transpose()?;
@@ -439,5 +453,10 @@ fn check_w(op: &'static str, cfg: &NeuronConfig, w: Option<&Tensor>, seq: &Tenso
 fn read_w(op: &'static str, w: Option<&Tensor>) -> Result<f32> {
     let Some(w) = w else { return Ok(0.0) };
     let r = w.read::<f32>(op)?;
-    Ok(r.slice().and_then(|s| s.first().copied()).unwrap_or(0.0))
+    let mut value = 0.0;
+    launch(op, w.device(), || {
+        value = r.host()?.first().copied().unwrap_or(0.0);
+        Ok(())
+    })?;
+    Ok(value)
 }

@@ -1,6 +1,7 @@
 //! Adaptive average pooling and its backward.
 
 use super::Geom;
+use crate::backend::{Init, launch};
 use crate::memory::MemoryKind;
 use crate::{CoreError, KernelBuffer, Result, Tensor};
 use rayon::prelude::*;
@@ -39,8 +40,12 @@ pub fn adaptive_avg_pool2d(x: &Tensor, out_hw: [usize; 2]) -> Result<Tensor> {
     };
     let xr = x.read::<f32>(OP)?;
     let n = g.b * g.c * g.out_plane();
-    let mut y = KernelBuffer::<f32>::zeros(OP, x.device(), n, MemoryKind::Activation)?;
-    if let (Some(xs), Some(ys), true) = (xr.slice(), y.slice_mut(), n > 0) {
+    let mut y = KernelBuffer::<f32>::new(OP, x.device(), n, MemoryKind::Activation, Init::Overwritten)?;
+    launch(OP, x.device(), || {
+        if n == 0 {
+            return Ok(());
+        }
+        let (xs, ys) = (xr.host()?, y.host_mut()?);
         ys.par_chunks_mut(g.out_plane())
             .enumerate()
             .with_min_len(g.min_planes())
@@ -61,7 +66,8 @@ pub fn adaptive_avg_pool2d(x: &Tensor, out_hw: [usize; 2]) -> Result<Tensor> {
                     }
                 }
             });
-    }
+        Ok(())
+    })?;
     y.into_tensor(g.out_dims())
 }
 
@@ -87,13 +93,15 @@ pub fn adaptive_avg_pool2d_backward(grad_y: &Tensor, input_dims: &[usize]) -> Re
     check_out(OP, [oh, ow])?;
     let g = Geom { oh, ow, ..g };
     let gr = grad_y.read::<f32>(OP)?;
-    let mut gx = KernelBuffer::<f32>::zeros(
+    let mut gx = KernelBuffer::<f32>::new(
         OP,
         grad_y.device(),
         g.b * g.c * g.in_plane(),
         MemoryKind::Gradient,
+        Init::Zeroed,
     )?;
-    if let (Some(gs), Some(out)) = (gr.slice(), gx.slice_mut()) {
+    launch(OP, grad_y.device(), || {
+        let (gs, out) = (gr.host()?, gx.host_mut()?);
         out.par_chunks_mut(g.in_plane())
             .zip(gs.par_chunks(g.out_plane()))
             .with_min_len(g.min_planes())
@@ -109,6 +117,7 @@ pub fn adaptive_avg_pool2d_backward(grad_y: &Tensor, input_dims: &[usize]) -> Re
                     }
                 }
             });
-    }
+        Ok(())
+    })?;
     gx.into_tensor(g.in_dims())
 }

@@ -1,6 +1,7 @@
 //! Average pooling and its backward.
 
 use super::{Geom, Pool2dParams, window};
+use crate::backend::{Init, launch};
 use crate::memory::MemoryKind;
 use crate::{KernelBuffer, Result, Tensor};
 use rayon::prelude::*;
@@ -24,8 +25,12 @@ pub fn avg_pool2d(x: &Tensor, p: &Pool2dParams, count_include_pad: bool) -> Resu
     let g = Geom::pooled(OP, x.dims(), p)?;
     let xr = x.read::<f32>(OP)?;
     let n = g.b * g.c * g.out_plane();
-    let mut y = KernelBuffer::<f32>::zeros(OP, x.device(), n, MemoryKind::Activation)?;
-    if let (Some(xs), Some(ys), true) = (xr.slice(), y.slice_mut(), n > 0) {
+    let mut y = KernelBuffer::<f32>::new(OP, x.device(), n, MemoryKind::Activation, Init::Overwritten)?;
+    launch(OP, x.device(), || {
+        if n == 0 {
+            return Ok(());
+        }
+        let (xs, ys) = (xr.host()?, y.host_mut()?);
         let ([kh, kw], [sh, sw], [ph, pw]) = (p.kernel, p.stride, p.padding);
         ys.par_chunks_mut(g.out_plane())
             .enumerate()
@@ -47,7 +52,8 @@ pub fn avg_pool2d(x: &Tensor, p: &Pool2dParams, count_include_pad: bool) -> Resu
                     }
                 }
             });
-    }
+        Ok(())
+    })?;
     y.into_tensor(g.out_dims())
 }
 
@@ -64,13 +70,18 @@ pub fn avg_pool2d_backward(
     let g = Geom::pooled(OP, input_dims, p)?;
     g.expect_out(OP, grad_y)?;
     let gr = grad_y.read::<f32>(OP)?;
-    let mut gx = KernelBuffer::<f32>::zeros(
+    let mut gx = KernelBuffer::<f32>::new(
         OP,
         grad_y.device(),
         g.b * g.c * g.in_plane(),
         MemoryKind::Gradient,
+        Init::Zeroed,
     )?;
-    if let (Some(gs), Some(out), true) = (gr.slice(), gx.slice_mut(), g.out_plane() > 0) {
+    launch(OP, grad_y.device(), || {
+        if g.out_plane() == 0 {
+            return Ok(());
+        }
+        let (gs, out) = (gr.host()?, gx.host_mut()?);
         let ([kh, kw], [sh, sw], [ph, pw]) = (p.kernel, p.stride, p.padding);
         out.par_chunks_mut(g.in_plane())
             .zip(gs.par_chunks(g.out_plane()))
@@ -89,6 +100,7 @@ pub fn avg_pool2d_backward(
                     }
                 }
             });
-    }
+        Ok(())
+    })?;
     gx.into_tensor(g.in_dims())
 }

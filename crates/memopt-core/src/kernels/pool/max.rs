@@ -1,6 +1,7 @@
 //! Max pooling and its backward.
 
 use super::{Geom, Pool2dParams, window};
+use crate::backend::{Init, launch};
 use crate::memory::MemoryKind;
 use crate::{CoreError, KernelBuffer, Result, Tensor};
 use rayon::prelude::*;
@@ -79,9 +80,13 @@ pub fn max_pool2d(x: &Tensor, p: &Pool2dParams) -> Result<(Tensor, Tensor)> {
     }
     let xr = x.read::<f32>(OP)?;
     let n = g.b * g.c * g.out_plane();
-    let mut y = KernelBuffer::<f32>::zeros(OP, x.device(), n, MemoryKind::Activation)?;
-    let mut idx = KernelBuffer::<u32>::zeros(OP, x.device(), n, MemoryKind::Activation)?;
-    if let (Some(xs), Some(ys), Some(is), true) = (xr.slice(), y.slice_mut(), idx.slice_mut(), n > 0) {
+    let mut y = KernelBuffer::<f32>::new(OP, x.device(), n, MemoryKind::Activation, Init::Overwritten)?;
+    let mut idx = KernelBuffer::<u32>::new(OP, x.device(), n, MemoryKind::Activation, Init::Overwritten)?;
+    launch(OP, x.device(), || {
+        if n == 0 {
+            return Ok(());
+        }
+        let (xs, ys, is) = (xr.host()?, y.host_mut()?, idx.host_mut()?);
         let ([kh, kw], [sh, sw], [ph, pw]) = (p.kernel, p.stride, p.padding);
         ys.par_chunks_mut(g.out_plane())
             .zip(is.par_chunks_mut(g.out_plane()))
@@ -121,7 +126,8 @@ pub fn max_pool2d(x: &Tensor, p: &Pool2dParams) -> Result<(Tensor, Tensor)> {
                     }
                 }
             });
-    }
+        Ok(())
+    })?;
     let dims = g.out_dims();
     Ok((
         y.into_tensor(dims)?.with_spike_flag(x.is_spike()),
@@ -159,20 +165,32 @@ pub fn max_pool2d_backward(grad_y: &Tensor, indices: &Tensor, input_dims: &[usiz
     }
     let (gr, ir) = (grad_y.read::<f32>(OP)?, indices.read::<u32>(OP)?);
     let in_plane = g.in_plane();
-    if let Some(is) = ir.slice()
-        && let Some(pos) = is.iter().position(|&i| i as usize >= in_plane)
-    {
-        return Err(CoreError::invalid(
-            OP,
-            format!(
-                "index {} at position {pos} is outside the input plane of {}x{} (valid: 0..{in_plane})",
-                is[pos], g.h, g.w
-            ),
-        ));
-    }
+    launch(OP, indices.device(), || {
+        let is = ir.host()?;
+        match is.iter().position(|&i| i as usize >= in_plane) {
+            Some(pos) => Err(CoreError::invalid(
+                OP,
+                format!(
+                    "index {} at position {pos} is outside the input plane of {}x{} (valid: 0..{in_plane})",
+                    is[pos], g.h, g.w
+                ),
+            )),
+            None => Ok(()),
+        }
+    })?;
     let out_plane = grad_y.dims()[2] * grad_y.dims()[3];
-    let mut gx = KernelBuffer::<f32>::zeros(OP, grad_y.device(), g.b * g.c * in_plane, MemoryKind::Gradient)?;
-    if let (Some(gs), Some(is), Some(out), true) = (gr.slice(), ir.slice(), gx.slice_mut(), out_plane > 0) {
+    let mut gx = KernelBuffer::<f32>::new(
+        OP,
+        grad_y.device(),
+        g.b * g.c * in_plane,
+        MemoryKind::Gradient,
+        Init::Zeroed,
+    )?;
+    launch(OP, grad_y.device(), || {
+        if out_plane == 0 {
+            return Ok(());
+        }
+        let (gs, is, out) = (gr.host()?, ir.host()?, gx.host_mut()?);
         out.par_chunks_mut(in_plane)
             .zip(gs.par_chunks(out_plane).zip(is.par_chunks(out_plane)))
             .with_min_len(g.min_planes())
@@ -181,6 +199,7 @@ pub fn max_pool2d_backward(grad_y: &Tensor, indices: &Tensor, input_dims: &[usiz
                     o[i as usize] += v;
                 }
             });
-    }
+        Ok(())
+    })?;
     gx.into_tensor(g.in_dims())
 }

@@ -67,7 +67,7 @@ fn meta_and_cpu_allocate_identically() {
         };
         for want in [false, true] {
             let (cpu_shapes, cpu_events) = traced(&case, Device::Cpu, want);
-            let (meta_shapes, meta_events) = traced(&case, Device::Meta, want);
+            let (meta_shapes, meta_events) = traced(&case, Device::META, want);
             assert_eq!(cpu_shapes, meta_shapes);
             assert_eq!(cpu_events, meta_events, "{cfg:?}");
             // Inputs (x, v_init?, w?, grad_spikes, grad_v_final?), forward 3 outputs, backward
@@ -98,9 +98,9 @@ fn meta_and_cpu_allocate_identically() {
 
 #[test]
 fn forward_allocates_only_its_outputs() {
-    let tracker = MemoryTracker::new(Device::Meta);
+    let tracker = MemoryTracker::new(Device::META);
     let _guard = MemoryTracker::install(tracker.clone());
-    let x = Tensor::full([8, 16, 32], 0.0, Device::Meta, MemoryKind::Input).unwrap();
+    let x = Tensor::full([8, 16, 32], 0.0, Device::META, MemoryKind::Input).unwrap();
     let base = tracker.current_bytes();
     tracker.reset_peak();
     let out = neuron_forward(&NeuronConfig::lif(2.0), &x, None, None, false).unwrap();
@@ -203,7 +203,7 @@ fn errors_name_the_problem() {
         false,
     ));
     assert!(e.contains("expected dtype f32"), "{e}");
-    let meta_state = Tensor::full([4], 0.0, Device::Meta, MemoryKind::Input).unwrap();
+    let meta_state = Tensor::full([4], 0.0, Device::META, MemoryKind::Input).unwrap();
     let e = err_of(neuron_forward(&lif, &x, Some(&meta_state), None, false));
     assert!(e.contains("different devices"), "{e}");
 

@@ -572,7 +572,7 @@ fn reusing_the_input_for_h_seq_is_exact_and_saves_a_buffer() {
             "one [T, n] f32 buffer less"
         );
         assert_eq!(
-            run(Device::Meta, true, false).0,
+            run(Device::META, true, false).0,
             reuse_peak,
             "Meta decides the same way"
         );

@@ -177,6 +177,16 @@ fn conv(stride: [usize; 2], padding: [usize; 2], dilation: [usize; 2], groups: u
     }
 }
 
+/// Input and weight gradients (GEMMs) within 1e-5; the bias gradient, a plain f64 sum in the
+/// CPU's order, bit for bit.
+fn assert_weight_grads(what: &str, cpu: [&Option<Tensor>; 3], gpu: [&Option<Tensor>; 3]) {
+    let [(cx, gx), (cw, gw), (cb, gb)] =
+        [0, 1, 2].map(|i| (cpu[i].as_ref().unwrap(), gpu[i].as_ref().unwrap()));
+    assert_close(&format!("{what} grad x"), cx, gx, 1e-5);
+    assert_close(&format!("{what} grad w"), cw, gw, 1e-5);
+    assert_identical(&format!("{what} grad b"), cb, gb);
+}
+
 #[test]
 fn convolution_and_linear_match_within_gemm_tolerance() {
     if !gpu_or_skip("convolution_and_linear_match_within_gemm_tolerance") {
@@ -209,24 +219,7 @@ fn convolution_and_linear_match_within_gemm_tolerance() {
         let (g, gg) = pair(values(y.elem_count(), 4, 1.0), y.dims());
         let r = conv2d_backward(&g, &x, &w, true, &p, GradNeeds::ALL).unwrap();
         let gr = conv2d_backward(&gg, &gx, &gw, true, &p, GradNeeds::ALL).unwrap();
-        assert_close(
-            &format!("{what} grad x"),
-            r.x.as_ref().unwrap(),
-            gr.x.as_ref().unwrap(),
-            1e-5,
-        );
-        assert_close(
-            &format!("{what} grad w"),
-            r.w.as_ref().unwrap(),
-            gr.w.as_ref().unwrap(),
-            1e-5,
-        );
-        // The bias gradient is a plain f64 sum: bit-identical.
-        assert_identical(
-            &format!("{what} grad b"),
-            r.b.as_ref().unwrap(),
-            gr.b.as_ref().unwrap(),
-        );
+        assert_weight_grads(&what, [&r.x, &r.w, &r.b], [&gr.x, &gr.w, &gr.b]);
     }
     for (m, k, n, steps) in [(1usize, 1usize, 1usize, 1usize), (6, 33, 10, 3), (40, 128, 11, 4)] {
         let what = format!("linear m={m} k={k} n={n}");
@@ -243,23 +236,7 @@ fn convolution_and_linear_match_within_gemm_tolerance() {
         let (g, gg) = pair(values(m * n, 8, 1.0), &[m, n]);
         let r = linear_backward(&g, &x, &w, true, GradNeeds::ALL).unwrap();
         let gr = linear_backward(&gg, &gx, &gw, true, GradNeeds::ALL).unwrap();
-        assert_close(
-            &format!("{what} grad x"),
-            r.x.as_ref().unwrap(),
-            gr.x.as_ref().unwrap(),
-            1e-5,
-        );
-        assert_close(
-            &format!("{what} grad w"),
-            r.w.as_ref().unwrap(),
-            gr.w.as_ref().unwrap(),
-            1e-5,
-        );
-        assert_identical(
-            &format!("{what} grad b"),
-            r.b.as_ref().unwrap(),
-            gr.b.as_ref().unwrap(),
-        );
+        assert_weight_grads(&what, [&r.x, &r.w, &r.b], [&gr.x, &gr.w, &gr.b]);
     }
 }
 

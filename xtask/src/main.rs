@@ -9,12 +9,17 @@
 //! - `cargo xtask gpu-bundle [--out DIR] [--wheel FILE]`: the GPU test binaries and the GPU
 //!   benchmark (release, stripped) with `run.sh` in one folder of at most 48 MiB (default
 //!   `target/gpu-bundle/`) to copy to a GPU machine without Rust (see `gpu_bundle.rs`).
+//! - `cargo xtask peer [--threads K] [--steps S] [--quick]`: one training step of memopt against
+//!   PyTorch + SpikingJelly 2.0 (`bench/peer/step_time.py`) on the workloads of issue 12, same
+//!   thread count, written to `target/bench/peer.{md,json}`; skips, saying what it needs, when
+//!   no Python with torch and spikingjelly is found (`MEMOPT_PEER_PYTHON`, default `python3`).
 //! - `cargo xtask ci`: runs `.ci/run` (format, clippy, NVRTC set-up, the workspace tests), so
 //!   local runs and CI run the same thing.
 //!
 //! The task itself depends on no memopt crate: the benchmarks run in cargo's bench profile.
 
 mod gpu_bundle;
+mod peer;
 
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -29,6 +34,9 @@ tasks:
   gpu-bundle [--out DIR] [--wheel FILE]
         GPU test binaries + GPU benchmark + run.sh in one folder (default target/gpu-bundle/,
         at most 48 MiB); --wheel adds a spikingjelly wheel for the PyTorch comparison
+  peer [--threads K] [--steps S] [--quick]
+        one training step against PyTorch + SpikingJelly (needs MEMOPT_PEER_PYTHON or python3
+        with torch and spikingjelly==2.0.0; skips without), written under target/bench/
   ci    run .ci/run: cargo fmt --check, clippy -D warnings, NVRTC set-up, cargo test --workspace";
 
 fn root() -> PathBuf {
@@ -259,6 +267,7 @@ fn main() -> ExitCode {
     let result = match args.first().map(String::as_str) {
         Some("bench") => bench(&args[1..]),
         Some("gpu-bundle") => gpu_bundle(&args[1..]),
+        Some("peer") => peer::peer(&args[1..]),
         Some("ci") => ci(),
         Some("-h" | "--help" | "help") => {
             println!("{USAGE}");

@@ -12,21 +12,6 @@ pub fn percent(fraction: f64) -> String {
     format!("{:+.1}%", fraction * 100.0)
 }
 
-/// Median of `v` (mean of the two middle values for an even count); 0 for none.
-pub fn median(v: &[f64]) -> f64 {
-    if v.is_empty() {
-        return 0.0;
-    }
-    let mut s = v.to_vec();
-    s.sort_by(f64::total_cmp);
-    let n = s.len();
-    if n % 2 == 1 {
-        s[n / 2]
-    } else {
-        (s[n / 2 - 1] + s[n / 2]) / 2.0
-    }
-}
-
 /// `YYYY-MM-DD` (UTC) of `secs` seconds since the Unix epoch (Howard Hinnant's
 /// civil-from-days algorithm).
 pub fn utc_date(secs: u64) -> String {
@@ -55,15 +40,12 @@ mod tests {
     }
 
     #[test]
-    fn units_and_medians() {
+    fn units() {
         assert_eq!(bytes(1023), "1023 B");
         assert_eq!(bytes(1536), "1.50 KiB");
         assert_eq!(bytes(3 << 30), "3.00 GiB");
         assert_eq!(percent(0.128), "+12.8%");
         assert_eq!(percent(-0.05), "-5.0%");
         assert_eq!(path(""), "(root)");
-        assert_eq!(median(&[3.0, 1.0, 2.0]), 2.0);
-        assert_eq!(median(&[4.0, 1.0, 3.0, 2.0]), 2.5);
-        assert_eq!(median(&[]), 0.0);
     }
 }

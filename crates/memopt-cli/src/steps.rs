@@ -1,10 +1,10 @@
 //! Real training steps: measured peak, gradient bits and step times of a plan.
 
 use crate::error::Result;
-use crate::format::median;
 use memopt_checkpoint::{Plan, StepOptions};
 use memopt_core::{Device, MemoryTracker};
 use memopt_profiler::Workload;
+use memopt_profiler::timing::median;
 use std::time::Instant;
 
 /// What real steps of one plan measured.

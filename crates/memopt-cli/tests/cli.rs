@@ -236,6 +236,29 @@ fn optimize_json_has_the_stable_fields_for_every_strategy() {
     );
 }
 
+/// `--device cuda` plans for the GPU target on any machine (no GPU needed) and says so; the
+/// CPU target's figures are those of a plan without the flag. The GPU target adds each GEMM op's
+/// cuBLAS workspace, so its baseline peak is higher.
+#[test]
+fn optimize_plans_for_a_gpu_without_one() {
+    let cpu = json(&["optimize", "-m", EXAMPLE, "--json"]);
+    let cpu_flag = json(&["optimize", "-m", EXAMPLE, "--json", "--device", "cpu"]);
+    assert!(cpu.get("target").is_none(), "no target field for the CPU");
+    for field in ["baseline_peak_bytes", "planned_peak_bytes"] {
+        assert_eq!(u(&cpu, field), u(&cpu_flag, field), "{field}");
+    }
+    let gpu = json(&["optimize", "-m", EXAMPLE, "--json", "--device", "cuda"]);
+    assert_eq!(gpu["target"], "cuda");
+    assert!(u(&gpu, "baseline_peak_bytes") > u(&cpu, "baseline_peak_bytes"));
+    assert!(u(&gpu, "planned_peak_bytes") <= u(&gpu, "baseline_peak_bytes"));
+    let text = ok(&["optimize", "-m", EXAMPLE, "--device", "cuda"]);
+    assert!(
+        text.contains("target: cuda") && text.contains("no GPU needed"),
+        "{text}"
+    );
+    assert!(!ok(&["optimize", "-m", EXAMPLE]).contains("target:"));
+}
+
 #[test]
 fn optimize_writes_a_plan_that_train_reads_back_at_the_planned_peak() {
     let plan = temp("plan.json");

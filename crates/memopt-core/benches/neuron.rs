@@ -57,7 +57,7 @@ fn backward_bytes() -> u64 {
     4 * (3 * STEPS * NEURONS) as u64
 }
 
-/// Bytes of the outputs that `KernelBuffer::zeros` zero-fills: spikes, h_seq, v_final, grad_x.
+/// Bytes of the outputs that `KernelBuffer::new` zero-fills: spikes, h_seq, v_final, grad_x.
 fn output_bytes() -> u64 {
     4 * (3 * STEPS * NEURONS + NEURONS) as u64
 }

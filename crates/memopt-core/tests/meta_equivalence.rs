@@ -182,6 +182,21 @@ fn meta_and_cpu_record_identical_event_streams_and_peaks() {
     assert_eq!(cpu_events, meta_events);
     assert_eq!(cpu.peak, meta.peak);
     assert_eq!(cpu.by_kind, meta.by_kind);
+    assert_eq!(
+        (cpu.allocated_peak, cpu.reserved_peak, cpu.segments, cpu.reserved),
+        (
+            meta.allocated_peak,
+            meta.reserved_peak,
+            meta.segments,
+            meta.reserved
+        ),
+        "the caching allocator decides alike with and without memory behind it"
+    );
+    assert!(cpu.peak <= cpu.allocated_peak && cpu.allocated_peak <= cpu.reserved_peak);
+    assert!(
+        cpu.allocated_peak > cpu.peak,
+        "small tensors are rounded up to 512 B blocks"
+    );
     assert_eq!(cpu.current, 0, "everything was freed");
     for kind in [
         MemoryKind::Parameter,

@@ -3,7 +3,7 @@
 use crate::Result;
 use crate::error::ProfilerError;
 use crate::memory::recorder::RecorderState;
-use crate::memory::{MemoryRecorder, MemoryReport};
+use crate::memory::{AllocatorLevels, MemoryRecorder, MemoryReport};
 use crate::workload::{StepSession, Workload};
 use memopt_checkpoint::Plan;
 use memopt_core::MemoryTracker;
@@ -23,7 +23,7 @@ pub struct Estimator {
     tracker: Arc<MemoryTracker>,
     session: StepSession,
     setup: RecorderState,
-    setup_peak: u64,
+    setup_peaks: AllocatorLevels,
     baseline: u64,
 }
 
@@ -39,7 +39,7 @@ impl Estimator {
         drop(recorder);
         Ok(Estimator {
             workload: workload.clone(),
-            setup_peak: tracker.peak_bytes(),
+            setup_peaks: peaks_of(&tracker),
             baseline: tracker.current_bytes(),
             tracker,
             session,
@@ -57,15 +57,28 @@ impl Estimator {
         self.baseline
     }
 
-    /// The exact peak of one step under `plan`, in bytes, persistent state included. The fast
-    /// path for planners: nothing but the tracker's counters is recorded.
+    /// The exact peak of one step under `plan`, in requested bytes, persistent state
+    /// included. The fast path for planners: nothing but the tracker's counters is recorded.
     pub fn peak_bytes(&mut self, plan: &Plan) -> Result<u64> {
+        Ok(self.peaks(plan)?.requested_bytes)
+    }
+
+    /// The exact requested, allocated and reserved peaks of one step under `plan`, in bytes,
+    /// setup included; the step starts from an emptied cache, as [`crate::profile_memory`]'s
+    /// does, so the reserved peak equals the CPU's.
+    pub fn peaks(&mut self, plan: &Plan) -> Result<AllocatorLevels> {
         let _installed = MemoryTracker::install(self.tracker.clone());
         self.session.apply_plan(plan)?;
+        self.tracker.empty_cache();
         self.tracker.reset_peak();
         self.session.step()?;
         self.check_no_leak()?;
-        Ok(self.setup_peak.max(self.tracker.peak_bytes()))
+        let step = peaks_of(&self.tracker);
+        Ok(AllocatorLevels {
+            requested_bytes: self.setup_peaks.requested_bytes.max(step.requested_bytes),
+            allocated_bytes: self.setup_peaks.allocated_bytes.max(step.allocated_bytes),
+            reserved_bytes: self.setup_peaks.reserved_bytes.max(step.reserved_bytes),
+        })
     }
 
     /// The full memory report of one step under `plan`: the same report
@@ -73,6 +86,7 @@ impl Estimator {
     pub fn report(&mut self, plan: &Plan) -> Result<MemoryReport> {
         let _installed = MemoryTracker::install(self.tracker.clone());
         self.session.apply_plan(plan)?;
+        self.tracker.empty_cache();
         let recorder = MemoryRecorder::resume(&self.tracker, self.setup.clone());
         self.session.step()?;
         let report = recorder.finish(self.workload.describe(), plan.clone());
@@ -89,6 +103,16 @@ impl Estimator {
             });
         }
         Ok(())
+    }
+}
+
+/// The tracker's requested, allocated and reserved peaks, in bytes.
+fn peaks_of(tracker: &MemoryTracker) -> AllocatorLevels {
+    let s = tracker.stats();
+    AllocatorLevels {
+        requested_bytes: s.peak,
+        allocated_bytes: s.allocated_peak,
+        reserved_bytes: s.reserved_peak,
     }
 }
 

@@ -37,7 +37,7 @@ mod workload;
 pub use cost::CostModel;
 pub use error::{ProfilerError, Result};
 pub use estimator::{Estimator, estimate};
-pub use memory::{MemoryRecorder, MemoryReport, profile_memory};
+pub use memory::{AllocatorFigures, AllocatorLevels, MemoryRecorder, MemoryReport, profile_memory};
 pub use timing::{TimingProfiler, TimingReport};
 pub use workload::{
     ModelBuilder, ModelSource, OptimizerChoice, StepSession, Workload, plan_is_data_dependent, random_batch,

@@ -22,6 +22,22 @@ fn check_equal(workload: &Workload, plan: &Plan, estimator: &mut Estimator) -> R
         workload.describe(),
         plan.to_json()
     );
+    let peaks = estimator.peaks(plan).unwrap();
+    let m = measured.allocator;
+    prop_assert_eq!(
+        (peaks.requested_bytes, peaks.allocated_bytes, peaks.reserved_bytes),
+        (
+            m.requested_peak_bytes,
+            m.allocated_peak_bytes,
+            m.reserved_peak_bytes
+        ),
+        "{}: requested, allocated and reserved peaks, plan {}",
+        workload.describe(),
+        plan.to_json()
+    );
+    prop_assert!(
+        m.requested_peak_bytes <= m.allocated_peak_bytes && m.allocated_peak_bytes <= m.reserved_peak_bytes
+    );
     let estimated = estimator.report(plan).unwrap();
     prop_assert_eq!(estimated.device, Device::META);
     prop_assert_eq!(

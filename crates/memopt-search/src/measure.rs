@@ -105,7 +105,7 @@ pub fn measure(model: &Model, site: &Site, policy: Policy, first: bool) -> Resul
         .map(|(id, shape)| {
             Ok((
                 id,
-                Tensor::zeros(shape, DType::F32, Device::META, MemoryKind::Gradient)?,
+                Tensor::zeros(shape, DType::F32, model.device(), MemoryKind::Gradient)?,
             ))
         })
         .collect::<Result<_>>()?;

@@ -6,8 +6,7 @@ use crate::format::{bytes, path};
 use crate::out;
 use crate::selection::{DEFAULT_MODEL, ModelArgs, parse_device};
 use memopt_checkpoint::Plan;
-use memopt_core::Device;
-use memopt_profiler::memory::{Holder, KindBytes};
+use memopt_profiler::memory::{AllocatorFigures, Holder, KindBytes};
 use memopt_profiler::{MemoryReport, TimingProfiler, TimingReport, estimate, profile_memory};
 use serde::Serialize;
 use std::io::Write;
@@ -22,7 +21,8 @@ module and phase (forward, backward, recompute) the bytes allocated, held at exi
 reached inside and the time taken.
 
 --device cpu measures a real step (and times it over --runs steps); --device meta computes the
-same memory figures to the byte without running anything (no times). --plan profiles the step
+same memory figures to the byte without running anything (no times); --device meta:cuda computes
+what the step would allocate on a GPU, with the CUDA backend's workspace rules. --plan profiles the step
 under a plan written by `memopt optimize --out`.";
 
 /// Options of `memopt profile`.
@@ -31,9 +31,10 @@ pub struct ProfileArgs {
     /// The model and its size [default model: cifar10dvs-vgg].
     #[command(flatten)]
     pub model: ModelArgs,
-    /// Where the step runs: cpu (measured, timed), meta (exact memory, no data, no time) or
-    /// cuda[:N] (the training kernels run on the CPU only so far: cuda reports that).
-    #[arg(long, default_value = "cpu", value_name = "cpu|meta|cuda")]
+    /// Where the step runs: cpu (measured, timed), meta (exact memory, no data, no time),
+    /// meta:cuda (exact memory of the step on a GPU, computed without one) or cuda[:N] (the
+    /// training kernels run on the CPU only so far: cuda reports that).
+    #[arg(long, default_value = "cpu", value_name = "cpu|meta|meta:cuda|cuda")]
     pub device: String,
     /// Profile under this plan (from `memopt optimize --out`) instead of storing everything.
     #[arg(long, value_name = "FILE")]
@@ -104,6 +105,9 @@ pub struct ProfileJson {
     pub peak_phase: String,
     /// Bytes per kind at the peak.
     pub by_kind: KindBytes,
+    /// Requested, allocated and reserved peaks of the caching allocator, the three levels at
+    /// each peak, and the fragmentation (reserved - allocated).
+    pub allocator: AllocatorFigures,
     /// Who holds the peak, largest first.
     pub holders: Vec<Holder>,
     /// Median step time, in ms (`null` on Meta).
@@ -142,7 +146,9 @@ fn rows(report: &MemoryReport, timing: Option<&TimingReport>) -> Vec<ModuleRow> 
 /// Profiles one step.
 pub fn run(args: &ProfileArgs, out: &mut dyn Write) -> Result<()> {
     let device = parse_device(&args.device)?;
-    let sel = args.model.resolve(Some(DEFAULT_MODEL))?;
+    let mut sel = args.model.resolve(Some(DEFAULT_MODEL))?;
+    // `--device meta:cuda` estimates what the step allocates on a GPU.
+    sel.workload.target = device.target();
     let plan = match &args.plan {
         Some(p) => read_plan_for(p, &sel)?,
         None => Plan::store_all(),
@@ -151,12 +157,12 @@ pub fn run(args: &ProfileArgs, out: &mut dyn Write) -> Result<()> {
         return Err(CliError::Usage("--runs must be at least 1".into()));
     }
     let workload = &sel.workload;
-    let report = if device == Device::META {
+    let report = if device.is_meta() {
         estimate(workload, &plan)?
     } else {
         profile_memory(workload, &plan, device)?
     };
-    let timing = if device == Device::META {
+    let timing = if device.is_meta() {
         None
     } else {
         Some(TimingProfiler::new(1, args.runs).profile(workload, &plan, device)?)
@@ -181,6 +187,7 @@ pub fn run(args: &ProfileArgs, out: &mut dyn Write) -> Result<()> {
             peak_path: report.peak_path.clone(),
             peak_phase: report.peak_phase.name().to_string(),
             by_kind: report.by_kind,
+            allocator: report.allocator,
             holders: report.holders.clone(),
             step_ms: timing.as_ref().map(|t| t.step_ms),
             modules,

@@ -2,12 +2,13 @@
 
 use super::read_plan_for;
 use crate::error::{CliError, Result};
-use crate::format::{bytes, median};
+use crate::format::bytes;
 use crate::out;
 use crate::progress::{Progress, StepStatus};
 use crate::selection::{DEFAULT_MODEL, ModelArgs, parse_device};
 use memopt_checkpoint::{Plan, StepOptions};
 use memopt_core::MemoryTracker;
+use memopt_profiler::timing::median;
 use serde::Serialize;
 use std::io::Write;
 use std::path::PathBuf;
@@ -64,6 +65,11 @@ pub struct TrainJson {
     /// Most bytes held at once, model, optimizer state and batch included (for a plan: the
     /// planned peak `memopt optimize` reports).
     pub peak_bytes: u64,
+    /// Most bytes of the caching allocator's blocks held at once (each tensor rounded up).
+    pub allocated_peak_bytes: u64,
+    /// Most bytes of segments the caching allocator held from the device at once: what runs
+    /// out on a device. The cache is kept between steps, as PyTorch does.
+    pub reserved_peak_bytes: u64,
     /// Bytes held after the last step.
     pub final_bytes: u64,
     /// Median step time, in ms.
@@ -129,6 +135,8 @@ pub fn run(args: &TrainArgs, out: &mut dyn Write) -> Result<()> {
             steps: args.steps,
             plan_entries: plan.entries.len(),
             peak_bytes: peak,
+            allocated_peak_bytes: tracker.allocated_peak_bytes(),
+            reserved_peak_bytes: tracker.reserved_peak_bytes(),
             final_bytes: tracker.current_bytes(),
             median_step_ms: median(&times),
             losses,
@@ -151,5 +159,11 @@ pub fn run(args: &TrainArgs, out: &mut dyn Write) -> Result<()> {
         out,
         "measured peak: {} ({peak} bytes; model, optimizer state and batch included)",
         bytes(peak)
+    )?;
+    out!(
+        out,
+        "caching allocator peaks: allocated {}, reserved {} (segments held from the device)",
+        bytes(tracker.allocated_peak_bytes()),
+        bytes(tracker.reserved_peak_bytes())
     )
 }

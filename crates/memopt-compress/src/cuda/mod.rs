@@ -107,7 +107,11 @@ pub(crate) fn pack(
     let stream = cuda_context(ordinal)?.default_stream();
     let n = x.elem_count();
     let out = alloc_uninit::<u8>(&stream, len)?;
-    let payload = Arc::new(Storage::from_cuda(CudaData::U8(out), ordinal, MemoryKind::Packed));
+    let payload = Arc::new(Storage::from_cuda(
+        CudaData::U8(out),
+        ordinal,
+        MemoryKind::Packed,
+    )?);
     let status = match check {
         true => {
             let s = stream.clone_htod(&[-1i64]).map_err(driver(OP))?;
@@ -115,7 +119,7 @@ pub(crate) fn pack(
                 CudaData::I64(s),
                 ordinal,
                 MemoryKind::Workspace,
-            ))
+            )?)
         }
         false => None,
     };
@@ -263,6 +267,6 @@ pub(crate) fn unpack(packed: &Packed, ordinal: usize, kernels: &CudaKernels) -> 
         // the pack kernel wrote for n values and `out` holds n values of the kernel's dtype.
         unsafe { b.launch(cfg) }.map_err(driver("launching an unpack kernel"))?;
     }
-    let storage = Storage::from_cuda(out, ordinal, MemoryKind::Activation);
+    let storage = Storage::from_cuda(out, ordinal, MemoryKind::Activation)?;
     Ok(Tensor::from_storage(Arc::new(storage), packed.shape().clone())?)
 }

@@ -1,5 +1,6 @@
 //! The guard that ties a buffer's lifetime to its tracker entry.
 
+use super::caching::BlockId;
 use super::{MemoryKind, MemoryTracker};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -8,20 +9,32 @@ use std::sync::atomic::{AtomicU8, Ordering};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct AllocationId(pub u64);
 
-/// A live tracked buffer. Created by [`MemoryTracker::allocate`]; records the free when dropped.
+/// A live tracked buffer. Created by [`MemoryTracker::allocate`]; records the free (and gives
+/// its caching-allocator block back, when it owns it) when dropped.
 #[derive(Debug)]
 pub struct Allocation {
     id: AllocationId,
     bytes: u64,
+    allocated: u64,
+    block: Option<BlockId>,
     kind: AtomicU8,
     tracker: Arc<MemoryTracker>,
 }
 
 impl Allocation {
-    pub(super) fn new(id: AllocationId, bytes: u64, kind: MemoryKind, tracker: Arc<MemoryTracker>) -> Self {
+    pub(super) fn new(
+        id: AllocationId,
+        bytes: u64,
+        allocated: u64,
+        block: Option<BlockId>,
+        kind: MemoryKind,
+        tracker: Arc<MemoryTracker>,
+    ) -> Self {
         Allocation {
             id,
             bytes,
+            allocated,
+            block,
             kind: AtomicU8::new(kind.index() as u8),
             tracker,
         }
@@ -32,9 +45,14 @@ impl Allocation {
         self.id
     }
 
-    /// Size in bytes.
+    /// Size requested, in bytes.
     pub fn bytes(&self) -> u64 {
         self.bytes
+    }
+
+    /// Size of its caching-allocator block, in bytes (the request rounded up).
+    pub fn allocated_bytes(&self) -> u64 {
+        self.allocated
     }
 
     /// Current kind.
@@ -60,6 +78,7 @@ impl Allocation {
 
 impl Drop for Allocation {
     fn drop(&mut self) {
-        self.tracker.record_free(self.id, self.bytes, self.kind());
+        let block = self.block.take();
+        self.tracker.record_free(self, block);
     }
 }

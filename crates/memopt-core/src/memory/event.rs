@@ -27,22 +27,28 @@ pub struct MemoryEvent {
     pub action: MemoryAction,
     /// Which buffer.
     pub allocation: AllocationId,
-    /// Size of the buffer, in bytes.
+    /// Size of the buffer as requested, in bytes.
     pub bytes: u64,
+    /// Size of its caching-allocator block, in bytes (`bytes` rounded up).
+    pub allocated: u64,
     /// Kind of the buffer after the event.
     pub kind: MemoryKind,
     /// Device of the tracker.
     pub device: Device,
     /// Module path and phase at the time of the event.
     pub scope: Scope,
-    /// Tracked bytes on the device after the event.
+    /// Requested bytes held on the device after the event.
     pub current_bytes: u64,
+    /// Allocated (block) bytes held on the device after the event.
+    pub current_allocated: u64,
+    /// Reserved (segment) bytes held on the device after the event.
+    pub current_reserved: u64,
     /// Nanoseconds since the tracker was created.
     pub time_ns: u64,
 }
 
 impl MemoryEvent {
-    /// Signed change of the device's current bytes caused by this event.
+    /// Signed change of the device's requested bytes caused by this event.
     pub fn delta(&self) -> i64 {
         match self.action {
             MemoryAction::Alloc => self.bytes as i64,

@@ -3,6 +3,7 @@
 //! [`MemoryKind`] and the [`Scope`] (module path and [`Phase`]) it happened in.
 
 mod allocation;
+pub mod caching;
 mod event;
 mod kind;
 mod scope;
@@ -15,4 +16,6 @@ pub use scope::{
     Phase, PhaseGuard, Scope, ScopeEvent, ScopeGuard, ScopeListener, ScopeListenerGuard, ScopeTransition,
     add_scope_listener, current_scope, enter_module, enter_phase, enter_scope,
 };
-pub use tracker::{KindStats, MemoryStats, MemorySubscriber, MemoryTracker, Subscription, TrackerGuard};
+pub use tracker::{
+    HostBlock, KindStats, MemoryStats, MemorySubscriber, MemoryTracker, Subscription, TrackerGuard,
+};

@@ -1,8 +1,11 @@
 //! The per-device memory tracker.
 
+use super::caching::{BlockId, CachingAllocator, Grant, NoBacking, SegmentBacking, SegmentMemory};
 use super::{Allocation, AllocationId, MemoryAction, MemoryEvent, MemoryKind, current_scope};
-use crate::Device;
+use crate::storage::HostBacking;
+use crate::{CoreError, Device, Result};
 use std::cell::RefCell;
+use std::ptr::NonNull;
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::Instant;
 
@@ -13,25 +16,45 @@ pub trait MemorySubscriber: Send + Sync {
     fn on_event(&self, event: &MemoryEvent);
 }
 
-/// Current and peak bytes of one kind.
+/// Current and peak bytes of one kind: as requested by tensors, and as allocated (each request
+/// rounded to its caching-allocator block).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct KindStats {
-    /// Bytes of this kind held now.
+    /// Requested bytes of this kind held now.
     pub current: u64,
-    /// Most bytes of this kind held at once since creation or the last [`MemoryTracker::reset_peak`].
+    /// Most requested bytes of this kind held at once since creation or the last
+    /// [`MemoryTracker::reset_peak`].
     pub peak: u64,
+    /// Allocated (block) bytes of this kind held now.
+    pub allocated: u64,
+    /// Most allocated bytes of this kind held at once.
+    pub allocated_peak: u64,
 }
 
-/// A snapshot of a tracker's figures.
+/// A snapshot of a tracker's figures. Three levels, each with its peak: *requested* (the bytes
+/// tensors asked for: `current`, `peak`), *allocated* (the caching allocator's blocks handed
+/// out, each request rounded) and *reserved* (the segments the allocator holds from the
+/// device, allocated blocks and cached free ones).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MemoryStats {
     /// Device tracked.
     pub device: Device,
-    /// Bytes held now.
+    /// Requested bytes held now.
     pub current: u64,
-    /// Most bytes held at once since creation or the last reset, in bytes.
+    /// Most requested bytes held at once since creation or the last reset.
     pub peak: u64,
-    /// Figures per kind, indexed by [`MemoryKind::index`].
+    /// Allocated (block) bytes held now.
+    pub allocated: u64,
+    /// Most allocated bytes held at once.
+    pub allocated_peak: u64,
+    /// Reserved (segment) bytes held now.
+    pub reserved: u64,
+    /// Most reserved bytes held at once.
+    pub reserved_peak: u64,
+    /// Segments held now.
+    pub segments: u64,
+    /// Figures per kind, indexed by [`MemoryKind::index`]; reserved bytes have no kind (a
+    /// segment holds blocks of any kind).
     pub by_kind: [KindStats; MemoryKind::COUNT],
     /// Buffers alive now.
     pub live_allocations: u64,
@@ -52,8 +75,78 @@ struct TrackerState {
     seq: u64,
     current: u64,
     peak: u64,
+    allocated: u64,
+    allocated_peak: u64,
+    reserved_peak: u64,
     by_kind: [KindStats; MemoryKind::COUNT],
     live: u64,
+    allocator: CachingAllocator,
+}
+
+impl TrackerState {
+    fn add(&mut self, kind: MemoryKind, requested: u64, allocated: u64) {
+        self.current += requested;
+        self.peak = self.peak.max(self.current);
+        self.allocated += allocated;
+        self.allocated_peak = self.allocated_peak.max(self.allocated);
+        self.reserved_peak = self.reserved_peak.max(self.allocator.reserved());
+        let k = &mut self.by_kind[kind.index()];
+        k.current += requested;
+        k.peak = k.peak.max(k.current);
+        k.allocated += allocated;
+        k.allocated_peak = k.allocated_peak.max(k.allocated);
+    }
+
+    fn remove(&mut self, kind: MemoryKind, requested: u64, allocated: u64) {
+        self.current -= requested;
+        self.allocated -= allocated;
+        let k = &mut self.by_kind[kind.index()];
+        k.current -= requested;
+        k.allocated -= allocated;
+    }
+}
+
+/// A block of host memory from the CPU tracker's caching allocator, owned by the buffer that
+/// uses it: dropping the lease gives the block back to the allocator's cache. Because the
+/// buffer owns the block (not the tracker entry), no two live buffers can ever share bytes.
+#[derive(Debug)]
+pub struct HostBlock {
+    ptr: NonNull<u8>,
+    bytes: u64,
+    zeroed: bool,
+    tracker: Arc<MemoryTracker>,
+    block: BlockId,
+    // Keeps the mapping alive while the block is used; dropped after the block is returned.
+    _segment: Arc<dyn SegmentMemory>,
+}
+
+// SAFETY: the block's bytes belong to this lease alone (the allocator hands a block out once
+// until it is freed, which only this lease's drop does), like a `Vec`'s buffer.
+unsafe impl Send for HostBlock {}
+// SAFETY: `HostBlock` gives no access to the bytes through `&self` beyond the pointer value.
+unsafe impl Sync for HostBlock {}
+
+impl HostBlock {
+    /// First byte of the block; valid for [`HostBlock::bytes`] bytes, aligned to 512 bytes.
+    pub fn ptr(&self) -> NonNull<u8> {
+        self.ptr
+    }
+
+    /// Size of the block in bytes (at least the bytes requested).
+    pub fn bytes(&self) -> u64 {
+        self.bytes
+    }
+
+    /// Whether every byte is known to be zero (the block was never handed out before).
+    pub fn is_zeroed(&self) -> bool {
+        self.zeroed
+    }
+}
+
+impl Drop for HostBlock {
+    fn drop(&mut self) {
+        self.tracker.lock().allocator.free(self.block);
+    }
 }
 
 type SubscriberList = Arc<[(u64, Arc<dyn MemorySubscriber>)]>;
@@ -95,8 +188,14 @@ thread_local! {
 
 impl MemoryTracker {
     /// A fresh tracker with no history. Install it with [`MemoryTracker::install`] to make
-    /// allocations on this thread go through it.
+    /// allocations on this thread go through it. Its caching allocator is backed by host
+    /// memory on the CPU and by nothing elsewhere (Meta replays the arithmetic; CUDA memory
+    /// still comes from the driver per buffer, so its reserved figure is a prediction).
     pub fn new(device: Device) -> Arc<Self> {
+        let backing: Box<dyn SegmentBacking> = match device {
+            Device::Cpu => Box::new(HostBacking),
+            _ => Box::new(NoBacking),
+        };
         Arc::new(MemoryTracker {
             device,
             created: Instant::now(),
@@ -105,8 +204,12 @@ impl MemoryTracker {
                 seq: 0,
                 current: 0,
                 peak: 0,
+                allocated: 0,
+                allocated_peak: 0,
+                reserved_peak: 0,
                 by_kind: [KindStats::default(); MemoryKind::COUNT],
                 live: 0,
+                allocator: CachingAllocator::new(device, backing),
             }),
             subscribers: RwLock::new(Arc::from(Vec::new())),
             next_subscription: Mutex::new(0),
@@ -154,44 +257,120 @@ impl MemoryTracker {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Records a new buffer of `bytes` bytes and returns the guard that records its free.
-    pub fn allocate(self: &Arc<Self>, bytes: u64, kind: MemoryKind) -> Allocation {
-        let (id, event) = {
-            let mut s = self.lock();
-            let id = AllocationId(s.next_id);
-            s.next_id += 1;
-            s.current += bytes;
-            s.peak = s.peak.max(s.current);
-            let k = &mut s.by_kind[kind.index()];
-            k.current += bytes;
-            k.peak = k.peak.max(k.current);
-            s.live += 1;
-            (id, self.event(&mut s, MemoryAction::Alloc, id, bytes, kind))
-        };
+    /// Records a new buffer of `bytes` bytes, with its caching-allocator block, and returns the
+    /// guard that records its free and gives the block back. An error when the device's
+    /// backing cannot provide a segment.
+    pub fn allocate(self: &Arc<Self>, bytes: u64, kind: MemoryKind) -> Result<Allocation> {
+        let (id, grant, event) = self.record_alloc(bytes, kind)?;
         self.publish(event);
-        Allocation::new(id, bytes, kind, self.clone())
+        Ok(Allocation::new(
+            id,
+            bytes,
+            grant.size,
+            grant.block,
+            kind,
+            self.clone(),
+        ))
     }
 
-    pub(super) fn record_free(&self, id: AllocationId, bytes: u64, kind: MemoryKind) {
+    /// Like [`MemoryTracker::allocate`], for a buffer that lives in host memory from this
+    /// tracker's allocator: the block is owned by the returned [`HostBlock`], the tracker entry
+    /// by the [`Allocation`]. No block for 0 bytes. An error on a tracker without host memory
+    /// (not the CPU).
+    pub fn allocate_host(
+        self: &Arc<Self>,
+        bytes: u64,
+        kind: MemoryKind,
+    ) -> Result<(Allocation, Option<HostBlock>)> {
+        let (id, grant, event) = self.record_alloc(bytes, kind)?;
+        let lease = match (grant.block, grant.memory) {
+            (Some(block), Some((segment, offset))) => {
+                let Some(base) = segment.host_ptr() else {
+                    return Err(self.no_host_memory());
+                };
+                // SAFETY: `offset + size` lies within the segment (allocator invariant), so the
+                // offset pointer stays inside the mapping and is non-null.
+                let ptr = unsafe { NonNull::new_unchecked(base.as_ptr().add(offset as usize)) };
+                Some(HostBlock {
+                    ptr,
+                    bytes: grant.size,
+                    zeroed: grant.zeroed,
+                    tracker: self.clone(),
+                    block,
+                    _segment: segment,
+                })
+            }
+            (None, _) => None,
+            (Some(block), None) => {
+                self.lock().allocator.free(block);
+                None
+            }
+        };
+        // The entry owns no block: the lease does (or the request was empty).
+        let allocation = Allocation::new(id, bytes, grant.size, None, kind, self.clone());
+        self.publish(event);
+        match lease {
+            Some(lease) => Ok((allocation, Some(lease))),
+            None if bytes == 0 => Ok((allocation, None)),
+            None => Err(self.no_host_memory()),
+        }
+    }
+
+    fn no_host_memory(&self) -> CoreError {
+        CoreError::invalid(
+            "MemoryTracker::allocate_host",
+            format!(
+                "the {} tracker has no host memory; only the cpu tracker does",
+                self.device
+            ),
+        )
+    }
+
+    fn record_alloc(&self, bytes: u64, kind: MemoryKind) -> Result<(AllocationId, Grant, MemoryEvent)> {
+        let mut s = self.lock();
+        let grant = s.allocator.malloc(bytes)?;
+        let id = AllocationId(s.next_id);
+        s.next_id += 1;
+        s.add(kind, bytes, grant.size);
+        s.live += 1;
+        let event = self.event(&mut s, MemoryAction::Alloc, id, bytes, grant.size, kind);
+        Ok((id, grant, event))
+    }
+
+    pub(super) fn record_free(&self, alloc: &Allocation, block: Option<BlockId>) {
         let event = {
             let mut s = self.lock();
-            s.current -= bytes;
-            s.by_kind[kind.index()].current -= bytes;
+            if let Some(block) = block {
+                s.allocator.free(block);
+            }
+            s.remove(alloc.kind(), alloc.bytes(), alloc.allocated_bytes());
             s.live -= 1;
-            self.event(&mut s, MemoryAction::Free, id, bytes, kind)
+            self.event(
+                &mut s,
+                MemoryAction::Free,
+                alloc.id(),
+                alloc.bytes(),
+                alloc.allocated_bytes(),
+                alloc.kind(),
+            )
         };
         self.publish(event);
     }
 
     pub(super) fn record_retag(&self, alloc: &Allocation, from: MemoryKind, to: MemoryKind) {
-        let bytes = alloc.bytes();
+        let (bytes, allocated) = (alloc.bytes(), alloc.allocated_bytes());
         let event = {
             let mut s = self.lock();
-            s.by_kind[from.index()].current -= bytes;
-            let k = &mut s.by_kind[to.index()];
-            k.current += bytes;
-            k.peak = k.peak.max(k.current);
-            self.event(&mut s, MemoryAction::Retag { from }, alloc.id(), bytes, to)
+            s.remove(from, bytes, allocated);
+            s.add(to, bytes, allocated);
+            self.event(
+                &mut s,
+                MemoryAction::Retag { from },
+                alloc.id(),
+                bytes,
+                allocated,
+                to,
+            )
         };
         self.publish(event);
     }
@@ -202,6 +381,7 @@ impl MemoryTracker {
         action: MemoryAction,
         allocation: AllocationId,
         bytes: u64,
+        allocated: u64,
         kind: MemoryKind,
     ) -> MemoryEvent {
         let seq = s.seq;
@@ -211,10 +391,13 @@ impl MemoryTracker {
             action,
             allocation,
             bytes,
+            allocated,
             kind,
             device: self.device,
             scope: current_scope(),
             current_bytes: s.current,
+            current_allocated: s.allocated,
+            current_reserved: s.allocator.reserved(),
             time_ns: self.created.elapsed().as_nanos() as u64,
         }
     }
@@ -236,6 +419,34 @@ impl MemoryTracker {
         self.lock().peak
     }
 
+    /// Allocated (block) bytes held now.
+    pub fn allocated_bytes(&self) -> u64 {
+        self.lock().allocated
+    }
+
+    /// Most allocated bytes held at once since creation or the last reset.
+    pub fn allocated_peak_bytes(&self) -> u64 {
+        self.lock().allocated_peak
+    }
+
+    /// Reserved (segment) bytes held now.
+    pub fn reserved_bytes(&self) -> u64 {
+        self.lock().allocator.reserved()
+    }
+
+    /// Most reserved bytes held at once since creation or the last reset.
+    pub fn reserved_peak_bytes(&self) -> u64 {
+        self.lock().reserved_peak
+    }
+
+    /// Gives every cached segment without an allocated block back to the device (PyTorch's
+    /// `torch.cuda.empty_cache`) and returns the bytes released. The allocator's decisions
+    /// after this depend only on the buffers alive, so a step measured from an emptied cache
+    /// reserves the same on every device.
+    pub fn empty_cache(&self) -> u64 {
+        self.lock().allocator.empty_cache()
+    }
+
     /// A snapshot of all figures.
     pub fn stats(&self) -> MemoryStats {
         let s = self.lock();
@@ -243,18 +454,27 @@ impl MemoryTracker {
             device: self.device,
             current: s.current,
             peak: s.peak,
+            allocated: s.allocated,
+            allocated_peak: s.allocated_peak,
+            reserved: s.allocator.reserved(),
+            reserved_peak: s.reserved_peak,
+            segments: s.allocator.segment_count() as u64,
             by_kind: s.by_kind,
             live_allocations: s.live,
             events: s.seq,
         }
     }
 
-    /// Sets every peak (overall and per kind) to the current value.
+    /// Sets every peak (requested, allocated, reserved; overall and per kind) to the current
+    /// value.
     pub fn reset_peak(&self) {
         let mut s = self.lock();
         s.peak = s.current;
+        s.allocated_peak = s.allocated;
+        s.reserved_peak = s.allocator.reserved();
         for k in s.by_kind.iter_mut() {
             k.peak = k.current;
+            k.allocated_peak = k.allocated;
         }
     }
 

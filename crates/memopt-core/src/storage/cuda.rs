@@ -117,12 +117,12 @@ impl CudaData {
         let stream = cuda_context(ordinal)?.default_stream();
         let e = driver_err("copying host to GPU");
         Ok(match data {
-            CpuData::F32(v) => CudaData::F32(stream.clone_htod(v).map_err(e)?),
-            CpuData::F16(v) => CudaData::F16(stream.clone_htod(v).map_err(e)?),
-            CpuData::BF16(v) => CudaData::BF16(stream.clone_htod(v).map_err(e)?),
-            CpuData::U8(v) => CudaData::U8(stream.clone_htod(v).map_err(e)?),
-            CpuData::U32(v) => CudaData::U32(stream.clone_htod(v).map_err(e)?),
-            CpuData::I64(v) => CudaData::I64(stream.clone_htod(v).map_err(e)?),
+            CpuData::F32(v) => CudaData::F32(stream.clone_htod(&v[..]).map_err(e)?),
+            CpuData::F16(v) => CudaData::F16(stream.clone_htod(&v[..]).map_err(e)?),
+            CpuData::BF16(v) => CudaData::BF16(stream.clone_htod(&v[..]).map_err(e)?),
+            CpuData::U8(v) => CudaData::U8(stream.clone_htod(&v[..]).map_err(e)?),
+            CpuData::U32(v) => CudaData::U32(stream.clone_htod(&v[..]).map_err(e)?),
+            CpuData::I64(v) => CudaData::I64(stream.clone_htod(&v[..]).map_err(e)?),
         })
     }
 
@@ -131,12 +131,12 @@ impl CudaData {
         let stream = cuda_context(ordinal)?.default_stream();
         let e = driver_err("copying GPU to host");
         Ok(match self {
-            CudaData::F32(s) => CpuData::F32(stream.clone_dtoh(s).map_err(e)?),
-            CudaData::F16(s) => CpuData::F16(stream.clone_dtoh(s).map_err(e)?),
-            CudaData::BF16(s) => CpuData::BF16(stream.clone_dtoh(s).map_err(e)?),
-            CudaData::U8(s) => CpuData::U8(stream.clone_dtoh(s).map_err(e)?),
-            CudaData::U32(s) => CpuData::U32(stream.clone_dtoh(s).map_err(e)?),
-            CudaData::I64(s) => CpuData::I64(stream.clone_dtoh(s).map_err(e)?),
+            CudaData::F32(s) => CpuData::F32(stream.clone_dtoh(s).map_err(e)?.into()),
+            CudaData::F16(s) => CpuData::F16(stream.clone_dtoh(s).map_err(e)?.into()),
+            CudaData::BF16(s) => CpuData::BF16(stream.clone_dtoh(s).map_err(e)?.into()),
+            CudaData::U8(s) => CpuData::U8(stream.clone_dtoh(s).map_err(e)?.into()),
+            CudaData::U32(s) => CpuData::U32(stream.clone_dtoh(s).map_err(e)?.into()),
+            CudaData::I64(s) => CpuData::I64(stream.clone_dtoh(s).map_err(e)?.into()),
         })
     }
 }

@@ -21,17 +21,17 @@ macro_rules! element {
         impl Element for $t {
             const DTYPE: DType = DType::$dtype;
             fn into_cpu(v: Vec<Self>) -> CpuData {
-                CpuData::$dtype(v)
+                CpuData::$dtype(v.into())
             }
             fn slice(data: &CpuData) -> Option<&[Self]> {
                 match data {
-                    CpuData::$dtype(v) => Some(v),
+                    CpuData::$dtype(v) => Some(&v[..]),
                     _ => None,
                 }
             }
             fn slice_mut(data: &mut CpuData) -> Option<&mut [Self]> {
                 match data {
-                    CpuData::$dtype(v) => Some(v),
+                    CpuData::$dtype(v) => Some(&mut v[..]),
                     _ => None,
                 }
             }

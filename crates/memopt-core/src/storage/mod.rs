@@ -3,12 +3,16 @@
 mod cpu;
 mod cuda;
 mod element;
+mod host_buf;
+mod host_segment;
 
 pub use cpu::CpuData;
 pub use cuda::{CudaData, cuda_context, cuda_device_count};
 pub use element::Element;
+pub use host_buf::HostBuf;
+pub use host_segment::{HostBacking, HostSegment};
 
-use crate::memory::{Allocation, MemoryKind, MemoryTracker};
+use crate::memory::{Allocation, HostBlock, MemoryKind, MemoryTracker};
 use crate::{CoreError, DType, Device, Result};
 use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
@@ -41,9 +45,23 @@ impl Storage {
         (len * dtype.size_in_bytes()) as u64
     }
 
-    /// A zero-filled storage (no data on Meta). An error when `len` elements of `dtype` exceed
-    /// the address space, or when the host is out of memory.
+    /// A zero-filled storage (no data on Meta). On the CPU its bytes are a block of the CPU
+    /// tracker's caching allocator, zero-filled unless the block is fresh from the system. An
+    /// error when `len` elements of `dtype` exceed the address space, or when the host is out
+    /// of memory.
     pub fn zeros(dtype: DType, len: usize, device: Device, kind: MemoryKind) -> Result<Storage> {
+        Self::new(dtype, len, device, kind, true)
+    }
+
+    /// A storage its user overwrites entirely before reading it (no data on Meta). On the CPU
+    /// its block is not zero-filled: it holds zeros (fresh from the system) or values earlier
+    /// tensors wrote, never uninitialised memory (segments start zeroed and only plain values
+    /// are ever written into them). On a GPU it is zero-filled. Errors as [`Storage::zeros`].
+    pub fn for_overwrite(dtype: DType, len: usize, device: Device, kind: MemoryKind) -> Result<Storage> {
+        Self::new(dtype, len, device, kind, false)
+    }
+
+    fn new(dtype: DType, len: usize, device: Device, kind: MemoryKind, zero: bool) -> Result<Storage> {
         if len
             .checked_mul(dtype.size_in_bytes())
             .is_none_or(|b| b > isize::MAX as usize)
@@ -57,42 +75,72 @@ impl Storage {
             ));
         }
         let data = match device {
-            Device::Cpu => StorageData::Cpu(CpuData::zeros(dtype, len)?),
+            Device::Cpu => {
+                return Self::host(dtype, len, kind, |block| match block {
+                    Some(block) if zero => CpuData::zeros_in(dtype, len, block),
+                    Some(block) => CpuData::as_is_in(dtype, len, block),
+                    None => CpuData::from_empty(dtype),
+                });
+            }
             Device::Meta(_) => StorageData::Meta,
             Device::Cuda(ordinal) => StorageData::Cuda(CudaData::zeros(ordinal, dtype, len)?),
         };
-        Ok(Self::from_parts(data, dtype, len, device, kind))
+        Self::from_parts(data, dtype, len, device, kind)
     }
 
-    /// Wraps host data; records the allocation on the CPU tracker.
-    pub fn from_cpu(data: CpuData, kind: MemoryKind) -> Storage {
+    /// A CPU storage whose data `fill` builds in its caching-allocator block (`None` for an
+    /// empty storage).
+    fn host(
+        dtype: DType,
+        len: usize,
+        kind: MemoryKind,
+        fill: impl FnOnce(Option<HostBlock>) -> CpuData,
+    ) -> Result<Storage> {
+        let tracker = MemoryTracker::current(Device::Cpu);
+        let (allocation, block) = tracker.allocate_host(Self::bytes_for(dtype, len), kind)?;
+        Ok(Storage {
+            dtype,
+            len,
+            device: Device::Cpu,
+            data: RwLock::new(StorageData::Cpu(fill(block))),
+            allocation,
+        })
+    }
+
+    /// A CPU storage holding a copy of `data` in a block of the CPU caching allocator; records
+    /// the allocation on the CPU tracker. An error when the host is out of memory.
+    pub fn from_cpu(data: &CpuData, kind: MemoryKind) -> Result<Storage> {
         let (dtype, len) = (data.dtype(), data.len());
-        Self::from_parts(StorageData::Cpu(data), dtype, len, Device::Cpu, kind)
+        Self::host(dtype, len, kind, |block| match block {
+            Some(block) => data.copied_in(block),
+            None => CpuData::from_empty(dtype),
+        })
     }
 
     /// Wraps device memory of GPU `ordinal` (e.g. the output of a CUDA kernel) and records its
     /// allocation on that GPU's tracker. The data must have been allocated on that GPU.
-    pub fn from_cuda(data: CudaData, ordinal: usize, kind: MemoryKind) -> Storage {
+    pub fn from_cuda(data: CudaData, ordinal: usize, kind: MemoryKind) -> Result<Storage> {
         let (dtype, len) = (data.dtype(), data.len());
         Self::from_parts(StorageData::Cuda(data), dtype, len, Device::Cuda(ordinal), kind)
     }
 
-    /// Wraps data already on `device` and records its allocation. `data` must match `device`.
+    /// Wraps data already on `device` (Meta or CUDA; CPU data lives in allocator blocks, see
+    /// [`Storage::from_cpu`]) and records its allocation.
     pub(crate) fn from_parts(
         data: StorageData,
         dtype: DType,
         len: usize,
         device: Device,
         kind: MemoryKind,
-    ) -> Storage {
-        let allocation = MemoryTracker::current(device).allocate(Self::bytes_for(dtype, len), kind);
-        Storage {
+    ) -> Result<Storage> {
+        let allocation = MemoryTracker::current(device).allocate(Self::bytes_for(dtype, len), kind)?;
+        Ok(Storage {
             dtype,
             len,
             device,
             data: RwLock::new(data),
             allocation,
-        }
+        })
     }
 
     /// Element type.
@@ -110,7 +158,7 @@ impl Storage {
         self.len == 0
     }
 
-    /// Size in bytes.
+    /// Size in bytes, as requested.
     pub fn bytes(&self) -> u64 {
         self.allocation.bytes()
     }

@@ -20,7 +20,7 @@ impl Tensor {
             .host_data("to_vec_f32")?
             .convert(0..self.elem_count(), DType::F32)
         {
-            CpuData::F32(v) => Ok(v),
+            CpuData::F32(v) => Ok(v.into_vec()),
             _ => unreachable!("convert to F32 yields F32 data"),
         }
     }
@@ -43,18 +43,18 @@ impl Tensor {
         let n = self.elem_count();
         let storage = match self.device() {
             Device::Meta(_) => Storage::from_parts(StorageData::Meta, dtype, n, self.device(), kind),
-            Device::Cpu => Storage::from_cpu(self.host_data("to_dtype")?.convert(0..n, dtype), kind),
+            Device::Cpu => Storage::from_cpu(&self.host_data("to_dtype")?.convert(0..n, dtype), kind),
             Device::Cuda(ordinal) => {
                 let host = self.host_data("to_dtype")?.convert(0..n, dtype);
                 Storage::from_parts(
-                    StorageData::Cuda(CudaData::upload(ordinal, &host)?),
+                    StorageData::Cuda(upload_staged(ordinal, host)?),
                     dtype,
                     n,
                     self.device(),
                     kind,
                 )
             }
-        };
+        }?;
         Ok(Tensor::from_storage(Arc::new(storage), self.shape().clone())?.with_spike_flag(self.is_spike()))
     }
 
@@ -69,18 +69,18 @@ impl Tensor {
         let (dtype, n) = (self.dtype(), self.elem_count());
         let storage = match device {
             Device::Meta(_) => Storage::from_parts(StorageData::Meta, dtype, n, device, kind),
-            Device::Cpu => Storage::from_cpu(self.host_data("to_device")?, kind),
+            Device::Cpu => Storage::from_cpu(&self.host_data("to_device")?, kind),
             Device::Cuda(ordinal) => {
                 let host = self.host_data("to_device")?;
                 Storage::from_parts(
-                    StorageData::Cuda(CudaData::upload(ordinal, &host)?),
+                    StorageData::Cuda(upload_staged(ordinal, host)?),
                     dtype,
                     n,
                     device,
                     kind,
                 )
             }
-        };
+        }?;
         Ok(Tensor::from_storage(Arc::new(storage), self.shape().clone())?.with_spike_flag(self.is_spike()))
     }
 
@@ -92,5 +92,16 @@ impl Tensor {
     /// A copy in fresh storage on the same device, recorded with `kind`.
     pub fn deep_copy(&self, kind: MemoryKind) -> Result<Tensor> {
         self.to_device_as(self.device(), kind)
+    }
+}
+
+/// Uploads a host copy to GPU `ordinal`. The copy is staging: while it lives it is tracked on the
+/// CPU as workspace, so a device move's host bytes show in the CPU's figures.
+pub(crate) fn upload_staged(ordinal: usize, host: CpuData) -> Result<CudaData> {
+    let staging = Storage::from_cpu(&host, MemoryKind::Workspace)?;
+    let guard = staging.read();
+    match &*guard {
+        StorageData::Cpu(d) => CudaData::upload(ordinal, d),
+        _ => Err(CoreError::invalid("upload", "host staging holds no host data")),
     }
 }

@@ -3,7 +3,7 @@
 use super::Tensor;
 use crate::memory::MemoryKind;
 use crate::rng::Philox;
-use crate::storage::{CpuData, CudaData, Element, Storage, StorageData};
+use crate::storage::{CpuData, Element, Storage, StorageData};
 use crate::{CoreError, Device, Result, Shape};
 use std::sync::Arc;
 
@@ -38,13 +38,13 @@ impl Tensor {
         }
         let len = data.len();
         let storage = match device {
-            Device::Cpu => Storage::from_cpu(T::into_cpu(data), kind),
+            Device::Cpu => Storage::from_cpu(&T::into_cpu(data), kind),
             Device::Meta(_) => Storage::from_parts(StorageData::Meta, T::DTYPE, len, device, kind),
             Device::Cuda(ordinal) => {
-                let gpu = CudaData::upload(ordinal, &T::into_cpu(data))?;
+                let gpu = super::convert::upload_staged(ordinal, T::into_cpu(data))?;
                 Storage::from_parts(StorageData::Cuda(gpu), T::DTYPE, len, device, kind)
             }
-        };
+        }?;
         Tensor::from_storage(Arc::new(storage), shape)
     }
 
@@ -109,7 +109,13 @@ impl Tensor {
                 let Device::Cuda(ordinal) = self.device() else {
                     unreachable!("CUDA data lives on a CUDA device")
                 };
-                Ok(g.download(ordinal)?.slice(range))
+                // The whole storage comes down as tracked staging; the view's range is copied out.
+                let staging = Storage::from_cpu(&g.download(ordinal)?, MemoryKind::Workspace)?;
+                let guard = staging.read();
+                match &*guard {
+                    StorageData::Cpu(d) => Ok(d.slice(range)),
+                    _ => Err(CoreError::invalid(op, "host staging holds no host data")),
+                }
             }
         }
     }

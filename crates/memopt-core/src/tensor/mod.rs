@@ -169,14 +169,6 @@ impl Tensor {
         Ok(self.view(shape, self.0.offset, self.0.is_spike))
     }
 
-    /// Collapses dimensions from 1 on into one: `[N, C, H, W]` -> `[N, C*H*W]`.
-    pub fn flatten_from1(&self) -> Result<Tensor> {
-        match self.dims().first() {
-            Some(&n) => self.reshape([n, self.shape().inner_count()]),
-            None => Err(CoreError::invalid("flatten", "cannot flatten a scalar")),
-        }
-    }
-
     /// A view of `len` entries of dimension 0 starting at `start` (a time slice of `[T, ...]`).
     pub fn narrow0(&self, start: usize, len: usize) -> Result<Tensor> {
         let Some(&d0) = self.dims().first() else {
@@ -215,15 +207,6 @@ impl Tensor {
             got: self.dtype(),
             hint,
         })
-    }
-
-    /// Checks that the tensor has exactly `shape`.
-    pub fn expect_shape(&self, op: &'static str, shape: &[usize]) -> Result<()> {
-        if self.dims() == shape {
-            Ok(())
-        } else {
-            Err(CoreError::shape(op, Shape::from(shape).to_string(), self.shape()))
-        }
     }
 
     /// Checks that `other` is on the same device.

@@ -8,14 +8,16 @@ use memopt_core::{Device, MemoryTracker};
 
 /// Runs one step of `workload` under `plan` on `device` with a fresh tracker installed before
 /// anything is built, so the report covers the parameters, buffers, optimizer state and batch
-/// as well as the step itself; the baseline is 0. The session is dropped after the report is
-/// taken.
+/// as well as the step itself; the baseline is 0. The cache is emptied before the step (so
+/// the step's reserved figures depend only on what is alive, as in the estimator). The session
+/// is dropped after the report is taken.
 pub fn profile_memory(workload: &Workload, plan: &Plan, device: Device) -> Result<MemoryReport> {
     let tracker = MemoryTracker::new(device);
     let _installed = MemoryTracker::install(tracker.clone());
     let recorder = MemoryRecorder::start(&tracker);
     let mut session = workload.instantiate(device, plan)?;
     recorder.attribute_model(session.model());
+    tracker.empty_cache();
     session.step()?;
     Ok(recorder.finish(workload.describe(), plan.clone()))
 }

@@ -1,7 +1,9 @@
 //! The memory recorder: a tracker subscriber plus a scope listener that turn the event stream
 //! into a [`MemoryReport`].
 
-use super::{Holder, KindBytes, MemoryReport, ModuleMemory, TimelinePoint};
+use super::{
+    AllocatorFigures, AllocatorLevels, Holder, KindBytes, MemoryReport, ModuleMemory, TimelinePoint,
+};
 use crate::scopes::{KeyId, KeyTable, ScopeId};
 use memopt_checkpoint::{Model, Plan};
 use memopt_core::memory::{
@@ -85,6 +87,7 @@ pub(crate) struct RecorderState {
     peak_index: Option<u64>,
     peak_by_kind: KindBytes,
     peak_scope: ScopeId,
+    allocator: AllocatorFigures,
     total_allocated: u64,
     log: Vec<Logged>,
     owners: HashMap<AllocationId, String>,
@@ -112,6 +115,11 @@ impl RecorderState {
             peak_index: None,
             peak_by_kind: by_kind,
             peak_scope: top,
+            allocator: AllocatorFigures::starting_at(AllocatorLevels {
+                requested_bytes: stats.current,
+                allocated_bytes: stats.allocated,
+                reserved_bytes: stats.reserved,
+            }),
             total_allocated: 0,
             log: Vec::new(),
             owners: HashMap::new(),
@@ -220,6 +228,11 @@ impl RecorderState {
                 v.peak = v.peak.max(self.current);
             }
         }
+        self.allocator.observe(AllocatorLevels {
+            requested_bytes: e.current_bytes,
+            allocated_bytes: e.current_allocated,
+            reserved_bytes: e.current_reserved,
+        });
         if self.current > self.peak {
             self.peak = self.current;
             self.peak_index = Some(index);
@@ -323,6 +336,7 @@ impl RecorderState {
             peak_path: peak_scope.path().to_string(),
             peak_phase: peak_scope.phase(),
             by_kind: self.peak_by_kind,
+            allocator: self.allocator,
             holders,
             final_bytes: self.current,
             total_allocated_bytes: self.total_allocated,

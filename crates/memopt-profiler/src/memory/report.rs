@@ -1,6 +1,6 @@
 //! The memory report of one step: global peak and who holds it, per-module figures, timeline.
 
-use super::KindBytes;
+use super::{AllocatorFigures, KindBytes};
 use crate::Result;
 use crate::error::ProfilerError;
 use memopt_checkpoint::Plan;
@@ -89,6 +89,10 @@ pub struct MemoryReport {
     pub peak_phase: Phase,
     /// Bytes per kind at the peak (they sum to `peak_bytes`).
     pub by_kind: KindBytes,
+    /// Requested, allocated and reserved peaks of the device's caching allocator, and the
+    /// fragmentation (reserved - allocated) at the reserved peak.
+    #[serde(default)]
+    pub allocator: AllocatorFigures,
     /// Who holds memory at the peak, largest first (they sum to `peak_bytes`).
     pub holders: Vec<Holder>,
     /// Bytes held when the recording ended.

@@ -38,6 +38,19 @@ impl MemoryReport {
         if self.baseline_bytes > 0 {
             writeln!(s, "held before recording: {} bytes", self.baseline_bytes)?;
         }
+        let a = &self.allocator;
+        writeln!(
+            s,
+            "caching allocator peaks: requested {} ({}), allocated {} ({}), reserved {} ({}); \
+             fragmentation at the reserved peak {} (reserved - allocated)",
+            a.requested_peak_bytes,
+            bytes(a.requested_peak_bytes),
+            a.allocated_peak_bytes,
+            bytes(a.allocated_peak_bytes),
+            a.reserved_peak_bytes,
+            bytes(a.reserved_peak_bytes),
+            bytes(a.fragmentation_bytes())
+        )?;
         writeln!(s, "\nby kind at the peak:")?;
         for (kind, b) in self.by_kind.iter().filter(|(_, b)| *b > 0) {
             writeln!(

@@ -6,4 +6,4 @@ mod recorder;
 mod report;
 
 pub use profiler::TimingProfiler;
-pub use report::{ModuleTiming, TimingReport};
+pub use report::{ModuleTiming, TimingReport, median};

@@ -122,7 +122,7 @@ impl fmt::Display for TimingReport {
 }
 
 /// Median of `v` (mean of the two middle values for an even count); 0 for none.
-pub(crate) fn median(v: &[f64]) -> f64 {
+pub fn median(v: &[f64]) -> f64 {
     if v.is_empty() {
         return 0.0;
     }

@@ -1,0 +1,77 @@
+//! Host segments for the CPU's caching allocator: anonymous private mappings, pre-faulted, so a
+//! reserved byte is a resident byte and the step after a warm-up pays no page faults.
+
+use crate::memory::caching::{SegmentBacking, SegmentMemory};
+use crate::{CoreError, Device, Result};
+use std::ptr::NonNull;
+use std::sync::Arc;
+
+/// One mapping of host memory; unmapped when the last handle drops.
+#[derive(Debug)]
+pub struct HostSegment {
+    ptr: NonNull<u8>,
+    bytes: usize,
+}
+
+// SAFETY: the mapping is plain memory owned by this value; which bytes may be read or written
+// through it is decided by the caching allocator's blocks, which never overlap.
+unsafe impl Send for HostSegment {}
+// SAFETY: as above; `HostSegment` itself never reads or writes the memory.
+unsafe impl Sync for HostSegment {}
+
+impl HostSegment {
+    /// A zero-filled, pre-faulted mapping of `bytes` bytes, or `OutOfMemory`.
+    pub fn map(bytes: u64) -> Result<HostSegment> {
+        let oom = CoreError::OutOfMemory {
+            device: Device::Cpu,
+            bytes,
+        };
+        let len = usize::try_from(bytes).map_err(|_| oom.clone())?;
+        if len == 0 || len > isize::MAX as usize {
+            return Err(oom);
+        }
+        // SAFETY: an anonymous private mapping at an address the kernel picks touches no
+        // existing memory; the result is checked against MAP_FAILED before use.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_POPULATE,
+                -1,
+                0,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            return Err(oom);
+        }
+        let ptr = NonNull::new(ptr.cast::<u8>()).ok_or(oom)?;
+        Ok(HostSegment { ptr, bytes: len })
+    }
+}
+
+impl Drop for HostSegment {
+    fn drop(&mut self) {
+        // SAFETY: `ptr`/`bytes` are exactly the mapping created in `map`, unmapped once here;
+        // no block of it is alive (blocks keep their segment alive through an `Arc`).
+        unsafe {
+            libc::munmap(self.ptr.as_ptr().cast(), self.bytes);
+        }
+    }
+}
+
+impl SegmentMemory for HostSegment {
+    fn host_ptr(&self) -> Option<NonNull<u8>> {
+        Some(self.ptr)
+    }
+}
+
+/// The CPU tracker's backing: every segment is a [`HostSegment`].
+#[derive(Debug, Default, Clone, Copy)]
+pub struct HostBacking;
+
+impl SegmentBacking for HostBacking {
+    fn reserve(&mut self, bytes: u64) -> Result<Option<Arc<dyn SegmentMemory>>> {
+        Ok(Some(Arc::new(HostSegment::map(bytes)?)))
+    }
+}

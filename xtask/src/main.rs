@@ -6,6 +6,9 @@
 //!   exact and measured peak, step time ratio to the baseline, planning time) written by the
 //!   memopt-cli `models` bench into `target/bench/models.{md,json}`. `--quick` passes criterion
 //!   short warm-up and measurement times and times one step per table row.
+//! - `cargo xtask gpu-bundle [--out DIR] [--wheel FILE]`: the GPU test binaries and the GPU
+//!   benchmark (release, stripped) with `run.sh` in one folder of at most 48 MiB (default
+//!   `target/gpu-bundle/`) to copy to a GPU machine without Rust (see `gpu_bundle.rs`).
 //! - `cargo xtask peer [--threads K] [--steps S] [--quick]`: one training step of memopt against
 //!   PyTorch + SpikingJelly 2.0 (`bench/peer/step_time.py`) on the workloads of issue 12, same
 //!   thread count, written to `target/bench/peer.{md,json}`; skips, saying what it needs, when
@@ -15,6 +18,7 @@
 //!
 //! The task itself depends on no memopt crate: the benchmarks run in cargo's bench profile.
 
+mod gpu_bundle;
 mod peer;
 
 use serde_json::Value;
@@ -27,6 +31,9 @@ usage: cargo xtask <task>
 tasks:
   bench [--quick] [--models a,b] [--no-kernels] [--no-models]
         kernel benches (criterion) and whole-model tables, written under target/bench/
+  gpu-bundle [--out DIR] [--wheel FILE]
+        GPU test binaries + GPU benchmark + run.sh in one folder (default target/gpu-bundle/,
+        at most 48 MiB); --wheel adds a spikingjelly wheel for the PyTorch comparison
   peer [--threads K] [--steps S] [--quick]
         one training step against PyTorch + SpikingJelly (needs MEMOPT_PEER_PYTHON or python3
         with torch and spikingjelly==2.0.0; skips without), written under target/bench/
@@ -218,6 +225,37 @@ fn bench(args: &[String]) -> Result<(), String> {
     Ok(())
 }
 
+fn gpu_bundle(args: &[String]) -> Result<(), String> {
+    let mut out = None;
+    let mut wheel = None;
+    let mut i = 0;
+    while i < args.len() {
+        let value = || {
+            args.get(i + 1)
+                .map(PathBuf::from)
+                .ok_or_else(|| format!("{} needs a path\n\n{USAGE}", args[i]))
+        };
+        match args[i].as_str() {
+            "--out" => out = Some(value()?),
+            "--wheel" => wheel = Some(value()?),
+            other => return Err(format!("unknown option '{other}' for gpu-bundle\n\n{USAGE}")),
+        }
+        i += 2;
+    }
+    let out = match out {
+        Some(o) => o,
+        None => target_dir()?.join("gpu-bundle"),
+    };
+    let size = gpu_bundle::build(&root(), &out, wheel.as_deref())?;
+    eprintln!(
+        "xtask: GPU bundle in {} ({size} bytes, {:.1} MiB); on the GPU machine: {}/run.sh [OUT_DIR]",
+        out.display(),
+        size as f64 / 1048576.0,
+        out.display()
+    );
+    Ok(())
+}
+
 fn ci() -> Result<(), String> {
     let mut c = Command::new("bash");
     c.arg(".ci/run").current_dir(root());
@@ -228,6 +266,7 @@ fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let result = match args.first().map(String::as_str) {
         Some("bench") => bench(&args[1..]),
+        Some("gpu-bundle") => gpu_bundle(&args[1..]),
         Some("peer") => peer::peer(&args[1..]),
         Some("ci") => ci(),
         Some("-h" | "--help" | "help") => {

@@ -26,12 +26,16 @@
 mod cache;
 mod gate;
 mod nvrtc;
+pub mod sources;
 
 pub use cache::{cuda_function, loaded_module_count};
 pub use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, CudaView, LaunchConfig, PushKernelArg};
 pub use cudarc::nvrtc::Ptx;
-pub use gate::{REQUIRE_GPU_VAR, gpu_for_test, gpu_or_skip};
-pub use nvrtc::{compile_kernel_source, compile_ptx, nvrtc_available, nvrtc_version};
+pub use gate::{REQUIRE_GPU_VAR, gpu_for_test, gpu_or_skip, gpu_with_nvrtc, nvrtc_or_skip};
+pub use nvrtc::{
+    NVRTC_OPTIONS, compile_cubin, compile_kernel_source, compile_ptx, nvrtc_available, nvrtc_version,
+};
+pub use sources::kernel_sources;
 
 /// A CUDA C translation unit compiled at run time, and the `extern "C"` kernels it defines.
 /// Declare one as a `static` next to the code that launches its kernels.

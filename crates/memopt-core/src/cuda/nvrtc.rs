@@ -9,6 +9,11 @@ use std::sync::OnceLock;
 const INSTALL_HINT: &str = "install it with `pip install --target .nvrtc nvidia-cuda-nvrtc==13.0.*` \
      and add `.nvrtc/nvidia/cu13/lib` to LD_LIBRARY_PATH (or install the CUDA 13 toolkit)";
 
+/// The options every memopt kernel is compiled with: C++17, and no fused multiply-add, so that
+/// `a * b + c` rounds twice exactly as the CPU kernels do (NVRTC never enables fast math unless
+/// asked; `--use_fast_math` is not among them).
+pub const NVRTC_OPTIONS: [&str; 2] = ["--std=c++17", "--fmad=false"];
+
 /// Whether NVRTC (`libnvrtc.so`) can be loaded; the error says why not and how to fix it.
 /// Checked once per process; must precede every NVRTC call because cudarc panics when the
 /// library is absent.
@@ -57,7 +62,7 @@ pub fn compile_ptx(source: &str, name: &str) -> Result<Ptx> {
     }
     let opts = CompileOptions {
         name: Some(name.to_string()),
-        options: vec!["--std=c++17".into()],
+        options: NVRTC_OPTIONS.iter().map(|o| o.to_string()).collect(),
         ..Default::default()
     };
     cudarc::nvrtc::compile_ptx_with_opts(source, opts).map_err(|e| CoreError::Cuda {
@@ -89,6 +94,92 @@ pub fn compile_kernel_source(src: &KernelSource) -> Result<Ptx> {
     Ok(ptx)
 }
 
+/// Compiles a [`KernelSource`] to a cubin (machine code) for the real architecture `arch`
+/// (e.g. `"sm_90"` for H100/H200), with [`NVRTC_OPTIONS`], and checks that the cubin's symbol
+/// table names every declared kernel. This is what a GPU of that architecture would run; it
+/// needs NVRTC only, no GPU.
+pub fn compile_cubin(src: &KernelSource, arch: &str) -> Result<Vec<u8>> {
+    const OP: &str = "compiling a CUDA kernel to a cubin with NVRTC";
+    use cudarc::nvrtc::{result, sys};
+    use std::ffi::CString;
+    nvrtc_available()?;
+    let nul = |what: &str| CoreError::invalid(OP, format!("{}: {what} contains a NUL byte", src.name));
+    let source = CString::new(src.source).map_err(|_| nul("the source"))?;
+    let name = CString::new(src.name).map_err(|_| nul("the name"))?;
+    if !arch.starts_with("sm_") || arch.contains('\0') {
+        return Err(CoreError::invalid(
+            OP,
+            format!("architecture '{arch}' is not a real GPU architecture such as sm_90"),
+        ));
+    }
+    let fail = |what: &str, e: cudarc::nvrtc::result::NvrtcError| CoreError::Cuda {
+        op: OP,
+        message: format!("{} ({arch}): {what}: {e:?}", src.name),
+    };
+    let prog = result::create_program(&source, Some(&name)).map_err(|e| fail("create", e))?;
+    let mut options: Vec<String> = NVRTC_OPTIONS.iter().map(|o| o.to_string()).collect();
+    options.push(format!("-arch={arch}"));
+    // SAFETY: `prog` was created above and is destroyed exactly once below, after its last use.
+    let outcome = unsafe {
+        match result::compile_program(prog, &options) {
+            Ok(()) => {
+                let mut size = 0usize;
+                let mut out = sys::nvrtcGetCUBINSize(prog, &mut size).result();
+                let mut cubin = vec![0u8; size];
+                if out.is_ok() && size > 0 {
+                    out = sys::nvrtcGetCUBIN(prog, cubin.as_mut_ptr().cast()).result();
+                }
+                out.map(|()| cubin).map_err(|e| fail("reading the cubin", e))
+            }
+            Err(e) => {
+                let log = result::get_program_log(prog)
+                    .map(|l| {
+                        let bytes: Vec<u8> = l.iter().take_while(|&&c| c != 0).map(|&c| c as u8).collect();
+                        String::from_utf8_lossy(&bytes).into_owned()
+                    })
+                    .unwrap_or_default();
+                Err(CoreError::Cuda {
+                    op: OP,
+                    message: format!(
+                        "{} failed to compile for {arch} ({e:?}, options {options:?}):\n{}",
+                        src.name,
+                        log.trim_end()
+                    ),
+                })
+            }
+        }
+    };
+    // SAFETY: created above, not used after this.
+    let destroyed = unsafe { result::destroy_program(prog) };
+    let cubin = outcome?;
+    destroyed.map_err(|e| fail("destroying the program", e))?;
+    if cubin.is_empty() {
+        return Err(CoreError::Cuda {
+            op: OP,
+            message: format!("{}: NVRTC returned an empty cubin for {arch}", src.name),
+        });
+    }
+    let missing: Vec<&str> = src
+        .kernels
+        .iter()
+        .copied()
+        .filter(|k| {
+            let sym = [k.as_bytes(), b"\0"].concat();
+            !cubin.windows(sym.len()).any(|w| w == sym.as_slice())
+        })
+        .collect();
+    if !missing.is_empty() {
+        return Err(CoreError::invalid(
+            OP,
+            format!(
+                "{}: the {arch} cubin defines no kernel named {missing:?}",
+                src.name
+            ),
+        ));
+    }
+    Ok(cubin)
+}
+
 fn describe(name: &str, e: CompileError) -> String {
     match e {
         CompileError::CompileError { nvrtc, options, log } => format!(
@@ -102,20 +193,7 @@ fn describe(name: &str, e: CompileError) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// Skips (returning false) when NVRTC is absent, unless MEMOPT_REQUIRE_NVRTC=1.
-    fn nvrtc_or_skip(test: &str) -> bool {
-        match nvrtc_available() {
-            Ok(()) => true,
-            Err(e) if std::env::var("MEMOPT_REQUIRE_NVRTC").as_deref() == Ok("1") => {
-                panic!("{test}: MEMOPT_REQUIRE_NVRTC=1 but {e}")
-            }
-            Err(e) => {
-                eprintln!("skipping {test}: {e}");
-                false
-            }
-        }
-    }
+    use crate::cuda::nvrtc_or_skip;
 
     #[test]
     fn compiles_and_reports_errors_with_the_log() {

@@ -1,0 +1,328 @@
+//! BatchNorm, pooling, convolution, linear layers and the multi-step neurons on the GPU against
+//! the CPU kernels, through the public op API, on random inputs, odd sizes and views. Spikes,
+//! BatchNorm, pooling and neuron results must be bit-identical (their arithmetic is add, mul,
+//! div and sqrt in the CPU's order), except the PLIF parameter's gradient (summed per 1024
+//! neurons on CUDA, 8192 on the CPU: within 1e-5); GEMM-based results (cuBLAS sums in another order) within
+//! 1e-5 of the output's magnitude. Each test skips with the reason when there is no GPU, and
+//! fails under MEMOPT_REQUIRE_GPU=1.
+
+mod gpu_common;
+
+use gpu_common::*;
+use memopt_core::Tensor;
+use memopt_core::kernels::*;
+
+#[test]
+fn batch_norm_train_eval_and_backward_are_bit_identical() {
+    if !gpu_or_skip("batch_norm_train_eval_and_backward_are_bit_identical") {
+        return;
+    }
+    for dims in [
+        vec![2usize, 3],
+        vec![5, 4, 7],
+        vec![3, 2, 9, 11],
+        vec![8, 16, 32, 32],
+    ] {
+        let n: usize = dims.iter().product();
+        let c = dims[1];
+        let (x, gx) = twin(&values(n, 1, 3.0), &dims);
+        let (w, gw) = twin(&values(c, 2, 1.0), &[c]);
+        let (b, gb) = twin(&values(c, 3, 1.0), &[c]);
+        let (rm, grm) = twin(&values(c, 4, 0.1), &[c]);
+        let (rv, grv) = pair(vec![1.0f32; c], &[c]);
+        let what = format!("batch_norm {dims:?}");
+        let run = |x: &Tensor, w: &Tensor, b: &Tensor, rm: &Tensor, rv: &Tensor| {
+            batch_norm_train(
+                x,
+                Some(w),
+                Some(b),
+                Some(RunningStats { mean: rm, var: rv }),
+                0.1,
+                1e-5,
+            )
+            .unwrap()
+        };
+        let (o, go) = (run(&x, &w, &b, &rm, &rv), run(&gx, &gw, &gb, &grm, &grv));
+        assert_identical(&format!("{what} y"), &o.y, &go.y);
+        assert_identical(&format!("{what} save_mean"), &o.save_mean, &go.save_mean);
+        assert_identical(&format!("{what} save_invstd"), &o.save_invstd, &go.save_invstd);
+        assert_identical(&format!("{what} running mean"), &rm, &grm);
+        assert_identical(&format!("{what} running var"), &rv, &grv);
+        let e = batch_norm_eval(&x, Some(&w), None, &rm, &rv, 1e-5).unwrap();
+        let ge = batch_norm_eval(&gx, Some(&gw), None, &grm, &grv, 1e-5).unwrap();
+        assert_identical(&format!("{what} eval"), &e, &ge);
+        let (g, gg) = twin(&values(n, 5, 1.0), &dims);
+        let r = batch_norm_backward(&g, &x, Some(&w), &o.save_mean, &o.save_invstd, GradNeeds::ALL).unwrap();
+        let gr = batch_norm_backward(
+            &gg,
+            &gx,
+            Some(&gw),
+            &go.save_mean,
+            &go.save_invstd,
+            GradNeeds::ALL,
+        )
+        .unwrap();
+        for (name, a, b) in [
+            ("x", &r.x, &gr.x),
+            ("weight", &r.weight, &gr.weight),
+            ("bias", &r.bias, &gr.bias),
+        ] {
+            assert_identical(
+                &format!("{what} grad {name}"),
+                a.as_ref().unwrap(),
+                b.as_ref().unwrap(),
+            );
+        }
+        // Written over an exclusive output gradient: the same bits.
+        let owned = gg.deep_copy(memopt_core::MemoryKind::Gradient).unwrap();
+        let gi = batch_norm_backward_reusing_grad(
+            owned,
+            &gx,
+            Some(&gw),
+            &go.save_mean,
+            &go.save_invstd,
+            GradNeeds::ALL,
+        )
+        .unwrap();
+        assert_identical(
+            &format!("{what} grad x in place"),
+            r.x.as_ref().unwrap(),
+            gi.x.as_ref().unwrap(),
+        );
+    }
+}
+
+#[test]
+fn pooling_forward_and_backward_are_bit_identical() {
+    if !gpu_or_skip("pooling_forward_and_backward_are_bit_identical") {
+        return;
+    }
+    let params = [
+        Pool2dParams {
+            kernel: [2, 2],
+            stride: [2, 2],
+            padding: [0, 0],
+        },
+        Pool2dParams {
+            kernel: [3, 3],
+            stride: [1, 1],
+            padding: [1, 1],
+        },
+        Pool2dParams {
+            kernel: [3, 2],
+            stride: [2, 1],
+            padding: [1, 0],
+        },
+    ];
+    for dims in [[1usize, 1, 1, 1], [2, 3, 7, 5], [4, 2, 16, 17]] {
+        let n = dims.iter().product();
+        let (x, gx) = twin(&values(n, 7, 2.0), &dims);
+        let (s, gs) = twin(&spikes(n, 8, 1), &dims);
+        let (s, gs) = (s.with_spike_flag(true), gs.with_spike_flag(true));
+        for p in &params {
+            if p.output_hw([dims[2], dims[3]]).is_err() {
+                continue;
+            }
+            let what = format!("{dims:?} {p:?}");
+            let ((y, i), (gy, gi)) = (max_pool2d(&x, p).unwrap(), max_pool2d(&gx, p).unwrap());
+            assert_identical(&format!("max_pool2d {what}"), &y, &gy);
+            assert_eq!(
+                i.to_vec::<u32>().unwrap(),
+                gi.to_vec::<u32>().unwrap(),
+                "max_pool2d indices {what}"
+            );
+            let (sy, _) = max_pool2d(&s, p).unwrap();
+            let (gsy, _) = max_pool2d(&gs, p).unwrap();
+            assert_identical(&format!("max_pool2d spikes {what}"), &sy, &gsy);
+            let (g, gg) = pair(values(y.elem_count(), 9, 1.0), y.dims());
+            assert_identical(
+                &format!("max_pool2d_backward {what}"),
+                &max_pool2d_backward(&g, &i, &dims).unwrap(),
+                &max_pool2d_backward(&gg, &gi, &dims).unwrap(),
+            );
+            for pad in [false, true] {
+                let what = format!("{what} count_include_pad={pad}");
+                assert_identical(
+                    &format!("avg_pool2d {what}"),
+                    &avg_pool2d(&x, p, pad).unwrap(),
+                    &avg_pool2d(&gx, p, pad).unwrap(),
+                );
+                assert_identical(
+                    &format!("avg_pool2d_backward {what}"),
+                    &avg_pool2d_backward(&g, &dims, p, pad).unwrap(),
+                    &avg_pool2d_backward(&gg, &dims, p, pad).unwrap(),
+                );
+            }
+        }
+        for out in [[1usize, 1], [2, 3], [dims[2], dims[3]], [dims[2] + 2, 3]] {
+            let what = format!("adaptive_avg_pool2d {dims:?} -> {out:?}");
+            let y = adaptive_avg_pool2d(&x, out).unwrap();
+            assert_identical(&what, &y, &adaptive_avg_pool2d(&gx, out).unwrap());
+            let (g, gg) = pair(values(y.elem_count(), 10, 1.0), y.dims());
+            assert_identical(
+                &format!("{what} backward"),
+                &adaptive_avg_pool2d_backward(&g, &dims).unwrap(),
+                &adaptive_avg_pool2d_backward(&gg, &dims).unwrap(),
+            );
+        }
+    }
+}
+
+fn conv(stride: [usize; 2], padding: [usize; 2], dilation: [usize; 2], groups: usize) -> Conv2dParams {
+    Conv2dParams {
+        stride,
+        padding,
+        dilation,
+        groups,
+    }
+}
+
+/// Input and weight gradients (GEMMs) within 1e-5; the bias gradient, a plain f64 sum in the
+/// CPU's order, bit for bit.
+fn assert_weight_grads(what: &str, cpu: [&Option<Tensor>; 3], gpu: [&Option<Tensor>; 3]) {
+    let [(cx, gx), (cw, gw), (cb, gb)] =
+        [0, 1, 2].map(|i| (cpu[i].as_ref().unwrap(), gpu[i].as_ref().unwrap()));
+    assert_close(&format!("{what} grad x"), cx, gx, 1e-5);
+    assert_close(&format!("{what} grad w"), cw, gw, 1e-5);
+    assert_identical(&format!("{what} grad b"), cb, gb);
+}
+
+#[test]
+fn convolution_and_linear_match_within_gemm_tolerance() {
+    if !gpu_or_skip("convolution_and_linear_match_within_gemm_tolerance") {
+        return;
+    }
+    let cases = [
+        // (x dims, w dims, params, time steps)
+        (
+            [2usize, 3, 9, 7],
+            [4usize, 3, 3, 3],
+            conv([1, 1], [1, 1], [1, 1], 1),
+            2,
+        ),
+        ([3, 4, 11, 11], [6, 2, 3, 3], conv([2, 2], [1, 0], [1, 1], 2), 3),
+        ([4, 2, 8, 8], [5, 2, 1, 1], conv([1, 1], [0, 0], [1, 1], 1), 4),
+        ([2, 2, 10, 9], [3, 2, 3, 2], conv([1, 2], [2, 1], [2, 1], 1), 1),
+    ];
+    for (xd, wd, p, steps) in cases {
+        let what = format!("conv2d x {xd:?} w {wd:?} {p:?}");
+        let (x, gx) = twin(&values(xd.iter().product(), 1, 1.0), &xd);
+        let (w, gw) = pair(values(wd.iter().product(), 2, 0.5), &wd);
+        let (b, gb) = pair(values(wd[0], 3, 0.5), &[wd[0]]);
+        let y = conv2d_steps(&x, &w, Some(&b), &p, steps).unwrap();
+        assert_close(
+            &what,
+            &y,
+            &conv2d_steps(&gx, &gw, Some(&gb), &p, steps).unwrap(),
+            1e-5,
+        );
+        let (g, gg) = pair(values(y.elem_count(), 4, 1.0), y.dims());
+        let r = conv2d_backward(&g, &x, &w, true, &p, GradNeeds::ALL).unwrap();
+        let gr = conv2d_backward(&gg, &gx, &gw, true, &p, GradNeeds::ALL).unwrap();
+        assert_weight_grads(&what, [&r.x, &r.w, &r.b], [&gr.x, &gr.w, &gr.b]);
+    }
+    for (m, k, n, steps) in [(1usize, 1usize, 1usize, 1usize), (6, 33, 10, 3), (40, 128, 11, 4)] {
+        let what = format!("linear m={m} k={k} n={n}");
+        let (x, gx) = twin(&values(m * k, 5, 1.0), &[m, k]);
+        let (w, gw) = pair(values(n * k, 6, 0.5), &[n, k]);
+        let (b, gb) = pair(values(n, 7, 0.5), &[n]);
+        let y = linear_steps(&x, &w, Some(&b), steps).unwrap();
+        assert_close(
+            &what,
+            &y,
+            &linear_steps(&gx, &gw, Some(&gb), steps).unwrap(),
+            1e-5,
+        );
+        let (g, gg) = pair(values(m * n, 8, 1.0), &[m, n]);
+        let r = linear_backward(&g, &x, &w, true, GradNeeds::ALL).unwrap();
+        let gr = linear_backward(&gg, &gx, &gw, true, GradNeeds::ALL).unwrap();
+        assert_weight_grads(&what, [&r.x, &r.w, &r.b], [&gr.x, &gr.w, &gr.b]);
+    }
+}
+
+#[test]
+fn neurons_forward_and_backward_are_bit_identical() {
+    if !gpu_or_skip("neurons_forward_and_backward_are_bit_identical") {
+        return;
+    }
+    let mut configs = vec![
+        NeuronConfig::if_neuron(),
+        NeuronConfig::lif(2.0),
+        NeuronConfig::plif(),
+    ];
+    let mut lif = NeuronConfig::lif(3.0);
+    lif.kind = NeuronKind::Lif {
+        tau: 3.0,
+        decay_input: false,
+    };
+    lif.v_reset = None;
+    lif.surrogate = Surrogate::ATan { alpha: 2.0 };
+    configs.push(lif);
+    let mut plif = NeuronConfig::plif();
+    plif.kind = NeuronKind::Plif { decay_input: false };
+    plif.detach_reset = true;
+    plif.v_reset = None;
+    configs.push(plif);
+    for cfg in &configs {
+        let is_plif = matches!(cfg.kind, NeuronKind::Plif { .. });
+        // 8193 neurons: two PLIF chunks, the second of one neuron.
+        for (t, inner) in [(1usize, 1usize), (4, 33), (10, 8193)] {
+            let what = format!("{cfg:?} T={t} n={inner}");
+            let (x, gx) = twin(&values(t * inner, 1, 2.0), &[t, inner]);
+            let (v0, gv0) = twin(&values(inner, 2, 0.5), &[1, inner]);
+            let (v0, gv0) = (v0.reshape([inner]).unwrap(), gv0.reshape([inner]).unwrap());
+            let (w, gw) = pair(vec![0.3f32], &[1]);
+            let (w, gw) = (is_plif.then_some(&w), is_plif.then_some(&gw));
+            let o = neuron_forward(cfg, &x, Some(&v0), w, true).unwrap();
+            let go = neuron_forward(cfg, &gx, Some(&gv0), gw, true).unwrap();
+            assert_identical(&format!("{what} spikes"), &o.spikes, &go.spikes);
+            assert_identical(&format!("{what} v_final"), &o.v_final, &go.v_final);
+            let (h, gh) = (o.h_seq.unwrap(), go.h_seq.unwrap());
+            assert_identical(&format!("{what} h_seq"), &h, &gh);
+            let (g, gg) = twin(&values(t * inner, 3, 1.0), &[t, inner]);
+            let (gvf, ggvf) = pair(values(inner, 4, 1.0), &[inner]);
+            let r = neuron_backward(cfg, &g, Some(&gvf), &h, Some(&v0), w, true).unwrap();
+            let gr = neuron_backward(cfg, &gg, Some(&ggvf), &gh, Some(&gv0), gw, true).unwrap();
+            assert_identical(&format!("{what} grad x"), &r.x, &gr.x);
+            assert_identical(
+                &format!("{what} grad v_init"),
+                r.v_init.as_ref().unwrap(),
+                gr.v_init.as_ref().unwrap(),
+            );
+            if is_plif {
+                assert_identical(
+                    &format!("{what} grad w"),
+                    r.w.as_ref().unwrap(),
+                    gr.w.as_ref().unwrap(),
+                );
+            }
+            // In place (input reused for h_seq, output gradient for the input gradient).
+            let owned = gx.deep_copy(memopt_core::MemoryKind::Activation).unwrap();
+            let gi = neuron_forward_reusing_input(cfg, owned, Some(&gv0), gw, true).unwrap();
+            assert_identical(&format!("{what} h_seq in place"), &h, gi.h_seq.as_ref().unwrap());
+            let owned = gg.deep_copy(memopt_core::MemoryKind::Gradient).unwrap();
+            let acc = memopt_core::Tensor::zeros(
+                [1],
+                memopt_core::DType::F32,
+                GPU,
+                memopt_core::MemoryKind::Gradient,
+            )
+            .unwrap();
+            let gi = neuron_backward_acc_reusing(
+                cfg,
+                owned,
+                Some(&ggvf),
+                &gh,
+                Some(&gv0),
+                gw,
+                false,
+                is_plif.then_some(&acc),
+            )
+            .unwrap();
+            assert_identical(&format!("{what} grad x in place"), &r.x, &gi.x);
+            if is_plif {
+                assert_identical(&format!("{what} w accumulated"), gr.w.as_ref().unwrap(), &acc);
+            }
+        }
+    }
+}

@@ -65,7 +65,7 @@ fn main() {
 
 fn vgg_figures() -> Result<Value, String> {
     let entry = memopt_checkpoint::zoo::entry("cifar10dvs-vgg").map_err(|e| e.to_string())?;
-    let workload = Workload::zoo("cifar10dvs-vgg", entry.default.clone(), 32);
+    let workload = Workload::zoo("cifar10dvs-vgg", entry.published.clone(), 32);
     let mut session = PlanningSession::new(&workload).map_err(|e| e.to_string())?;
     let report = MaxOverhead { max_overhead: 0.2 }
         .plan(&mut session)
@@ -74,10 +74,10 @@ fn vgg_figures() -> Result<Value, String> {
     let run = |plan: &Plan| -> Result<Value, String> {
         let r = run_steps(&workload, plan, GPU, TIMED).map_err(|e| e.to_string())?;
         Ok(json!({
-            "peak_bytes": r.peak_bytes,
+            "peak_bytes": r.peak_bytes(),
             "median_step_ms": r.median_step_ms(),
             "step_ms": r.step_ms,
-            "loss": r.loss,
+            "loss": r.record.loss_bits.map(f32::from_bits),
         }))
     };
     let base = run(&Plan::store_all())?;
@@ -87,7 +87,7 @@ fn vgg_figures() -> Result<Value, String> {
         _ => Value::Null,
     };
     Ok(json!({
-        "timesteps": entry.default.time_steps,
+        "timesteps": entry.published.time_steps,
         "batch": 32,
         "meta_baseline_peak_bytes": report.baseline_peak_bytes,
         "meta_planned_peak_bytes": report.planned_peak_bytes,

@@ -189,3 +189,51 @@ fn frames_then_train_save_resume_and_eval() {
     );
     assert!(e.contains("w.safetensors") || e.contains("model takes"), "{e}");
 }
+
+/// DVS128 Gesture recordings with SpikingJelly's trials lists: `memopt frames` writes the samples
+/// of each list under `train/` and `test/`, as SpikingJelly's own cache holds them; one list
+/// without the other is an error naming both.
+#[test]
+fn dvs128_frames_follow_spikingjelly_s_train_and_test_lists() {
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("../memopt-data/tests/fixtures/events");
+    let labels = std::fs::read_to_string(fixtures.join("dvs128_labels.csv")).unwrap();
+    // One gesture per line after the header: the count of samples each recording gives.
+    let samples = labels.lines().skip(1).filter(|l| !l.trim().is_empty()).count();
+    let root = std::env::temp_dir().join(format!("memopt-cli-dvs128-{}", std::process::id()));
+    let raw = root.join("DvsGesture");
+    std::fs::create_dir_all(&raw).unwrap();
+    for user in ["user01_fluorescent", "user24_led"] {
+        std::fs::copy(fixtures.join("dvs128.aedat"), raw.join(format!("{user}.aedat"))).unwrap();
+        std::fs::write(raw.join(format!("{user}_labels.csv")), &labels).unwrap();
+    }
+    std::fs::write(raw.join("trials_to_train.txt"), "user01_fluorescent.aedat\n").unwrap();
+    let raw_s = raw.to_str().unwrap().to_string();
+    let args = ["frames", "--data", &raw_s, "--format", "dvs128", "--frames", "4"];
+    let e = fails(&args, 1);
+    assert!(e.contains("trials_to_train.txt and trials_to_test.txt"), "{e}");
+
+    std::fs::write(raw.join("trials_to_test.txt"), "user24_led.aedat\n\n").unwrap();
+    let text = ok(&args);
+    assert!(text.contains(&format!("wrote {} samples", 2 * samples)), "{text}");
+    let frames = root.join("frames_number_4_split_by_number");
+    let count = |split: &str, user: &str| {
+        (0..11)
+            .flat_map(|c| {
+                std::fs::read_dir(frames.join(split).join(c.to_string()))
+                    .into_iter()
+                    .flatten()
+            })
+            .filter(|e| {
+                e.as_ref()
+                    .is_ok_and(|e| e.file_name().to_string_lossy().starts_with(user))
+            })
+            .count()
+    };
+    assert_eq!(count("train", "user01_fluorescent"), samples);
+    assert_eq!(count("test", "user24_led"), samples);
+    assert_eq!(
+        count("train", "user24_led") + count("test", "user01_fluorescent"),
+        0
+    );
+    std::fs::remove_dir_all(&root).ok();
+}

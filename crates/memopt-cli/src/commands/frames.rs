@@ -17,7 +17,9 @@ channels of event counts; a fixed number of frames split by event count or by ti
 a fixed duration) and write them in SpikingJelly's cached layout: OUT/frames_number_T_split_by_number
 (or OUT/duration_D) with one .npz per sample (array `frames`, float64 [T, 2, H, W]) under its class
 folder. --data holds one subfolder per class; for DVS128 Gesture (--format dvs128) it may instead
-hold the original recordings with their `*_labels.csv`, which are cut into samples by label.";
+hold the original recordings with their `*_labels.csv`, which are cut into samples by label; with
+SpikingJelly's trials_to_train.txt and trials_to_test.txt there too, the samples go under train/
+and test/ as in SpikingJelly's own cache.";
 
 /// Options of `memopt frames`.
 #[derive(Debug, Clone, clap::Args)]
@@ -49,6 +51,39 @@ fn sorted_files(dir: &Path, ext: &str) -> Result<Vec<PathBuf>> {
     }
     files.sort();
     Ok(files)
+}
+
+/// The DVS128 Gesture recordings of `root`, with the folder prefix of their split. With
+/// SpikingJelly's `trials_to_train.txt` and `trials_to_test.txt` beside them, the recordings
+/// each lists, under `train/` and `test/` as SpikingJelly writes its cache; without them, every
+/// `.aedat` in `root`, under one tree.
+fn dvs128_recordings(root: &Path) -> Result<Vec<(&'static str, Vec<PathBuf>)>> {
+    let lists = [("train/", "trials_to_train.txt"), ("test/", "trials_to_test.txt")];
+    let present: Vec<bool> = lists.iter().map(|(_, f)| root.join(f).is_file()).collect();
+    match (present[0], present[1]) {
+        (false, false) => return Ok(vec![("", sorted_files(root, "aedat")?)]),
+        (true, true) => {}
+        _ => {
+            return Err(CliError::Invalid(format!(
+                "{}: SpikingJelly's split needs both trials_to_train.txt and trials_to_test.txt \
+                 (or neither, to integrate every recording into one tree)",
+                root.display()
+            )));
+        }
+    }
+    let mut splits = Vec::new();
+    for (prefix, list) in lists {
+        let path = root.join(list);
+        let text = crate::files::read_input(&path, "trials list")?;
+        let recordings = text
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty())
+            .map(|l| root.join(l))
+            .collect();
+        splits.push((prefix, recordings));
+    }
+    Ok(splits)
 }
 
 /// Integrates and writes.
@@ -91,27 +126,29 @@ pub fn run(args: &FramesArgs, out: &mut dyn Write) -> Result<()> {
         Ok(())
     };
     if labelled {
-        for rec in sorted_files(root, "aedat")? {
-            let stem = rec
-                .file_stem()
-                .map(|s| s.to_string_lossy().into_owned())
-                .unwrap_or_default();
-            let csv = rec.with_file_name(format!("{stem}_labels.csv"));
-            if !csv.is_file() {
-                return Err(CliError::Invalid(format!(
-                    "{}: no labels file {}",
-                    rec.display(),
-                    csv.display()
-                )));
-            }
-            let events = format.read(&rec)?;
-            for s in aedat3::split_by_labels(&events, &csv, 11)? {
-                emit(
-                    &s.class.to_string(),
-                    &format!("{stem}_{}", s.index),
-                    &s.events,
-                    &rec,
-                )?;
+        for (split, recordings) in dvs128_recordings(root)? {
+            for rec in recordings {
+                let stem = rec
+                    .file_stem()
+                    .map(|s| s.to_string_lossy().into_owned())
+                    .unwrap_or_default();
+                let csv = rec.with_file_name(format!("{stem}_labels.csv"));
+                if !csv.is_file() {
+                    return Err(CliError::Invalid(format!(
+                        "{}: no labels file {}",
+                        rec.display(),
+                        csv.display()
+                    )));
+                }
+                let events = format.read(&rec)?;
+                for s in aedat3::split_by_labels(&events, &csv, 11)? {
+                    emit(
+                        &format!("{split}{}", s.class),
+                        &format!("{stem}_{}", s.index),
+                        &s.events,
+                        &rec,
+                    )?;
+                }
             }
         }
     } else {

@@ -9,8 +9,10 @@ use memopt_core::{CoreError, DType, Device, MemoryKind, MemoryTracker, Tensor};
 fn an_allocation_that_would_overflow_the_byte_count_is_an_error() {
     let tracker = MemoryTracker::new(Device::META);
     let _installed = MemoryTracker::install(tracker.clone());
-    // Each just under isize::MAX bytes (the largest one storage may be); three exceed u64.
-    let len = (isize::MAX as usize) / 4;
+    // Each about 0.4 * 2^64 bytes (below isize::MAX, the largest one storage may be): two fit
+    // in the requested, allocated and reserved counts (the caching allocator rounds each to its
+    // own segment), three exceed u64.
+    let len = (u64::MAX / 5 * 2 / 4) as usize;
     let a = Tensor::zeros([len], DType::F32, Device::META, MemoryKind::Activation).unwrap();
     let b = Tensor::zeros([len], DType::F32, Device::META, MemoryKind::Activation).unwrap();
     let before = tracker.stats();

@@ -36,13 +36,36 @@ impl PlanEntry {
 /// `{"version": 1, "entries": [{"path": "features.0", "policy": {"kind": "checkpoint",
 /// "compressor": "bit_spike", "chunks": 1}}, {"path": "features", "children": [2, 5],
 /// "policy": {"kind": "checkpoint"}}]}`.
+///
+/// A plan file may also hold a `made_for` object (what the plan was made for, written by
+/// `memopt optimize --out`); the library reads past it, and any other unknown field is an error.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(from = "PlanFile")]
 pub struct Plan {
     /// Format version ([`PLAN_VERSION`]).
     pub version: u32,
     /// Assignments, in any order; a path appears at most once.
     pub entries: Vec<PlanEntry>,
+}
+
+/// The fields of a plan file: [`Plan`]'s, plus the `made_for` description tools may add.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PlanFile {
+    version: u32,
+    entries: Vec<PlanEntry>,
+    #[serde(default)]
+    #[allow(dead_code)] // read past: its contents are the writer's business
+    made_for: Option<serde::de::IgnoredAny>,
+}
+
+impl From<PlanFile> for Plan {
+    fn from(f: PlanFile) -> Plan {
+        Plan {
+            version: f.version,
+            entries: f.entries,
+        }
+    }
 }
 
 impl Plan {

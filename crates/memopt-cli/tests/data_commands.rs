@@ -3,21 +3,10 @@
 
 use memopt_data::{Events, atis_bin};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
 
-fn memopt(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_memopt"))
-        .args(args)
-        .output()
-        .expect("the memopt binary runs")
-}
+mod common;
 
-fn ok(args: &[&str]) -> String {
-    let o = memopt(args);
-    let stderr = String::from_utf8_lossy(&o.stderr);
-    assert!(o.status.success(), "memopt {args:?} failed: {stderr}");
-    String::from_utf8(o.stdout).expect("utf-8 output")
-}
+use common::{memopt, ok};
 
 fn fails(args: &[&str], code: i32) -> String {
     let o = memopt(args);

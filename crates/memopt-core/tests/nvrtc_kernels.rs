@@ -89,15 +89,9 @@ fn check_source(src: &KernelSource) -> usize {
     assert_eq!(declared, defined, "{}: declared vs defined kernels", src.name);
 
     let started = std::time::Instant::now();
+    // compile_kernel_source fails unless the PTX defines every declared kernel.
     let ptx = compile_kernel_source(src).unwrap_or_else(|e| panic!("{e}"));
     let text = ptx.to_src();
-    for k in src.kernels {
-        assert!(
-            text.contains(&format!(".entry {k}(")),
-            "{}: no {k} in the PTX",
-            src.name
-        );
-    }
     // --fmad=false: no contraction of a * b + c (the CPU rounds twice). Only kernels that
     // call CUDA's exp/log (not bit-identical to the CPU's libm anyway) contain the fused
     // operations of those library functions.

@@ -51,7 +51,7 @@ fn colour(kind: MemoryKind) -> &'static str {
 
 /// Escapes text for XML content and attributes; control characters (which XML 1.0 cannot
 /// hold, even as references) are shown as `\u{..}`.
-fn esc(s: &str) -> String {
+pub(crate) fn esc(s: &str) -> String {
     crate::escape::visible(s)
         .replace('&', "&amp;")
         .replace('<', "&lt;")

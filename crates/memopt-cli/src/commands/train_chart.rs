@@ -75,6 +75,8 @@ fn panel(
 /// The chart of `history` (one entry per epoch run) as SVG text.
 pub fn render(model: &str, history: &[EpochMetrics]) -> String {
     let h = TOP + 2.0 * PANEL_H + GAP + 40.0;
+    // The model's name is the user's: escaped like every name in memopt's charts.
+    let model = crate::svg::esc(model);
     let mut svg = format!(
         "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{W}\" height=\"{h}\" font-family=\"sans-serif\">\
          <rect width=\"100%\" height=\"100%\" fill=\"white\"/>\

@@ -196,6 +196,12 @@ impl MemoryTracker {
             Device::Cpu => Box::new(HostBacking),
             _ => Box::new(NoBacking),
         };
+        Self::with_backing(device, backing)
+    }
+
+    /// A fresh tracker for `device` whose caching allocator takes its segments from `backing`
+    /// (tests use a backing with a fixed capacity to exercise out-of-memory paths).
+    pub fn with_backing(device: Device, backing: Box<dyn SegmentBacking>) -> Arc<Self> {
         Arc::new(MemoryTracker {
             device,
             created: Instant::now(),
@@ -356,7 +362,21 @@ impl MemoryTracker {
     fn record_alloc(&self, bytes: u64, kind: MemoryKind) -> Result<(AllocationId, Grant, MemoryEvent)> {
         let mut s = self.lock();
         self.check_fits(&s, bytes)?;
-        let grant = s.allocator.malloc(bytes)?;
+        let grant = match s.allocator.malloc(bytes) {
+            Ok(grant) => grant,
+            Err(CoreError::OutOfMemory {
+                bytes: segment_bytes, ..
+            }) if self.device.is_cuda() => {
+                return Err(CoreError::CudaOutOfMemory {
+                    device: self.device,
+                    bytes,
+                    segment_bytes,
+                    held: s.current,
+                    reserved: s.allocator.reserved(),
+                });
+            }
+            Err(e) => return Err(e),
+        };
         let id = AllocationId(s.next_id);
         s.next_id += 1;
         s.add(kind, bytes, grant.size);

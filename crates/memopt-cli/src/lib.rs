@@ -16,6 +16,7 @@
 pub mod align;
 pub mod bench;
 pub mod commands;
+pub mod device_arg;
 pub mod error;
 pub mod escape;
 pub mod files;

@@ -11,8 +11,14 @@
 //!
 //! `--memory-limit SIZE` (or the `MEMOPT_MEMORY_LIMIT` environment variable) replaces the probe
 //! with a given figure, which is how tests exercise the refusal without cgroups;
-//! `--ignore-memory-limit` runs anyway. Meta steps hold no data and are never refused; CUDA
-//! steps have no CUDA kernels yet (they fail with that error before allocating).
+//! `--ignore-memory-limit` runs anyway. Meta steps hold no data and are never refused.
+//!
+//! On a GPU (`--device cuda[:N]`) the room is the GPU's free memory (`cuMemGetInfo`, after
+//! memopt's CUDA context exists), or `MEMOPT_GPU_FREE_MEMORY` when set (to try a smaller GPU),
+//! and the figure compared is the step's predicted *reserved* peak: the caching allocator's
+//! segments, which are what the driver must provide. Memory the step adds outside the pool
+//! (kernel modules and cuBLAS handles loaded by the first step) is not predicted; the
+//! `outside_pool_bytes` of `profile`/`train` on a GPU measures it.
 
 use crate::error::{CliError, Result};
 use crate::format::bytes;
@@ -60,36 +66,99 @@ impl MemoryLimitArgs {
         Ok(probe())
     }
 
-    /// Refuses, before any real step, a step on `device` whose exact peak (computed on Meta)
-    /// exceeds the room left, naming both figures and a command that would fit. Every plan in
-    /// `plans` is checked; `how` is the rest of the command line that selects the model.
+    /// Refuses, before any real step, a step on `device` that would not fit: on the CPU when
+    /// its exact peak (computed on Meta) exceeds the room left, on a GPU when its predicted
+    /// reserved peak exceeds the GPU's free memory; naming both figures and a command that
+    /// would fit. Every plan in `plans` is checked; `how` is the rest of the command line that
+    /// selects the model.
     pub fn check(&self, workload: &Workload, plans: &[&Plan], device: Device, how: &str) -> Result<()> {
-        if self.ignore_memory_limit || device != Device::Cpu {
+        if self.ignore_memory_limit {
             return Ok(());
         }
-        let Some(room) = self.room()? else {
-            return Ok(());
+        let room = match device {
+            Device::Cpu => self.room()?,
+            Device::Cuda(ordinal) => Some(gpu_room(ordinal)?),
+            Device::Meta(_) => None,
         };
-        let mut estimator = Estimator::new(workload)?;
-        let mut peak = 0;
-        for plan in plans {
-            peak = peak.max(estimator.report(plan)?.peak_bytes);
+        match room {
+            Some(room) => refuse_unless_fits(workload, plans, device, &room, how),
+            None => Ok(()),
         }
-        if peak <= room.bytes {
-            return Ok(());
-        }
-        Err(CliError::Invalid(format!(
-            "a step of {} needs {} ({peak} bytes) at its peak, but this process may use only {} \
-             ({} bytes; {}); plan for it with `memopt optimize {how} --budget {} --out plan.json` \
-             and train with --plan plan.json, or lower --batch; --ignore-memory-limit runs anyway",
-            workload.name(),
-            bytes(peak),
-            bytes(room.bytes),
-            room.bytes,
-            room.source,
-            room.bytes
-        )))
     }
+}
+
+/// Environment variable that replaces the GPU's free memory in the check (bytes or a size such
+/// as `8GiB`), to try how a step would fare on a smaller GPU.
+pub const GPU_FREE_ENV: &str = "MEMOPT_GPU_FREE_MEMORY";
+
+/// The room on GPU `ordinal`: [`GPU_FREE_ENV`] when set, else its free memory now.
+pub fn gpu_room(ordinal: usize) -> Result<Room> {
+    if let Ok(s) = std::env::var(GPU_FREE_ENV) {
+        return given(&s, GPU_FREE_ENV);
+    }
+    let m = memopt_core::cuda::device_memory(ordinal)?;
+    Ok(Room {
+        bytes: m.free_bytes,
+        source: format!(
+            "free memory of cuda:{ordinal} (cuMemGetInfo: {} free of {})",
+            bytes(m.free_bytes),
+            bytes(m.total_bytes)
+        ),
+    })
+}
+
+/// The refusal itself, with the room given: `Ok` when the largest figure over `plans` fits
+/// `room` — the exact requested peak on the CPU, the predicted reserved peak (the caching
+/// allocator's segments, on Meta with `device`'s target) on a GPU — else an error naming both
+/// figures and the `memopt optimize --budget` command that would fit. Meta devices always fit.
+pub fn refuse_unless_fits(
+    workload: &Workload,
+    plans: &[&Plan],
+    device: Device,
+    room: &Room,
+    how: &str,
+) -> Result<()> {
+    if device.is_meta() {
+        return Ok(());
+    }
+    let mut workload = workload.clone();
+    workload.target = device.target();
+    let mut estimator = Estimator::new(&workload)?;
+    let mut peak = 0;
+    for plan in plans {
+        let figure = if device.is_cuda() {
+            estimator.peaks(plan)?.reserved_bytes
+        } else {
+            estimator.report(plan)?.peak_bytes
+        };
+        peak = peak.max(figure);
+    }
+    if peak <= room.bytes {
+        return Ok(());
+    }
+    let (what, room_is, device_flag) = match device {
+        Device::Cuda(_) => (
+            "reserves (predicted caching-allocator segments)",
+            format!("but {device} has only"),
+            format!(" --device {device}"),
+        ),
+        _ => (
+            "needs",
+            "but this process may use only".to_string(),
+            String::new(),
+        ),
+    };
+    Err(CliError::Invalid(format!(
+        "a step of {} {what} {} ({peak} bytes) at its peak, {room_is} {} ({} bytes; {}); plan \
+         for it with `memopt optimize {how}{device_flag} --budget {} --out plan.json` and train \
+         with --plan plan.json, or lower --batch; --ignore-memory-limit runs anyway",
+        workload.name(),
+        bytes(peak),
+        bytes(room.bytes),
+        room.bytes,
+        room.source,
+        room.bytes
+    )))
 }
 
 fn given(s: &str, from: &str) -> Result<Room> {

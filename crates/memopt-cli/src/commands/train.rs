@@ -1,13 +1,14 @@
 //! `memopt train`: training steps on synthetic data with a progress line and the measured peak.
 
 use super::read_plan_for;
+use crate::device_arg::{DEVICE_VALUES, parse_device};
 use crate::error::{CliError, Result};
 use crate::format::bytes;
 use crate::memory_limit::MemoryLimitArgs;
 use crate::out;
 use crate::progress::{Progress, StepStatus};
 use crate::samples::StepSamples;
-use crate::selection::{DEFAULT_MODEL, ModelArgs, parse_device};
+use crate::selection::{DEFAULT_MODEL, ModelArgs};
 use memopt_checkpoint::{Plan, StepOptions};
 use memopt_core::MemoryTracker;
 use memopt_profiler::timing::median;
@@ -39,10 +40,9 @@ pub struct TrainArgs {
     /// Training steps.
     #[arg(long, default_value_t = 20, value_name = "S", value_parser = crate::selection::whole, allow_hyphen_values = true)]
     pub steps: usize,
-    /// Where to train: cpu, meta (memory only: no data, no loss) or cuda (cuda:N). The training
-    /// kernels run on the CPU only so far: cuda reports that it is not implemented (or that no
-    /// GPU is present).
-    #[arg(long, default_value = "cpu", value_name = "cpu|meta|cuda")]
+    /// Where to train: cpu, cuda[:N] (a GPU), meta or meta:cuda (memory only: no data, no
+    /// loss).
+    #[arg(long, default_value = "cpu", value_name = DEVICE_VALUES)]
     pub device: String,
     /// No progress line.
     #[arg(short, long)]
@@ -99,7 +99,9 @@ pub fn run(args: &TrainArgs, out: &mut dyn Write) -> Result<()> {
     if args.steps == 0 {
         return Err(CliError::Usage("--steps must be at least 1".into()));
     }
-    let sel = args.model.resolve(Some(DEFAULT_MODEL))?;
+    let mut sel = args.model.resolve(Some(DEFAULT_MODEL))?;
+    // Plans and the memory check follow the device's allocation rules (CUDA's on a GPU).
+    sel.workload.target = device.target();
     let plan = match &args.plan {
         Some(p) => read_plan_for(p, &sel)?,
         None => Plan::store_all(),

@@ -33,6 +33,12 @@ impl CudaBackend {
             hint: "; move the tensors to the cpu (to_device) or plan on the meta device".into(),
         }
     }
+
+    /// The one stream of this GPU, on which every kernel, copy and allocation runs in program
+    /// order ([`crate::cuda::stream`]).
+    pub fn stream(self) -> Result<std::sync::Arc<crate::cuda::CudaStream>> {
+        crate::cuda::stream(self.ordinal)
+    }
 }
 
 /// Runs the compute half of `op` on `device`'s backend, once the entry point has validated and

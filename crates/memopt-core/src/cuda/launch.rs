@@ -146,6 +146,26 @@ pub fn stream(ordinal: usize) -> Result<Arc<CudaStream>> {
     Ok(cuda_context(ordinal)?.default_stream())
 }
 
+/// Copies `len` values of `T` at device address `src` of `gpu` into a new host vector, after
+/// everything queued on the GPU's stream before it. The vector is not tracked: use it only for
+/// small values the host must inspect (labels to validate before a launch).
+pub fn read_back<T: Copy + Default>(gpu: CudaBackend, src: CudaPtr, len: usize) -> Result<Vec<T>> {
+    let ctx = cuda_context(gpu.ordinal)?;
+    let err = |e: cudarc::driver::DriverError| CoreError::Cuda {
+        op: "copying GPU values to the host",
+        message: format!("{len} values at {:#x} on GPU {}: {e}", src.0, gpu.ordinal),
+    };
+    ctx.bind_to_thread().map_err(err)?;
+    let mut out = vec![T::default(); len];
+    if len > 0 {
+        // SAFETY: `out` holds `len` values of `T`; the caller passes the address of at least
+        // `len` values of `T` that it holds. The synchronous copy runs after all work queued on
+        // the legacy default stream (`stream`), which is where every memopt kernel runs.
+        unsafe { cudarc::driver::result::memcpy_dtoh_sync(&mut out, src.0) }.map_err(err)?;
+    }
+    Ok(out)
+}
+
 /// Threads per block of every 1-D launch.
 pub const BLOCK_THREADS: u32 = 256;
 

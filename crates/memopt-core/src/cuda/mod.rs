@@ -37,7 +37,7 @@ pub use cudarc::nvrtc::Ptx;
 pub use gate::{REQUIRE_GPU_VAR, gpu_for_test, gpu_or_skip, gpu_with_nvrtc, nvrtc_or_skip};
 pub use launch::{
     ArgKind, BLOCK_THREADS, CudaPtr, KernelArg, KernelTable, MAX_BLOCKS, Signature, blocks, grid_for,
-    launch_kernel, stream,
+    launch_kernel, read_back, stream,
 };
 pub(crate) use launch::{arg_type, kernel_table};
 pub use nvrtc::{

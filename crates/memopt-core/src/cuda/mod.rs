@@ -26,7 +26,10 @@
 mod cache;
 mod device_memory;
 mod gate;
+mod launch;
+pub mod launchers;
 mod nvrtc;
+mod params;
 pub mod sources;
 
 pub use cache::{cuda_function, loaded_module_count};
@@ -34,9 +37,15 @@ pub use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, CudaView, LaunchCo
 pub use cudarc::nvrtc::Ptx;
 pub use device_memory::{DeviceMemory, device_memory};
 pub use gate::{REQUIRE_GPU_VAR, gpu_for_test, gpu_or_skip, gpu_with_nvrtc, nvrtc_or_skip};
+pub use launch::{
+    ArgKind, BLOCK_THREADS, CudaPtr, KernelArg, KernelTable, MAX_BLOCKS, Signature, blocks, grid_for,
+    launch_kernel, read_back, stream,
+};
+pub(crate) use launch::{arg_type, kernel_table};
 pub use nvrtc::{
     NVRTC_OPTIONS, compile_cubin, compile_kernel_source, compile_ptx, nvrtc_available, nvrtc_version,
 };
+pub use params::{ConvGeom, NeuronBackwardConsts, PoolGeom};
 pub use sources::kernel_sources;
 
 /// A CUDA C translation unit compiled at run time, and the `extern "C"` kernels it defines.

@@ -4,11 +4,10 @@
 
 use crate::binary::CudaKernels;
 use crate::{CompressError, Packed, Result};
-use cudarc::driver::{CudaSlice, CudaStream, DeviceRepr, LaunchConfig, PushKernelArg};
-use half::{bf16, f16};
+use cudarc::driver::{CudaSlice, CudaStream, LaunchConfig, PushKernelArg};
 use memopt_core::cuda::{KernelSource, cuda_function};
-use memopt_core::storage::{CudaData, Storage, StorageData, cuda_context};
-use memopt_core::{CoreError, DType, MemoryKind, Tensor};
+use memopt_core::storage::{CudaData, Element, Storage, StorageData};
+use memopt_core::{CoreError, DType, Device, MemoryKind, Tensor};
 use std::sync::Arc;
 
 /// BitSpike pack and unpack kernels (`bitspike_{pack,unpack}_{f32,f16,bf16}`).
@@ -68,19 +67,6 @@ fn driver(op: &'static str) -> impl Fn(cudarc::driver::DriverError) -> CompressE
     }
 }
 
-/// `len` uninitialized elements (a null slice when `len` is 0). Callers launch a kernel that
-/// writes every element before anything reads them.
-fn alloc_uninit<T: DeviceRepr>(stream: &Arc<CudaStream>, len: usize) -> Result<CudaSlice<T>> {
-    let r = if len == 0 {
-        stream.null()
-    } else {
-        // SAFETY: the memory is written by the kernel launched right after on the same stream
-        // before any read (see the callers).
-        unsafe { stream.alloc(len) }
-    };
-    r.map_err(driver("allocating GPU memory"))
-}
-
 /// Values per pack work item: a thread handles 8 values in the bit kernel (a warp 256 values
 /// per iteration), 1 value in the byte kernel.
 fn values_per_thread(src: &KernelSource) -> u64 {
@@ -104,23 +90,22 @@ pub(crate) fn pack(
         kernels.source,
         kernels.pack[CudaKernels::slot(x.dtype())],
     )?;
-    let stream = cuda_context(ordinal)?.default_stream();
+    let stream = memopt_core::cuda::stream(ordinal)?;
     let n = x.elem_count();
-    let out = alloc_uninit::<u8>(&stream, len)?;
-    let payload = Arc::new(Storage::from_cuda(
-        CudaData::U8(out),
-        ordinal,
+    let device = Device::Cuda(ordinal);
+    // Blocks of the GPU's caching allocator; the kernel writes every payload byte.
+    let payload = Arc::new(Storage::for_overwrite(
+        DType::U8,
+        len,
+        device,
         MemoryKind::Packed,
     )?);
     let status = match check {
-        true => {
-            let s = stream.clone_htod(&[-1i64]).map_err(driver(OP))?;
-            Some(Storage::from_cuda(
-                CudaData::I64(s),
-                ordinal,
-                MemoryKind::Workspace,
-            )?)
-        }
+        true => Some(Storage::upload(
+            &<i64 as Element>::into_cpu(vec![-1i64]),
+            ordinal,
+            MemoryKind::Workspace,
+        )?),
         false => None,
     };
     if n > 0 {
@@ -132,13 +117,13 @@ pub(crate) fn pack(
             unreachable!("the payload was just created as GPU bytes")
         };
         let status = match status_guard.as_deref_mut() {
-            Some(StorageData::Cuda(CudaData::I64(s))) => Some(s),
+            Some(StorageData::Cuda(CudaData::I64(s))) => Some(&mut **s),
             _ => None,
         };
         let range = x.storage_offset()..x.storage_offset() + n;
         let args = PackArgs {
             n,
-            out,
+            out: &mut **out,
             check,
             status,
             cfg,
@@ -152,7 +137,7 @@ pub(crate) fn pack(
     }
     if let Some(s) = &status {
         let first = match &*s.read() {
-            StorageData::Cuda(CudaData::I64(s)) => stream.clone_dtoh(s).map_err(driver(OP))?[0],
+            StorageData::Cuda(CudaData::I64(s)) => stream.clone_dtoh(&**s).map_err(driver(OP))?[0],
             _ => -1,
         };
         if first >= 0 {
@@ -233,15 +218,19 @@ pub(crate) fn unpack(packed: &Packed, ordinal: usize, kernels: &CudaKernels) -> 
         kernels.source,
         kernels.unpack[CudaKernels::slot(packed.dtype())],
     )?;
-    let stream = cuda_context(ordinal)?.default_stream();
+    let stream = memopt_core::cuda::stream(ordinal)?;
     let n = packed.shape().elem_count();
-    let mut out = match packed.dtype() {
-        DType::F32 => CudaData::F32(alloc_uninit::<f32>(&stream, n)?),
-        DType::F16 => CudaData::F16(alloc_uninit::<f16>(&stream, n)?),
-        DType::BF16 => CudaData::BF16(alloc_uninit::<bf16>(&stream, n)?),
-        d => return Err(not_gpu_float(packed.kind().name(), d)),
-    };
+    let dtype = packed.dtype();
+    if !matches!(dtype, DType::F32 | DType::F16 | DType::BF16) {
+        return Err(not_gpu_float(packed.kind().name(), dtype));
+    }
+    // A block of the GPU's caching allocator; the kernel writes every value.
+    let storage = Storage::for_overwrite(dtype, n, Device::Cuda(ordinal), MemoryKind::Activation)?;
     if n > 0 {
+        let mut out_guard = storage.write();
+        let StorageData::Cuda(out) = &mut *out_guard else {
+            unreachable!("a storage on a CUDA device holds GPU data")
+        };
         let payload = packed.payload();
         let guard = payload.storage().read();
         let StorageData::Cuda(CudaData::U8(src)) = &*guard else {
@@ -257,16 +246,15 @@ pub(crate) fn unpack(packed: &Packed, ordinal: usize, kernels: &CudaKernels) -> 
         let n64 = n as u64;
         let mut b = stream.launch_builder(&func);
         b.arg(&view).arg(&n64);
-        match &mut out {
-            CudaData::F32(o) => b.arg(o),
-            CudaData::F16(o) => b.arg(o),
-            CudaData::BF16(o) => b.arg(o),
+        match out {
+            CudaData::F32(o) => b.arg(&mut **o),
+            CudaData::F16(o) => b.arg(&mut **o),
+            CudaData::BF16(o) => b.arg(&mut **o),
             _ => unreachable!("allocated as a float above"),
         };
         // SAFETY: the arguments match (const u8* in, u64 n, W* out): `view` holds the payload
         // the pack kernel wrote for n values and `out` holds n values of the kernel's dtype.
         unsafe { b.launch(cfg) }.map_err(driver("launching an unpack kernel"))?;
     }
-    let storage = Storage::from_cuda(out, ordinal, MemoryKind::Activation)?;
     Ok(Tensor::from_storage(Arc::new(storage), packed.shape().clone())?)
 }

@@ -123,7 +123,7 @@ pub(crate) fn pack(
         let range = x.storage_offset()..x.storage_offset() + n;
         let args = PackArgs {
             n,
-            out: &mut **out,
+            out,
             check,
             status,
             cfg,

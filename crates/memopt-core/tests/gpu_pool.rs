@@ -56,7 +56,11 @@ fn gpu_tensors_are_blocks_of_cuda_segments() {
     drop((x, copy, z, b));
     assert_eq!(tracker.empty_cache(), tracker.stats().reserved_peak);
     let emptied = device_memory(0).unwrap();
-    assert_eq!(emptied.used_bytes(), before.used_bytes(), "empty_cache gives every segment back");
+    assert_eq!(
+        emptied.used_bytes(),
+        before.used_bytes(),
+        "empty_cache gives every segment back"
+    );
 }
 
 #[test]
@@ -109,7 +113,13 @@ fn gpu_and_meta_cuda_trackers_agree_on_an_allocation_sequence() {
         }
         let s = tracker.stats();
         drop(live);
-        (s.peak, s.allocated_peak, s.reserved_peak, s.segments, tracker.empty_cache())
+        (
+            s.peak,
+            s.allocated_peak,
+            s.reserved_peak,
+            s.segments,
+            tracker.empty_cache(),
+        )
     };
     assert_eq!(figures(GPU), figures(Device::Meta(Target::Cuda)));
 }

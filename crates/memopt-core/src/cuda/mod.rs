@@ -25,6 +25,7 @@
 
 mod cache;
 mod device_memory;
+mod event_clock;
 mod gate;
 mod launch;
 pub mod launchers;
@@ -36,6 +37,7 @@ pub use cache::{cuda_function, loaded_module_count};
 pub use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, CudaView, LaunchConfig, PushKernelArg};
 pub use cudarc::nvrtc::Ptx;
 pub use device_memory::{DeviceMemory, device_memory};
+pub use event_clock::EventClock;
 pub use gate::{REQUIRE_GPU_VAR, gpu_for_test, gpu_or_skip, gpu_with_nvrtc, nvrtc_or_skip};
 pub use launch::{
     ArgKind, BLOCK_THREADS, CudaPtr, KernelArg, KernelTable, MAX_BLOCKS, Signature, blocks, grid_for,

@@ -21,6 +21,7 @@ pub mod error;
 pub mod escape;
 pub mod files;
 pub mod format;
+pub mod gpu_memory;
 pub mod memory_limit;
 pub mod plan_file;
 pub mod progress;

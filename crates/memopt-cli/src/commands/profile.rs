@@ -5,6 +5,7 @@ use crate::device_arg::{DEVICE_VALUES, parse_device};
 use crate::error::{CliError, Result};
 use crate::files::Outputs;
 use crate::format::{bytes, path};
+use crate::gpu_memory::GpuMemory;
 use crate::memory_limit::MemoryLimitArgs;
 use crate::out;
 use crate::selection::{DEFAULT_MODEL, ModelArgs};
@@ -121,6 +122,9 @@ pub struct ProfileJson {
     pub step_ms: Option<f64>,
     /// Per module and phase.
     pub modules: Vec<ModuleRow>,
+    /// On a GPU: its memory after the timed steps, memopt's pool and what lies outside it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gpu: Option<GpuMemory>,
 }
 
 fn depth(p: &str) -> usize {
@@ -177,6 +181,9 @@ pub fn run(args: &ProfileArgs, out: &mut dyn Write) -> Result<()> {
     } else {
         Some(TimingProfiler::new(1, args.runs).profile(workload, &plan, device)?)
     };
+    // The timed steps ran in this thread's tracker for the device; its pool holds their
+    // segments now.
+    let gpu = GpuMemory::measure(device, &memopt_core::MemoryTracker::current(device))?;
     let chart = match &args.svg {
         Some(p) => {
             let (charted, svg) = chart(&sel, (!plan.entries.is_empty()).then_some(&plan))?;
@@ -203,6 +210,7 @@ pub fn run(args: &ProfileArgs, out: &mut dyn Write) -> Result<()> {
             holders: report.holders.clone(),
             step_ms: timing.as_ref().map(|t| t.step_ms),
             modules,
+            gpu,
         };
         return out!(out, "{}", serde_json::to_string_pretty(&json).unwrap_or_default());
     }
@@ -216,6 +224,9 @@ pub fn run(args: &ProfileArgs, out: &mut dyn Write) -> Result<()> {
             crate::format::count(t.runs, "step", "steps"),
             t.warmup_runs
         )?;
+    }
+    if let Some(g) = &gpu {
+        out!(out, "{}", g.line())?;
     }
     out!(
         out,

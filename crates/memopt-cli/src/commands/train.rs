@@ -4,6 +4,7 @@ use super::read_plan_for;
 use crate::device_arg::{DEVICE_VALUES, parse_device};
 use crate::error::{CliError, Result};
 use crate::format::bytes;
+use crate::gpu_memory::GpuMemory;
 use crate::memory_limit::MemoryLimitArgs;
 use crate::out;
 use crate::progress::{Progress, StepStatus};
@@ -91,6 +92,9 @@ pub struct TrainJson {
     pub sample_every: usize,
     /// Loss of every `sample_every`-th step, the first included (empty on Meta).
     pub losses: Vec<f32>,
+    /// On a GPU: its memory after the steps, memopt's pool and what lies outside it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gpu: Option<GpuMemory>,
 }
 
 /// Trains.
@@ -158,6 +162,7 @@ pub fn run(args: &TrainArgs, out: &mut dyn Write) -> Result<()> {
     }
     let elapsed = started.elapsed().as_secs_f64();
     let peak = tracker.peak_bytes();
+    let gpu = GpuMemory::measure(device, &tracker)?;
     if args.json {
         let json = TrainJson {
             model: sel.name().to_string(),
@@ -175,6 +180,7 @@ pub fn run(args: &TrainArgs, out: &mut dyn Write) -> Result<()> {
             last_loss,
             sample_every: losses.every(),
             losses: losses.into_values(),
+            gpu,
         };
         return out!(out, "{}", serde_json::to_string_pretty(&json).unwrap_or_default());
     }
@@ -200,5 +206,9 @@ pub fn run(args: &TrainArgs, out: &mut dyn Write) -> Result<()> {
         "caching allocator peaks: allocated {}, reserved {} (segments held from the device)",
         bytes(tracker.allocated_peak_bytes()),
         bytes(tracker.reserved_peak_bytes())
-    )
+    )?;
+    match gpu {
+        Some(g) => out!(out, "{}", g.line()),
+        None => Ok(()),
+    }
 }

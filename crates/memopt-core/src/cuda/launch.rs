@@ -166,6 +166,26 @@ pub fn read_back<T: Copy + Default>(gpu: CudaBackend, src: CudaPtr, len: usize) 
     Ok(out)
 }
 
+/// Copies `bytes` bytes from device address `src` to `dst` of `gpu`, queued on the GPU's stream
+/// (after every kernel queued before it). The caller holds both buffers.
+pub fn copy_device(gpu: CudaBackend, dst: CudaPtr, src: CudaPtr, bytes: usize) -> Result<()> {
+    if bytes == 0 {
+        return Ok(());
+    }
+    let stream = stream(gpu.ordinal)?;
+    let err = |e: cudarc::driver::DriverError| CoreError::Cuda {
+        op: "copying GPU memory",
+        message: format!(
+            "{bytes} bytes from {:#x} to {:#x} on GPU {}: {e}",
+            src.0, dst.0, gpu.ordinal
+        ),
+    };
+    stream.context().bind_to_thread().map_err(err)?;
+    // SAFETY: the caller holds `bytes` bytes at both addresses (a tracked source view and a
+    // tracked destination of the same length), which do not overlap (distinct buffers).
+    unsafe { cudarc::driver::result::memcpy_dtod_async(dst.0, src.0, bytes, stream.cu_stream()) }.map_err(err)
+}
+
 /// Threads per block of every 1-D launch.
 pub const BLOCK_THREADS: u32 = 256;
 

@@ -25,6 +25,7 @@
 
 mod cache;
 mod gate;
+pub mod gemm;
 mod launch;
 pub mod launchers;
 mod nvrtc;

@@ -19,7 +19,7 @@ pub fn neuron<'m>(cx: &mut Cx<'m>, cfg: &NeuronConfig, x: Var, w: Option<&Var>) 
     let inputs: Vec<&Var> = [Some(&x), v_init.as_ref(), w].into_iter().flatten().collect();
     let needs_grad = cx.needs_grad(&inputs);
     let input_ids: Vec<_> = inputs.iter().map(|v| v.id()).collect();
-    let out = kernels::neuron_forward_reusing_input(
+    let out = kernels::neuron_forward(
         cfg,
         x.into_tensor(),
         v_init.as_ref().map(Var::tensor),
@@ -65,16 +65,16 @@ impl<'m> BackwardOp<'m> for NeuronBackward {
             Some(w) => GradTarget::for_input(cx, &g, w_index, w.tensor().dims(), w.tensor().device())?,
             None => None,
         };
-        let r = kernels::neuron_backward_acc_reusing(
-            &self.cfg,
-            grad_spikes,
-            grad_v_final.as_ref(),
+        let r = kernels::neuron_backward(kernels::NeuronBackward {
+            cfg: &self.cfg,
+            grad_spikes: grad_spikes.into(),
+            grad_v_final: grad_v_final.as_ref(),
             h_seq,
-            self.v_init.as_ref().map(SavedTensor::tensor),
-            self.w.as_ref().map(SavedTensor::tensor),
-            has_v && g.input_needs[1],
-            wt.as_ref().map(GradTarget::acc),
-        )?;
+            v_init: self.v_init.as_ref().map(SavedTensor::tensor),
+            w: self.w.as_ref().map(SavedTensor::tensor),
+            want_v_init_grad: has_v && g.input_needs[1],
+            w_acc: wt.as_ref().map(GradTarget::acc),
+        })?;
         let mut out = vec![g.input_needs[0].then_some(r.x)];
         if has_v {
             out.push(r.v_init);

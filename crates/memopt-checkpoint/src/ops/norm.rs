@@ -38,8 +38,10 @@ pub fn batch_norm<'m>(
             x.tensor(),
             weight.map(Var::tensor),
             bias.map(Var::tensor),
-            running.0,
-            running.1,
+            kernels::RunningStats {
+                mean: running.0,
+                var: running.1,
+            },
             eps,
         )?;
         return Ok(Var::constant(y));
@@ -48,14 +50,14 @@ pub fn batch_norm<'m>(
         mean: running.0,
         var: running.1,
     });
-    let out = kernels::batch_norm_train(
-        x.tensor(),
-        weight.map(Var::tensor),
-        bias.map(Var::tensor),
-        stats,
+    let out = kernels::batch_norm_train(kernels::BatchNormTrain {
+        x: x.tensor(),
+        weight: weight.map(Var::tensor),
+        bias: bias.map(Var::tensor),
+        running: stats,
         momentum,
         eps,
-    )?;
+    })?;
     if !needs_grad {
         return Ok(Var::constant(out.y));
     }
@@ -90,14 +92,14 @@ impl<'m> BackwardOp<'m> for BatchNormBackward {
             weight: has_w && g.input_needs[1],
             bias: self.has_bias && g.input_needs[usize::from(has_w) + 1],
         };
-        let r = kernels::batch_norm_backward_reusing_grad(
-            grad,
-            self.x.tensor(),
-            self.weight.as_ref().map(SavedTensor::tensor),
-            self.mean.tensor(),
-            self.invstd.tensor(),
+        let r = kernels::batch_norm_backward(kernels::BatchNormBackward {
+            grad_y: grad.into(),
+            x: self.x.tensor(),
+            weight: self.weight.as_ref().map(SavedTensor::tensor),
+            save_mean: self.mean.tensor(),
+            save_invstd: self.invstd.tensor(),
             needs,
-        )?;
+        })?;
         let mut out = vec![r.x];
         if has_w {
             out.push(r.weight);

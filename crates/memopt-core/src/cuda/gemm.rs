@@ -194,3 +194,25 @@ pub fn workspace_of(ws: &mut Option<crate::KernelBuffer<u8>>) -> Result<(CudaPtr
         )),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Mismatched inner sizes and sizes beyond 32 bits are refused before cuBLAS is touched.
+    #[test]
+    fn bad_sizes_are_errors_before_cublas() {
+        let gpu = CudaBackend { ordinal: 0 };
+        let (a, b) = (
+            GpuMat::row_major(CudaPtr(0), 2, 3),
+            GpuMat::row_major(CudaPtr(0), 4, 5),
+        );
+        let e = gemm(gpu, (CudaPtr(0), 0), CudaPtr(0), 5, a, b, false)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("2x3") && e.contains("4x5"), "{e}");
+        assert!(c_int(1 << 31, "rows").unwrap_err().to_string().contains("32-bit"));
+        let t = GpuMat::row_major(CudaPtr(8), 2, 3).t();
+        assert_eq!((t.rows, t.cols, t.ld, t.trans), (3, 2, 3, true));
+    }
+}

@@ -147,7 +147,9 @@ pub fn gemm(
     let (alpha, beta) = (1.0f32, if accumulate { 1.0f32 } else { 0.0 });
     // Column-major C^T (n x m, ld dst_ld) = B^T (n x k) A^T (k x m).
     let (cm, cn, ck) = (c_int(n, "columns")?, c_int(m, "rows")?, c_int(k, "inner size")?);
-    let (lda, ldb, ldc) = (c_int(b.ld, "ld")?, c_int(a.ld, "ld")?, c_int(dst_ld, "ld")?);
+    // cuBLAS wants leading dimensions >= 1 even for an empty inner size (nothing is read then).
+    let ld = |v: usize| c_int(v.max(1), "a leading dimension");
+    let (lda, ldb, ldc) = (ld(b.ld)?, ld(a.ld)?, ld(dst_ld)?);
     gpu.stream()?
         .context()
         .bind_to_thread()

@@ -52,6 +52,19 @@ impl ConvGeom {
     }
 }
 
+/// The `[c * kh * kw, n * ho * wo]` column matrix of images `b0..b0 + n` of `x` into `col`.
+fn im2col_chunk(
+    gpu: CudaBackend,
+    g: &ConvGeom,
+    x: CudaPtr,
+    (b0, n): (usize, usize),
+    col: CudaPtr,
+) -> Result<()> {
+    let items = (g.c * g.kh * g.kw * n * g.out_pixels()) as u64;
+    let images = x.add_f32(b0 * g.c * g.in_pixels());
+    k::im2col(gpu, grid_for(items), images, g.cuda(), n as u64, col)
+}
+
 /// `out = conv2d(x, w) + bias` on `gpu` for geometry `g` (one time step of a folded batch).
 pub(super) fn forward(
     gpu: CudaBackend,
@@ -84,20 +97,10 @@ pub(super) fn forward(
         }
         return Ok(());
     }
-    let in_len = g.c * g.in_pixels();
-    let geom = g.cuda();
     for b0 in (0..g.b).step_by(chunk) {
         let n = chunk.min(g.b - b0);
         let ncols = n * pix;
-        let items = (g.c * g.kh * g.kw * ncols) as u64;
-        k::im2col(
-            gpu,
-            grid_for(items),
-            x.add_f32(b0 * in_len),
-            geom,
-            n as u64,
-            bufs.col,
-        )?;
+        im2col_chunk(gpu, g, x, (b0, n), bufs.col)?;
         let cols = |gi: usize| GpuMat::row_major(bufs.col.add_f32(gi * kk * ncols), kk, ncols);
         if chunk == 1 {
             // One image: each group's GEMM writes its rows of the output in place.
@@ -216,16 +219,8 @@ pub(super) fn backward(
         };
         let gsrc = |gi: usize| GpuMat::row_major(src.add_f32(gi * cog * ncols), cog, ncols);
         let cols = |gi: usize| GpuMat::row_major(bufs.col.add_f32(gi * kk * ncols), kk, ncols);
-        let items = (g.c * g.kh * g.kw * ncols) as u64;
         if let Some(gw) = grads.gw {
-            k::im2col(
-                gpu,
-                grid_for(items),
-                x.add_f32(b0 * in_len),
-                geom,
-                n as u64,
-                bufs.col,
-            )?;
+            im2col_chunk(gpu, g, x, (b0, n), bufs.col)?;
             for gi in 0..g.groups {
                 let dst = gw.add_f32(gi * cog * kk);
                 gemm(

@@ -5,9 +5,9 @@
 //! - [`Device::Cpu`]: the CPU backend computes (rayon + `gemm`);
 //! - [`Device::META`]: computes nothing; the allocations above are the whole effect, which is
 //!   what makes a Meta step's peak exact for the target it carries;
-//! - [`Device::Cuda`]: the CUDA backend, which answers [`CoreError::Unsupported`] naming the op
-//!   until that op is ported ([`launch_on`] and [`compute`] give an op its CUDA half, which
-//!   launches the kernels of [`crate::cuda::launchers`] on device addresses).
+//! - [`Device::Cuda`]: the CUDA backend: the op's CUDA half ([`compute`], [`launch_on`]) launches
+//!   the kernels of [`crate::cuda::launchers`] and cuBLAS ([`crate::cuda::gemm`]) on the device
+//!   addresses of the same buffers; [`launch`] (CPU-only code) answers [`CoreError::Unsupported`].
 //!
 //! Allocation never happens inside a backend, so Meta, CPU and CUDA allocate alike by
 //! construction. See ARCHITECTURE.md, "The backend seam".

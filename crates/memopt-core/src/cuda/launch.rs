@@ -166,6 +166,26 @@ pub fn read_back<T: Copy + Default>(gpu: CudaBackend, src: CudaPtr, len: usize) 
     Ok(out)
 }
 
+/// Copies `bytes` bytes from device address `src` to `dst` of `gpu`, queued on the GPU's stream
+/// (after every kernel queued before it). The caller holds both buffers.
+pub fn copy_device(gpu: CudaBackend, dst: CudaPtr, src: CudaPtr, bytes: usize) -> Result<()> {
+    if bytes == 0 {
+        return Ok(());
+    }
+    let stream = stream(gpu.ordinal)?;
+    let err = |e: cudarc::driver::DriverError| CoreError::Cuda {
+        op: "copying GPU memory",
+        message: format!(
+            "{bytes} bytes from {:#x} to {:#x} on GPU {}: {e}",
+            src.0, dst.0, gpu.ordinal
+        ),
+    };
+    stream.context().bind_to_thread().map_err(err)?;
+    // SAFETY: the caller holds `bytes` bytes at both addresses (a tracked source view and a
+    // tracked destination of the same length), which do not overlap (distinct buffers).
+    unsafe { cudarc::driver::result::memcpy_dtod_async(dst.0, src.0, bytes, stream.cu_stream()) }.map_err(err)
+}
+
 /// Threads per block of every 1-D launch.
 pub const BLOCK_THREADS: u32 = 256;
 
@@ -307,3 +327,80 @@ macro_rules! kernel_table {
 }
 
 pub(crate) use {arg_type, kernel_table};
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cuda::launchers::{elementwise, kernel_tables};
+    use crate::cuda::sources::kernel_sources;
+    use crate::{Device, MemoryKind, Tensor};
+
+    /// Every source has a table naming exactly its kernels (the PTX comparison of the kinds
+    /// runs in `tests/nvrtc_kernels.rs`, where NVRTC is available).
+    #[test]
+    fn every_source_has_a_signature_for_each_kernel() {
+        for (src, table) in kernel_sources().into_iter().zip(kernel_tables()) {
+            assert!(std::ptr::eq(src, table.source), "{}", src.name);
+            let mut declared = src.kernels.to_vec();
+            let mut signed: Vec<&str> = table.signatures.iter().map(|s| s.kernel).collect();
+            declared.sort();
+            signed.sort();
+            assert_eq!(declared, signed, "{}", src.name);
+        }
+    }
+
+    /// A launch whose arguments differ from the kernel's signature is refused before any
+    /// driver call, naming the kernel and both lists (no GPU needed).
+    #[test]
+    fn mismatched_arguments_are_refused_before_the_driver() {
+        let gpu = CudaBackend { ordinal: 0 };
+        let args = [KernelArg::Ptr(CudaPtr(0)), KernelArg::U32(3)];
+        let e = launch_kernel(gpu, &elementwise::TABLE, "ew_fill", grid_for(3), &args)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("ew_fill") && e.contains("U32") && e.contains("F32"),
+            "{e}"
+        );
+        let e = launch_kernel(gpu, &elementwise::TABLE, "absent", grid_for(3), &[])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("absent") && e.contains("elementwise.cu"), "{e}");
+    }
+
+    /// Device addresses exist only for GPU data: the CPU and Meta answer NotOnGpu.
+    #[test]
+    fn device_pointers_of_host_or_meta_data_are_errors() {
+        for device in [Device::Cpu, Device::META] {
+            let t = Tensor::zeros([4], crate::DType::F32, device, MemoryKind::Input).unwrap();
+            let e = t.read::<f32>("probe").unwrap().cuda_ptr().unwrap_err();
+            assert!(matches!(e, CoreError::NotOnGpu { op: "probe", .. }), "{e}");
+            let e = t.write::<f32>("probe").unwrap().cuda_ptr().unwrap_err();
+            assert!(e.to_string().contains("to_device"), "{e}");
+            let mut b =
+                crate::KernelBuffer::<f32>::workspace("probe", device, 2, crate::Init::Overwritten).unwrap();
+            assert!(matches!(b.cuda_ptr(), Err(CoreError::NotOnGpu { .. })));
+        }
+    }
+
+    #[test]
+    fn grids_depend_on_the_work_only() {
+        assert_eq!(grid_for(0).grid_dim, (1, 1, 1));
+        assert_eq!(grid_for(257).grid_dim, (2, 1, 1));
+        assert_eq!(grid_for(u64::MAX).grid_dim, (MAX_BLOCKS as u32, 1, 1));
+        assert_eq!(grid_for(5).block_dim, (BLOCK_THREADS, 1, 1));
+        assert_eq!(CudaPtr(16).add_f32(3), CudaPtr(28));
+    }
+
+    /// Without a GPU, copies and read-backs answer why instead of panicking.
+    #[test]
+    fn copies_without_a_gpu_are_errors() {
+        if matches!(crate::cuda_device_count(), Ok(n) if n > 0) {
+            eprintln!("skipping copies_without_a_gpu_are_errors: a GPU is present");
+            return;
+        }
+        let gpu = CudaBackend { ordinal: 0 };
+        assert!(read_back::<f32>(gpu, CudaPtr(0), 1).is_err());
+        assert!(copy_device(gpu, CudaPtr(0), CudaPtr(0), 4).is_err());
+    }
+}

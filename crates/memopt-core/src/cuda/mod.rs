@@ -27,6 +27,7 @@ mod cache;
 mod device_memory;
 mod event_clock;
 mod gate;
+pub mod gemm;
 mod launch;
 pub mod launchers;
 mod nvrtc;
@@ -40,8 +41,8 @@ pub use device_memory::{DeviceMemory, device_memory};
 pub use event_clock::EventClock;
 pub use gate::{REQUIRE_GPU_VAR, gpu_for_test, gpu_or_skip, gpu_with_nvrtc, nvrtc_or_skip};
 pub use launch::{
-    ArgKind, BLOCK_THREADS, CudaPtr, KernelArg, KernelTable, MAX_BLOCKS, Signature, blocks, grid_for,
-    launch_kernel, read_back, stream,
+    ArgKind, BLOCK_THREADS, CudaPtr, KernelArg, KernelTable, MAX_BLOCKS, Signature, blocks, copy_device,
+    grid_for, launch_kernel, read_back, stream,
 };
 pub(crate) use launch::{arg_type, kernel_table};
 pub use nvrtc::{

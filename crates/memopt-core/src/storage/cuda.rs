@@ -3,14 +3,14 @@
 //!
 //! A tensor's GPU memory is a block of the GPU tracker's caching allocator (see
 //! [`super::CudaBacking`]): [`CudaData::in_block`] wraps it, then it is zero-filled
-//! ([`CudaData::fill_zero`], only for blocks not known to be zero), uploaded into
-//! ([`CudaData::upload_into`]) or copied into on the GPU ([`CudaData::copy_from`]).
+//! ([`CudaData::fill_zero`], only for blocks not known to be zero) or uploaded into
+//! ([`CudaData::upload_into`]); copies on the GPU are ops (`kernels::copy_as`).
 
 use super::CpuData;
 use super::device_slice::DeviceSlice;
 use crate::memory::DeviceBlock;
 use crate::{CoreError, DType, Result};
-use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
+use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtr};
 use half::{bf16, f16};
 use std::sync::{Arc, Mutex, OnceLock};
 
@@ -181,38 +181,6 @@ impl CudaData {
         }
     }
 
-    /// Copies `self.len()` elements of `src` from element `start` on (same dtype, same GPU)
-    /// into this memory, on the GPU (`cuMemcpyDtoDAsync`).
-    pub fn copy_from(&mut self, src: &CudaData, start: usize) -> Result<()> {
-        const OP: &str = "copying on the GPU";
-        let n = self.len();
-        if src.dtype() != self.dtype() || start.checked_add(n).is_none_or(|end| end > src.len()) {
-            return Err(CoreError::invalid(
-                OP,
-                format!(
-                    "elements {start}..{start}+{n} of {} GPU elements of {} cannot fill GPU \
-                     memory of {n} elements of {}",
-                    src.len(),
-                    src.dtype(),
-                    self.dtype()
-                ),
-            ));
-        }
-        if n == 0 {
-            return Ok(());
-        }
-        let e = driver_err(OP);
-        match (self, src) {
-            (CudaData::F32(d), CudaData::F32(s)) => dtod(d, s, start).map_err(e),
-            (CudaData::F16(d), CudaData::F16(s)) => dtod(d, s, start).map_err(e),
-            (CudaData::BF16(d), CudaData::BF16(s)) => dtod(d, s, start).map_err(e),
-            (CudaData::U8(d), CudaData::U8(s)) => dtod(d, s, start).map_err(e),
-            (CudaData::U32(d), CudaData::U32(s)) => dtod(d, s, start).map_err(e),
-            (CudaData::I64(d), CudaData::I64(s)) => dtod(d, s, start).map_err(e),
-            _ => unreachable!("dtypes checked equal above"),
-        }
-    }
-
     fn check_same(&self, op: &'static str, dtype: DType, len: usize) -> Result<()> {
         if dtype != self.dtype() || len != self.len() {
             return Err(CoreError::invalid(
@@ -262,20 +230,4 @@ fn upload<T: cudarc::driver::DeviceRepr>(
 ) -> std::result::Result<(), cudarc::driver::DriverError> {
     let stream: Arc<CudaStream> = dst.stream().clone();
     stream.memcpy_htod(src, dst)
-}
-
-/// Device to device on the destination's stream: `dst.len()` elements of `src` from `start`.
-fn dtod<T: cudarc::driver::DeviceRepr>(
-    dst: &mut CudaSlice<T>,
-    src: &CudaSlice<T>,
-    start: usize,
-) -> std::result::Result<(), cudarc::driver::DriverError> {
-    let stream: Arc<CudaStream> = dst.stream().clone();
-    let bytes = dst.len() * size_of::<T>();
-    let (d, _wd) = dst.device_ptr_mut(&stream);
-    let (s, _ws) = src.device_ptr(&stream);
-    let s = s + (start * size_of::<T>()) as u64;
-    // SAFETY: `dst` holds `bytes` bytes and `src` holds them from element `start` on (checked
-    // by the caller); the copy is queued on the GPU's one stream, after every write to `src`.
-    unsafe { cudarc::driver::result::memcpy_dtod_async(d, s, bytes, stream.cu_stream()) }
 }

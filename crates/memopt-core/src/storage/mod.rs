@@ -131,20 +131,6 @@ impl Storage {
         })
     }
 
-    /// A storage on GPU `ordinal` holding a copy of elements `range` of `src` (data on the
-    /// same GPU), copied on the GPU, in a block of its caching allocator.
-    pub fn copy_on_gpu(
-        src: &CudaData,
-        range: std::ops::Range<usize>,
-        ordinal: usize,
-        kind: MemoryKind,
-    ) -> Result<Storage> {
-        let len = range.end.saturating_sub(range.start);
-        Self::gpu(src.dtype(), len, ordinal, kind, |gpu, _| {
-            gpu.copy_from(src, range.start)
-        })
-    }
-
     /// A CPU storage whose data `fill` builds in its caching-allocator block (`None` for an
     /// empty storage).
     fn host(

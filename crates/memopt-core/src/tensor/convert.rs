@@ -58,13 +58,16 @@ impl Tensor {
     }
 
     /// A copy on `device`, recorded there with `kind`. Meta tensors cannot move to a device
-    /// with data (they have none); anything can move to Meta.
+    /// with data (they have none); anything can move to Meta. A copy within one GPU stays on
+    /// it (a device-to-device copy of the view); other moves go through tracked host staging.
     pub fn to_device_as(&self, device: Device, kind: MemoryKind) -> Result<Tensor> {
+        if matches!(device, Device::Cuda(_)) && device == self.device() {
+            return crate::kernels::copy_as(self, kind);
+        }
         let (dtype, n) = (self.dtype(), self.elem_count());
         let storage = match device {
             Device::Meta(_) => Storage::from_parts(StorageData::Meta, dtype, n, device, kind),
             Device::Cpu => Storage::from_cpu(&self.host_data("to_device")?, kind),
-            Device::Cuda(ordinal) if self.device() == device => self.copy_on_gpu(ordinal, kind),
             Device::Cuda(ordinal) => {
                 let host = self.host_data("to_device")?;
                 upload_staged(ordinal, host, kind)
@@ -81,20 +84,6 @@ impl Tensor {
     /// A copy in fresh storage on the same device, recorded with `kind`.
     pub fn deep_copy(&self, kind: MemoryKind) -> Result<Tensor> {
         self.to_device_as(self.device(), kind)
-    }
-}
-
-impl Tensor {
-    /// A copy of this view's elements (on GPU `ordinal`) in a fresh block of the same GPU,
-    /// copied on the GPU (`cuMemcpyDtoDAsync`) with no host round trip. A view is contiguous
-    /// over its storage from its offset (row-major, as every view memopt makes).
-    fn copy_on_gpu(&self, ordinal: usize, kind: MemoryKind) -> Result<Storage> {
-        let guard = self.storage().read();
-        let StorageData::Cuda(src) = &*guard else {
-            return Err(CoreError::invalid("to_device", "a CUDA tensor holds no GPU data"));
-        };
-        let start = self.storage_offset();
-        Storage::copy_on_gpu(src, start..start + self.elem_count(), ordinal, kind)
     }
 }
 

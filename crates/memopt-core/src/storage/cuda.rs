@@ -121,12 +121,6 @@ impl CudaData {
         (self.len() * self.dtype().size_in_bytes()) as u64
     }
 
-    /// Whether the memory is a block of the caching allocator (every tensor's is; memory a
-    /// caller allocated with cudarc and wrapped is not).
-    pub fn is_pooled(&self) -> bool {
-        each_dtype!(self, s => s.is_pooled())
-    }
-
     /// `len` elements of `dtype` over `block` (`None` only for `len == 0`) of GPU `ordinal`,
     /// holding whatever the block holds (zeros when fresh, else earlier values: never
     /// uninitialised memory, since segments are zeroed when reserved).
@@ -197,6 +191,10 @@ impl CudaData {
 
     /// Copies the GPU data back to the host (waits for the GPU's stream).
     pub fn download(&self, ordinal: usize) -> Result<CpuData> {
+        if self.is_empty() {
+            // No driver call for an empty slice (its address is null).
+            return Ok(CpuData::from_empty(self.dtype()));
+        }
         let stream = crate::cuda::stream(ordinal)?;
         let e = driver_err("copying GPU to host");
         Ok(match self {

@@ -1,5 +1,5 @@
-//! A typed view of GPU memory that knows who owns it: a block of a CUDA tracker's caching
-//! allocator (given back to the pool when dropped) or a cudarc allocation of its own.
+//! A typed view of GPU memory in a block of a CUDA tracker's caching allocator, given back to
+//! the pool (never to the driver) when dropped.
 
 use crate::memory::DeviceBlock;
 use crate::{CoreError, Result};
@@ -8,23 +8,16 @@ use std::mem::ManuallyDrop;
 use std::ops::{Deref, DerefMut};
 use std::sync::Arc;
 
-#[derive(Debug)]
-enum Owner {
-    /// Memory of the pool: `None` for an empty slice (no block, null address).
-    Pool(#[allow(dead_code)] Option<DeviceBlock>),
-    /// Memory cudarc allocated for this slice alone, freed by cudarc.
-    Own,
-}
-
 /// `len` elements of `T` in GPU memory, dereferencing to cudarc's [`CudaSlice`] (so kernels
-/// launch with it as with any slice). Tensors' memory is a block of the GPU tracker's caching
+/// launch with it as with any slice). The memory is a block of the GPU tracker's caching
 /// allocator: dropping the slice gives the block back to the pool, never to the driver (the
-/// pool's segments are freed by `empty_cache`). A slice built from a [`CudaSlice`] owns that
-/// allocation and frees it as cudarc does.
+/// pool's segments are freed by `empty_cache`).
 #[derive(Debug)]
 pub struct DeviceSlice<T> {
     slice: ManuallyDrop<CudaSlice<T>>,
-    owner: Owner,
+    // Owns the block (`None` for an empty slice: no block, null address); dropped after the
+    // slice has forgotten the address.
+    _block: Option<DeviceBlock>,
 }
 
 impl<T> DeviceSlice<T> {
@@ -49,25 +42,8 @@ impl<T> DeviceSlice<T> {
         let slice = unsafe { stream.upgrade_device_ptr::<T>(ptr, len) };
         Ok(DeviceSlice {
             slice: ManuallyDrop::new(slice),
-            owner: Owner::Pool(block),
+            _block: block,
         })
-    }
-
-    /// Whether the memory is a block of the caching allocator (else a cudarc allocation of
-    /// its own, outside the pool).
-    pub fn is_pooled(&self) -> bool {
-        matches!(self.owner, Owner::Pool(_))
-    }
-}
-
-impl<T> From<CudaSlice<T>> for DeviceSlice<T> {
-    /// Wraps a cudarc allocation; it stays outside the caching allocator and is freed when
-    /// the slice drops.
-    fn from(slice: CudaSlice<T>) -> Self {
-        DeviceSlice {
-            slice: ManuallyDrop::new(slice),
-            owner: Owner::Own,
-        }
     }
 }
 
@@ -88,13 +64,8 @@ impl<T> Drop for DeviceSlice<T> {
     fn drop(&mut self) {
         // SAFETY: `slice` is taken exactly once, here; it is not used afterwards.
         let slice = unsafe { ManuallyDrop::take(&mut self.slice) };
-        match self.owner {
-            // The pool owns the memory: forget the address (the block goes back to the pool
-            // when `owner` drops, right after this).
-            Owner::Pool(_) => {
-                slice.leak();
-            }
-            Owner::Own => drop(slice),
-        }
+        // The pool owns the memory: forget the address (the block goes back to the pool when
+        // `_block` drops, right after this).
+        slice.leak();
     }
 }

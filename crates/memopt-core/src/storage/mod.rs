@@ -160,19 +160,8 @@ impl Storage {
         })
     }
 
-    /// Wraps device memory of GPU `ordinal` and records its allocation on that GPU's tracker.
-    /// The data must have been allocated on that GPU. Memory of the caching allocator comes
-    /// from [`Storage::zeros`], [`Storage::for_overwrite`] and [`Storage::upload`]; memory a
-    /// caller allocated with cudarc and wraps here is outside the pool, yet the tracker takes a
-    /// block for it (so that its figures stay those Meta predicts), which reserves the bytes a
-    /// second time: allocate through the pool instead.
-    pub fn from_cuda(data: CudaData, ordinal: usize, kind: MemoryKind) -> Result<Storage> {
-        let (dtype, len) = (data.dtype(), data.len());
-        Self::from_parts(StorageData::Cuda(data), dtype, len, Device::Cuda(ordinal), kind)
-    }
-
-    /// Wraps data already on `device` (Meta or CUDA; CPU data lives in allocator blocks, see
-    /// [`Storage::from_cpu`]) and records its allocation.
+    /// Wraps Meta data (none) on `device` and records its allocation. CPU and GPU data live in
+    /// blocks of their tracker's allocator: see [`Storage::from_cpu`] and [`Storage::upload`].
     pub(crate) fn from_parts(
         data: StorageData,
         dtype: DType,

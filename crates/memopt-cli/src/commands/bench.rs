@@ -76,6 +76,11 @@ pub fn run(args: &BenchArgs, out: &mut dyn Write) -> Result<()> {
         &args.model.command_line(),
     )?;
     let report = bench(&sel, args.steps, budget, device)?;
+    // How the device is named in the text: "CPU" as before, else `cuda:N`.
+    let on = match device {
+        memopt_core::Device::Cpu => "CPU".to_string(),
+        d => d.to_string(),
+    };
     if args.json {
         return out!(
             out,
@@ -86,7 +91,7 @@ pub fn run(args: &BenchArgs, out: &mut dyn Write) -> Result<()> {
     out!(out, "{}", sel.describe())?;
     out!(
         out,
-        "baseline peak {}; planning session setup {:.1} ms; step times: median and range (fastest-slowest) of {} {device} steps\n",
+        "baseline peak {}; planning session setup {:.1} ms; step times: median and range (fastest-slowest) of {} {on} steps\n",
         bytes(report.rows[0].peak_bytes),
         report.session_setup_ms,
         report.timed_steps.max(1)
@@ -141,11 +146,11 @@ pub fn run(args: &BenchArgs, out: &mut dyn Write) -> Result<()> {
         .map(|r| r.strategy.as_str())
         .collect();
     if mismatched.is_empty() {
-        out!(out, "\nevery measured {device} peak equals its exact (Meta) peak")
+        out!(out, "\nevery measured {on} peak equals its exact (Meta) peak")
     } else {
         out!(
             out,
-            "\nmeasured {device} peaks differ from the exact peak for: {}",
+            "\nmeasured {on} peaks differ from the exact peak for: {}",
             mismatched.join(", ")
         )
     }

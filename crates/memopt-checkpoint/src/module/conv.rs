@@ -31,7 +31,8 @@ impl Conv2d {
         bias: bool,
     ) -> Result<Self> {
         let groups = params.groups.max(1);
-        let fan_in = (in_ch / groups) * kernel * kernel;
+        // Saturating: a huge kernel from a model file must reach the shape check, not overflow.
+        let fan_in = (in_ch / groups).saturating_mul(kernel).saturating_mul(kernel);
         let bound = 1.0 / (fan_in.max(1) as f32).sqrt();
         Ok(Conv2d {
             weight: init.uniform(&[out_ch, in_ch / groups, kernel, kernel], bound)?,

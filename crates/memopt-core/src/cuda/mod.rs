@@ -31,7 +31,7 @@ pub mod sources;
 pub use cache::{cuda_function, loaded_module_count};
 pub use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, CudaView, LaunchConfig, PushKernelArg};
 pub use cudarc::nvrtc::Ptx;
-pub use gate::{REQUIRE_GPU_VAR, gpu_for_test, gpu_or_skip, gpu_with_nvrtc, nvrtc_or_skip};
+pub use gate::{REQUIRE_GPU_VAR, REQUIRE_NVRTC_VAR, gpu_for_test, gpu_or_skip, gpu_with_nvrtc, nvrtc_or_skip};
 pub use nvrtc::{
     NVRTC_OPTIONS, compile_cubin, compile_kernel_source, compile_ptx, nvrtc_available, nvrtc_version,
 };

@@ -23,6 +23,7 @@ pub mod kernels;
 pub mod memory;
 pub mod rng;
 mod shape;
+pub mod stats;
 pub mod storage;
 mod tensor;
 

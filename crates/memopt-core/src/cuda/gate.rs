@@ -82,7 +82,10 @@ mod tests {
         assert_eq!(nvrtc_decision("t", Some("no libnvrtc".into()), None), Ok(false));
         for var in ["MEMOPT_REQUIRE_NVRTC", "MEMOPT_REQUIRE_GPU"] {
             let e = nvrtc_decision("compiles", Some("no libnvrtc".into()), Some(var)).unwrap_err();
-            assert!(e.contains("`compiles`") && e.contains(var) && e.contains("no libnvrtc"), "{e}");
+            assert!(
+                e.contains("`compiles`") && e.contains(var) && e.contains("no libnvrtc"),
+                "{e}"
+            );
         }
     }
 }

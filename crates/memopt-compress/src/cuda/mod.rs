@@ -1,6 +1,6 @@
 //! The CUDA halves of compression: CUDA C kernels (compiled at run time by NVRTC through
 //! memopt-core's cache) launched through the backend seam on buffers the entry points in
-//! [`crate::binary`] have already allocated, exactly as on the CPU and Meta. Every launch goes
+//! `binary.rs` have already allocated, exactly as on the CPU and Meta. Every launch goes
 //! through [`launch_kernel`] with this crate's signature tables. Without a driver, a GPU or
 //! NVRTC every entry point returns a clear error.
 

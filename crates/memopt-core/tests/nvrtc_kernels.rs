@@ -2,7 +2,7 @@
 //! (H100/H200) cubin, on any machine with libnvrtc (no GPU needed); every declared kernel is
 //! defined and every defined kernel is declared; the PTX obeys the determinism rules (no fused
 //! multiply-add, no floating-point atomics). Without libnvrtc the test prints why it skips,
-//! unless MEMOPT_REQUIRE_NVRTC=1 (as in CI), where absence fails.
+//! unless MEMOPT_REQUIRE_NVRTC=1 (as in CI) or MEMOPT_REQUIRE_GPU=1, where absence fails.
 
 use memopt_core::cuda::launchers::kernel_tables;
 use memopt_core::cuda::{

@@ -81,7 +81,8 @@ pub trait Backward<'m, const N: usize> {
     fn backward(self, cx: &mut Cx<'m>, grads: BackwardGrads<[InputSlot; N]>) -> Result<[Option<Tensor>; N]>;
 }
 
-/// The type-erased backward half the tape stores; typed ops reach it through [`Typed`].
+/// The type-erased backward half the tape stores; typed ops ([`Backward`]) reach it through a
+/// private adapter.
 pub trait BackwardOp<'m> {
     /// Op name for errors and profiles.
     fn name(&self) -> &'static str;

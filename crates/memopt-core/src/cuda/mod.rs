@@ -39,7 +39,9 @@ pub use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, CudaView, LaunchCo
 pub use cudarc::nvrtc::Ptx;
 pub use device_memory::{DeviceMemory, device_memory};
 pub use event_clock::EventClock;
-pub use gate::{REQUIRE_GPU_VAR, gpu_for_test, gpu_or_skip, gpu_with_nvrtc, nvrtc_or_skip};
+pub use gate::{
+    REQUIRE_GPU_VAR, REQUIRE_NVRTC_VAR, gpu_for_test, gpu_or_skip, gpu_with_nvrtc, nvrtc_or_skip,
+};
 pub use launch::{
     ArgKind, BLOCK_THREADS, CudaPtr, KernelArg, KernelTable, MAX_BLOCKS, Signature, blocks, copy_device,
     grid_for, launch_kernel, read_back, stream,

@@ -20,6 +20,7 @@ pub mod error;
 pub mod escape;
 pub mod files;
 pub mod format;
+pub mod fragmentation;
 pub mod memory_limit;
 pub mod plan_file;
 pub mod progress;

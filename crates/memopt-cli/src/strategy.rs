@@ -3,8 +3,8 @@
 use crate::error::{CliError, Result};
 use crate::format::bytes;
 use memopt_search::{
-    Budget, BudgetKind, BudgetStrategy, MaxOverhead, Memonger, MinMemory, Pipeline, Prefer, Profile, SearchError,
-    Strategy,
+    Budget, BudgetKind, BudgetStrategy, MaxOverhead, Memonger, MinMemory, Pipeline, Prefer, Profile,
+    SearchError, Strategy,
 };
 
 /// The predicted slowdown the default strategy allows (20% of the baseline step time).
@@ -252,7 +252,9 @@ pub fn strategy_label(name: StrategyName) -> &'static str {
 /// Rewrites an infeasible budget in MiB and says what to ask for instead; other errors pass.
 pub fn explain(e: SearchError) -> CliError {
     match e {
-        SearchError::Infeasible { budget, kind, best, .. } => CliError::Invalid(format!(
+        SearchError::Infeasible {
+            budget, kind, best, ..
+        } => CliError::Invalid(format!(
             "no plan fits a budget of {} ({budget} bytes) on the {kind} peak: the smallest {kind} peak \
              found is {} ({best} bytes); ask for at least that, or use --strategy min-memory",
             bytes(budget),

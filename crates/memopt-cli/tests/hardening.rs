@@ -84,8 +84,10 @@ fn steps_over_the_memory_limit_are_refused_before_they_run() {
         args.extend(["--memory-limit", &below]);
         let e = error(&args);
         assert!(
-            e.contains(&format!("reserves {} ({peak} bytes)", memopt_cli::format::bytes(peak)))
-                && e.contains(&format!("({below} bytes; --memory-limit {below})"))
+            e.contains(&format!(
+                "reserves {} ({peak} bytes)",
+                memopt_cli::format::bytes(peak)
+            )) && e.contains(&format!("({below} bytes; --memory-limit {below})"))
                 && e.contains(&suggested)
                 && e.contains("--ignore-memory-limit"),
             "{cmd:?}: {e}"

@@ -8,8 +8,8 @@ use memopt_profiler::{Estimator, Workload};
 use memopt_search::chain::plan_entries;
 use memopt_search::dp::least_time_within;
 use memopt_search::{
-    Budget, BudgetKind, BudgetStrategy, MaxOverhead, Memonger, MinMemory, Pipeline, PlanReport, PlanningSession, Prefer,
-    Profile, SearchError, Strategy,
+    Budget, BudgetKind, BudgetStrategy, MaxOverhead, Memonger, MinMemory, Pipeline, PlanReport,
+    PlanningSession, Prefer, Profile, SearchError, Strategy,
 };
 
 /// Peak bytes and gradient bits of one CPU step of `workload` under `plan`.
@@ -48,7 +48,11 @@ fn verify(workload: &Workload, report: &PlanReport, cpu: bool) {
         report.strategy
     );
     let levels = Estimator::new(workload).unwrap().peaks(&report.plan).unwrap();
-    assert_eq!(levels, report.planned_peaks, "{}: all three levels", report.strategy);
+    assert_eq!(
+        levels, report.planned_peaks,
+        "{}: all three levels",
+        report.strategy
+    );
     if let Some(b) = report.budget {
         assert!(
             b.kind.of(&report.planned_peaks) <= b.bytes,

@@ -270,8 +270,19 @@ pub fn run(args: &OptimizeArgs, out: &mut dyn Write) -> Result<()> {
         percent(report.planned_peak_bytes as f64 / report.baseline_peak_bytes.max(1) as f64 - 1.0),
         report.reduction()
     )?;
-    out!(out, "{:20}{:>12} {:>12} {:>12} {:>14}", "", "requested", "allocated", "reserved", "fragmentation")?;
-    for (label, l) in [("baseline peaks", report.baseline_peaks), ("planned peaks", report.planned_peaks)] {
+    out!(
+        out,
+        "{:20}{:>12} {:>12} {:>12} {:>14}",
+        "",
+        "requested",
+        "allocated",
+        "reserved",
+        "fragmentation"
+    )?;
+    for (label, l) in [
+        ("baseline peaks", report.baseline_peaks),
+        ("planned peaks", report.planned_peaks),
+    ] {
         out!(
             out,
             "{label:20}{:>12} {:>12} {:>12} {:>14}",

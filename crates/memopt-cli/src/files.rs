@@ -11,57 +11,24 @@
 //! intact. The same path given for two outputs is a usage error, found before any work.
 
 use crate::error::{CliError, Result};
-use std::io::{Read, Write};
+use memopt_core::input_file::{InputFileError, read_bounded_text};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 
 /// Largest model or plan file read, in bytes (16 MiB: a plan of every module of the largest zoo
-/// model is under 100 KiB).
-pub const MAX_INPUT_BYTES: u64 = 16 << 20;
-
-/// The UTF-8 byte-order mark some editors write at the start of a file.
-const BOM: &str = "\u{feff}";
+/// model is under 100 KiB); the library's limit for model descriptions.
+pub const MAX_INPUT_BYTES: u64 = memopt_checkpoint::zoo::custom::MAX_DESCRIPTION_BYTES;
 
 /// Reads `path` as text: a regular file of at most [`MAX_INPUT_BYTES`] bytes, UTF-8 (a leading
 /// byte-order mark is dropped). `what` names the file's role in errors (`model file`, `plan`).
 pub fn read_input(path: &Path, what: &str) -> Result<String> {
-    let invalid = |why: String| CliError::Invalid(format!("cannot read {} ({what}): {why}", path.display()));
-    let meta = std::fs::metadata(path).map_err(|e| match e.kind() {
-        std::io::ErrorKind::NotFound => invalid("does not exist".into()),
-        _ => CliError::read(path, e),
-    })?;
-    if meta.is_dir() {
-        return Err(invalid("is a directory, not a file".into()));
-    }
-    if !meta.is_file() {
-        return Err(invalid(
-            "is not a regular file (a device, pipe or socket); give a JSON file".into(),
-        ));
-    }
-    if meta.len() > MAX_INPUT_BYTES {
-        return Err(invalid(format!(
-            "is {} bytes; model and plan files are at most {MAX_INPUT_BYTES} bytes",
-            meta.len()
-        )));
-    }
-    let file = std::fs::File::open(path).map_err(|e| CliError::read(path, e))?;
-    let mut bytes = Vec::new();
-    file.take(MAX_INPUT_BYTES + 1)
-        .read_to_end(&mut bytes)
-        .map_err(|e| CliError::read(path, e))?;
-    if bytes.len() as u64 > MAX_INPUT_BYTES {
-        return Err(invalid(format!(
-            "grew past {MAX_INPUT_BYTES} bytes while it was read; model and plan files are at most that"
-        )));
-    }
-    let text = String::from_utf8(bytes).map_err(|e| {
-        invalid(format!(
-            "is not UTF-8 text (invalid byte at offset {})",
-            e.utf8_error().valid_up_to()
-        ))
-    })?;
-    Ok(match text.strip_prefix(BOM) {
-        Some(rest) => rest.to_string(),
-        None => text,
+    read_bounded_text(path, MAX_INPUT_BYTES).map_err(|e| match e {
+        InputFileError::Io(io) => CliError::read(path, io),
+        InputFileError::NotRegular => CliError::Invalid(format!(
+            "cannot read {} ({what}): {e}; give a JSON file",
+            path.display()
+        )),
+        e => CliError::Invalid(format!("cannot read {} ({what}): {e}", path.display())),
     })
 }
 
@@ -109,13 +76,32 @@ impl Outputs {
         self.staged.push((path.to_path_buf(), contents.into()));
     }
 
-    /// Writes every staged file atomically (temporary file in the same directory, then rename).
-    /// A file that cannot be written leaves its old contents and is reported by name.
+    /// Writes every staged file atomically: each to a temporary file in its directory first,
+    /// and only when all are written are they renamed over the old files. A file that cannot
+    /// be written is reported by name and leaves every old file intact.
     pub fn commit(self) -> Result<()> {
+        let mut temps: Vec<(PathBuf, &Path)> = Vec::with_capacity(self.staged.len());
         for (path, contents) in &self.staged {
-            write_atomic(path, contents)?;
+            match write_temp(path, contents) {
+                Ok(tmp) => temps.push((tmp, path)),
+                Err(e) => {
+                    for (tmp, _) in &temps {
+                        let _ = std::fs::remove_file(tmp);
+                    }
+                    return Err(e);
+                }
+            }
         }
-        Ok(())
+        let mut renamed = Ok(());
+        for (tmp, path) in &temps {
+            if renamed.is_ok() {
+                renamed = std::fs::rename(tmp, path).map_err(|e| CliError::write(path, e));
+            }
+            if renamed.is_err() {
+                let _ = std::fs::remove_file(tmp);
+            }
+        }
+        renamed
     }
 }
 
@@ -143,6 +129,16 @@ fn same_file(a: &Path, b: &Path) -> bool {
 /// Writes `contents` to `path` through a temporary file in the same directory, flushed to disk
 /// and renamed over `path`; the temporary file is removed when anything fails.
 pub fn write_atomic(path: &Path, contents: &[u8]) -> Result<()> {
+    let tmp = write_temp(path, contents)?;
+    std::fs::rename(&tmp, path).map_err(|e| {
+        let _ = std::fs::remove_file(&tmp);
+        CliError::write(path, e)
+    })
+}
+
+/// Writes `contents` to a temporary file next to `path`, flushed to disk, and returns its path;
+/// nothing is left behind when it fails.
+fn write_temp(path: &Path, contents: &[u8]) -> Result<PathBuf> {
     let name = path
         .file_name()
         .ok_or_else(|| CliError::Usage(format!("{} is not a file name", path.display())))?;
@@ -153,10 +149,9 @@ pub fn write_atomic(path: &Path, contents: &[u8]) -> Result<()> {
     let written = (|| {
         let mut f = std::fs::File::create(&tmp)?;
         f.write_all(contents)?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, path)
+        f.sync_all()
     })();
-    written.map_err(|e| {
+    written.map(|()| tmp.clone()).map_err(|e| {
         let _ = std::fs::remove_file(&tmp);
         CliError::write(path, e)
     })

@@ -7,8 +7,10 @@
 //!
 //! Outputs ([`Outputs`]) are staged in memory and written only when the whole command has
 //! succeeded ([`Outputs::commit`]); each file is written to a temporary file in the same
-//! directory and renamed over the old one, so a failed or interrupted write leaves the old file
-//! intact. The same path given for two outputs is a usage error, found before any work.
+//! directory and renamed over the old one (over the target of a symbolic link), so a failed or
+//! interrupted write leaves the old file intact. An existing device or pipe (`/dev/null`,
+//! `/dev/stdout`) is written in place, never replaced. The same path given for two outputs
+//! (also through a symbolic link) is a usage error, found before any work.
 
 use crate::error::{CliError, Result};
 use memopt_core::input_file::{InputFileError, read_bounded_text};
@@ -80,9 +82,17 @@ impl Outputs {
     /// and only when all are written are they renamed over the old files. A file that cannot
     /// be written is reported by name and leaves every old file intact.
     pub fn commit(self) -> Result<()> {
-        let mut temps: Vec<(PathBuf, &Path)> = Vec::with_capacity(self.staged.len());
-        for (path, contents) in &self.staged {
-            match write_temp(path, contents) {
+        let mut temps: Vec<(PathBuf, PathBuf)> = Vec::with_capacity(self.staged.len());
+        let mut in_place: Vec<(&Path, &[u8])> = Vec::new();
+        for (given, contents) in &self.staged {
+            let path = match destination(given) {
+                Destination::InPlace => {
+                    in_place.push((given, contents));
+                    continue;
+                }
+                Destination::Replace(path) => path,
+            };
+            match write_temp(&path, contents) {
                 Ok(tmp) => temps.push((tmp, path)),
                 Err(e) => {
                     for (tmp, _) in &temps {
@@ -101,7 +111,11 @@ impl Outputs {
                 let _ = std::fs::remove_file(tmp);
             }
         }
-        renamed
+        renamed?;
+        for (path, contents) in in_place {
+            write_in_place(path, contents)?;
+        }
+        Ok(())
     }
 }
 
@@ -113,12 +127,15 @@ fn parent(path: &Path) -> &Path {
     }
 }
 
-/// Whether two output paths name the same file (same canonical directory and file name).
+/// Whether two output paths name the same file: the same file after symbolic links when it
+/// exists, else the same canonical directory and file name.
 fn same_file(a: &Path, b: &Path) -> bool {
     let key = |p: &Path| {
-        std::fs::canonicalize(parent(p))
-            .ok()
-            .map(|d| d.join(p.file_name().unwrap_or_default()))
+        std::fs::canonicalize(p).ok().or_else(|| {
+            std::fs::canonicalize(parent(p))
+                .ok()
+                .map(|d| d.join(p.file_name().unwrap_or_default()))
+        })
     };
     match (key(a), key(b)) {
         (Some(x), Some(y)) => x == y,
@@ -126,9 +143,43 @@ fn same_file(a: &Path, b: &Path) -> bool {
     }
 }
 
+/// How an output path is written.
+enum Destination {
+    /// A regular file (the target of a symbolic link), new or replaced by a rename.
+    Replace(PathBuf),
+    /// An existing device, pipe or socket (`/dev/null`, `/dev/stdout`): written in place, as
+    /// renaming over it would replace the device node itself.
+    InPlace,
+}
+
+fn destination(path: &Path) -> Destination {
+    match std::fs::metadata(path) {
+        Ok(m) if !m.is_file() && !m.is_dir() => Destination::InPlace,
+        Ok(_) => Destination::Replace(std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf())),
+        Err(_) => Destination::Replace(path.to_path_buf()),
+    }
+}
+
+/// Writes `contents` into an existing device or pipe.
+fn write_in_place(path: &Path, contents: &[u8]) -> Result<()> {
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(path)
+        .map_err(|e| CliError::write(path, e))?;
+    f.write_all(contents)
+        .and_then(|()| f.flush())
+        .map_err(|e| CliError::write(path, e))
+}
+
 /// Writes `contents` to `path` through a temporary file in the same directory, flushed to disk
-/// and renamed over `path`; the temporary file is removed when anything fails.
+/// and renamed over `path` (over the target of a symbolic link); the temporary file is removed
+/// when anything fails. An existing device or pipe is written in place.
 pub fn write_atomic(path: &Path, contents: &[u8]) -> Result<()> {
+    let path = match destination(path) {
+        Destination::InPlace => return write_in_place(path, contents),
+        Destination::Replace(p) => p,
+    };
+    let path = path.as_path();
     let tmp = write_temp(path, contents)?;
     std::fs::rename(&tmp, path).map_err(|e| {
         let _ = std::fs::remove_file(&tmp);
@@ -155,4 +206,23 @@ fn write_temp(path: &Path, contents: &[u8]) -> Result<PathBuf> {
         let _ = std::fs::remove_file(&tmp);
         CliError::write(path, e)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Destination, destination};
+    use std::path::Path;
+
+    /// A device is written in place, never renamed over (that would replace the device node).
+    #[test]
+    fn devices_are_written_in_place_and_files_replaced() {
+        if Path::new("/dev/null").exists() {
+            assert!(matches!(
+                destination(Path::new("/dev/null")),
+                Destination::InPlace
+            ));
+        }
+        let new = std::env::temp_dir().join(format!("memopt-destination-{}", std::process::id()));
+        assert!(matches!(destination(&new), Destination::Replace(p) if p == new));
+    }
 }

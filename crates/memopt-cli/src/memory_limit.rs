@@ -33,7 +33,7 @@ pub const LIMIT_ENV: &str = "MEMOPT_MEMORY_LIMIT";
 pub struct MemoryLimitArgs {
     /// The memory this process may use, e.g. 6GiB or 6442450944 [default: probed from the
     /// cgroup limits, MemAvailable and RLIMIT_AS; also MEMOPT_MEMORY_LIMIT].
-    #[arg(long, value_name = "SIZE")]
+    #[arg(long, value_name = "SIZE", allow_hyphen_values = true)]
     pub memory_limit: Option<String>,
     /// Run real steps even when their exact peak exceeds the memory limit.
     #[arg(long)]

@@ -189,6 +189,14 @@ fn inputs_are_bounded_regular_utf8_files() {
             r#"{"version": 1, "entries": [{"path": "0", "policy": {"kind": "checkpoint", "kind": "store"}}]}"#,
             "duplicate key \"kind\"",
         ),
+        (
+            r#"{"version": 1, "made_for": {"model": "spiking-mlp", "note": 1}, "entries": []}"#,
+            "unknown field `note`",
+        ),
+        (
+            r#"{"version": 1, "entries": [{"path": "0", "policy": {"kind": "store"}}, {"path": "0", "policy": {"kind": "store"}}]}"#,
+            "appears more than once",
+        ),
     ] {
         std::fs::write(&plan, text).unwrap();
         let e = failure(meta_profile(&["-m", "spiking-mlp", "--plan", s(&plan)]));
@@ -216,10 +224,21 @@ fn outputs_are_written_only_when_the_whole_command_succeeds() {
     let e = failure(plan_and_chart(&plan, &missing));
     assert!(e.contains("does not exist"), "{e}");
     assert_eq!(std::fs::read_to_string(&plan).unwrap(), "old plan");
-    // The same file for two outputs is a usage error, however it is spelled.
+    // The same file for two outputs is a usage error, however it is spelled, symbolic links
+    // included.
     let same = d.join(".").join("plan.json");
     let e = failure(plan_and_chart(&plan, &same));
     assert!(e.contains("same file"), "{e}");
+    let link = d.join("link.json");
+    let _ = std::fs::remove_file(&link);
+    std::os::unix::fs::symlink(&plan, &link).unwrap();
+    let e = failure(plan_and_chart(&plan, &link));
+    assert!(e.contains("same file"), "{e}");
+    // Writing through a symbolic link replaces its target and keeps the link.
+    run(&["optimize", "-m", "spiking-mlp", "--out", s(&link)]).unwrap();
+    assert!(std::fs::symlink_metadata(&link).unwrap().file_type().is_symlink());
+    assert!(std::fs::read_to_string(&plan).unwrap().contains("\"version\""));
+    std::fs::write(&plan, "old plan").unwrap();
     // A command that fails after planning (a bad plan to chart) leaves the old chart.
     let chart = d.join("chart.svg");
     std::fs::write(&chart, "old chart").unwrap();
@@ -316,6 +335,17 @@ fn counts_must_be_positive_and_budgets_representable() {
     }
     let e = error(&["optimize", "-m", "spiking-mlp", "--budget", "1e30"]);
     assert!(e.contains("largest representable"), "{e}");
+    let e = error(&["train", "-m", "spiking-mlp", "--memory-limit", "-1"]);
+    assert!(e.contains("--memory-limit") && e.contains("positive"), "{e}");
+    for lr in ["NaN", "inf", "-0.1", "1e400"] {
+        let e = error(&["train", "-m", "spiking-mlp", "--lr", lr]);
+        assert!(
+            e.contains("learning rate must be a finite number >= 0"),
+            "{lr}: {e}"
+        );
+    }
+    let e = error(&["train", "-m", "spiking-mlp", "--lr", "0.1"]);
+    assert!(e.contains("--lr works with training on a dataset"), "{e}");
     let out = run(&["optimize", "-m", "spiking-mlp", "--budget", "1TiB"]).unwrap();
     assert!(out.contains("budget"), "{out}");
 }

@@ -3,7 +3,7 @@
 //! and split remainders), and the three levels at the peak in words.
 
 use crate::format::bytes;
-use crate::svg::{Frame, esc, sample};
+use crate::svg::{Frame, band_path, esc, sample};
 use crate::timeline::KindTimeline;
 use memopt_profiler::MemoryReport;
 use std::fmt::Write;
@@ -21,20 +21,11 @@ pub(crate) fn fragmentation_band(s: &mut String, f: &Frame, t: &KindTimeline, xs
         return;
     }
     let idx = sample(t);
-    let mut d = String::new();
-    for (j, &i) in idx.iter().enumerate() {
-        let _ = write!(
-            d,
-            "{}{:.1},{:.1} ",
-            if j == 0 { "M" } else { "L" },
-            f.x(xs[i]),
-            f.y(t.reserved[i])
-        );
-    }
-    for &i in idx.iter().rev() {
-        let _ = write!(d, "L{:.1},{:.1} ", f.x(xs[i]), f.y(t.allocated[i]));
-    }
-    d.push('Z');
+    let corners: Vec<(f64, u64, u64)> = idx
+        .iter()
+        .map(|&i| (xs[i], t.reserved[i], t.allocated[i]))
+        .collect();
+    let d = band_path(f, &corners);
     let _ = writeln!(
         s,
         r#"<g id="fragmentation-{id}" stroke="none"><path fill="{FRAGMENTATION}" fill-opacity="0.45" d="{}"><title>fragmentation: reserved - allocated ({id})</title></path></g>"#,

@@ -322,6 +322,26 @@ fn trim_number(v: f64) -> String {
     t.trim_end_matches('0').trim_end_matches('.').to_string()
 }
 
+/// The SVG path of the band between two curves, given as (axis position, upper bytes, lower
+/// bytes) per point: along the upper curve, back along the lower one.
+pub(crate) fn band_path(f: &Frame, corners: &[(f64, u64, u64)]) -> String {
+    let mut d = String::new();
+    for (j, (x, upper, _)) in corners.iter().enumerate() {
+        let _ = write!(
+            d,
+            "{}{:.1},{:.1} ",
+            if j == 0 { "M" } else { "L" },
+            f.x(*x),
+            f.y(*upper)
+        );
+    }
+    for (x, _, lower) in corners.iter().rev() {
+        let _ = write!(d, "L{:.1},{:.1} ", f.x(*x), f.y(*lower));
+    }
+    d.push('Z');
+    d
+}
+
 fn stacked_areas(s: &mut String, f: &Frame, t: &KindTimeline, xs: &[f64], id: &str) {
     let idx = sample(t);
     let kinds = t.kinds_used();
@@ -333,20 +353,12 @@ fn stacked_areas(s: &mut String, f: &Frame, t: &KindTimeline, xs: &[f64], id: &s
             .zip(&below)
             .map(|(&i, b)| b + t.points[i][k.index()])
             .collect();
-        let mut d = String::new();
-        for (j, &i) in idx.iter().enumerate() {
-            let _ = write!(
-                d,
-                "{}{:.1},{:.1} ",
-                if j == 0 { "M" } else { "L" },
-                f.x(xs[i]),
-                f.y(above[j])
-            );
-        }
-        for (j, &i) in idx.iter().enumerate().rev() {
-            let _ = write!(d, "L{:.1},{:.1} ", f.x(xs[i]), f.y(below[j]));
-        }
-        d.push('Z');
+        let corners: Vec<(f64, u64, u64)> = idx
+            .iter()
+            .enumerate()
+            .map(|(j, &i)| (xs[i], above[j], below[j]))
+            .collect();
+        let d = band_path(f, &corners);
         let _ = writeln!(
             s,
             r#"<path class="kind-{}" fill="{}" fill-opacity="0.85" d="{}"><title>{} ({id})</title></path>"#,

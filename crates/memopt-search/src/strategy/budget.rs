@@ -144,13 +144,13 @@ impl Strategy for BudgetStrategy {
         let limit = self.budget.bytes(session.baseline_peak_bytes())?;
         let plan = if session.chain_is_exact() {
             let chain = session.chain();
-            match least_time_within(chain, limit) {
+            match least_time_within(chain, limit)? {
                 Some(s) => Plan {
                     version: PLAN_VERSION,
                     entries: plan_entries(&s.plan),
                 },
                 None => {
-                    let best = min_peak(chain);
+                    let best = min_peak(chain)?;
                     return Err(SearchError::Infeasible {
                         budget: limit,
                         best: best.peak,

@@ -20,9 +20,7 @@ fn strategies() -> Vec<(&'static str, Box<dyn Strategy>)> {
         ("memonger", Box::new(Memonger::default())),
         (
             "budget 90%",
-            Box::new(BudgetStrategy {
-                budget: Budget::Fraction(0.9),
-            }),
+            Box::new(BudgetStrategy::reserved(Budget::Fraction(0.9))),
         ),
         ("max-overhead 20%", Box::new(MaxOverhead { max_overhead: 0.2 })),
         ("min-memory", Box::new(MinMemory)),

@@ -20,12 +20,15 @@ pub enum SearchError {
     Profiler(#[from] memopt_profiler::ProfilerError),
     /// No plan reaches the budget.
     #[error(
-        "no plan fits a budget of {budget} bytes: the smallest peak reachable is {best} bytes ({best_plan_entries} module(s) with a policy)"
+        "no plan fits a budget of {budget} bytes of {kind} peak: the smallest {kind} peak found is {best} bytes ({best_plan_entries} module(s) with a policy)"
     )]
     Infeasible {
         /// The budget asked for, in bytes.
         budget: u64,
-        /// The least peak any plan reaches, in bytes.
+        /// The peak the budget bounds.
+        kind: crate::strategy::BudgetKind,
+        /// The least peak (of `kind`) of the plans tried, the least-peak plan among them, in
+        /// bytes.
         best: u64,
         /// How many entries that least-peak plan has.
         best_plan_entries: usize,

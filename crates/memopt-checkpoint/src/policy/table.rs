@@ -94,7 +94,15 @@ impl PolicyTable {
             )));
         }
         let mut table = PolicyTable::default();
+        // Store entries are not kept in the table, so duplicates are found here.
+        let mut whole: std::collections::HashSet<&str> = std::collections::HashSet::new();
         for e in &plan.entries {
+            if e.children.is_none() && !whole.insert(e.path.as_str()) {
+                return Err(CheckpointError::InvalidPlan(format!(
+                    "path '{}' appears more than once",
+                    e.path
+                )));
+            }
             table.insert(root, e, run)?;
         }
         Ok(table)

@@ -409,7 +409,7 @@ fn a_reserved_budget_is_met_where_the_fastest_requested_fit_is_over_it() {
     let budget = MinMemory.plan(&mut session).unwrap().planned_peaks.reserved_bytes;
     let naive = Plan {
         version: 1,
-        entries: plan_entries(&least_time_within(session.chain(), budget).unwrap().plan),
+        entries: plan_entries(&least_time_within(session.chain(), budget).unwrap().unwrap().plan),
     };
     let naive_reserved = session.exact_peaks(&naive).unwrap().reserved_bytes;
     assert!(

@@ -597,7 +597,10 @@ mod tests {
     #[test]
     fn the_search_scales_with_chain_length() {
         let (short, long) = (created(&long_chain(20)), created(&long_chain(80)));
-        assert!(long <= 64 * short, "20 segments: {short} prefixes, 80 segments: {long}");
+        assert!(
+            long <= 64 * short,
+            "20 segments: {short} prefixes, 80 segments: {long}"
+        );
     }
 
     #[test]

@@ -116,7 +116,9 @@ enum Keep {
 /// Keeps the states no other state dominates under `keep` (the first of equal ones), sorted by
 /// (K, M, time).
 fn prune(mut states: Vec<State<'_>>, keep: Keep) -> Vec<State<'_>> {
-    states.sort_unstable_by(|a, b| {
+    // Stable: the states arrive as runs already sorted by K (a sorted front plus one
+    // option), which a stable sort merges in about linear time.
+    states.sort_by(|a, b| {
         (a.walk.kept, a.walk.max)
             .cmp(&(b.walk.kept, b.walk.max))
             .then(a.ms.total_cmp(&b.ms))
@@ -191,8 +193,9 @@ fn apply<'a>(states: &[State<'a>], seg: &'a ChainSegment, limits: Limits) -> Res
     #[cfg(test)]
     CREATED.with(|c| c.set(c.get() + (states.len() * seg.options.len()) as u64));
     let mut out = Vec::with_capacity(states.len() * seg.options.len());
-    for s in states {
-        for (o, option) in seg.options.iter().enumerate() {
+    // Option by option, so that each option's states come out sorted by K like `states`.
+    for (o, option) in seg.options.iter().enumerate() {
+        for s in states {
             let mut walk = s.walk;
             walk.step(seg, option)?;
             let ms = s.ms + option.extra_ms;

@@ -1,7 +1,7 @@
 //! The forward context: the tape (when recording), the RNG, the mode, neuron states, the
 //! memory policies in force and the parameter gradients of the step.
 
-use crate::autograd::{BackwardOp, Gradients, SavedTensor, StateStore, Tape, Var, VarId};
+use crate::autograd::{Backward, BackwardOp, Gradients, SavedTensor, StateStore, Tape, Typed, Var, VarId};
 use crate::module::Module;
 use crate::module::call_observer::{self, ModuleCall, ValueInfo};
 use crate::param::{Param, ParamId};
@@ -173,21 +173,43 @@ impl<'m> Cx<'m> {
         SavedTensor::new(t)
     }
 
-    /// Records an op whose outputs are `outputs`, returning them as values. Call only when
-    /// [`Cx::needs_grad`] holds for `inputs`; otherwise the outputs are returned as constants.
-    pub fn record(
+    /// [`Cx::needs_grad`] over an op's input slots, absent optional inputs as `None`.
+    pub fn slots_need_grad(&self, slots: &[Option<&Var>]) -> bool {
+        self.tape.is_some() && slots.iter().flatten().any(|v| v.requires_grad())
+    }
+
+    /// Records an op with input slots `inputs` (an absent optional input as `None`; the op's
+    /// backward receives the same slots) whose outputs are `outputs`, returning them as values.
+    /// Call only when [`Cx::slots_need_grad`] holds for `inputs`; otherwise the outputs are
+    /// returned as constants.
+    pub fn record<const N: usize>(
         &mut self,
-        op: impl BackwardOp<'m> + 'm,
-        inputs: &[&Var],
+        op: impl Backward<'m, N> + 'm,
+        inputs: [Option<&Var>; N],
         outputs: Vec<Tensor>,
     ) -> Vec<Var> {
-        self.record_boxed(Box::new(op), inputs.iter().map(|v| v.id()).collect(), outputs)
+        self.record_ids(op, inputs.map(|v| v.and_then(Var::id)), outputs)
     }
 
     /// Records an op with one output.
-    pub fn record1(&mut self, op: impl BackwardOp<'m> + 'm, inputs: &[&Var], output: Tensor) -> Var {
+    pub fn record1<const N: usize>(
+        &mut self,
+        op: impl Backward<'m, N> + 'm,
+        inputs: [Option<&Var>; N],
+        output: Tensor,
+    ) -> Var {
         let mut v = self.record(op, inputs, vec![output]);
         v.pop().expect("record returns one value per output")
+    }
+
+    /// [`Cx::record`] from the slots' tape ids, for an op that consumed an input's value.
+    pub(crate) fn record_ids<const N: usize>(
+        &mut self,
+        op: impl Backward<'m, N> + 'm,
+        inputs: [Option<VarId>; N],
+        outputs: Vec<Tensor>,
+    ) -> Vec<Var> {
+        self.record_boxed(Box::new(Typed(op)), inputs.to_vec(), outputs)
     }
 
     pub(crate) fn record_boxed(
@@ -271,7 +293,7 @@ impl<'m> Cx<'m> {
     /// assigned to runs of consecutive children (plan entries with `children`).
     pub fn call_children(&mut self, parent: &'m dyn Module, inputs: Vec<Var>) -> Result<Vec<Var>> {
         let path = current_scope().path_arc().clone();
-        let n = parent.children().len();
+        let n = parent.child_count();
         let mut xs = inputs;
         let mut i = 0;
         while i < n {

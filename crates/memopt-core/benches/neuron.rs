@@ -14,7 +14,7 @@
 //! `cargo bench -p memopt-core --bench neuron -- --warm-up-time 1 --measurement-time 3`
 
 use criterion::{Criterion, Throughput};
-use memopt_core::kernels::{NeuronConfig, Surrogate, neuron_backward, neuron_forward};
+use memopt_core::kernels::{NeuronBackward, NeuronConfig, Surrogate, neuron_backward, neuron_forward};
 use memopt_core::{Device, MemoryKind, Tensor};
 use rayon::prelude::*;
 use std::hint::black_box;
@@ -65,7 +65,19 @@ fn output_bytes() -> u64 {
 fn forward_backward(cfg: &NeuronConfig, inp: &Inputs, w: Option<&Tensor>) {
     let out = neuron_forward(cfg, &inp.x, None, w, true).unwrap();
     let h = out.h_seq.as_ref().unwrap();
-    black_box(neuron_backward(cfg, &inp.grad_spikes, None, h, None, w, false).unwrap());
+    black_box(
+        neuron_backward(NeuronBackward {
+            cfg,
+            grad_spikes: (&inp.grad_spikes).into(),
+            grad_v_final: None,
+            h_seq: h,
+            v_init: None,
+            w,
+            want_v_init_grad: false,
+            w_acc: None,
+        })
+        .unwrap(),
+    );
     black_box(out);
 }
 
@@ -103,7 +115,21 @@ fn bench(c: &mut Criterion) {
     });
     g.throughput(Throughput::BytesDecimal(backward_bytes()));
     g.bench_function("lif_backward", |b| {
-        b.iter(|| black_box(neuron_backward(&lif, &inp.grad_spikes, None, &h, None, None, false).unwrap()))
+        b.iter(|| {
+            black_box(
+                neuron_backward(NeuronBackward {
+                    cfg: &lif,
+                    grad_spikes: (&inp.grad_spikes).into(),
+                    grad_v_final: None,
+                    h_seq: &h,
+                    v_init: None,
+                    w: None,
+                    want_v_init_grad: false,
+                    w_acc: None,
+                })
+                .unwrap(),
+            )
+        })
     });
     g.throughput(Throughput::BytesDecimal(total));
     g.bench_function("lif_forward_backward", |b| {

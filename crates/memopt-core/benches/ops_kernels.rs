@@ -29,21 +29,39 @@ fn bench(c: &mut Criterion) {
     group.bench_function("batch_norm_train", |bch| {
         bch.iter(|| {
             let running = RunningStats { mean: &rm, var: &rv };
-            black_box(kernels::batch_norm_train(&x, Some(&w), Some(&b), Some(running), 0.1, 1e-5).unwrap())
+            black_box(
+                kernels::batch_norm_train(kernels::BatchNormTrain {
+                    x: &x,
+                    weight: Some(&w),
+                    bias: Some(&b),
+                    running: Some(running),
+                    momentum: 0.1,
+                    eps: 1e-5,
+                })
+                .unwrap(),
+            )
         })
     });
-    let fwd = kernels::batch_norm_train(&x, Some(&w), Some(&b), None, 0.1, 1e-5).unwrap();
+    let fwd = kernels::batch_norm_train(kernels::BatchNormTrain {
+        x: &x,
+        weight: Some(&w),
+        bias: Some(&b),
+        running: None,
+        momentum: 0.1,
+        eps: 1e-5,
+    })
+    .unwrap();
     group.bench_function("batch_norm_backward", |bch| {
         bch.iter(|| {
             black_box(
-                kernels::batch_norm_backward(
-                    &g,
-                    &x,
-                    Some(&w),
-                    &fwd.save_mean,
-                    &fwd.save_invstd,
-                    GradNeeds::ALL,
-                )
+                kernels::batch_norm_backward(kernels::BatchNormBackward {
+                    grad_y: (&g).into(),
+                    x: &x,
+                    weight: Some(&w),
+                    save_mean: &fwd.save_mean,
+                    save_invstd: &fwd.save_invstd,
+                    needs: GradNeeds::ALL,
+                })
                 .unwrap(),
             )
         })

@@ -124,9 +124,9 @@ proptest! {
         let _ = kernels::max_pool2d(&x, &pool);
         let _ = kernels::avg_pool2d(&x, &pool, true);
         let _ = kernels::adaptive_avg_pool2d(&x, [k, s]);
-        let _ = kernels::batch_norm_train(&x, Some(&w), None, None, 0.1, 1e-5);
+        let _ = kernels::batch_norm_train(kernels::BatchNormTrain { x: &x, weight: Some(&w), bias: None, running: None, momentum: 0.1, eps: 1e-5 });
         let _ = kernels::neuron_forward(&NeuronConfig::lif(2.0), &x, Some(&w), None, true);
-        let _ = kernels::neuron_backward(&NeuronConfig::lif(2.0), &x, None, &y, None, None, true);
+        let _ = kernels::neuron_backward(kernels::NeuronBackward { cfg: &NeuronConfig::lif(2.0), grad_spikes: (&x).into(), grad_v_final: None, h_seq: &y, v_init: None, w: None, want_v_init_grad: true, w_acc: None });
         let _ = kernels::cross_entropy(&x, &w);
         let _ = kernels::mse(&x, &w);
         let _ = kernels::mean_dim(&x, k);

@@ -32,14 +32,14 @@ fn batch_norm_train_eval_and_backward_are_bit_identical() {
         let (rv, grv) = pair(vec![1.0f32; c], &[c]);
         let what = format!("batch_norm {dims:?}");
         let run = |x: &Tensor, w: &Tensor, b: &Tensor, rm: &Tensor, rv: &Tensor| {
-            batch_norm_train(
+            batch_norm_train(BatchNormTrain {
                 x,
-                Some(w),
-                Some(b),
-                Some(RunningStats { mean: rm, var: rv }),
-                0.1,
-                1e-5,
-            )
+                weight: Some(w),
+                bias: Some(b),
+                running: Some(RunningStats { mean: rm, var: rv }),
+                momentum: 0.1,
+                eps: 1e-5,
+            })
             .unwrap()
         };
         let (o, go) = (run(&x, &w, &b, &rm, &rv), run(&gx, &gw, &gb, &grm, &grv));
@@ -48,19 +48,37 @@ fn batch_norm_train_eval_and_backward_are_bit_identical() {
         assert_identical(&format!("{what} save_invstd"), &o.save_invstd, &go.save_invstd);
         assert_identical(&format!("{what} running mean"), &rm, &grm);
         assert_identical(&format!("{what} running var"), &rv, &grv);
-        let e = batch_norm_eval(&x, Some(&w), None, &rm, &rv, 1e-5).unwrap();
-        let ge = batch_norm_eval(&gx, Some(&gw), None, &grm, &grv, 1e-5).unwrap();
-        assert_identical(&format!("{what} eval"), &e, &ge);
-        let (g, gg) = twin(&values(n, 5, 1.0), &dims);
-        let r = batch_norm_backward(&g, &x, Some(&w), &o.save_mean, &o.save_invstd, GradNeeds::ALL).unwrap();
-        let gr = batch_norm_backward(
-            &gg,
+        let e = batch_norm_eval(&x, Some(&w), None, RunningStats { mean: &rm, var: &rv }, 1e-5).unwrap();
+        let ge = batch_norm_eval(
             &gx,
             Some(&gw),
-            &go.save_mean,
-            &go.save_invstd,
-            GradNeeds::ALL,
+            None,
+            RunningStats {
+                mean: &grm,
+                var: &grv,
+            },
+            1e-5,
         )
+        .unwrap();
+        assert_identical(&format!("{what} eval"), &e, &ge);
+        let (g, gg) = twin(&values(n, 5, 1.0), &dims);
+        let r = batch_norm_backward(BatchNormBackward {
+            grad_y: (&g).into(),
+            x: &x,
+            weight: Some(&w),
+            save_mean: &o.save_mean,
+            save_invstd: &o.save_invstd,
+            needs: GradNeeds::ALL,
+        })
+        .unwrap();
+        let gr = batch_norm_backward(BatchNormBackward {
+            grad_y: (&gg).into(),
+            x: &gx,
+            weight: Some(&gw),
+            save_mean: &go.save_mean,
+            save_invstd: &go.save_invstd,
+            needs: GradNeeds::ALL,
+        })
         .unwrap();
         for (name, a, b) in [
             ("x", &r.x, &gr.x),
@@ -75,14 +93,14 @@ fn batch_norm_train_eval_and_backward_are_bit_identical() {
         }
         // Written over an exclusive output gradient: the same bits.
         let owned = gg.deep_copy(memopt_core::MemoryKind::Gradient).unwrap();
-        let gi = batch_norm_backward_reusing_grad(
-            owned,
-            &gx,
-            Some(&gw),
-            &go.save_mean,
-            &go.save_invstd,
-            GradNeeds::ALL,
-        )
+        let gi = batch_norm_backward(BatchNormBackward {
+            grad_y: owned.into(),
+            x: &gx,
+            weight: Some(&gw),
+            save_mean: &go.save_mean,
+            save_invstd: &go.save_invstd,
+            needs: GradNeeds::ALL,
+        })
         .unwrap();
         assert_identical(
             &format!("{what} grad x in place"),
@@ -281,8 +299,28 @@ fn neurons_forward_and_backward_are_bit_identical() {
             assert_identical(&format!("{what} h_seq"), &h, &gh);
             let (g, gg) = twin(&values(t * inner, 3, 1.0), &[t, inner]);
             let (gvf, ggvf) = pair(values(inner, 4, 1.0), &[inner]);
-            let r = neuron_backward(cfg, &g, Some(&gvf), &h, Some(&v0), w, true).unwrap();
-            let gr = neuron_backward(cfg, &gg, Some(&ggvf), &gh, Some(&gv0), gw, true).unwrap();
+            let r = neuron_backward(NeuronBackward {
+                cfg,
+                grad_spikes: (&g).into(),
+                grad_v_final: Some(&gvf),
+                h_seq: &h,
+                v_init: Some(&v0),
+                w,
+                want_v_init_grad: true,
+                w_acc: None,
+            })
+            .unwrap();
+            let gr = neuron_backward(NeuronBackward {
+                cfg,
+                grad_spikes: (&gg).into(),
+                grad_v_final: Some(&ggvf),
+                h_seq: &gh,
+                v_init: Some(&gv0),
+                w: gw,
+                want_v_init_grad: true,
+                w_acc: None,
+            })
+            .unwrap();
             assert_identical(&format!("{what} grad x"), &r.x, &gr.x);
             assert_identical(
                 &format!("{what} grad v_init"),
@@ -298,7 +336,7 @@ fn neurons_forward_and_backward_are_bit_identical() {
             }
             // In place (input reused for h_seq, output gradient for the input gradient).
             let owned = gx.deep_copy(memopt_core::MemoryKind::Activation).unwrap();
-            let gi = neuron_forward_reusing_input(cfg, owned, Some(&gv0), gw, true).unwrap();
+            let gi = neuron_forward(cfg, owned, Some(&gv0), gw, true).unwrap();
             assert_identical(&format!("{what} h_seq in place"), &h, gi.h_seq.as_ref().unwrap());
             let owned = gg.deep_copy(memopt_core::MemoryKind::Gradient).unwrap();
             let acc = memopt_core::Tensor::zeros(
@@ -308,16 +346,16 @@ fn neurons_forward_and_backward_are_bit_identical() {
                 memopt_core::MemoryKind::Gradient,
             )
             .unwrap();
-            let gi = neuron_backward_acc_reusing(
+            let gi = neuron_backward(NeuronBackward {
                 cfg,
-                owned,
-                Some(&ggvf),
-                &gh,
-                Some(&gv0),
-                gw,
-                false,
-                is_plif.then_some(&acc),
-            )
+                grad_spikes: owned.into(),
+                grad_v_final: Some(&ggvf),
+                h_seq: &gh,
+                v_init: Some(&gv0),
+                w: gw,
+                want_v_init_grad: false,
+                w_acc: is_plif.then_some(&acc),
+            })
             .unwrap();
             assert_identical(&format!("{what} grad x in place"), &r.x, &gi.x);
             if is_plif {

@@ -24,28 +24,36 @@ fn batch_norm_backward_reuses_an_unshared_gradient() {
         tracked(device, || {
             let x = rand(&dims, device, MemoryKind::Activation, 1);
             let w = rand(&[3], device, MemoryKind::Parameter, 2);
-            let out = kernels::batch_norm_train(&x, Some(&w), None, None, 0.1, 1e-5).unwrap();
+            let out = kernels::batch_norm_train(kernels::BatchNormTrain {
+                x: &x,
+                weight: Some(&w),
+                bias: None,
+                running: None,
+                momentum: 0.1,
+                eps: 1e-5,
+            })
+            .unwrap();
             let g = rand(&dims, device, MemoryKind::Gradient, 3);
             let keeper = share.then(|| g.clone());
             let before = keeper.as_ref().and_then(|k| k.to_vec_f32().ok());
             let r = if reuse {
-                kernels::batch_norm_backward_reusing_grad(
-                    g,
-                    &x,
-                    Some(&w),
-                    &out.save_mean,
-                    &out.save_invstd,
-                    GradNeeds::ALL,
-                )
+                kernels::batch_norm_backward(kernels::BatchNormBackward {
+                    grad_y: g.into(),
+                    x: &x,
+                    weight: Some(&w),
+                    save_mean: &out.save_mean,
+                    save_invstd: &out.save_invstd,
+                    needs: GradNeeds::ALL,
+                })
             } else {
-                kernels::batch_norm_backward(
-                    &g,
-                    &x,
-                    Some(&w),
-                    &out.save_mean,
-                    &out.save_invstd,
-                    GradNeeds::ALL,
-                )
+                kernels::batch_norm_backward(kernels::BatchNormBackward {
+                    grad_y: (&g).into(),
+                    x: &x,
+                    weight: Some(&w),
+                    save_mean: &out.save_mean,
+                    save_invstd: &out.save_invstd,
+                    needs: GradNeeds::ALL,
+                })
             }
             .unwrap();
             let untouched = keeper.map(|k| k.to_vec_f32().ok() == before);
@@ -92,9 +100,27 @@ fn neuron_backward_reuses_an_unshared_gradient() {
                 let keeper = share.then(|| g.clone());
                 let before = keeper.as_ref().and_then(|k| k.to_vec_f32().ok());
                 let r = if reuse {
-                    kernels::neuron_backward_acc_reusing(&cfg, g, None, &h, None, w.as_ref(), true, None)
+                    kernels::neuron_backward(kernels::NeuronBackward {
+                        cfg: &cfg,
+                        grad_spikes: g.into(),
+                        grad_v_final: None,
+                        h_seq: &h,
+                        v_init: None,
+                        w: w.as_ref(),
+                        want_v_init_grad: true,
+                        w_acc: None,
+                    })
                 } else {
-                    kernels::neuron_backward_acc(&cfg, &g, None, &h, None, w.as_ref(), true, None)
+                    kernels::neuron_backward(kernels::NeuronBackward {
+                        cfg: &cfg,
+                        grad_spikes: (&g).into(),
+                        grad_v_final: None,
+                        h_seq: &h,
+                        v_init: None,
+                        w: w.as_ref(),
+                        want_v_init_grad: true,
+                        w_acc: None,
+                    })
                 }
                 .unwrap();
                 let untouched = keeper.map(|k| k.to_vec_f32().ok() == before);

@@ -74,20 +74,26 @@ fn step(device: Device) -> Trace {
             };
             let bn = {
                 let _m = enter_module("bn");
-                kernels::batch_norm_train(
-                    &y,
-                    Some(&bn_w),
-                    Some(&bn_b),
-                    Some(RunningStats { mean: &rm, var: &rv }),
-                    0.1,
-                    1e-5,
-                )
+                kernels::batch_norm_train(kernels::BatchNormTrain {
+                    x: &y,
+                    weight: Some(&bn_w),
+                    bias: Some(&bn_b),
+                    running: Some(RunningStats { mean: &rm, var: &rv }),
+                    momentum: 0.1,
+                    eps: 1e-5,
+                })
                 .unwrap()
             };
             let sn = {
                 let _m = enter_module("sn");
-                kernels::neuron_forward(&lif, &bn.y.reshape([t, n, 4, 8, 8]).unwrap(), None, None, true)
-                    .unwrap()
+                kernels::neuron_forward(
+                    &lif,
+                    kernels::Operand::Lent(&bn.y.reshape([t, n, 4, 8, 8]).unwrap()),
+                    None,
+                    None,
+                    true,
+                )
+                .unwrap()
             };
             let (pooled, idx) =
                 kernels::max_pool2d(&sn.spikes.reshape([t * n, 4, 8, 8]).unwrap(), &pool).unwrap();
@@ -121,24 +127,25 @@ fn step(device: Device) -> Trace {
         )
         .unwrap();
         let h = spikes.h_seq.as_ref().unwrap();
-        let g_bn = kernels::neuron_backward(
-            &lif,
-            &g_spikes.reshape([t, n, 4, 8, 8]).unwrap(),
-            None,
-            h,
-            None,
-            None,
-            false,
-        )
+        let g_bn = kernels::neuron_backward(kernels::NeuronBackward {
+            cfg: &lif,
+            grad_spikes: (&g_spikes.reshape([t, n, 4, 8, 8]).unwrap()).into(),
+            grad_v_final: None,
+            h_seq: h,
+            v_init: None,
+            w: None,
+            want_v_init_grad: false,
+            w_acc: None,
+        })
         .unwrap();
-        let g_y = kernels::batch_norm_backward(
-            &g_bn.x.reshape([t * n, 4, 8, 8]).unwrap(),
-            &y,
-            Some(&bn_w),
-            &bn.save_mean,
-            &bn.save_invstd,
-            GradNeeds::ALL,
-        )
+        let g_y = kernels::batch_norm_backward(kernels::BatchNormBackward {
+            grad_y: (&g_bn.x.reshape([t * n, 4, 8, 8]).unwrap()).into(),
+            x: &y,
+            weight: Some(&bn_w),
+            save_mean: &bn.save_mean,
+            save_invstd: &bn.save_invstd,
+            needs: GradNeeds::ALL,
+        })
         .unwrap();
         let g_conv = kernels::conv2d_backward(
             g_y.x.as_ref().unwrap(),

@@ -3,7 +3,9 @@
 //! `grad_w` to 1e-5 relative (absolute floor 1e-6). Data: `tests/data/neurons.json`, a copy of
 //! the project's golden file (see its README in the shared golden directory).
 
-use memopt_core::kernels::{NeuronConfig, NeuronKind, Surrogate, neuron_backward, neuron_forward};
+use memopt_core::kernels::{
+    NeuronBackward, NeuronConfig, NeuronKind, Surrogate, neuron_backward, neuron_forward,
+};
 use memopt_core::{Device, MemoryKind, Tensor};
 use serde_json::Value;
 
@@ -99,7 +101,17 @@ fn neurons_match_spikingjelly() {
 
         let grad_y = to_tensor(&case["grad_y"]);
         let h_seq = out.h_seq.unwrap();
-        let grads = neuron_backward(&cfg, &grad_y, None, &h_seq, None, w.as_ref(), false).unwrap();
+        let grads = neuron_backward(NeuronBackward {
+            cfg: &cfg,
+            grad_spikes: (&grad_y).into(),
+            grad_v_final: None,
+            h_seq: &h_seq,
+            v_init: None,
+            w: w.as_ref(),
+            want_v_init_grad: false,
+            w_acc: None,
+        })
+        .unwrap();
         let (_, grad_x) = tensor(&case["grad_x"]);
         assert_close(&what("grad_x"), &grads.x.to_vec_f32().unwrap(), &grad_x);
         match case.get("grad_w") {

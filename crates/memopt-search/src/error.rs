@@ -33,6 +33,21 @@ pub enum SearchError {
         /// How many entries that least-peak plan has.
         best_plan_entries: usize,
     },
+    /// A byte sum of the chain model does not fit in 64 bits: the model or batch is too large
+    /// for any plan to be represented.
+    #[error(
+        "the byte count of segment '{segment}' does not fit in 64 bits: {what} is {left} + {right} bytes; use a smaller batch or model"
+    )]
+    ByteOverflow {
+        /// Path of the segment whose term overflowed (`(root)` for the whole model).
+        segment: String,
+        /// Which sum overflowed.
+        what: &'static str,
+        /// The running sum, in bytes.
+        left: u64,
+        /// What was being added, in bytes.
+        right: u64,
+    },
     /// A strategy's settings are invalid.
     #[error("invalid setting: {0}")]
     InvalidSetting(String),

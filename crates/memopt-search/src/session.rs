@@ -86,9 +86,10 @@ impl PlanningSession {
             (model, root, chain)
         };
         let baseline = estimator.peaks(&Plan::store_all())?;
-        let chain_exact = chain
-            .select(&Plan::store_all())
-            .is_some_and(|p| chain.peak(&p) == baseline.requested_bytes);
+        let chain_exact = match chain.select(&Plan::store_all()) {
+            Some(p) => chain.peak(&p)? == baseline.requested_bytes,
+            None => false,
+        };
         Ok(PlanningSession {
             workload: workload.clone(),
             estimator,
@@ -167,7 +168,7 @@ impl PlanningSession {
         if self.chain_exact
             && let Some(choice) = self.chain.select(plan)
         {
-            return Ok(self.chain.peak(&choice));
+            return self.chain.peak(&choice);
         }
         self.exact_peak(plan)
     }
@@ -178,7 +179,7 @@ impl PlanningSession {
     /// decides feasibility. Computed once per session.
     pub fn exact_front(&mut self) -> Result<&[ExactCandidate]> {
         if self.exact_front.is_none() {
-            let mut plans: Vec<(Plan, f64)> = pareto_front(&self.chain)
+            let mut plans: Vec<(Plan, f64)> = pareto_front(&self.chain)?
                 .iter()
                 .map(|s| {
                     let plan = Plan {
@@ -234,13 +235,14 @@ impl PlanningSession {
         let planned = self.exact_peaks(&plan)?;
         if let Some(choice) = self.chain.select(&plan)
             && self.chain_exact
-            && self.chain.peak(&choice) != planned.requested_bytes
         {
-            return Err(SearchError::Internal(format!(
-                "the chain model predicted {} bytes for a plan whose exact peak is {}",
-                self.chain.peak(&choice),
-                planned.requested_bytes
-            )));
+            let predicted = self.chain.peak(&choice)?;
+            if predicted != planned.requested_bytes {
+                return Err(SearchError::Internal(format!(
+                    "the chain model predicted {predicted} bytes for a plan whose exact peak is {}",
+                    planned.requested_bytes
+                )));
+            }
         }
         let spec = self.model.spec();
         let report = PlanReport {

@@ -226,7 +226,7 @@ fn dp_equals_brute_force_over_exact_peaks() {
             .filter(|e| e.0 <= b)
             .map(|e| e.1)
             .fold(f64::INFINITY, f64::min);
-        let dp = least_time_within(&chain, b).unwrap();
+        let dp = least_time_within(&chain, b).unwrap().unwrap();
         assert!(
             (dp.extra_ms - brute).abs() < 1e-9,
             "budget {b}: dp {} vs brute force {brute}",
@@ -308,7 +308,7 @@ fn bit_packing_lowers_the_optimal_vgg_peak_by_the_measured_sizes() {
         null.exact_peak(&as_null).unwrap(),
     );
     assert!(peak_bits < peak_null, "{peak_bits} vs {peak_null}");
-    let predicted = |s: &PlanningSession, p: &Plan| s.chain().peak(&s.chain().select(p).unwrap());
+    let predicted = |s: &PlanningSession, p: &Plan| s.chain().peak(&s.chain().select(p).unwrap()).unwrap();
     assert_eq!(predicted(&bits, &plan), peak_bits);
     assert_eq!(predicted(&null, &as_null), peak_null);
 }
@@ -409,7 +409,7 @@ fn a_reserved_budget_is_met_where_the_fastest_requested_fit_is_over_it() {
     let budget = MinMemory.plan(&mut session).unwrap().planned_peaks.reserved_bytes;
     let naive = Plan {
         version: 1,
-        entries: plan_entries(&least_time_within(session.chain(), budget).unwrap().plan),
+        entries: plan_entries(&least_time_within(session.chain(), budget).unwrap().unwrap().plan),
     };
     let naive_reserved = session.exact_peaks(&naive).unwrap().reserved_bytes;
     assert!(

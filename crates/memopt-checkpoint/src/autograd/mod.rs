@@ -4,14 +4,17 @@
 //! reverse, drops each node (and so frees its saved tensors) as soon as it has run, and
 //! accumulates parameter gradients into [`Gradients`].
 
+mod backward;
 mod gradients;
 mod saved;
 mod states;
 mod tape;
 mod var;
 
+pub(crate) use backward::Typed;
+pub use backward::{Backward, BackwardGrads, BackwardOp, InputSlot};
 pub use gradients::Gradients;
 pub use saved::SavedTensor;
 pub use states::{StateStore, is_under};
-pub use tape::{BackwardGrads, BackwardOp, Tape};
+pub use tape::Tape;
 pub use var::{Var, VarId};

@@ -1,5 +1,6 @@
 //! The tape and the backward pass.
 
+use super::backward::{BackwardGrads, BackwardOp, InputSlot};
 use super::{Var, VarId};
 use crate::context::Cx;
 use crate::param::ParamId;
@@ -7,57 +8,6 @@ use crate::{CheckpointError, Result};
 use memopt_core::memory::{Phase, Scope, enter_scope};
 use memopt_core::{MemoryKind, Tensor, kernels};
 use std::collections::{HashMap, HashSet};
-
-/// What a backward op receives.
-pub struct BackwardGrads {
-    /// Gradient of each output (`None` = no gradient reached it, i.e. zero).
-    pub outputs: Vec<Option<Tensor>>,
-    /// For each input, the parameter it is, if any: ops accumulate such gradients straight into
-    /// [`Cx::param_grad`] instead of returning them.
-    pub input_params: Vec<Option<ParamId>>,
-    /// For each input, whether a gradient is wanted.
-    pub input_needs: Vec<bool>,
-}
-
-impl BackwardGrads {
-    /// The gradient of output `i`, or zeros shaped like `like` when none reached it (the
-    /// zeros are recorded as a gradient).
-    pub fn output_or_zeros(&self, i: usize, like: &Tensor) -> Result<Tensor> {
-        match self.outputs.get(i).cloned().flatten() {
-            Some(g) => Ok(g),
-            None => Ok(Tensor::zeros(
-                like.shape().clone(),
-                like.dtype(),
-                like.device(),
-                MemoryKind::Gradient,
-            )?),
-        }
-    }
-
-    /// Takes the gradient of output `i` (zeros shaped like `like` when none reached it). Taking
-    /// it leaves the op the only holder, so a kernel may overwrite it with the input gradient.
-    pub fn take_output_or_zeros(&mut self, i: usize, like: &Tensor) -> Result<Tensor> {
-        match self.outputs.get_mut(i).and_then(Option::take) {
-            Some(g) => Ok(g),
-            None => Ok(Tensor::zeros(
-                like.shape().clone(),
-                like.dtype(),
-                like.device(),
-                MemoryKind::Gradient,
-            )?),
-        }
-    }
-}
-
-/// The backward half of a recorded op. Implementations live next to their forward in
-/// [`crate::ops`].
-pub trait BackwardOp<'m> {
-    /// Op name for errors and profiles.
-    fn name(&self) -> &'static str;
-    /// Gradients of the inputs given the gradients of the outputs. Returns one entry per input:
-    /// `None` where no gradient is wanted or it was accumulated into a parameter gradient.
-    fn backward(self: Box<Self>, cx: &mut Cx<'m>, grads: BackwardGrads) -> Result<Vec<Option<Tensor>>>;
-}
 
 struct Node<'m> {
     op: Box<dyn BackwardOp<'m> + 'm>,
@@ -144,20 +94,21 @@ impl<'m> Tape<'m> {
             if outputs.iter().all(Option::is_none) {
                 continue;
             }
-            let input_params: Vec<Option<ParamId>> = node
+            let slots: Vec<InputSlot> = node
                 .inputs
                 .iter()
-                .map(|i| i.and_then(|v| params.get(&v).copied()))
+                .map(|i| InputSlot {
+                    needs_grad: i.is_some(),
+                    param: i.and_then(|v| params.get(&v).copied()),
+                })
                 .collect();
-            let input_needs: Vec<bool> = node.inputs.iter().map(Option::is_some).collect();
             let _scope = enter_scope(node.scope.with_phase(Phase::Backward));
             let name = node.op.name();
             let input_grads = node.op.backward(
                 cx,
                 BackwardGrads {
                     outputs,
-                    input_params: input_params.clone(),
-                    input_needs,
+                    inputs: slots.clone(),
                 },
             )?;
             if input_grads.len() != node.inputs.len() {
@@ -167,11 +118,11 @@ impl<'m> Tape<'m> {
                     node.inputs.len()
                 )));
             }
-            for ((input, param), g) in node.inputs.iter().zip(&input_params).zip(input_grads) {
+            for ((input, slot), g) in node.inputs.iter().zip(&slots).zip(input_grads) {
                 let (Some(id), Some(g)) = (input, g) else { continue };
-                match param {
+                match slot.param {
                     Some(p) => {
-                        let acc = cx.grads_mut().accumulator(*p, g.dims(), g.device())?;
+                        let acc = cx.grads_mut().accumulator(p, g.dims(), g.device())?;
                         kernels::add_assign(&acc, &g)?;
                     }
                     None => accumulate(&mut grads, *id, g)?,

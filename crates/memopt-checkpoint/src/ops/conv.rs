@@ -1,8 +1,8 @@
 //! 2-D convolution.
 
-use super::{GradTarget, layer_grads, single_grad, weight_bias_targets};
+use super::{GradTarget, layer_grads, weight_bias_targets};
 use crate::Result;
-use crate::autograd::{BackwardGrads, BackwardOp, SavedTensor, Var};
+use crate::autograd::{Backward, BackwardGrads, InputSlot, SavedTensor, Var};
 use crate::context::Cx;
 use memopt_core::Tensor;
 use memopt_core::kernels::{self, Conv2dParams};
@@ -19,38 +19,36 @@ pub fn conv2d<'m>(
     time_steps: usize,
 ) -> Result<Var> {
     let y = kernels::conv2d_steps(x.tensor(), w.tensor(), b.map(Var::tensor), p, time_steps)?;
-    let mut inputs = vec![x, w];
-    inputs.extend(b);
-    if !cx.needs_grad(&inputs) {
+    let slots = [Some(x), Some(w), b];
+    if !cx.slots_need_grad(&slots) {
         return Ok(Var::constant(y));
     }
     let op = ConvBackward {
         x: cx.save(x.tensor()),
         w: cx.save(w.tensor()),
-        has_bias: b.is_some(),
         params: *p,
         time_steps,
     };
-    Ok(cx.record1(op, &inputs, y))
+    Ok(cx.record1(op, slots, y))
 }
 
 struct ConvBackward {
     x: SavedTensor,
     w: SavedTensor,
-    has_bias: bool,
     params: Conv2dParams,
     time_steps: usize,
 }
 
-impl<'m> BackwardOp<'m> for ConvBackward {
+impl<'m> Backward<'m, 3> for ConvBackward {
     fn name(&self) -> &'static str {
         "conv2d"
     }
 
-    fn backward(self: Box<Self>, cx: &mut Cx<'m>, g: BackwardGrads) -> Result<Vec<Option<Tensor>>> {
-        let grad = single_grad(&g)?;
+    fn backward(self, cx: &mut Cx<'m>, g: BackwardGrads<[InputSlot; 3]>) -> Result<[Option<Tensor>; 3]> {
+        let grad = g.single_output()?;
         let (x, w) = (self.x.tensor(), self.w.tensor());
-        let (wt, bt) = weight_bias_targets(cx, &g, w, self.has_bias)?;
+        let [x_slot, w_slot, b_slot] = g.inputs;
+        let (wt, bt) = weight_bias_targets(cx, w_slot, b_slot, w)?;
         let gx = kernels::conv2d_backward_acc(
             &grad,
             x,
@@ -61,8 +59,8 @@ impl<'m> BackwardOp<'m> for ConvBackward {
                 bias: bt.as_ref().map(GradTarget::acc),
                 time_steps: self.time_steps,
             },
-            g.input_needs[0],
+            x_slot.needs_grad,
         )?;
-        Ok(layer_grads(gx, wt, bt, self.has_bias))
+        Ok(layer_grads(gx, wt, bt))
     }
 }

@@ -1,8 +1,7 @@
 //! Dropout with a mask regenerated from the RNG state instead of stored.
 
-use super::single_grad;
 use crate::Result;
-use crate::autograd::{BackwardGrads, BackwardOp, Var};
+use crate::autograd::{Backward, BackwardGrads, InputSlot, Var};
 use crate::context::Cx;
 use memopt_core::{RngState, Tensor, kernels};
 
@@ -19,7 +18,7 @@ pub fn dropout<'m>(cx: &mut Cx<'m>, x: &Var, p: f32, mask_period: usize) -> Resu
     if !cx.needs_grad(&[x]) {
         return Ok(Var::constant(y));
     }
-    Ok(cx.record1(DropoutBackward { p, rng, mask_period }, &[x], y))
+    Ok(cx.record1(DropoutBackward { p, rng, mask_period }, [Some(x)], y))
 }
 
 struct DropoutBackward {
@@ -28,13 +27,13 @@ struct DropoutBackward {
     mask_period: usize,
 }
 
-impl<'m> BackwardOp<'m> for DropoutBackward {
+impl<'m> Backward<'m, 1> for DropoutBackward {
     fn name(&self) -> &'static str {
         "dropout"
     }
-    fn backward(self: Box<Self>, _cx: &mut Cx<'m>, g: BackwardGrads) -> Result<Vec<Option<Tensor>>> {
-        let grad = single_grad(&g)?;
-        Ok(vec![Some(kernels::dropout_backward(
+    fn backward(self, _cx: &mut Cx<'m>, g: BackwardGrads<[InputSlot; 1]>) -> Result<[Option<Tensor>; 1]> {
+        let grad = g.single_output()?;
+        Ok([Some(kernels::dropout_backward(
             &grad,
             self.p,
             self.rng,

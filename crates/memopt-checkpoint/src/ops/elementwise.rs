@@ -1,8 +1,7 @@
 //! Elementwise ops.
 
-use super::single_grad;
 use crate::Result;
-use crate::autograd::{BackwardGrads, BackwardOp, SavedTensor, Var};
+use crate::autograd::{Backward, BackwardGrads, InputSlot, SavedTensor, Var};
 use crate::context::Cx;
 use memopt_core::{Tensor, kernels};
 
@@ -12,23 +11,21 @@ pub fn add<'m>(cx: &mut Cx<'m>, a: &Var, b: &Var) -> Result<Var> {
     if !cx.needs_grad(&[a, b]) {
         return Ok(Var::constant(y));
     }
-    Ok(cx.record1(AddBackward, &[a, b], y))
+    Ok(cx.record1(AddBackward, [Some(a), Some(b)], y))
 }
 
 struct AddBackward;
 
-impl<'m> BackwardOp<'m> for AddBackward {
+impl<'m> Backward<'m, 2> for AddBackward {
     fn name(&self) -> &'static str {
         "add"
     }
-    fn backward(self: Box<Self>, _cx: &mut Cx<'m>, g: BackwardGrads) -> Result<Vec<Option<Tensor>>> {
+    fn backward(self, _cx: &mut Cx<'m>, g: BackwardGrads<[InputSlot; 2]>) -> Result<[Option<Tensor>; 2]> {
         // Both operands share one gradient tensor; the tape never accumulates in place into a
         // shared tensor, so no copy is needed.
-        let grad = single_grad(&g)?;
-        Ok(vec![
-            g.input_needs[0].then(|| grad.clone()),
-            g.input_needs[1].then_some(grad),
-        ])
+        let grad = g.single_output()?;
+        let [a, b] = g.inputs;
+        Ok([a.needs_grad.then(|| grad.clone()), b.needs_grad.then_some(grad)])
     }
 }
 
@@ -42,7 +39,7 @@ pub fn mul<'m>(cx: &mut Cx<'m>, a: &Var, b: &Var) -> Result<Var> {
         a: cx.save(a.tensor()),
         b: cx.save(b.tensor()),
     };
-    Ok(cx.record1(op, &[a, b], y))
+    Ok(cx.record1(op, [Some(a), Some(b)], y))
 }
 
 struct MulBackward {
@@ -50,23 +47,24 @@ struct MulBackward {
     b: SavedTensor,
 }
 
-impl<'m> BackwardOp<'m> for MulBackward {
+impl<'m> Backward<'m, 2> for MulBackward {
     fn name(&self) -> &'static str {
         "mul"
     }
-    fn backward(self: Box<Self>, _cx: &mut Cx<'m>, g: BackwardGrads) -> Result<Vec<Option<Tensor>>> {
-        let grad = single_grad(&g)?;
-        let ga = if g.input_needs[0] {
+    fn backward(self, _cx: &mut Cx<'m>, g: BackwardGrads<[InputSlot; 2]>) -> Result<[Option<Tensor>; 2]> {
+        let grad = g.single_output()?;
+        let [a, b] = g.inputs;
+        let ga = if a.needs_grad {
             Some(kernels::mul_backward(&grad, self.b.tensor())?)
         } else {
             None
         };
-        let gb = if g.input_needs[1] {
+        let gb = if b.needs_grad {
             Some(kernels::mul_backward(&grad, self.a.tensor())?)
         } else {
             None
         };
-        Ok(vec![ga, gb])
+        Ok([ga, gb])
     }
 }
 
@@ -76,17 +74,17 @@ pub fn scale<'m>(cx: &mut Cx<'m>, x: &Var, s: f32) -> Result<Var> {
     if !cx.needs_grad(&[x]) {
         return Ok(Var::constant(y));
     }
-    Ok(cx.record1(ScaleBackward(s), &[x], y))
+    Ok(cx.record1(ScaleBackward(s), [Some(x)], y))
 }
 
 struct ScaleBackward(f32);
 
-impl<'m> BackwardOp<'m> for ScaleBackward {
+impl<'m> Backward<'m, 1> for ScaleBackward {
     fn name(&self) -> &'static str {
         "scale"
     }
-    fn backward(self: Box<Self>, _cx: &mut Cx<'m>, g: BackwardGrads) -> Result<Vec<Option<Tensor>>> {
-        Ok(vec![Some(kernels::scale_backward(&single_grad(&g)?, self.0)?)])
+    fn backward(self, _cx: &mut Cx<'m>, g: BackwardGrads<[InputSlot; 1]>) -> Result<[Option<Tensor>; 1]> {
+        Ok([Some(kernels::scale_backward(&g.single_output()?, self.0)?)])
     }
 }
 
@@ -97,18 +95,18 @@ pub fn relu<'m>(cx: &mut Cx<'m>, x: &Var) -> Result<Var> {
         return Ok(Var::constant(y));
     }
     let op = ReluBackward(cx.save(&y));
-    Ok(cx.record1(op, &[x], y))
+    Ok(cx.record1(op, [Some(x)], y))
 }
 
 struct ReluBackward(SavedTensor);
 
-impl<'m> BackwardOp<'m> for ReluBackward {
+impl<'m> Backward<'m, 1> for ReluBackward {
     fn name(&self) -> &'static str {
         "relu"
     }
-    fn backward(self: Box<Self>, _cx: &mut Cx<'m>, g: BackwardGrads) -> Result<Vec<Option<Tensor>>> {
-        Ok(vec![Some(kernels::relu_backward(
-            &single_grad(&g)?,
+    fn backward(self, _cx: &mut Cx<'m>, g: BackwardGrads<[InputSlot; 1]>) -> Result<[Option<Tensor>; 1]> {
+        Ok([Some(kernels::relu_backward(
+            &g.single_output()?,
             self.0.tensor(),
         )?)])
     }
@@ -121,18 +119,18 @@ pub fn sigmoid<'m>(cx: &mut Cx<'m>, x: &Var) -> Result<Var> {
         return Ok(Var::constant(y));
     }
     let op = SigmoidBackward(cx.save(&y));
-    Ok(cx.record1(op, &[x], y))
+    Ok(cx.record1(op, [Some(x)], y))
 }
 
 struct SigmoidBackward(SavedTensor);
 
-impl<'m> BackwardOp<'m> for SigmoidBackward {
+impl<'m> Backward<'m, 1> for SigmoidBackward {
     fn name(&self) -> &'static str {
         "sigmoid"
     }
-    fn backward(self: Box<Self>, _cx: &mut Cx<'m>, g: BackwardGrads) -> Result<Vec<Option<Tensor>>> {
-        Ok(vec![Some(kernels::sigmoid_backward(
-            &single_grad(&g)?,
+    fn backward(self, _cx: &mut Cx<'m>, g: BackwardGrads<[InputSlot; 1]>) -> Result<[Option<Tensor>; 1]> {
+        Ok([Some(kernels::sigmoid_backward(
+            &g.single_output()?,
             self.0.tensor(),
         )?)])
     }

@@ -1,8 +1,8 @@
 //! Fully connected layer.
 
-use super::{GradTarget, layer_grads, single_grad, weight_bias_targets};
+use super::{GradTarget, layer_grads, weight_bias_targets};
 use crate::Result;
-use crate::autograd::{BackwardGrads, BackwardOp, SavedTensor, Var};
+use crate::autograd::{Backward, BackwardGrads, InputSlot, SavedTensor, Var};
 use crate::context::Cx;
 use memopt_core::{Tensor, kernels};
 
@@ -11,36 +11,34 @@ use memopt_core::{Tensor, kernels};
 /// time, last first, so chunked recomputation adds in the same order.
 pub fn linear<'m>(cx: &mut Cx<'m>, x: &Var, w: &Var, b: Option<&Var>, time_steps: usize) -> Result<Var> {
     let y = kernels::linear_steps(x.tensor(), w.tensor(), b.map(Var::tensor), time_steps)?;
-    let mut inputs = vec![x, w];
-    inputs.extend(b);
-    if !cx.needs_grad(&inputs) {
+    let slots = [Some(x), Some(w), b];
+    if !cx.slots_need_grad(&slots) {
         return Ok(Var::constant(y));
     }
     let op = LinearBackward {
         x: cx.save(x.tensor()),
         w: cx.save(w.tensor()),
-        has_bias: b.is_some(),
         time_steps,
     };
-    Ok(cx.record1(op, &inputs, y))
+    Ok(cx.record1(op, slots, y))
 }
 
 struct LinearBackward {
     x: SavedTensor,
     w: SavedTensor,
-    has_bias: bool,
     time_steps: usize,
 }
 
-impl<'m> BackwardOp<'m> for LinearBackward {
+impl<'m> Backward<'m, 3> for LinearBackward {
     fn name(&self) -> &'static str {
         "linear"
     }
 
-    fn backward(self: Box<Self>, cx: &mut Cx<'m>, g: BackwardGrads) -> Result<Vec<Option<Tensor>>> {
-        let grad = single_grad(&g)?;
+    fn backward(self, cx: &mut Cx<'m>, g: BackwardGrads<[InputSlot; 3]>) -> Result<[Option<Tensor>; 3]> {
+        let grad = g.single_output()?;
         let (x, w) = (self.x.tensor(), self.w.tensor());
-        let (wt, bt) = weight_bias_targets(cx, &g, w, self.has_bias)?;
+        let [x_slot, w_slot, b_slot] = g.inputs;
+        let (wt, bt) = weight_bias_targets(cx, w_slot, b_slot, w)?;
         let gx = kernels::linear_backward_acc(
             &grad,
             x,
@@ -50,8 +48,8 @@ impl<'m> BackwardOp<'m> for LinearBackward {
                 bias: bt.as_ref().map(GradTarget::acc),
                 time_steps: self.time_steps,
             },
-            g.input_needs[0],
+            x_slot.needs_grad,
         )?;
-        Ok(layer_grads(gx, wt, bt, self.has_bias))
+        Ok(layer_grads(gx, wt, bt))
     }
 }

@@ -1,8 +1,7 @@
 //! Losses.
 
-use super::single_grad;
 use crate::Result;
-use crate::autograd::{BackwardGrads, BackwardOp, SavedTensor, Var};
+use crate::autograd::{Backward, BackwardGrads, InputSlot, SavedTensor, Var};
 use crate::context::Cx;
 use memopt_core::{Tensor, kernels};
 
@@ -16,7 +15,7 @@ pub fn cross_entropy<'m>(cx: &mut Cx<'m>, logits: &Var, labels: &Tensor) -> Resu
         logits: cx.save(logits.tensor()),
         labels: cx.save(labels),
     };
-    Ok(cx.record1(op, &[logits], y))
+    Ok(cx.record1(op, [Some(logits)], y))
 }
 
 struct CrossEntropyBackward {
@@ -24,13 +23,13 @@ struct CrossEntropyBackward {
     labels: SavedTensor,
 }
 
-impl<'m> BackwardOp<'m> for CrossEntropyBackward {
+impl<'m> Backward<'m, 1> for CrossEntropyBackward {
     fn name(&self) -> &'static str {
         "cross_entropy"
     }
-    fn backward(self: Box<Self>, _cx: &mut Cx<'m>, g: BackwardGrads) -> Result<Vec<Option<Tensor>>> {
-        let grad = single_grad(&g)?;
-        Ok(vec![Some(kernels::cross_entropy_backward(
+    fn backward(self, _cx: &mut Cx<'m>, g: BackwardGrads<[InputSlot; 1]>) -> Result<[Option<Tensor>; 1]> {
+        let grad = g.single_output()?;
+        Ok([Some(kernels::cross_entropy_backward(
             &grad,
             self.logits.tensor(),
             self.labels.tensor(),
@@ -48,7 +47,7 @@ pub fn mse<'m>(cx: &mut Cx<'m>, pred: &Var, target: &Tensor) -> Result<Var> {
         pred: cx.save(pred.tensor()),
         target: cx.save(target),
     };
-    Ok(cx.record1(op, &[pred], y))
+    Ok(cx.record1(op, [Some(pred)], y))
 }
 
 struct MseBackward {
@@ -56,13 +55,13 @@ struct MseBackward {
     target: SavedTensor,
 }
 
-impl<'m> BackwardOp<'m> for MseBackward {
+impl<'m> Backward<'m, 1> for MseBackward {
     fn name(&self) -> &'static str {
         "mse"
     }
-    fn backward(self: Box<Self>, _cx: &mut Cx<'m>, g: BackwardGrads) -> Result<Vec<Option<Tensor>>> {
-        let grad = single_grad(&g)?;
-        Ok(vec![Some(kernels::mse_backward(
+    fn backward(self, _cx: &mut Cx<'m>, g: BackwardGrads<[InputSlot; 1]>) -> Result<[Option<Tensor>; 1]> {
+        let grad = g.single_output()?;
+        Ok([Some(kernels::mse_backward(
             &grad,
             self.pred.tensor(),
             self.target.tensor(),

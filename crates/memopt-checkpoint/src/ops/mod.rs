@@ -24,7 +24,7 @@ pub use reduce::{mean_all, mean_dim, sum_all, sum_dim};
 pub use shape::reshape;
 
 use crate::Result;
-use crate::autograd::BackwardGrads;
+use crate::autograd::InputSlot;
 use crate::context::Cx;
 use memopt_core::{DType, Device, MemoryKind, Tensor};
 
@@ -36,18 +36,17 @@ pub(crate) struct GradTarget {
 }
 
 impl GradTarget {
-    /// The target for input `i` of shape `dims`, if its gradient is wanted.
-    pub(crate) fn for_input(
+    /// The target for the input in `slot`, of shape `dims`, if its gradient is wanted.
+    pub(crate) fn for_slot(
         cx: &mut Cx<'_>,
-        g: &BackwardGrads,
-        i: usize,
+        slot: InputSlot,
         dims: &[usize],
         device: Device,
     ) -> Result<Option<GradTarget>> {
-        if !g.input_needs.get(i).copied().unwrap_or(false) {
+        if !slot.needs_grad {
             return Ok(None);
         }
-        Ok(Some(match g.input_params[i] {
+        Ok(Some(match slot.param {
             Some(p) => GradTarget {
                 acc: cx.param_grad(p, dims, device)?,
                 is_param: true,
@@ -70,39 +69,29 @@ impl GradTarget {
     }
 }
 
-/// Gradient targets of a layer's weight (input 1) and, when it has one, its bias (input 2).
+/// Gradient targets of a layer's weight `w` and bias (`[w.dims()[0]]`), from their slots (an
+/// absent bias's slot wants no gradient).
 pub(crate) fn weight_bias_targets(
     cx: &mut Cx<'_>,
-    g: &BackwardGrads,
+    weight: InputSlot,
+    bias: InputSlot,
     w: &Tensor,
-    has_bias: bool,
 ) -> Result<(Option<GradTarget>, Option<GradTarget>)> {
-    let wt = GradTarget::for_input(cx, g, 1, w.dims(), w.device())?;
-    let bt = match has_bias {
-        true => GradTarget::for_input(cx, g, 2, &w.dims()[..1], w.device())?,
-        false => None,
-    };
+    let wt = GradTarget::for_slot(cx, weight, w.dims(), w.device())?;
+    let bt = GradTarget::for_slot(cx, bias, &w.dims()[..1], w.device())?;
     Ok((wt, bt))
 }
 
-/// The input gradients of a layer taking (x, weight[, bias]): parameters' gradients were
+/// The input gradients of a layer with slots (x, weight, bias): parameters' gradients were
 /// accumulated in place and are not returned.
 pub(crate) fn layer_grads(
     gx: Option<Tensor>,
     wt: Option<GradTarget>,
     bt: Option<GradTarget>,
-    has_bias: bool,
-) -> Vec<Option<Tensor>> {
-    let mut out = vec![gx, wt.and_then(GradTarget::into_returned)];
-    if has_bias {
-        out.push(bt.and_then(GradTarget::into_returned));
-    }
-    out
-}
-
-/// The gradient of the single output of an op (the tape only runs a node whose output has one).
-pub(crate) fn single_grad(g: &BackwardGrads) -> Result<Tensor> {
-    g.outputs.first().cloned().flatten().ok_or_else(|| {
-        crate::CheckpointError::Autograd("backward reached an op without an output gradient".into())
-    })
+) -> [Option<Tensor>; 3] {
+    [
+        gx,
+        wt.and_then(GradTarget::into_returned),
+        bt.and_then(GradTarget::into_returned),
+    ]
 }

@@ -2,7 +2,7 @@
 
 use super::GradTarget;
 use crate::Result;
-use crate::autograd::{BackwardGrads, BackwardOp, SavedTensor, Var};
+use crate::autograd::{Backward, BackwardGrads, InputSlot, SavedTensor, Var};
 use crate::context::Cx;
 use memopt_core::Tensor;
 use memopt_core::kernels::{self, NeuronConfig};
@@ -15,11 +15,11 @@ use memopt_core::kernels::{self, NeuronConfig};
 /// written over it instead of into a new buffer.
 pub fn neuron<'m>(cx: &mut Cx<'m>, cfg: &NeuronConfig, x: Var, w: Option<&Var>) -> Result<Var> {
     let v_init = cx.state();
-    // Node inputs, in the order backward reads them: x, then v_init and w when present.
-    let inputs: Vec<&Var> = [Some(&x), v_init.as_ref(), w].into_iter().flatten().collect();
-    let needs_grad = cx.needs_grad(&inputs);
-    let input_ids: Vec<_> = inputs.iter().map(|v| v.id()).collect();
-    let out = kernels::neuron_forward_reusing_input(
+    // Input slots x, v_init, w; the ids are taken now because x is handed to the kernel.
+    let slots = [Some(&x), v_init.as_ref(), w];
+    let needs_grad = cx.slots_need_grad(&slots);
+    let input_ids = slots.map(|v| v.and_then(Var::id));
+    let out = kernels::neuron_forward(
         cfg,
         x.into_tensor(),
         v_init.as_ref().map(Var::tensor),
@@ -37,7 +37,7 @@ pub fn neuron<'m>(cx: &mut Cx<'m>, cfg: &NeuronConfig, x: Var, w: Option<&Var>) 
         w: w.map(|w| cx.save(w.tensor())),
     };
     drop(h_seq);
-    let mut vars = cx.record_boxed(Box::new(op), input_ids, vec![out.spikes, out.v_final]);
+    let mut vars = cx.record_ids(op, input_ids, vec![out.spikes, out.v_final]);
     let v_final = vars.pop().expect("two outputs recorded");
     cx.set_state(v_final);
     Ok(vars.pop().expect("two outputs recorded"))
@@ -50,38 +50,34 @@ struct NeuronBackward {
     w: Option<SavedTensor>,
 }
 
-impl<'m> BackwardOp<'m> for NeuronBackward {
+impl<'m> Backward<'m, 3> for NeuronBackward {
     fn name(&self) -> &'static str {
         "neuron"
     }
 
-    fn backward(self: Box<Self>, cx: &mut Cx<'m>, mut g: BackwardGrads) -> Result<Vec<Option<Tensor>>> {
+    fn backward(self, cx: &mut Cx<'m>, mut g: BackwardGrads<[InputSlot; 3]>) -> Result<[Option<Tensor>; 3]> {
         let h_seq = self.h_seq.tensor();
         let grad_spikes = g.take_output_or_zeros(0, h_seq)?;
-        let grad_v_final = g.outputs.get_mut(1).and_then(Option::take);
-        let has_v = self.v_init.is_some();
-        let w_index = 1 + usize::from(has_v);
+        let grad_v_final = g.take_output(1);
+        let [x, v_init, w] = g.inputs;
         let wt = match &self.w {
-            Some(w) => GradTarget::for_input(cx, &g, w_index, w.tensor().dims(), w.tensor().device())?,
+            Some(saved) => GradTarget::for_slot(cx, w, saved.tensor().dims(), saved.tensor().device())?,
             None => None,
         };
-        let r = kernels::neuron_backward_acc_reusing(
-            &self.cfg,
-            grad_spikes,
-            grad_v_final.as_ref(),
+        let r = kernels::neuron_backward(kernels::NeuronBackward {
+            cfg: &self.cfg,
+            grad_spikes: grad_spikes.into(),
+            grad_v_final: grad_v_final.as_ref(),
             h_seq,
-            self.v_init.as_ref().map(SavedTensor::tensor),
-            self.w.as_ref().map(SavedTensor::tensor),
-            has_v && g.input_needs[1],
-            wt.as_ref().map(GradTarget::acc),
-        )?;
-        let mut out = vec![g.input_needs[0].then_some(r.x)];
-        if has_v {
-            out.push(r.v_init);
-        }
-        if self.w.is_some() {
-            out.push(wt.and_then(GradTarget::into_returned));
-        }
-        Ok(out)
+            v_init: self.v_init.as_ref().map(SavedTensor::tensor),
+            w: self.w.as_ref().map(SavedTensor::tensor),
+            want_v_init_grad: v_init.needs_grad,
+            w_acc: wt.as_ref().map(GradTarget::acc),
+        })?;
+        Ok([
+            x.needs_grad.then_some(r.x),
+            r.v_init,
+            wt.and_then(GradTarget::into_returned),
+        ])
     }
 }

@@ -1,6 +1,6 @@
 //! Batch normalisation.
 
-use crate::autograd::{BackwardGrads, BackwardOp, SavedTensor, Var};
+use crate::autograd::{Backward, BackwardGrads, InputSlot, SavedTensor, Var};
 use crate::context::Cx;
 use crate::{CheckpointError, Result};
 use memopt_core::Tensor;
@@ -20,10 +20,8 @@ pub fn batch_norm<'m>(
     momentum: f32,
     eps: f32,
 ) -> Result<Var> {
-    let mut inputs = vec![x];
-    inputs.extend(weight);
-    inputs.extend(bias);
-    let needs_grad = cx.needs_grad(&inputs);
+    let slots = [Some(x), weight, bias];
+    let needs_grad = cx.slots_need_grad(&slots);
     if !cx.is_training() {
         if needs_grad {
             return Err(CheckpointError::Module {
@@ -38,8 +36,10 @@ pub fn batch_norm<'m>(
             x.tensor(),
             weight.map(Var::tensor),
             bias.map(Var::tensor),
-            running.0,
-            running.1,
+            kernels::RunningStats {
+                mean: running.0,
+                var: running.1,
+            },
             eps,
         )?;
         return Ok(Var::constant(y));
@@ -48,63 +48,54 @@ pub fn batch_norm<'m>(
         mean: running.0,
         var: running.1,
     });
-    let out = kernels::batch_norm_train(
-        x.tensor(),
-        weight.map(Var::tensor),
-        bias.map(Var::tensor),
-        stats,
+    let out = kernels::batch_norm_train(kernels::BatchNormTrain {
+        x: x.tensor(),
+        weight: weight.map(Var::tensor),
+        bias: bias.map(Var::tensor),
+        running: stats,
         momentum,
         eps,
-    )?;
+    })?;
     if !needs_grad {
         return Ok(Var::constant(out.y));
     }
     let op = BatchNormBackward {
         x: cx.save(x.tensor()),
         weight: weight.map(|w| cx.save(w.tensor())),
-        has_bias: bias.is_some(),
         mean: cx.save(&out.save_mean),
         invstd: cx.save(&out.save_invstd),
     };
-    Ok(cx.record1(op, &inputs, out.y))
+    Ok(cx.record1(op, slots, out.y))
 }
 
 struct BatchNormBackward {
     x: SavedTensor,
     weight: Option<SavedTensor>,
-    has_bias: bool,
     mean: SavedTensor,
     invstd: SavedTensor,
 }
 
-impl<'m> BackwardOp<'m> for BatchNormBackward {
+impl<'m> Backward<'m, 3> for BatchNormBackward {
     fn name(&self) -> &'static str {
         "batch_norm"
     }
 
-    fn backward(self: Box<Self>, _cx: &mut Cx<'m>, mut g: BackwardGrads) -> Result<Vec<Option<Tensor>>> {
+    fn backward(self, _cx: &mut Cx<'m>, mut g: BackwardGrads<[InputSlot; 3]>) -> Result<[Option<Tensor>; 3]> {
         let grad = g.take_output_or_zeros(0, self.x.tensor())?;
-        let has_w = self.weight.is_some();
+        let [x, weight, bias] = g.inputs;
         let needs = GradNeeds {
-            input: g.input_needs[0],
-            weight: has_w && g.input_needs[1],
-            bias: self.has_bias && g.input_needs[usize::from(has_w) + 1],
+            input: x.needs_grad,
+            weight: weight.needs_grad,
+            bias: bias.needs_grad,
         };
-        let r = kernels::batch_norm_backward_reusing_grad(
-            grad,
-            self.x.tensor(),
-            self.weight.as_ref().map(SavedTensor::tensor),
-            self.mean.tensor(),
-            self.invstd.tensor(),
+        let r = kernels::batch_norm_backward(kernels::BatchNormBackward {
+            grad_y: grad.into(),
+            x: self.x.tensor(),
+            weight: self.weight.as_ref().map(SavedTensor::tensor),
+            save_mean: self.mean.tensor(),
+            save_invstd: self.invstd.tensor(),
             needs,
-        )?;
-        let mut out = vec![r.x];
-        if has_w {
-            out.push(r.weight);
-        }
-        if self.has_bias {
-            out.push(r.bias);
-        }
-        Ok(out)
+        })?;
+        Ok([r.x, r.weight, r.bias])
     }
 }

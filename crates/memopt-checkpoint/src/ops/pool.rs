@@ -1,8 +1,7 @@
 //! Pooling.
 
-use super::single_grad;
 use crate::Result;
-use crate::autograd::{BackwardGrads, BackwardOp, SavedTensor, Var};
+use crate::autograd::{Backward, BackwardGrads, InputSlot, SavedTensor, Var};
 use crate::context::Cx;
 use memopt_core::Tensor;
 use memopt_core::kernels::{self, Pool2dParams};
@@ -17,7 +16,7 @@ pub fn max_pool2d<'m>(cx: &mut Cx<'m>, x: &Var, p: &Pool2dParams) -> Result<Var>
         indices: cx.save(&idx),
         input_dims: x.dims().to_vec(),
     };
-    Ok(cx.record1(op, &[x], y))
+    Ok(cx.record1(op, [Some(x)], y))
 }
 
 struct MaxPoolBackward {
@@ -25,13 +24,13 @@ struct MaxPoolBackward {
     input_dims: Vec<usize>,
 }
 
-impl<'m> BackwardOp<'m> for MaxPoolBackward {
+impl<'m> Backward<'m, 1> for MaxPoolBackward {
     fn name(&self) -> &'static str {
         "max_pool2d"
     }
-    fn backward(self: Box<Self>, _cx: &mut Cx<'m>, g: BackwardGrads) -> Result<Vec<Option<Tensor>>> {
-        let grad = single_grad(&g)?;
-        Ok(vec![Some(kernels::max_pool2d_backward(
+    fn backward(self, _cx: &mut Cx<'m>, g: BackwardGrads<[InputSlot; 1]>) -> Result<[Option<Tensor>; 1]> {
+        let grad = g.single_output()?;
+        Ok([Some(kernels::max_pool2d_backward(
             &grad,
             self.indices.tensor(),
             &self.input_dims,
@@ -49,7 +48,7 @@ pub fn avg_pool2d<'m>(cx: &mut Cx<'m>, x: &Var, p: &Pool2dParams) -> Result<Var>
         input_dims: x.dims().to_vec(),
         params: *p,
     };
-    Ok(cx.record1(op, &[x], y))
+    Ok(cx.record1(op, [Some(x)], y))
 }
 
 struct AvgPoolBackward {
@@ -57,13 +56,13 @@ struct AvgPoolBackward {
     params: Pool2dParams,
 }
 
-impl<'m> BackwardOp<'m> for AvgPoolBackward {
+impl<'m> Backward<'m, 1> for AvgPoolBackward {
     fn name(&self) -> &'static str {
         "avg_pool2d"
     }
-    fn backward(self: Box<Self>, _cx: &mut Cx<'m>, g: BackwardGrads) -> Result<Vec<Option<Tensor>>> {
-        let grad = single_grad(&g)?;
-        Ok(vec![Some(kernels::avg_pool2d_backward(
+    fn backward(self, _cx: &mut Cx<'m>, g: BackwardGrads<[InputSlot; 1]>) -> Result<[Option<Tensor>; 1]> {
+        let grad = g.single_output()?;
+        Ok([Some(kernels::avg_pool2d_backward(
             &grad,
             &self.input_dims,
             &self.params,
@@ -81,20 +80,20 @@ pub fn adaptive_avg_pool2d<'m>(cx: &mut Cx<'m>, x: &Var, out_hw: [usize; 2]) -> 
     let op = AdaptivePoolBackward {
         input_dims: x.dims().to_vec(),
     };
-    Ok(cx.record1(op, &[x], y))
+    Ok(cx.record1(op, [Some(x)], y))
 }
 
 struct AdaptivePoolBackward {
     input_dims: Vec<usize>,
 }
 
-impl<'m> BackwardOp<'m> for AdaptivePoolBackward {
+impl<'m> Backward<'m, 1> for AdaptivePoolBackward {
     fn name(&self) -> &'static str {
         "adaptive_avg_pool2d"
     }
-    fn backward(self: Box<Self>, _cx: &mut Cx<'m>, g: BackwardGrads) -> Result<Vec<Option<Tensor>>> {
-        let grad = single_grad(&g)?;
-        Ok(vec![Some(kernels::adaptive_avg_pool2d_backward(
+    fn backward(self, _cx: &mut Cx<'m>, g: BackwardGrads<[InputSlot; 1]>) -> Result<[Option<Tensor>; 1]> {
+        let grad = g.single_output()?;
+        Ok([Some(kernels::adaptive_avg_pool2d_backward(
             &grad,
             &self.input_dims,
         )?)])

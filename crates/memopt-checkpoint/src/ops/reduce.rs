@@ -1,8 +1,7 @@
 //! Reductions.
 
-use super::single_grad;
 use crate::Result;
-use crate::autograd::{BackwardGrads, BackwardOp, Var};
+use crate::autograd::{Backward, BackwardGrads, InputSlot, Var};
 use crate::context::Cx;
 use memopt_core::{Tensor, kernels};
 
@@ -18,12 +17,12 @@ struct ReduceBackward {
     input_dims: Vec<usize>,
 }
 
-impl<'m> BackwardOp<'m> for ReduceBackward {
+impl<'m> Backward<'m, 1> for ReduceBackward {
     fn name(&self) -> &'static str {
         "reduce"
     }
-    fn backward(self: Box<Self>, _cx: &mut Cx<'m>, g: BackwardGrads) -> Result<Vec<Option<Tensor>>> {
-        let grad = single_grad(&g)?;
+    fn backward(self, _cx: &mut Cx<'m>, g: BackwardGrads<[InputSlot; 1]>) -> Result<[Option<Tensor>; 1]> {
+        let grad = g.single_output()?;
         let gx = match self.how {
             Reduced::All { mean } => {
                 let n = self.input_dims.iter().product::<usize>().max(1);
@@ -36,7 +35,7 @@ impl<'m> BackwardOp<'m> for ReduceBackward {
                 kernels::broadcast_dim(&grad, dim, n, s)?
             }
         };
-        Ok(vec![Some(gx)])
+        Ok([Some(gx)])
     }
 }
 
@@ -54,7 +53,7 @@ fn reduce<'m>(cx: &mut Cx<'m>, x: &Var, how: Reduced) -> Result<Var> {
         how,
         input_dims: x.dims().to_vec(),
     };
-    Ok(cx.record1(op, &[x], y))
+    Ok(cx.record1(op, [Some(x)], y))
 }
 
 /// Sum of all elements (a scalar).

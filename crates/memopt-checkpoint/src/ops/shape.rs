@@ -1,8 +1,7 @@
 //! Shape ops (views: no data moves).
 
-use super::single_grad;
 use crate::Result;
-use crate::autograd::{BackwardGrads, BackwardOp, Var};
+use crate::autograd::{Backward, BackwardGrads, InputSlot, Var};
 use crate::context::Cx;
 use memopt_core::{Shape, Tensor};
 
@@ -15,18 +14,18 @@ pub fn reshape<'m>(cx: &mut Cx<'m>, x: &Var, dims: impl Into<Shape>) -> Result<V
     let op = ReshapeBackward {
         input: x.shape().clone(),
     };
-    Ok(cx.record1(op, &[x], y))
+    Ok(cx.record1(op, [Some(x)], y))
 }
 
 struct ReshapeBackward {
     input: Shape,
 }
 
-impl<'m> BackwardOp<'m> for ReshapeBackward {
+impl<'m> Backward<'m, 1> for ReshapeBackward {
     fn name(&self) -> &'static str {
         "reshape"
     }
-    fn backward(self: Box<Self>, _cx: &mut Cx<'m>, g: BackwardGrads) -> Result<Vec<Option<Tensor>>> {
-        Ok(vec![Some(single_grad(&g)?.reshape(self.input)?)])
+    fn backward(self, _cx: &mut Cx<'m>, g: BackwardGrads<[InputSlot; 1]>) -> Result<[Option<Tensor>; 1]> {
+        Ok([Some(g.single_output()?.reshape(self.input)?)])
     }
 }

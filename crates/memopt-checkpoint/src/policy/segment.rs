@@ -38,7 +38,7 @@ impl<'m> Segment<'m> {
             Segment::Module(m) => m.forward(cx, inputs),
             Segment::Children { parent, start, end } => {
                 let mut xs = inputs;
-                for (name, child) in parent.children().into_iter().take(end).skip(start) {
+                for (name, child) in parent.children_in(start, end) {
                     xs = cx.call(&name, child, xs)?;
                 }
                 Ok(xs)
@@ -52,10 +52,8 @@ impl<'m> Segment<'m> {
         match *self {
             Segment::Module(_) => vec![path.to_string()],
             Segment::Children { parent, start, end } => parent
-                .children()
+                .children_in(start, end)
                 .into_iter()
-                .take(end)
-                .skip(start)
                 .map(|(name, _)| {
                     if path.is_empty() {
                         name
@@ -71,19 +69,19 @@ impl<'m> Segment<'m> {
     pub(crate) fn time_coupling(&self, path: &str, training: bool) -> Option<(String, String)> {
         match *self {
             Segment::Module(m) => time_coupling_in(m, path, training),
-            Segment::Children { parent, start, end } => parent
-                .children()
-                .into_iter()
-                .take(end)
-                .skip(start)
-                .find_map(|(name, child)| {
-                    let p = if path.is_empty() {
-                        name
-                    } else {
-                        format!("{path}.{name}")
-                    };
-                    time_coupling_in(child, &p, training)
-                }),
+            Segment::Children { parent, start, end } => {
+                parent
+                    .children_in(start, end)
+                    .into_iter()
+                    .find_map(|(name, child)| {
+                        let p = if path.is_empty() {
+                            name
+                        } else {
+                            format!("{path}.{name}")
+                        };
+                        time_coupling_in(child, &p, training)
+                    })
+            }
         }
     }
 }

@@ -209,7 +209,7 @@ fn check_entry(root: &dyn Module, e: &PlanEntry, run: RunShape) -> Result<()> {
         reason,
     };
     if let Some([start, end]) = e.children {
-        let n = module.children().len();
+        let n = module.child_count();
         if !module.supports_child_ranges() {
             return Err(invalid(format!(
                 "{} does not run its children as a chain that plans can split into runs (Sequential does)",

@@ -95,3 +95,66 @@ pub fn assert_close(got: &[f32], want: &[f64], rtol: f64, atol: f64, what: &str)
         );
     }
 }
+
+/// [`crate::kernels::neuron_backward`] with positional arguments and the spikes' gradient lent.
+#[allow(clippy::too_many_arguments)]
+pub fn neuron_backward_with(
+    cfg: &crate::kernels::NeuronConfig,
+    grad_spikes: &Tensor,
+    grad_v_final: Option<&Tensor>,
+    h_seq: &Tensor,
+    v_init: Option<&Tensor>,
+    w: Option<&Tensor>,
+    want_v_init_grad: bool,
+    w_acc: Option<&Tensor>,
+) -> crate::Result<crate::kernels::NeuronGrads> {
+    crate::kernels::neuron_backward(crate::kernels::NeuronBackward {
+        cfg,
+        grad_spikes: grad_spikes.into(),
+        grad_v_final,
+        h_seq,
+        v_init,
+        w,
+        want_v_init_grad,
+        w_acc,
+    })
+}
+
+/// [`crate::kernels::batch_norm_backward`] with positional arguments and the output gradient
+/// lent.
+pub fn batch_norm_backward_with(
+    grad_y: &Tensor,
+    x: &Tensor,
+    weight: Option<&Tensor>,
+    save_mean: &Tensor,
+    save_invstd: &Tensor,
+    needs: crate::kernels::GradNeeds,
+) -> crate::Result<crate::kernels::BatchNormGrads> {
+    crate::kernels::batch_norm_backward(crate::kernels::BatchNormBackward {
+        grad_y: grad_y.into(),
+        x,
+        weight,
+        save_mean,
+        save_invstd,
+        needs,
+    })
+}
+
+/// [`crate::kernels::batch_norm_train`] with positional arguments.
+pub fn batch_norm_train_with<'a>(
+    x: &'a Tensor,
+    weight: Option<&'a Tensor>,
+    bias: Option<&'a Tensor>,
+    running: Option<crate::kernels::RunningStats<'a>>,
+    momentum: f32,
+    eps: f32,
+) -> crate::Result<crate::kernels::BatchNormOutput> {
+    crate::kernels::batch_norm_train(crate::kernels::BatchNormTrain {
+        x,
+        weight,
+        bias,
+        running,
+        momentum,
+        eps,
+    })
+}

@@ -73,10 +73,10 @@ pub(crate) fn fastest_fitting(
     let mut checked = 0usize;
     let mut least: Option<(u64, usize)> = None;
     loop {
-        let candidate = least_time_within(session.chain(), target).map(|s| (s.peak, plan_of(&s.plan)));
+        let candidate = least_time_within(session.chain(), target)?.map(|s| (s.peak, plan_of(&s.plan)));
         let Some((requested, plan)) = candidate else {
             // Nothing left below the target: the least-peak plan is the best there is.
-            let best = plan_of(&min_peak(session.chain()).plan);
+            let best = plan_of(&min_peak(session.chain())?.plan);
             let peaks = session.exact_peaks(&best)?;
             checked += 1;
             if kind.of(&peaks) <= limit {

@@ -2,8 +2,8 @@
 
 use super::{Layout, at, check_channel};
 use crate::backend::{Init, launch};
-use crate::kernels::GradNeeds;
 use crate::kernels::accum::{F64Workspace, sum_f64, sum_zip_f64};
+use crate::kernels::{GradNeeds, Operand};
 use crate::memory::MemoryKind;
 use crate::{CoreError, KernelBuffer, Result, Tensor};
 use rayon::prelude::*;
@@ -18,59 +18,43 @@ pub struct BatchNormGrads {
     pub bias: Option<Tensor>,
 }
 
+/// Arguments of [`batch_norm_backward`].
+#[derive(Debug)]
+pub struct BatchNormBackward<'a> {
+    /// Gradient of the output, shape of `x`; handed over (see [`Operand`]), its storage may
+    /// receive the input gradient in place (after the per-channel sums have read it), and no
+    /// buffer is allocated for it.
+    pub grad_y: Operand<'a>,
+    /// The forward's input.
+    pub x: &'a Tensor,
+    /// The forward's weight `[C]` (`None` means 1).
+    pub weight: Option<&'a Tensor>,
+    /// The forward's batch mean per channel, `[C]`.
+    pub save_mean: &'a Tensor,
+    /// The forward's `1 / sqrt(biased variance + eps)` per channel, `[C]`.
+    pub save_invstd: &'a Tensor,
+    /// Which gradients to compute (callers without affine parameters ask for neither weight
+    /// nor bias).
+    pub needs: GradNeeds,
+}
+
 /// Backward of [`super::batch_norm_train`] (PyTorch's formula), with `xhat = (x - save_mean) *
 /// save_invstd` recomputed from `x`:
 /// `grad_x = invstd * w * (g - mean(g) - xhat * mean(g * xhat))`, `grad_weight = sum(g * xhat)`,
-/// `grad_bias = sum(g)`, means and sums per channel. `weight` `None` means w = 1. The gradients of
-/// the weight and bias are returned whenever `needs` asks for them (callers without affine
-/// parameters ask for neither). Outputs are Gradient; tracked workspace of `8 * (2*B*C + 2*C)`
-/// bytes lives during the call.
-pub fn batch_norm_backward(
-    grad_y: &Tensor,
-    x: &Tensor,
-    weight: Option<&Tensor>,
-    save_mean: &Tensor,
-    save_invstd: &Tensor,
-    needs: GradNeeds,
-) -> Result<BatchNormGrads> {
-    backward(GradIn::Borrowed(grad_y), x, weight, save_mean, save_invstd, needs)
-}
-
-/// [`batch_norm_backward`] that may write the input gradient over `grad_y`: when the input
-/// gradient is wanted and `grad_y` is the only handle to all of its storage, `grad_x` replaces
-/// it in place (after the per-channel sums have read it) and no buffer is allocated for it.
-/// The decision depends only on handles, so Meta and CPU still allocate identically; results
-/// are bit-identical to [`batch_norm_backward`].
-pub fn batch_norm_backward_reusing_grad(
-    grad_y: Tensor,
-    x: &Tensor,
-    weight: Option<&Tensor>,
-    save_mean: &Tensor,
-    save_invstd: &Tensor,
-    needs: GradNeeds,
-) -> Result<BatchNormGrads> {
-    backward(GradIn::Owned(grad_y), x, weight, save_mean, save_invstd, needs)
-}
-
-/// The output gradient, lent or handed over.
-enum GradIn<'a> {
-    Borrowed(&'a Tensor),
-    Owned(Tensor),
-}
-
-fn backward(
-    grad_in: GradIn<'_>,
-    x: &Tensor,
-    weight: Option<&Tensor>,
-    save_mean: &Tensor,
-    save_invstd: &Tensor,
-    needs: GradNeeds,
-) -> Result<BatchNormGrads> {
+/// `grad_bias = sum(g)`, means and sums per channel. The gradients are returned whenever
+/// `needs` asks for them. Outputs are Gradient; tracked workspace of `8 * (2*B*C + 2*C)` bytes
+/// lives during the call.
+pub fn batch_norm_backward(args: BatchNormBackward<'_>) -> Result<BatchNormGrads> {
     const OP: &str = "batch_norm_backward";
-    let grad_y = match &grad_in {
-        GradIn::Borrowed(g) => *g,
-        GradIn::Owned(g) => g,
-    };
+    let BatchNormBackward {
+        grad_y: grad_in,
+        x,
+        weight,
+        save_mean,
+        save_invstd,
+        needs,
+    } = args;
+    let grad_y = grad_in.tensor();
     let l = Layout::of(OP, x)?;
     x.expect_same_device(OP, grad_y)?;
     if grad_y.shape() != x.shape() {
@@ -84,12 +68,7 @@ fn backward(
     check_channel(OP, "save_mean", Some(save_mean), x, l.c)?;
     check_channel(OP, "save_invstd", Some(save_invstd), x, l.c)?;
     grad_y.expect_dtype(OP, crate::DType::F32)?;
-    let in_place = needs.input
-        && matches!(grad_in, GradIn::Owned(_))
-        && grad_y.storage_offset() == 0
-        && grad_y.elem_count() == grad_y.storage().len()
-        && grad_y.is_exclusive()
-        && !grad_y.same_storage(x);
+    let in_place = needs.input && grad_in.reusable() && !grad_y.same_storage(x);
     let xr = x.read::<f32>(OP)?;
     let wr = weight.map(|w| w.read::<f32>(OP)).transpose()?;
     let (mr, ir) = (save_mean.read::<f32>(OP)?, save_invstd.read::<f32>(OP)?);
@@ -181,10 +160,10 @@ fn backward(
         })?;
     }
     drop(ws);
-    let gx = match (gx, in_place, grad_in) {
-        (Some(b), _, _) => Some(b.into_tensor(x.shape().clone())?),
-        (None, true, GradIn::Owned(g)) => Some(g),
-        _ => None,
+    let gx = match (gx, in_place) {
+        (Some(b), _) => Some(b.into_tensor(x.shape().clone())?),
+        (None, true) => grad_in.into_given(),
+        (None, false) => None,
     };
     Ok(BatchNormGrads {
         x: gx,

@@ -11,7 +11,7 @@ mod backward;
 #[cfg(test)]
 mod tests;
 
-pub use backward::{BatchNormGrads, batch_norm_backward, batch_norm_backward_reusing_grad};
+pub use backward::{BatchNormBackward, BatchNormGrads, batch_norm_backward};
 
 use super::accum::{F64Workspace, fill_parallel, sum_f64, sum_map_f64};
 use crate::backend::{Init, launch};
@@ -19,8 +19,8 @@ use crate::memory::MemoryKind;
 use crate::{CoreError, KernelBuffer, Result, Tensor};
 use rayon::prelude::*;
 
-/// Running statistics of a BatchNorm layer, `[C]` each, updated in place by
-/// [`batch_norm_train`].
+/// Running statistics of a BatchNorm layer, `[C]` each: updated in place by
+/// [`batch_norm_train`], read by [`batch_norm_eval`].
 pub struct RunningStats<'a> {
     /// Running mean.
     pub mean: &'a Tensor,
@@ -151,20 +151,37 @@ pub(super) fn at(v: Option<&[f32]>, c: usize, default: f32) -> f32 {
     v.map_or(default, |v| v[c])
 }
 
+/// Arguments of [`batch_norm_train`].
+pub struct BatchNormTrain<'a> {
+    /// Input `[B, C, *spatial]`.
+    pub x: &'a Tensor,
+    /// Scale `[C]` (`None` means 1).
+    pub weight: Option<&'a Tensor>,
+    /// Shift `[C]` (`None` means 0).
+    pub bias: Option<&'a Tensor>,
+    /// Running statistics to update in place; `None` switches the update off (used during
+    /// recomputation).
+    pub running: Option<RunningStats<'a>>,
+    /// Weight of the batch statistics in the running update, in `[0, 1]` (PyTorch: 0.1).
+    pub momentum: f32,
+    /// Added to the variance before the square root, finite and `>= 0` (PyTorch: 1e-5).
+    pub eps: f32,
+}
+
 /// Training-mode batch normalisation (PyTorch semantics): the batch mean and biased variance
 /// normalise, `y = (x - mean) / sqrt(var + eps) * weight + bias` (weight 1 and bias 0 when
 /// absent). When `running` is given, `running_mean = (1 - momentum) * running_mean + momentum *
-/// mean` and `running_var = (1 - momentum) * running_var + momentum * unbiased_var`, in place;
-/// `None` switches the update off (used during recomputation). Outputs are Activation; tracked
-/// workspace of `8 * (B*C + 2*C)` bytes lives during the call.
-pub fn batch_norm_train(
-    x: &Tensor,
-    weight: Option<&Tensor>,
-    bias: Option<&Tensor>,
-    running: Option<RunningStats<'_>>,
-    momentum: f32,
-    eps: f32,
-) -> Result<BatchNormOutput> {
+/// mean` and `running_var = (1 - momentum) * running_var + momentum * unbiased_var`, in place.
+/// Outputs are Activation; tracked workspace of `8 * (B*C + 2*C)` bytes lives during the call.
+pub fn batch_norm_train(args: BatchNormTrain<'_>) -> Result<BatchNormOutput> {
+    let BatchNormTrain {
+        x,
+        weight,
+        bias,
+        running,
+        momentum,
+        eps,
+    } = args;
     const OP: &str = "batch_norm_train";
     let l = Layout::of(OP, x)?;
     check_channel(OP, "weight", weight, x, l.c)?;
@@ -277,17 +294,21 @@ pub fn batch_norm_train(
     })
 }
 
-/// Evaluation-mode batch normalisation: `y = (x - running_mean) / sqrt(running_var + eps) *
-/// weight + bias` (weight 1 and bias 0 when absent). Output kind Activation; no workspace.
+/// Evaluation-mode batch normalisation: `y = (x - running.mean) / sqrt(running.var + eps) *
+/// weight + bias` (weight 1 and bias 0 when absent); `running` is only read. Output kind
+/// Activation; no workspace.
 pub fn batch_norm_eval(
     x: &Tensor,
     weight: Option<&Tensor>,
     bias: Option<&Tensor>,
-    running_mean: &Tensor,
-    running_var: &Tensor,
+    running: RunningStats<'_>,
     eps: f32,
 ) -> Result<Tensor> {
     const OP: &str = "batch_norm_eval";
+    let RunningStats {
+        mean: running_mean,
+        var: running_var,
+    } = running;
     let l = Layout::of(OP, x)?;
     check_channel(OP, "weight", weight, x, l.c)?;
     check_channel(OP, "bias", bias, x, l.c)?;

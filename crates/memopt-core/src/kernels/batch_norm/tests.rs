@@ -1,7 +1,8 @@
 use super::*;
 use crate::kernels::GradNeeds;
 use crate::kernels::testkit::{
-    assert_close, assert_meta_matches_cpu, central_diff, cpu, dot, tensor, values,
+    assert_close, assert_meta_matches_cpu, batch_norm_backward_with, batch_norm_train_with, central_diff,
+    cpu, dot, tensor, values,
 };
 use crate::{DType, Device};
 use proptest::prelude::*;
@@ -145,14 +146,7 @@ proptest! {
         let x = cpu(&k.x, &k.dims).with_spike_flag(true);
         let (w, b) = (opt(&k.weight, c), opt(&k.bias, c));
         let run = k.running.as_ref().map(|(m, v)| (cpu(m, &[c]), cpu(v, &[c])));
-        let out = batch_norm_train(
-            &x,
-            w.as_ref(),
-            b.as_ref(),
-            run.as_ref().map(|(mean, var)| RunningStats { mean, var }),
-            k.momentum,
-            k.eps,
-        )
+        let out = batch_norm_train_with(&x, w.as_ref(), b.as_ref(), run.as_ref().map(|(mean, var)| RunningStats { mean, var }), k.momentum, k.eps)
         .unwrap();
         let (mean, var) = naive_stats(&k.x, &k.dims);
         let invstd: Vec<f64> = var.iter().map(|v| 1.0 / (v + k.eps as f64).sqrt()).collect();
@@ -180,7 +174,7 @@ proptest! {
         let c = k.dims[1];
         let (rm, rv) = k.running.clone().unwrap_or((vec![0.5; c], vec![1.5; c]));
         let (w, b) = (opt(&k.weight, c), opt(&k.bias, c));
-        let y = batch_norm_eval(&cpu(&k.x, &k.dims), w.as_ref(), b.as_ref(), &cpu(&rm, &[c]), &cpu(&rv, &[c]), k.eps).unwrap();
+        let y = batch_norm_eval(&cpu(&k.x, &k.dims), w.as_ref(), b.as_ref(), RunningStats { mean: &cpu(&rm, &[c]), var: &cpu(&rv, &[c]) }, k.eps).unwrap();
         let invstd: Vec<f64> = rv.iter().map(|&v| 1.0 / (v as f64 + k.eps as f64).sqrt()).collect();
         let want = naive_normalize(&k.x, &k.dims, &f64s(&rm), &invstd, k.weight.as_deref(), k.bias.as_deref());
         assert_close(&y.to_vec_f32().unwrap(), &want, 1e-5, 1e-5, "eval y");
@@ -192,9 +186,9 @@ proptest! {
         let c = k.dims[1];
         let x = cpu(&k.x, &k.dims);
         let w = opt(&k.weight, c);
-        let fwd = batch_norm_train(&x, w.as_ref(), None, None, 0.1, k.eps).unwrap();
+        let fwd = batch_norm_train_with(&x, w.as_ref(), None, None, 0.1, k.eps).unwrap();
         let needs = GradNeeds { input, weight, bias };
-        let grads = batch_norm_backward(&cpu(&k.g, &k.dims), &x, w.as_ref(), &fwd.save_mean, &fwd.save_invstd, needs).unwrap();
+        let grads = batch_norm_backward_with(&cpu(&k.g, &k.dims), &x, w.as_ref(), &fwd.save_mean, &fwd.save_invstd, needs).unwrap();
         let (gx, gw, gb) = naive_backward(&k.g, &k.x, &k.dims, k.weight.as_deref(), k.eps);
         prop_assert_eq!(grads.x.is_some(), input);
         prop_assert_eq!(grads.weight.is_some(), weight);
@@ -231,14 +225,16 @@ fn finite_difference_check(dims: &[usize], affine: bool) {
         } else {
             (None, None)
         };
-        let y = batch_norm_train(&cpu(xv, dims), w, b, None, 0.1, 1e-5).unwrap().y;
+        let y = batch_norm_train_with(&cpu(xv, dims), w, b, None, 0.1, 1e-5)
+            .unwrap()
+            .y;
         dot(&y.to_vec_f32().unwrap(), &r)
     };
     let xt = cpu(&x, dims);
     let wt = cpu(&w0, &[c]);
     let w = affine.then_some(&wt);
-    let fwd = batch_norm_train(&xt, w, None, None, 0.1, 1e-5).unwrap();
-    let g = batch_norm_backward(
+    let fwd = batch_norm_train_with(&xt, w, None, None, 0.1, 1e-5).unwrap();
+    let g = batch_norm_backward_with(
         &cpu(&r, dims),
         &xt,
         w,
@@ -286,7 +282,7 @@ fn large_offset_input_is_accurate_and_thread_count_independent() {
     let n: usize = dims.iter().product();
     let x: Vec<f32> = values(n, 21).iter().map(|v| 1000.0 + 0.01 * v).collect();
     let xt = cpu(&x, &dims);
-    let out = batch_norm_train(&xt, None, None, None, 0.1, 1e-5).unwrap();
+    let out = batch_norm_train_with(&xt, None, None, None, 0.1, 1e-5).unwrap();
     let (mean, var) = naive_stats(&x, &dims);
     let invstd: Vec<f64> = var.iter().map(|v| 1.0 / (v + 1e-5).sqrt()).collect();
     assert_close(&out.save_mean.to_vec_f32().unwrap(), &mean, 1e-7, 0.0, "mean");
@@ -298,7 +294,7 @@ fn large_offset_input_is_accurate_and_thread_count_independent() {
         "invstd",
     );
     let pool = rayon::ThreadPoolBuilder::new().num_threads(1).build().unwrap();
-    let one = pool.install(|| batch_norm_train(&xt, None, None, None, 0.1, 1e-5).unwrap());
+    let one = pool.install(|| batch_norm_train_with(&xt, None, None, None, 0.1, 1e-5).unwrap());
     assert_eq!(
         one.save_invstd.to_vec_f32().unwrap(),
         out.save_invstd.to_vec_f32().unwrap()
@@ -306,7 +302,8 @@ fn large_offset_input_is_accurate_and_thread_count_independent() {
     assert_eq!(one.y.to_vec_f32().unwrap(), out.y.to_vec_f32().unwrap());
     let g = cpu(&values(n, 22), &dims);
     let back = |fwd: &BatchNormOutput| {
-        let r = batch_norm_backward(&g, &xt, None, &fwd.save_mean, &fwd.save_invstd, GradNeeds::ALL).unwrap();
+        let r = batch_norm_backward_with(&g, &xt, None, &fwd.save_mean, &fwd.save_invstd, GradNeeds::ALL)
+            .unwrap();
         (
             r.x.unwrap().to_vec_f32().unwrap(),
             r.weight.unwrap().to_vec_f32().unwrap(),
@@ -319,7 +316,7 @@ fn large_offset_input_is_accurate_and_thread_count_independent() {
 fn running_stats_update_only_when_given() {
     let x = cpu(&[1.0, 2.0, 3.0, 5.0], &[4, 1]);
     let (rm, rv) = (cpu(&[0.0], &[1]), cpu(&[1.0], &[1]));
-    let out = batch_norm_train(
+    let out = batch_norm_train_with(
         &x,
         None,
         None,
@@ -338,7 +335,7 @@ fn running_stats_update_only_when_given() {
         "running var",
     );
     assert_close(&out.save_mean.to_vec_f32().unwrap(), &[2.75], 0.0, 0.0, "mean");
-    batch_norm_train(&x, None, None, None, 0.1, 1e-5).unwrap();
+    batch_norm_train_with(&x, None, None, None, 0.1, 1e-5).unwrap();
     assert_close(
         &rm.to_vec_f32().unwrap(),
         &[0.275],
@@ -359,7 +356,7 @@ fn meta_records_the_same_events_as_cpu() {
         let b = tensor(vec![0.5f32; 8], &[8], dev);
         let rm = tensor(vec![0.0f32; 8], &[8], dev);
         let rv = tensor(vec![1.0f32; 8], &[8], dev);
-        let out = batch_norm_train(
+        let out = batch_norm_train_with(
             &x,
             Some(&w),
             Some(&b),
@@ -368,18 +365,20 @@ fn meta_records_the_same_events_as_cpu() {
             1e-5,
         )
         .unwrap();
-        let ev = batch_norm_eval(&x, Some(&w), Some(&b), &rm, &rv, 1e-5).unwrap();
+        let ev = batch_norm_eval(&x, Some(&w), Some(&b), RunningStats { mean: &rm, var: &rv }, 1e-5).unwrap();
         let all =
-            batch_norm_backward(&g, &x, Some(&w), &out.save_mean, &out.save_invstd, GradNeeds::ALL).unwrap();
+            batch_norm_backward_with(&g, &x, Some(&w), &out.save_mean, &out.save_invstd, GradNeeds::ALL)
+                .unwrap();
         let some = GradNeeds {
             input: true,
             weight: false,
             bias: false,
         };
-        let only_x = batch_norm_backward(&g, &x, Some(&w), &out.save_mean, &out.save_invstd, some).unwrap();
+        let only_x =
+            batch_norm_backward_with(&g, &x, Some(&w), &out.save_mean, &out.save_invstd, some).unwrap();
         assert!(only_x.weight.is_none() && only_x.bias.is_none());
         let x1 = tensor(values(40, 3), &[10, 4], dev);
-        let o1 = batch_norm_train(&x1, None, None, None, 0.1, 1e-5).unwrap();
+        let o1 = batch_norm_train_with(&x1, None, None, None, 0.1, 1e-5).unwrap();
         [
             &out.y,
             &out.save_mean,
@@ -401,7 +400,7 @@ fn meta_records_the_same_events_as_cpu() {
 fn errors_name_the_problem() {
     let x = cpu(&values(24, 1), &[2, 3, 4]);
     let e = |r: Result<BatchNormOutput>| r.err().map(|e| e.to_string()).unwrap_or_default();
-    let msg = e(batch_norm_train(
+    let msg = e(batch_norm_train_with(
         &cpu(&[1.0, 2.0], &[2]),
         None,
         None,
@@ -414,12 +413,12 @@ fn errors_name_the_problem() {
         "{msg}"
     );
     let w = cpu(&[1.0; 2], &[2]);
-    let msg = e(batch_norm_train(&x, Some(&w), None, None, 0.1, 1e-5));
+    let msg = e(batch_norm_train_with(&x, Some(&w), None, None, 0.1, 1e-5));
     assert!(
         msg.contains("weight of shape [3]") && msg.contains("got [2]"),
         "{msg}"
     );
-    let msg = e(batch_norm_train(
+    let msg = e(batch_norm_train_with(
         &cpu(&[1.0; 3], &[1, 3]),
         None,
         None,
@@ -428,12 +427,12 @@ fn errors_name_the_problem() {
         1e-5,
     ));
     assert!(msg.contains("more than 1 value per channel"), "{msg}");
-    let msg = e(batch_norm_train(&x, None, None, None, 0.1, -1.0));
+    let msg = e(batch_norm_train_with(&x, None, None, None, 0.1, -1.0));
     assert!(msg.contains("eps"), "{msg}");
-    let msg = e(batch_norm_train(&x, None, None, None, 1.5, 1e-5));
+    let msg = e(batch_norm_train_with(&x, None, None, None, 1.5, 1e-5));
     assert!(msg.contains("momentum"), "{msg}");
     let rm = cpu(&[0.0; 3], &[3]);
-    let msg = e(batch_norm_train(
+    let msg = e(batch_norm_train_with(
         &x,
         None,
         None,
@@ -445,7 +444,7 @@ fn errors_name_the_problem() {
     let rv = cpu(&[1.0; 3], &[3]);
     let xv = cpu(&[0.0; 6], &[2, 3]);
     let alias = xv.narrow0(0, 1).unwrap().reshape([3]).unwrap();
-    let msg = e(batch_norm_train(
+    let msg = e(batch_norm_train_with(
         &xv,
         None,
         None,
@@ -459,7 +458,7 @@ fn errors_name_the_problem() {
     assert!(msg.contains("share storage with x"), "{msg}");
     // Distinct buffers are fine.
     assert!(
-        batch_norm_train(
+        batch_norm_train_with(
             &x,
             None,
             None,
@@ -470,15 +469,24 @@ fn errors_name_the_problem() {
         .is_ok()
     );
     let h = x.to_dtype(DType::F16).unwrap();
-    let msg = e(batch_norm_train(&h, None, None, None, 0.1, 1e-5));
+    let msg = e(batch_norm_train_with(&h, None, None, None, 0.1, 1e-5));
     assert!(msg.contains("expected dtype f32, got f16"), "{msg}");
-    let msg = batch_norm_eval(&x, None, None, &rm, &cpu(&[1.0; 2], &[2]), 1e-5)
-        .unwrap_err()
-        .to_string();
+    let msg = batch_norm_eval(
+        &x,
+        None,
+        None,
+        RunningStats {
+            mean: &rm,
+            var: &cpu(&[1.0; 2], &[2]),
+        },
+        1e-5,
+    )
+    .unwrap_err()
+    .to_string();
     assert!(msg.contains("running var of shape [3]"), "{msg}");
-    let fwd = batch_norm_train(&x, None, None, None, 0.1, 1e-5).unwrap();
+    let fwd = batch_norm_train_with(&x, None, None, None, 0.1, 1e-5).unwrap();
     let bad_g = cpu(&values(12, 2), &[2, 3, 2]);
-    let msg = batch_norm_backward(&bad_g, &x, None, &fwd.save_mean, &fwd.save_invstd, GradNeeds::ALL)
+    let msg = batch_norm_backward_with(&bad_g, &x, None, &fwd.save_mean, &fwd.save_invstd, GradNeeds::ALL)
         .err()
         .unwrap()
         .to_string();
@@ -486,12 +494,12 @@ fn errors_name_the_problem() {
         msg.contains("grad_y of x's shape [2, 3, 4]") && msg.contains("[2, 3, 2]"),
         "{msg}"
     );
-    let msg = batch_norm_backward(&x, &x, None, &w, &fwd.save_invstd, GradNeeds::ALL)
+    let msg = batch_norm_backward_with(&x, &x, None, &w, &fwd.save_invstd, GradNeeds::ALL)
         .err()
         .unwrap()
         .to_string();
     assert!(msg.contains("save_mean of shape [3]"), "{msg}");
     let meta = tensor(vec![0f32; 3], &[3], Device::META);
-    let msg = e(batch_norm_train(&x, Some(&meta), None, None, 0.1, 1e-5));
+    let msg = e(batch_norm_train_with(&x, Some(&meta), None, None, 0.1, 1e-5));
     assert!(msg.contains("different devices"), "{msg}");
 }

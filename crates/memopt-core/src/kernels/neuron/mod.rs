@@ -26,6 +26,7 @@ mod tests;
 pub use config::{NeuronConfig, NeuronKind};
 pub use surrogate::Surrogate;
 
+use super::Operand;
 use crate::backend::{Init, launch};
 use crate::memory::MemoryKind;
 use crate::{CoreError, KernelBuffer, Result, Shape, Tensor};
@@ -62,212 +63,123 @@ pub struct NeuronGrads {
 /// (`None`: every neuron starts at `v_reset`, or 0 under soft reset). `w` is the PLIF parameter,
 /// shape `[1]` with `1/tau = sigmoid(w)`; it is required for PLIF and refused otherwise.
 ///
+/// `x` is lent (`&x`) or handed over (`x`, see [`Operand`]): handed over and reusable, with
+/// `save_for_backward`, the membrane potentials overwrite the input in place and no `[T, ...]`
+/// buffer is allocated for them; results are bit-identical either way.
+///
 /// Allocates, in this order: spikes `[T, ...]`, `h_seq` `[T, ...]` (only when
-/// `save_for_backward`), `v_final` `[...]`; nothing else.
-pub fn neuron_forward(
+/// `save_for_backward` and `x` is not reused), `v_final` `[...]`; nothing else.
+pub fn neuron_forward<'a>(
     cfg: &NeuronConfig,
-    x: &Tensor,
+    x: impl Into<Operand<'a>>,
     v_init: Option<&Tensor>,
     w: Option<&Tensor>,
     save_for_backward: bool,
 ) -> Result<NeuronOutput> {
     const OP: &str = "neuron_forward";
+    let x = x.into();
+    let xt = x.tensor();
     cfg.validate()?;
-    let (steps, n) = sequence_dims(OP, "x", x)?;
+    let (steps, n) = sequence_dims(OP, "x", xt)?;
     if let Some(v) = v_init {
-        check_state(OP, "v_init", v, x)?;
+        check_state(OP, "v_init", v, xt)?;
     }
-    check_w(OP, cfg, w, x)?;
-    let xr = x.read::<f32>(OP)?;
+    check_w(OP, cfg, w, xt)?;
+    let in_place = save_for_backward && x.reusable() && xt.dtype() == crate::DType::F32;
+    // The input: read next to a new h_seq, or overwritten with h_seq in place.
+    let (xr, mut xw) = if in_place {
+        (None, Some(xt.write::<f32>(OP)?))
+    } else {
+        (Some(xt.read::<f32>(OP)?), None)
+    };
     let vr = v_init.map(|v| v.read::<f32>(OP)).transpose()?;
     let dynamics = Dynamics::new(cfg, read_w(OP, w)?);
 
-    let device = x.device();
+    let device = xt.device();
     let kind = MemoryKind::Activation;
     let mut spikes = KernelBuffer::<f32>::new(OP, device, steps * n, kind, Init::Overwritten)?;
-    let mut h_seq = save_for_backward
+    let mut h_seq = (save_for_backward && !in_place)
         .then(|| KernelBuffer::<f32>::new(OP, device, steps * n, kind, Init::Overwritten))
         .transpose()?;
     let mut v_final = KernelBuffer::<f32>::new(OP, device, n, kind, Init::Overwritten)?;
     launch(OP, device, || {
-        let (xs, ss, vf) = (xr.host()?, spikes.host_mut()?, v_final.host_mut()?);
+        let h = match (&mut h_seq, &mut xw) {
+            (Some(b), _) => Some(b.host_mut()?),
+            (None, Some(w)) => Some(w.host_mut()?),
+            (None, None) => None,
+        };
         let io = ForwardIo {
             steps,
             n,
-            x: Some(xs),
+            x: xr.as_ref().map(|r| r.host()).transpose()?,
             v_init: vr.as_ref().map(|r| r.host()).transpose()?,
-            spikes: ss,
-            h_seq: h_seq.as_mut().map(|h| h.host_mut()).transpose()?,
-            v_final: vf,
+            spikes: spikes.host_mut()?,
+            h_seq: h,
+            v_final: v_final.host_mut()?,
         };
         forward_cpu(&dynamics, io);
         Ok(())
     })?;
-    Ok(NeuronOutput {
-        spikes: spikes.into_tensor(x.shape().clone())?.with_spike_flag(true),
-        v_final: v_final.into_tensor(state_shape(x))?,
-        h_seq: h_seq.map(|h| h.into_tensor(x.shape().clone())).transpose()?,
-    })
-}
-
-/// [`neuron_forward`] that may write `h_seq` into `x`'s storage: when `h_seq` is wanted and `x`
-/// is the only handle to all of its storage (nothing else will read it again), the membrane
-/// potentials overwrite the input in place and no `[T, ...]` buffer is allocated for them. The
-/// decision depends only on handles, never on data, so Meta and CPU still allocate identically;
-/// results are bit-identical to [`neuron_forward`].
-pub fn neuron_forward_reusing_input(
-    cfg: &NeuronConfig,
-    x: Tensor,
-    v_init: Option<&Tensor>,
-    w: Option<&Tensor>,
-    save_for_backward: bool,
-) -> Result<NeuronOutput> {
-    const OP: &str = "neuron_forward";
-    let whole = x.storage_offset() == 0 && x.elem_count() == x.storage().len();
-    if !(save_for_backward && whole && x.is_exclusive() && x.dtype() == crate::DType::F32) {
-        return neuron_forward(cfg, &x, v_init, w, save_for_backward);
-    }
-    cfg.validate()?;
-    let (steps, n) = sequence_dims(OP, "x", &x)?;
-    if let Some(v) = v_init {
-        check_state(OP, "v_init", v, &x)?;
-    }
-    check_w(OP, cfg, w, &x)?;
-    let vr = v_init.map(|v| v.read::<f32>(OP)).transpose()?;
-    let dynamics = Dynamics::new(cfg, read_w(OP, w)?);
-    let device = x.device();
-    let kind = MemoryKind::Activation;
-    let mut spikes = KernelBuffer::<f32>::new(OP, device, steps * n, kind, Init::Overwritten)?;
-    let mut v_final = KernelBuffer::<f32>::new(OP, device, n, kind, Init::Overwritten)?;
-    {
-        let mut h = x.write::<f32>(OP)?;
-        launch(OP, device, || {
-            let (hs, ss, vf) = (h.host_mut()?, spikes.host_mut()?, v_final.host_mut()?);
-            let io = ForwardIo {
-                steps,
-                n,
-                x: None,
-                v_init: vr.as_ref().map(|r| r.host()).transpose()?,
-                spikes: ss,
-                h_seq: Some(hs),
-                v_final: vf,
-            };
-            forward_cpu(&dynamics, io);
-            Ok(())
-        })?;
-    }
-    Ok(NeuronOutput {
-        spikes: spikes.into_tensor(x.shape().clone())?.with_spike_flag(true),
-        v_final: v_final.into_tensor(state_shape(&x))?,
-        h_seq: Some(x.with_spike_flag(false)),
-    })
-}
-
-/// Backward through time of [`neuron_forward`]: `grad_spikes` `[T, ...]` is the gradient of the
-/// spikes, `grad_v_final` `[...]` the gradient flowing into the final membrane state (from a
-/// later time chunk; `None` = zero), `h_seq` the forward's saved `[T, ...]`, `v_init` and `w`
-/// the forward's. The initial state's gradient is computed when `want_v_init_grad`.
-///
-/// Allocates, in this order: grad_x `[T, ...]`, grad_v_init `[...]` (when asked), grad_w `[1]`
-/// (PLIF), and for PLIF a workspace of `T` f32 per chunk of 8192 neurons, freed before
-/// returning.
-pub fn neuron_backward(
-    cfg: &NeuronConfig,
-    grad_spikes: &Tensor,
-    grad_v_final: Option<&Tensor>,
-    h_seq: &Tensor,
-    v_init: Option<&Tensor>,
-    w: Option<&Tensor>,
-    want_v_init_grad: bool,
-) -> Result<NeuronGrads> {
-    neuron_backward_acc(
-        cfg,
-        grad_spikes,
-        grad_v_final,
-        h_seq,
-        v_init,
-        w,
-        want_v_init_grad,
-        None,
-    )
-}
-
-/// [`neuron_backward`] that adds the PLIF parameter's gradient into `w_acc` (`[1]`) instead of
-/// returning it (then `NeuronGrads::w` is `None`). The contribution of each time step is added
-/// separately, step `T-1` first, so that running the time steps in chunks (last chunk first,
-/// states and their gradients carried between chunks) gives a bit-identical accumulator.
-#[allow(clippy::too_many_arguments)]
-pub fn neuron_backward_acc(
-    cfg: &NeuronConfig,
-    grad_spikes: &Tensor,
-    grad_v_final: Option<&Tensor>,
-    h_seq: &Tensor,
-    v_init: Option<&Tensor>,
-    w: Option<&Tensor>,
-    want_v_init_grad: bool,
-    w_acc: Option<&Tensor>,
-) -> Result<NeuronGrads> {
-    backward_impl(
-        cfg,
-        GradIn::Borrowed(grad_spikes),
-        grad_v_final,
-        h_seq,
-        v_init,
-        w,
-        want_v_init_grad,
-        w_acc,
-    )
-}
-
-/// [`neuron_backward_acc`] that may write the input gradient over `grad_spikes`: when it is the
-/// only handle to all of its storage, `grad_x` replaces it in place (each element is read just
-/// before its gradient is written) and no `[T, ...]` buffer is allocated. The decision depends
-/// only on handles, so Meta and CPU still allocate identically; results are bit-identical.
-#[allow(clippy::too_many_arguments)]
-pub fn neuron_backward_acc_reusing(
-    cfg: &NeuronConfig,
-    grad_spikes: Tensor,
-    grad_v_final: Option<&Tensor>,
-    h_seq: &Tensor,
-    v_init: Option<&Tensor>,
-    w: Option<&Tensor>,
-    want_v_init_grad: bool,
-    w_acc: Option<&Tensor>,
-) -> Result<NeuronGrads> {
-    backward_impl(
-        cfg,
-        GradIn::Owned(grad_spikes),
-        grad_v_final,
-        h_seq,
-        v_init,
-        w,
-        want_v_init_grad,
-        w_acc,
-    )
-}
-
-/// The spikes' gradient, lent or handed over.
-enum GradIn<'a> {
-    Borrowed(&'a Tensor),
-    Owned(Tensor),
-}
-
-#[allow(clippy::too_many_arguments)]
-fn backward_impl(
-    cfg: &NeuronConfig,
-    grad_in: GradIn<'_>,
-    grad_v_final: Option<&Tensor>,
-    h_seq: &Tensor,
-    v_init: Option<&Tensor>,
-    w: Option<&Tensor>,
-    want_v_init_grad: bool,
-    w_acc: Option<&Tensor>,
-) -> Result<NeuronGrads> {
-    const OP: &str = "neuron_backward";
-    let grad_spikes = match &grad_in {
-        GradIn::Borrowed(g) => *g,
-        GradIn::Owned(g) => g,
+    drop((xr, xw));
+    let (shape, state) = (xt.shape().clone(), state_shape(xt));
+    let h_seq = match (h_seq, in_place) {
+        (Some(b), _) => Some(b.into_tensor(shape.clone())?),
+        (None, true) => x.into_given().map(|t| t.with_spike_flag(false)),
+        (None, false) => None,
     };
+    Ok(NeuronOutput {
+        spikes: spikes.into_tensor(shape)?.with_spike_flag(true),
+        v_final: v_final.into_tensor(state)?,
+        h_seq,
+    })
+}
+
+/// Arguments of [`neuron_backward`], the backward through time of [`neuron_forward`].
+#[derive(Debug)]
+pub struct NeuronBackward<'a> {
+    /// The neuron the forward ran.
+    pub cfg: &'a NeuronConfig,
+    /// Gradient of the spikes, `[T, ...]`; handed over (see [`Operand`]), its storage may
+    /// receive the input gradient in place (each element is read just before its gradient is
+    /// written) and no `[T, ...]` buffer is allocated.
+    pub grad_spikes: Operand<'a>,
+    /// Gradient flowing into the final membrane state, `[...]` (from a later time chunk;
+    /// `None` = zero).
+    pub grad_v_final: Option<&'a Tensor>,
+    /// The forward's saved membrane potentials `[T, ...]`.
+    pub h_seq: &'a Tensor,
+    /// The forward's initial state, `[...]`.
+    pub v_init: Option<&'a Tensor>,
+    /// The forward's PLIF parameter `[1]`.
+    pub w: Option<&'a Tensor>,
+    /// Whether to compute the initial state's gradient.
+    pub want_v_init_grad: bool,
+    /// PLIF only: an accumulator `[1]` the parameter's gradient is added into instead of being
+    /// returned (then `NeuronGrads::w` is `None`). Each time step's contribution is added
+    /// separately, step `T-1` first, so that running the time steps in chunks (last chunk
+    /// first, states and their gradients carried between chunks) gives a bit-identical sum.
+    pub w_acc: Option<&'a Tensor>,
+}
+
+/// Backward through time of [`neuron_forward`] (arguments in [`NeuronBackward`]).
+///
+/// Allocates, in this order: grad_x `[T, ...]` (unless written over `grad_spikes`),
+/// grad_v_init `[...]` (when asked), grad_w `[1]` (PLIF without `w_acc`), and for PLIF a
+/// workspace of `T` f32 per block of `device.target().neuron_block()` neurons, freed before
+/// returning.
+pub fn neuron_backward(args: NeuronBackward<'_>) -> Result<NeuronGrads> {
+    const OP: &str = "neuron_backward";
+    let NeuronBackward {
+        cfg,
+        grad_spikes: grad_in,
+        grad_v_final,
+        h_seq,
+        v_init,
+        w,
+        want_v_init_grad,
+        w_acc,
+    } = args;
+    let grad_spikes = grad_in.tensor();
     cfg.validate()?;
     let (steps, n) = sequence_dims(OP, "grad_spikes", grad_spikes)?;
     grad_spikes.expect_same_device(OP, h_seq)?;
@@ -303,10 +215,7 @@ fn backward_impl(
         }
     }
     grad_spikes.expect_dtype(OP, crate::DType::F32)?;
-    let in_place = matches!(grad_in, GradIn::Owned(_))
-        && grad_spikes.storage_offset() == 0
-        && grad_spikes.elem_count() == grad_spikes.storage().len()
-        && grad_spikes.is_exclusive();
+    let in_place = grad_in.reusable();
     let hr = h_seq.read::<f32>(OP)?;
     let gvr = grad_v_final.map(|g| g.read::<f32>(OP)).transpose()?;
     let vr = v_init.map(|v| v.read::<f32>(OP)).transpose()?;
@@ -379,10 +288,11 @@ fn backward_impl(
     drop((partials, w_target, gsr, gsw));
     let (shape, state) = (grad_spikes.shape().clone(), state_shape(grad_spikes));
     let v_init = grad_v_init.map(|g| g.into_tensor(state)).transpose()?;
-    let x = match (grad_x, grad_in) {
+    let x = match (grad_x, grad_in.into_given()) {
         (Some(b), _) => b.into_tensor(shape)?,
-        (None, GradIn::Owned(g)) => g.with_spike_flag(false),
-        (None, GradIn::Borrowed(_)) => unreachable!("in-place needs an owned gradient"),
+        (None, Some(g)) => g.with_spike_flag(false),
+        // grad_x is allocated unless the gradient was handed over and written in place.
+        (None, None) => return Err(CoreError::invalid(OP, "no buffer for the input gradient")),
     };
     Ok(NeuronGrads { x, v_init, w: grad_w })
 }

@@ -1,6 +1,7 @@
 //! Meta/CPU equivalence of shapes and tracker events, and error reporting.
 
 use super::{Case, Rng, tensor};
+use crate::kernels::testkit::neuron_backward_with;
 use crate::kernels::*;
 use crate::memory::{MemoryAction, MemoryEvent, MemorySubscriber};
 use crate::{Device, MemoryKind, MemoryTracker, Tensor};
@@ -131,7 +132,7 @@ fn errors_name_the_problem() {
     // Shapes of x.
     let e = err_of(neuron_forward(
         &lif,
-        &tensor(vec![0.0; 0], &[0, 4], dev),
+        tensor(vec![0.0; 0], &[0, 4], dev),
         None,
         None,
         false,
@@ -139,7 +140,7 @@ fn errors_name_the_problem() {
     assert!(e.contains("neuron_forward") && e.contains("T = 0"), "{e}");
     let e = err_of(neuron_forward(
         &lif,
-        &tensor(vec![1.0], &[], dev),
+        tensor(vec![1.0], &[], dev),
         None,
         None,
         false,
@@ -191,13 +192,13 @@ fn errors_name_the_problem() {
         assert!(cfg.validate().is_err());
         let e = err_of(neuron_forward(&cfg, &x, None, None, false));
         assert!(e.contains(needle), "{e}");
-        let e = err_of(neuron_backward(&cfg, &x, None, &x, None, None, false));
+        let e = err_of(neuron_backward_with(&cfg, &x, None, &x, None, None, false, None));
         assert!(e.contains(needle), "{e}");
     }
     // dtype and device.
     let e = err_of(neuron_forward(
         &lif,
-        &x.to_dtype(crate::DType::F16).unwrap(),
+        x.to_dtype(crate::DType::F16).unwrap(),
         None,
         None,
         false,
@@ -209,15 +210,33 @@ fn errors_name_the_problem() {
 
     // Backward shapes.
     let h5 = tensor(vec![0.0; 15], &[3, 5], dev);
-    let e = err_of(neuron_backward(&lif, &x, None, &h5, None, None, false));
+    let e = err_of(neuron_backward_with(&lif, &x, None, &h5, None, None, false, None));
     assert!(e.contains("h_seq") && e.contains("[3, 5]"), "{e}");
-    let e = err_of(neuron_backward(&lif, &x, Some(&bad), &x, None, None, false));
+    let e = err_of(neuron_backward_with(
+        &lif,
+        &x,
+        Some(&bad),
+        &x,
+        None,
+        None,
+        false,
+        None,
+    ));
     assert!(e.contains("grad_v_final of shape [4]"), "{e}");
-    let e = err_of(neuron_backward(&lif, &x, None, &x, Some(&bad), None, false));
+    let e = err_of(neuron_backward_with(
+        &lif,
+        &x,
+        None,
+        &x,
+        Some(&bad),
+        None,
+        false,
+        None,
+    ));
     assert!(e.contains("v_init of shape [4]"), "{e}");
-    let e = err_of(neuron_backward(&plif, &x, None, &x, None, None, false));
+    let e = err_of(neuron_backward_with(&plif, &x, None, &x, None, None, false, None));
     assert!(e.contains("PLIF"), "{e}");
-    let e = err_of(neuron_backward(
+    let e = err_of(neuron_backward_with(
         &lif,
         &tensor(vec![], &[0, 4], dev),
         None,
@@ -225,9 +244,10 @@ fn errors_name_the_problem() {
         None,
         None,
         false,
+        None,
     ));
     assert!(e.contains("T = 0"), "{e}");
-    let e = err_of(neuron_backward(
+    let e = err_of(neuron_backward_with(
         &lif,
         &tensor(vec![1.0], &[], dev),
         None,
@@ -235,10 +255,11 @@ fn errors_name_the_problem() {
         None,
         None,
         false,
+        None,
     ));
     assert!(e.contains("scalar"), "{e}");
     // Valid calls still work with all the pieces.
-    let g = neuron_backward(&plif, &x, Some(&state), &x, Some(&state), Some(&w), true).unwrap();
+    let g = neuron_backward_with(&plif, &x, Some(&state), &x, Some(&state), Some(&w), true, None).unwrap();
     assert_eq!(g.w.unwrap().dims(), &[1]);
 }
 

@@ -10,6 +10,7 @@ mod meta_errors;
 mod reference;
 
 use super::*;
+use crate::kernels::testkit::neuron_backward_with;
 use crate::{Device, MemoryKind};
 use proptest::prelude::*;
 use reference::{RefInput, RefOutput, reference};
@@ -72,7 +73,7 @@ impl Case {
         let gs = tensor(self.grad_spikes.clone(), &self.shape, device);
         let gv = self.grad_v_final.clone().map(|g| tensor(g, state, device));
         let h_seq = out.h_seq.clone().expect("h_seq was asked for");
-        let grads = neuron_backward(
+        let grads = neuron_backward_with(
             &self.cfg,
             &gs,
             gv.as_ref(),
@@ -80,6 +81,7 @@ impl Case {
             v_init.as_ref(),
             w.as_ref(),
             want_v_init_grad,
+            None,
         )?;
         Ok((out, grads))
     }
@@ -489,7 +491,7 @@ fn plif_accumulator_is_bitwise_identical_across_time_chunks() {
     let whole = neuron_forward(&cfg, &x, None, Some(&w), true).unwrap();
     let acc_whole = zeros();
     let h = whole.h_seq.unwrap();
-    neuron_backward_acc(&cfg, &gs, None, &h, None, Some(&w), false, Some(&acc_whole)).unwrap();
+    neuron_backward_with(&cfg, &gs, None, &h, None, Some(&w), false, Some(&acc_whole)).unwrap();
 
     let (x1, x2) = (
         x.narrow0(0, split).unwrap(),
@@ -502,7 +504,7 @@ fn plif_accumulator_is_bitwise_identical_across_time_chunks() {
     let f1 = neuron_forward(&cfg, &x1, None, Some(&w), true).unwrap();
     let f2 = neuron_forward(&cfg, &x2, Some(&f1.v_final), Some(&w), true).unwrap();
     let acc = zeros();
-    let b2 = neuron_backward_acc(
+    let b2 = neuron_backward_with(
         &cfg,
         &g2,
         None,
@@ -513,7 +515,7 @@ fn plif_accumulator_is_bitwise_identical_across_time_chunks() {
         Some(&acc),
     )
     .unwrap();
-    let b1 = neuron_backward_acc(
+    let b1 = neuron_backward_with(
         &cfg,
         &g1,
         b2.v_init.as_ref(),
@@ -527,7 +529,7 @@ fn plif_accumulator_is_bitwise_identical_across_time_chunks() {
     assert!(b1.w.is_none() && b2.w.is_none(), "accumulated, not returned");
     assert_eq!(acc.to_vec_f32().unwrap(), acc_whole.to_vec_f32().unwrap());
     assert_ne!(acc.to_vec_f32().unwrap(), vec![0.0]);
-    let plain = neuron_backward(&cfg, &gs, None, &h, None, Some(&w), false).unwrap();
+    let plain = neuron_backward_with(&cfg, &gs, None, &h, None, Some(&w), false, None).unwrap();
     assert_eq!(
         plain.w.unwrap().to_vec_f32().unwrap(),
         acc_whole.to_vec_f32().unwrap()
@@ -549,7 +551,7 @@ fn reusing_the_input_for_h_seq_is_exact_and_saves_a_buffer() {
             let x = Tensor::from_vec(data.clone(), [steps, n], device, MemoryKind::Activation).unwrap();
             let keeper = keep.then(|| x.clone());
             let out = if reuse {
-                neuron_forward_reusing_input(&cfg, x, None, None, true).unwrap()
+                neuron_forward(&cfg, x, None, None, true).unwrap()
             } else {
                 neuron_forward(&cfg, &x, None, None, true).unwrap()
             };

@@ -284,3 +284,20 @@ fn model_files_are_bounded_regular_files() {
     assert!(e.contains(&format!("at most {MAX_LAYERS}")), "{e}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A kernel so large that its weights per output channel overflow is a clean error on every
+/// device, not an overflow panic (found by the parser fuzz test).
+#[test]
+fn a_kernel_whose_weights_overflow_is_an_error() {
+    // Padding makes the padded input as large as the kernel, so shapes propagate.
+    let json = with_layers(
+        r#"[{"type": "conv2d", "out": 4, "kernel": 2049638230412172402, "padding": 1024819115206086201},
+            {"type": "flatten"}, {"type": "linear", "out": 3}]"#,
+    );
+    let outcome = CustomModel::from_json(&json).and_then(|m| {
+        let spec = m.spec().clone();
+        m.build(&spec, Device::META, 0).map(|_| ())
+    });
+    let e = outcome.expect_err("the kernel cannot fit").to_string();
+    assert!(e.contains("kernel"), "{e}");
+}

@@ -119,8 +119,7 @@ enum Keep {
 /// Keeps the states no other state dominates under `keep` (the first of equal ones), sorted by
 /// (K, M, time).
 fn prune(mut states: Vec<State<'_>>, keep: Keep) -> Vec<State<'_>> {
-    // Stable: the states arrive as runs already sorted by K (a sorted front plus one
-    // option), which a stable sort merges in about linear time.
+    // Stable: of equal states the first (in the order the chain offers them) is kept.
     states.sort_by(|a, b| {
         (a.walk.kept, a.walk.max)
             .cmp(&(b.walk.kept, b.walk.max))
@@ -196,9 +195,8 @@ fn apply<'a>(states: &[State<'a>], seg: &'a ChainSegment, limits: Limits) -> Res
     #[cfg(test)]
     CREATED.with(|c| c.set(c.get() + (states.len() * seg.options.len()) as u64));
     let mut out = Vec::with_capacity(states.len() * seg.options.len());
-    // Option by option, so that each option's states come out sorted by K like `states`.
-    for (o, option) in seg.options.iter().enumerate() {
-        for s in states {
+    for s in states {
+        for (o, option) in seg.options.iter().enumerate() {
             let mut walk = s.walk;
             walk.step(seg, option)?;
             let ms = s.ms + option.extra_ms;

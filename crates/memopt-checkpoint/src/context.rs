@@ -8,9 +8,8 @@ use crate::param::{Param, ParamId};
 use crate::policy::{Policy, PolicyTable, Segment};
 use crate::{CheckpointError, Result};
 use memopt_core::memory::{Phase, current_scope, enter_module, enter_phase};
-use memopt_core::{Device, MemoryKind, Philox, Tensor};
+use memopt_core::{Device, MemoryKind, ModulePath, Philox, Tensor};
 use std::collections::HashMap;
-use std::sync::Arc;
 
 /// Whether a forward pass records for backward.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -139,7 +138,7 @@ impl<'m> Cx<'m> {
 
     /// Sets the state of the stateful module at the current scope path.
     pub fn set_state(&mut self, state: Var) {
-        self.states.set(current_scope().path_arc().clone(), state);
+        self.states.set(current_scope().module_path().clone(), state);
     }
 
     /// Forgets all neuron states (start of a step: every neuron starts from its reset value).
@@ -254,7 +253,7 @@ impl<'m> Cx<'m> {
     /// Calls `module` in the current scope with the policy assigned to the current path (used
     /// for the root, whose path is empty).
     pub fn call_here(&mut self, module: &'m dyn Module, inputs: Vec<Var>) -> Result<Vec<Var>> {
-        let path = current_scope().path_arc().clone();
+        let path = current_scope().module_path().clone();
         let policy = self.policies.get(&path).copied().filter(|_| self.is_recording());
         if !call_observer::observing() {
             return self.dispatch(path, module, inputs, policy);
@@ -275,7 +274,7 @@ impl<'m> Cx<'m> {
 
     fn dispatch(
         &mut self,
-        path: Arc<str>,
+        path: ModulePath,
         module: &'m dyn Module,
         inputs: Vec<Var>,
         policy: Option<Policy>,
@@ -292,7 +291,7 @@ impl<'m> Cx<'m> {
     /// chain) one after the other, each on the previous one's outputs, applying the policies
     /// assigned to runs of consecutive children (plan entries with `children`).
     pub fn call_children(&mut self, parent: &'m dyn Module, inputs: Vec<Var>) -> Result<Vec<Var>> {
-        let path = current_scope().path_arc().clone();
+        let path = current_scope().module_path().clone();
         let n = parent.child_count();
         let mut xs = inputs;
         let mut i = 0;
@@ -318,7 +317,7 @@ impl<'m> Cx<'m> {
         end: usize,
         inputs: Vec<Var>,
     ) -> Result<Vec<Var>> {
-        let path = current_scope().path_arc().clone();
+        let path = current_scope().module_path().clone();
         let segment = Segment::Children { parent, start, end };
         let policy = self
             .policies

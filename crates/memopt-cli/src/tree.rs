@@ -3,17 +3,14 @@
 use crate::format::path;
 use memopt_checkpoint::module::ModuleInfo;
 use memopt_checkpoint::{Plan, Policy};
-
-fn parent(p: &str) -> Option<&str> {
-    if p.is_empty() {
-        None
-    } else {
-        Some(p.rsplit_once('.').map_or("", |(a, _)| a))
-    }
-}
+use memopt_core::ModulePath;
 
 fn is_ancestor(a: &str, p: &str) -> bool {
-    a.is_empty() && !p.is_empty() || p.len() > a.len() && p.starts_with(a) && p.as_bytes()[a.len()] == b'.'
+    ModulePath::from(p).is_below(a)
+}
+
+fn parent(p: &str) -> Option<ModulePath> {
+    ModulePath::from(p).parent()
 }
 
 /// The module tree of `modules` (from [`memopt_checkpoint::Model::modules`]) with `plan`'s
@@ -28,10 +25,10 @@ pub fn plan_tree(modules: &[ModuleInfo], plan: &Plan) -> String {
             .map(|e| e.policy)
     };
     // Containers whose children are addressed: module entries' parents, run entries' paths.
-    let mut opened: Vec<&str> = Vec::new();
+    let mut opened: Vec<ModulePath> = Vec::new();
     for e in &plan.entries {
         match e.children {
-            Some(_) => opened.push(&e.path),
+            Some(_) => opened.push(ModulePath::from(e.path.as_str())),
             None => opened.extend(parent(&e.path)),
         }
     }
@@ -45,7 +42,9 @@ pub fn plan_tree(modules: &[ModuleInfo], plan: &Plan) -> String {
         }
         m.depth <= 1
             || planned(&m.path).is_some()
-            || opened.iter().any(|o| *o == m.path || is_ancestor(&m.path, o))
+            || opened
+                .iter()
+                .any(|o| o.as_str() == m.path || is_ancestor(&m.path, o))
             || parent(&m.path).is_some_and(|p| opened.contains(&p))
     };
     let rows: Vec<(String, &str, String)> = modules
@@ -58,7 +57,7 @@ pub fn plan_tree(modules: &[ModuleInfo], plan: &Plan) -> String {
             } else if let Some((e, [a, b], i)) = parent(&m.path).and_then(|par| {
                 let i: usize = m.path.rsplit('.').next()?.parse().ok()?;
                 plan.entries.iter().find_map(|e| match e.children {
-                    Some([a, b]) if e.path == par && (a..b).contains(&i) => Some((e, [a, b], i)),
+                    Some([a, b]) if e.path == par.as_str() && (a..b).contains(&i) => Some((e, [a, b], i)),
                     _ => None,
                 })
             }) {
@@ -67,7 +66,10 @@ pub fn plan_tree(modules: &[ModuleInfo], plan: &Plan) -> String {
                 } else {
                     "  (same segment)".to_string()
                 }
-            } else if opened.iter().any(|o| *o == m.path || is_ancestor(&m.path, o)) {
+            } else if opened
+                .iter()
+                .any(|o| o.as_str() == m.path || is_ancestor(&m.path, o))
+            {
                 String::new()
             } else {
                 "store".to_string()

@@ -6,7 +6,7 @@ use crate::compressor::{expect_float, expect_kind};
 use crate::cpu::SpikeElem;
 use crate::{CompressError, CompressorKind, Packed, Result};
 use half::{bf16, f16};
-use memopt_core::backend::{Init, launch_on};
+use memopt_core::backend::{Compute, Init, compute, launch_on};
 use memopt_core::{DType, Device, KernelBuffer, MemoryKind, Tensor};
 
 /// A binary compressor whose payload is a byte buffer of a length fixed by the element count.
@@ -29,8 +29,8 @@ pub(crate) trait ByteCodec {
 
 /// The CUDA kernels of a [`ByteCodec`].
 pub(crate) struct CudaKernels {
-    /// Their source.
-    pub source: &'static memopt_core::cuda::KernelSource,
+    /// Their source's signature table.
+    pub table: &'static memopt_core::cuda::KernelTable,
     /// Pack kernels for f32, f16, bf16.
     pub pack: [&'static str; 3],
     /// Unpack kernels for f32, f16, bf16.
@@ -53,28 +53,28 @@ impl CudaKernels {
 /// exactly the same.
 pub(crate) fn status_word(op: &'static str, device: Device) -> Result<KernelBuffer<i64>> {
     let mut w = KernelBuffer::<i64>::workspace(op, device, 1, Init::Overwritten)?;
-    memopt_core::backend::launch(op, device, || {
-        w.host_mut()?[0] = -1;
-        Ok(())
+    compute(device, |backend| match backend {
+        Compute::Cpu => {
+            w.host_mut()?[0] = -1;
+            Ok(())
+        }
+        Compute::Cuda(gpu) => crate::cuda::reset_status(gpu, w.cuda_ptr()?),
     })?;
     Ok(w)
 }
 
-/// Runs the CPU half of compression op `op` (nothing on Meta). The GPU paths dispatch before
-/// allocating (`crate::cuda`), so reaching a GPU here is the op's `Unsupported` answer.
+/// Runs the CPU half of compression op `op` (nothing on Meta); a GPU gets the op's
+/// `Unsupported` answer (for compressors without CUDA kernels).
 pub(crate) fn cpu_half(op: &'static str, device: Device, cpu: impl FnOnce() -> Result<()>) -> Result<()> {
     launch_on(device, cpu, |gpu| Err(gpu.unsupported(op).into()))
 }
 
-/// Compresses `x` with codec `C`.
+/// Compresses `x` with codec `C`: validates, allocates the payload and (when the values are
+/// checked) the status word in that order on every device, then packs on the CPU or GPU.
 pub(crate) fn compress<C: ByteCodec>(x: &Tensor) -> Result<Packed> {
     let name = C::KIND.name();
     expect_float(name, x.dtype())?;
     let check = !x.is_spike();
-    if let Device::Cuda(ordinal) = x.device() {
-        let payload = crate::cuda::pack(x, ordinal, &C::CUDA, C::payload_len(x.elem_count()), check, name)?;
-        return Ok(Packed::new(C::KIND, payload, x));
-    }
     let len = C::payload_len(x.elem_count());
     let mut out =
         KernelBuffer::<u8>::new(C::PACK_OP, x.device(), len, MemoryKind::Packed, Init::Overwritten)?;
@@ -83,44 +83,57 @@ pub(crate) fn compress<C: ByteCodec>(x: &Tensor) -> Result<Packed> {
         false => None,
     };
     let r = match x.dtype() {
-        DType::F32 => pack_host::<C, f32>(x, &mut out, check),
-        DType::F16 => pack_host::<C, f16>(x, &mut out, check),
-        _ => pack_host::<C, bf16>(x, &mut out, check),
+        DType::F32 => pack_on::<C, f32>(x, &mut out, status.as_mut()),
+        DType::F16 => pack_on::<C, f16>(x, &mut out, status.as_mut()),
+        _ => pack_on::<C, bf16>(x, &mut out, status.as_mut()),
     };
-    if let (Err(CompressError::NonBinary { index, .. }), Some(w)) = (&r, status.as_mut()) {
-        let index = *index as i64;
-        memopt_core::backend::launch(C::PACK_OP, x.device(), || {
-            w.host_mut()?[0] = index;
-            Ok(())
-        })?;
-    }
     drop(status);
     r?;
     Ok(Packed::new(C::KIND, out.into_tensor([len])?, x))
 }
 
-fn pack_host<C: ByteCodec, E: SpikeElem>(x: &Tensor, out: &mut KernelBuffer<u8>, check: bool) -> Result<()> {
+/// Packs `x` into `out`, checking its values when `status` is given; the first offending index
+/// ends up in the status word on every device.
+fn pack_on<C: ByteCodec, E: SpikeElem>(
+    x: &Tensor,
+    out: &mut KernelBuffer<u8>,
+    mut status: Option<&mut KernelBuffer<i64>>,
+) -> Result<()> {
     let xr = x.read::<E>(C::PACK_OP)?;
-    cpu_half(C::PACK_OP, x.device(), || {
-        C::pack(xr.host()?, out.host_mut()?, check)
+    let check = status.is_some();
+    compute(x.device(), |backend| match backend {
+        Compute::Cpu => {
+            let r = C::pack(xr.host()?, out.host_mut()?, check);
+            if let (Err(CompressError::NonBinary { index, .. }), Some(w)) = (&r, status.as_mut()) {
+                w.host_mut()?[0] = *index as i64;
+            }
+            r
+        }
+        Compute::Cuda(gpu) => {
+            let launch = crate::cuda::PackLaunch {
+                x: xr.cuda_ptr()?,
+                n: x.elem_count(),
+                out: out.cuda_ptr()?,
+                status: status.map(|w| w.cuda_ptr()).transpose()?,
+                compressor: C::KIND.name(),
+            };
+            crate::cuda::pack::<E>(gpu, &C::CUDA, launch)
+        }
     })
 }
 
 /// Decompresses a payload made by codec `C`.
 pub(crate) fn decompress<C: ByteCodec>(packed: &Packed) -> Result<Tensor> {
     expect_kind(packed, C::KIND)?;
-    let out = match packed.device() {
-        Device::Cuda(ordinal) => crate::cuda::unpack(packed, ordinal, &C::CUDA)?,
-        _ => match packed.dtype() {
-            DType::F32 => unpack_host::<C, f32>(packed)?,
-            DType::F16 => unpack_host::<C, f16>(packed)?,
-            _ => unpack_host::<C, bf16>(packed)?,
-        },
+    let out = match packed.dtype() {
+        DType::F32 => unpack_on::<C, f32>(packed)?,
+        DType::F16 => unpack_on::<C, f16>(packed)?,
+        _ => unpack_on::<C, bf16>(packed)?,
     };
     Ok(out.with_spike_flag(packed.is_spike()))
 }
 
-fn unpack_host<C: ByteCodec, E: SpikeElem>(packed: &Packed) -> Result<Tensor> {
+fn unpack_on<C: ByteCodec, E: SpikeElem>(packed: &Packed) -> Result<Tensor> {
     let src = packed.payload().read::<u8>(C::UNPACK_OP)?;
     let n = packed.shape().elem_count();
     let mut out = KernelBuffer::<E>::new(
@@ -130,8 +143,9 @@ fn unpack_host<C: ByteCodec, E: SpikeElem>(packed: &Packed) -> Result<Tensor> {
         MemoryKind::Activation,
         Init::Overwritten,
     )?;
-    cpu_half(C::UNPACK_OP, packed.device(), || {
-        C::unpack(src.host()?, out.host_mut()?)
+    compute(packed.device(), |backend| match backend {
+        Compute::Cpu => C::unpack(src.host()?, out.host_mut()?),
+        Compute::Cuda(gpu) => crate::cuda::unpack::<E>(gpu, &C::CUDA, src.cuda_ptr()?, n, out.cuda_ptr()?),
     })?;
     Ok(out.into_tensor(packed.shape().clone())?)
 }

@@ -17,7 +17,7 @@ impl ByteCodec for BitSpike {
     const PACK_OP: &'static str = "bit_spike compress";
     const UNPACK_OP: &'static str = "bit_spike decompress";
     const CUDA: CudaKernels = CudaKernels {
-        source: &crate::cuda::BITSPIKE,
+        table: &crate::cuda::BITSPIKE_TABLE,
         pack: ["bitspike_pack_f32", "bitspike_pack_f16", "bitspike_pack_bf16"],
         unpack: [
             "bitspike_unpack_f32",

@@ -16,7 +16,7 @@ impl ByteCodec for BoolU8 {
     const PACK_OP: &'static str = "u8 compress";
     const UNPACK_OP: &'static str = "u8 decompress";
     const CUDA: CudaKernels = CudaKernels {
-        source: &crate::cuda::BYTES,
+        table: &crate::cuda::BYTES_TABLE,
         pack: ["bytes_pack_f32", "bytes_pack_f16", "bytes_pack_bf16"],
         unpack: ["bytes_unpack_f32", "bytes_unpack_f16", "bytes_unpack_bf16"],
     };

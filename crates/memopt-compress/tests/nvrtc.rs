@@ -1,6 +1,6 @@
 //! Every CUDA kernel source of this crate compiles to PTX with NVRTC, on any machine with
 //! libnvrtc (no GPU needed). Without libnvrtc the test prints why it skips and passes, unless
-//! MEMOPT_REQUIRE_NVRTC=1 (as in CI), where absence fails.
+//! MEMOPT_REQUIRE_NVRTC=1 (as in CI) or MEMOPT_REQUIRE_GPU=1, where absence fails.
 
 use memopt_compress::cuda::kernel_sources;
 use memopt_core::cuda::{compile_kernel_source, nvrtc_or_skip, nvrtc_version};

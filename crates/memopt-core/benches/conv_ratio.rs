@@ -14,6 +14,7 @@ mod common;
 
 use common::{Layer, VGG};
 use memopt_core::kernels::{GradNeeds, conv2d, conv2d_backward};
+use memopt_core::stats::median;
 use std::hint::black_box;
 use std::time::Instant;
 
@@ -26,11 +27,6 @@ fn best_of(reps: usize, mut f: impl FnMut()) -> f64 {
             t.elapsed().as_secs_f64()
         })
         .fold(f64::INFINITY, f64::min)
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    v[v.len() / 2]
 }
 
 fn arg<'a>(args: &'a [String], name: &str) -> Option<&'a str> {
@@ -93,7 +89,7 @@ fn main() {
     println!(
         "median ratio conv/GEMM over {rounds} rounds: forward {:.2}, backward {:.2} \
          (target >= 0.60 on the default layer)",
-        median(ratios_fwd),
-        median(ratios_bwd)
+        median(&ratios_fwd),
+        median(&ratios_bwd)
     );
 }

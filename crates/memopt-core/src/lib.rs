@@ -24,6 +24,7 @@ pub mod kernels;
 pub mod memory;
 pub mod rng;
 mod shape;
+pub mod stats;
 pub mod storage;
 mod tensor;
 
@@ -32,7 +33,7 @@ pub use device::Device;
 pub use dtype::DType;
 pub use error::{CoreError, Result};
 pub use half::{bf16, f16};
-pub use memory::{MemoryKind, MemoryTracker, Phase, Scope};
+pub use memory::{MemoryKind, MemoryTracker, ModulePath, Phase, Scope};
 pub use rng::{Philox, RngState};
 pub use shape::Shape;
 pub use storage::{Element, cuda_device_count};

@@ -299,28 +299,23 @@ fn neurons_forward_and_backward_are_bit_identical() {
             assert_identical(&format!("{what} h_seq"), &h, &gh);
             let (g, gg) = twin(&values(t * inner, 3, 1.0), &[t, inner]);
             let (gvf, ggvf) = pair(values(inner, 4, 1.0), &[inner]);
-            let r = neuron_backward(NeuronBackward {
-                cfg,
-                grad_spikes: (&g).into(),
-                grad_v_final: Some(&gvf),
-                h_seq: &h,
-                v_init: Some(&v0),
-                w,
-                want_v_init_grad: true,
-                w_acc: None,
-            })
-            .unwrap();
-            let gr = neuron_backward(NeuronBackward {
-                cfg,
-                grad_spikes: (&gg).into(),
-                grad_v_final: Some(&ggvf),
-                h_seq: &gh,
-                v_init: Some(&gv0),
-                w: gw,
-                want_v_init_grad: true,
-                w_acc: None,
-            })
-            .unwrap();
+            // Backward from lent gradients (g, grad_v_final, h_seq, v_init, w), with v_init's
+            // gradient.
+            let backward = |g, gvf, h, v0, w| {
+                neuron_backward(NeuronBackward {
+                    cfg,
+                    grad_spikes: Operand::Lent(g),
+                    grad_v_final: Some(gvf),
+                    h_seq: h,
+                    v_init: Some(v0),
+                    w,
+                    want_v_init_grad: true,
+                    w_acc: None,
+                })
+                .unwrap()
+            };
+            let r = backward(&g, &gvf, &h, &v0, w);
+            let gr = backward(&gg, &ggvf, &gh, &gv0, gw);
             assert_identical(&format!("{what} grad x"), &r.x, &gr.x);
             assert_identical(
                 &format!("{what} grad v_init"),

@@ -2,7 +2,7 @@
 //! holds it: bit-identical results, one buffer less, the same decision on Meta, and a shared
 //! gradient is never overwritten.
 
-use memopt_core::kernels::{self, GradNeeds, NeuronConfig};
+use memopt_core::kernels::{self, GradNeeds, NeuronConfig, Operand};
 use memopt_core::{Device, MemoryKind, MemoryTracker, Philox, Tensor};
 
 fn rand(dims: &[usize], device: Device, kind: MemoryKind, seed: u64) -> Tensor {
@@ -36,25 +36,20 @@ fn batch_norm_backward_reuses_an_unshared_gradient() {
             let g = rand(&dims, device, MemoryKind::Gradient, 3);
             let keeper = share.then(|| g.clone());
             let before = keeper.as_ref().and_then(|k| k.to_vec_f32().ok());
-            let r = if reuse {
-                kernels::batch_norm_backward(kernels::BatchNormBackward {
-                    grad_y: g.into(),
-                    x: &x,
-                    weight: Some(&w),
-                    save_mean: &out.save_mean,
-                    save_invstd: &out.save_invstd,
-                    needs: GradNeeds::ALL,
-                })
+            // Handed over (may be overwritten) or lent (only read).
+            let grad_y = if reuse {
+                Operand::Given(g)
             } else {
-                kernels::batch_norm_backward(kernels::BatchNormBackward {
-                    grad_y: (&g).into(),
-                    x: &x,
-                    weight: Some(&w),
-                    save_mean: &out.save_mean,
-                    save_invstd: &out.save_invstd,
-                    needs: GradNeeds::ALL,
-                })
-            }
+                Operand::Lent(&g)
+            };
+            let r = kernels::batch_norm_backward(kernels::BatchNormBackward {
+                grad_y,
+                x: &x,
+                weight: Some(&w),
+                save_mean: &out.save_mean,
+                save_invstd: &out.save_invstd,
+                needs: GradNeeds::ALL,
+            })
             .unwrap();
             let untouched = keeper.map(|k| k.to_vec_f32().ok() == before);
             let values = [r.x, r.weight, r.bias].map(|t| {
@@ -99,29 +94,21 @@ fn neuron_backward_reuses_an_unshared_gradient() {
                 let g = rand(&[t, n], device, MemoryKind::Gradient, 5);
                 let keeper = share.then(|| g.clone());
                 let before = keeper.as_ref().and_then(|k| k.to_vec_f32().ok());
-                let r = if reuse {
-                    kernels::neuron_backward(kernels::NeuronBackward {
-                        cfg: &cfg,
-                        grad_spikes: g.into(),
-                        grad_v_final: None,
-                        h_seq: &h,
-                        v_init: None,
-                        w: w.as_ref(),
-                        want_v_init_grad: true,
-                        w_acc: None,
-                    })
+                let grad_spikes = if reuse {
+                    Operand::Given(g)
                 } else {
-                    kernels::neuron_backward(kernels::NeuronBackward {
-                        cfg: &cfg,
-                        grad_spikes: (&g).into(),
-                        grad_v_final: None,
-                        h_seq: &h,
-                        v_init: None,
-                        w: w.as_ref(),
-                        want_v_init_grad: true,
-                        w_acc: None,
-                    })
-                }
+                    Operand::Lent(&g)
+                };
+                let r = kernels::neuron_backward(kernels::NeuronBackward {
+                    cfg: &cfg,
+                    grad_spikes,
+                    grad_v_final: None,
+                    h_seq: &h,
+                    v_init: None,
+                    w: w.as_ref(),
+                    want_v_init_grad: true,
+                    w_acc: None,
+                })
                 .unwrap();
                 let untouched = keeper.map(|k| k.to_vec_f32().ok() == before);
                 let bits = |t: Option<Tensor>| {

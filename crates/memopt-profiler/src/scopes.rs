@@ -62,7 +62,7 @@ impl KeyTable {
     /// Interns `scope` (and the keys of its chain).
     pub(crate) fn intern(&mut self, scope: &Scope) -> ScopeId {
         if let Some((last, id)) = &self.last
-            && Arc::ptr_eq(last.path_arc(), scope.path_arc())
+            && last.module_path().ptr_eq(scope.module_path())
             && last.phase() == scope.phase()
         {
             return *id;

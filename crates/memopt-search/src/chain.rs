@@ -17,6 +17,7 @@
 
 use crate::{Result, SearchError};
 use memopt_checkpoint::{PlanEntry, Policy};
+use memopt_core::ModulePath;
 use serde::{Deserialize, Serialize};
 
 /// One way to run a segment, with its exact memory figures (bytes) and extra time (ms).
@@ -405,11 +406,8 @@ impl ChainModel {
             wanted: &std::collections::BTreeMap<(String, Option<[usize; 2]>), Policy>,
             seg: &ChainSegment,
         ) -> bool {
-            let prefix = format!("{}.", seg.path);
             wanted.keys().any(|(p, c)| {
-                (p == &seg.path && c.is_some())
-                    || p.starts_with(&prefix)
-                    || (seg.path.is_empty() && !p.is_empty())
+                (p == &seg.path && c.is_some()) || ModulePath::from(p.as_str()).is_below(&seg.path)
             })
         }
         fn go<'a>(

@@ -4,13 +4,12 @@
 //! shapes and spike flags, and its forward cost.
 
 use crate::{Result, SearchError};
-use memopt_checkpoint::autograd::is_under;
 use memopt_checkpoint::module::{
     CallObserver, ModuleCall, ModuleCost, ValueInfo, module_infos, observe_calls, time_coupling_in,
 };
 use memopt_checkpoint::{Cx, Model, Recording};
 use memopt_core::memory::{Phase, Scope, enter_scope};
-use memopt_core::{Philox, Tensor};
+use memopt_core::{ModulePath, Philox, Tensor};
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::rc::Rc;
@@ -180,14 +179,14 @@ fn build(model: &Model, path: &str, calls: &CallLog) -> Result<Site> {
         .ok_or_else(|| SearchError::Internal(format!("module '{path}' was not called in a forward pass")))?;
     let cost = calls
         .iter()
-        .filter(|(p, _)| is_under(p, path))
+        .filter(|(p, _)| ModulePath::from(p.as_str()).is_under(path))
         .map(|(_, c)| c.2)
         .fold(ModuleCost::ZERO, ModuleCost::plus);
     let parts = if module.children_form_chain() {
         module
             .children()
             .iter()
-            .map(|(name, _)| build(model, &join(path, name), calls))
+            .map(|(name, _)| build(model, &ModulePath::from(path).child(name), calls))
             .collect::<Result<Vec<_>>>()?
     } else {
         Vec::new()
@@ -204,12 +203,4 @@ fn build(model: &Model, path: &str, calls: &CallLog) -> Result<Site> {
         stateful: module_infos(module).iter().any(|i| i.stateful),
         parts,
     })
-}
-
-fn join(prefix: &str, name: &str) -> String {
-    if prefix.is_empty() {
-        name.to_string()
-    } else {
-        format!("{prefix}.{name}")
-    }
 }

@@ -15,6 +15,6 @@ pub(crate) use backward::Typed;
 pub use backward::{Backward, BackwardGrads, BackwardOp, InputSlot};
 pub use gradients::Gradients;
 pub use saved::SavedTensor;
-pub use states::{StateStore, is_under};
+pub use states::StateStore;
 pub use tape::Tape;
 pub use var::{Var, VarId};

@@ -1,8 +1,8 @@
 //! The explicit state of stateful modules (neuron membrane potentials), keyed by module path.
 
 use super::Var;
+use memopt_core::ModulePath;
 use std::collections::BTreeMap;
-use std::sync::Arc;
 
 /// Membrane states of the neurons that have run in this step. A neuron reads its state on entry
 /// (absent = reset value) and writes its final state on exit; checkpointed segments read and
@@ -10,7 +10,7 @@ use std::sync::Arc;
 /// chunk boundaries exactly.
 #[derive(Debug, Default, Clone)]
 pub struct StateStore {
-    map: BTreeMap<Arc<str>, Var>,
+    map: BTreeMap<ModulePath, Var>,
 }
 
 impl StateStore {
@@ -20,25 +20,25 @@ impl StateStore {
     }
 
     /// Sets the state of the module at `path`.
-    pub fn set(&mut self, path: Arc<str>, state: Var) {
+    pub fn set(&mut self, path: ModulePath, state: Var) {
         self.map.insert(path, state);
     }
 
     /// States of the modules at `prefix` or below it (all states for the root prefix `""`), in
     /// path order.
-    pub fn under(&self, prefix: &str) -> Vec<(Arc<str>, Var)> {
+    pub fn under(&self, prefix: &str) -> Vec<(ModulePath, Var)> {
         self.map
             .iter()
-            .filter(|(p, _)| is_under(p, prefix))
+            .filter(|(p, _)| p.is_under(prefix))
             .map(|(p, v)| (p.clone(), v.clone()))
             .collect()
     }
 
     /// States at or below any of `prefixes`, in path order.
-    pub fn under_any(&self, prefixes: &[String]) -> Vec<(Arc<str>, Var)> {
+    pub fn under_any(&self, prefixes: &[ModulePath]) -> Vec<(ModulePath, Var)> {
         self.map
             .iter()
-            .filter(|(p, _)| prefixes.iter().any(|prefix| is_under(p, prefix)))
+            .filter(|(p, _)| prefixes.iter().any(|prefix| p.is_under(prefix)))
             .map(|(p, v)| (p.clone(), v.clone()))
             .collect()
     }
@@ -57,11 +57,4 @@ impl StateStore {
     pub fn is_empty(&self) -> bool {
         self.map.is_empty()
     }
-}
-
-/// Whether `path` is `prefix` or a descendant of it.
-pub fn is_under(path: &str, prefix: &str) -> bool {
-    prefix.is_empty()
-        || path == prefix
-        || (path.len() > prefix.len() && path.starts_with(prefix) && path.as_bytes()[prefix.len()] == b'.')
 }

@@ -2,6 +2,7 @@
 
 use super::Module;
 use crate::param::{Buffer, Param};
+use memopt_core::ModulePath;
 
 /// One node of the module tree, as listed by [`module_infos`].
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -20,25 +21,22 @@ pub struct ModuleInfo {
     pub stateful: bool,
 }
 
-fn join(prefix: &str, name: &str) -> String {
-    if prefix.is_empty() {
-        name.to_string()
-    } else {
-        format!("{prefix}.{name}")
-    }
-}
-
-fn walk<'a>(m: &'a dyn Module, path: String, depth: usize, f: &mut dyn FnMut(&str, usize, &'a dyn Module)) {
+fn walk<'a>(
+    m: &'a dyn Module,
+    path: ModulePath,
+    depth: usize,
+    f: &mut dyn FnMut(&ModulePath, usize, &'a dyn Module),
+) {
     f(&path, depth, m);
     for (name, child) in m.children() {
-        walk(child, join(&path, &name), depth + 1, f);
+        walk(child, path.child(&name), depth + 1, f);
     }
 }
 
 /// Every module of the tree in pre-order (parents before children, children in order).
 pub fn module_infos(root: &dyn Module) -> Vec<ModuleInfo> {
     let mut out = Vec::new();
-    walk(root, String::new(), 0, &mut |path, depth, m| {
+    walk(root, ModulePath::root(), 0, &mut |path, depth, m| {
         out.push(ModuleInfo {
             path: path.to_string(),
             type_name: m.type_name(),
@@ -71,9 +69,9 @@ pub fn find_module<'a>(root: &'a dyn Module, path: &str) -> Option<&'a dyn Modul
 /// Every parameter of the tree with its full path (`features.0.weight`), in pre-order.
 pub fn named_params(root: &dyn Module) -> Vec<(String, &Param)> {
     let mut out = Vec::new();
-    walk(root, String::new(), 0, &mut |path, _, m| {
+    walk(root, ModulePath::root(), 0, &mut |path, _, m| {
         for (name, p) in m.params() {
-            out.push((join(path, name), p));
+            out.push((path.child(name).to_string(), p));
         }
     });
     out
@@ -82,9 +80,9 @@ pub fn named_params(root: &dyn Module) -> Vec<(String, &Param)> {
 /// Every buffer of the tree with its full path, in pre-order.
 pub fn named_buffers(root: &dyn Module) -> Vec<(String, &Buffer)> {
     let mut out = Vec::new();
-    walk(root, String::new(), 0, &mut |path, _, m| {
+    walk(root, ModulePath::root(), 0, &mut |path, _, m| {
         for (name, b) in m.buffers() {
-            out.push((join(path, name), b));
+            out.push((path.child(name).to_string(), b));
         }
     });
     out
@@ -94,7 +92,7 @@ pub fn named_buffers(root: &dyn Module) -> Vec<(String, &Buffer)> {
 /// the time steps, with the reason.
 pub fn time_coupling_in(root: &dyn Module, root_path: &str, training: bool) -> Option<(String, String)> {
     let mut found = None;
-    walk(root, root_path.to_string(), 0, &mut |path, _, m| {
+    walk(root, ModulePath::from(root_path), 0, &mut |path, _, m| {
         if found.is_none()
             && let Some(reason) = m.time_coupling(training)
         {

@@ -10,32 +10,31 @@ use crate::autograd::{BackwardGrads, BackwardOp, SavedTensor, Tape, Var, VarId};
 use crate::context::Cx;
 use crate::{CheckpointError, Result};
 use memopt_core::memory::{Phase, Scope, enter_scope};
-use memopt_core::{MemoryKind, RngState, Tensor, kernels};
+use memopt_core::{MemoryKind, ModulePath, RngState, Tensor, kernels};
 use std::collections::BTreeMap;
 use std::ops::Range;
-use std::sync::Arc;
 
 /// What one chunk needs for its recomputation.
 struct ChunkSave {
     inputs: Vec<SavedInput>,
-    states: Vec<(Arc<str>, SavedTensor)>,
+    states: Vec<(ModulePath, SavedTensor)>,
     rng: RngState,
 }
 
 struct CheckpointBackward<'m> {
     segment: Segment<'m>,
     /// Scope the segment runs in (the module's path, or its container's for a child range).
-    path: Arc<str>,
+    path: ModulePath,
     /// Path prefixes of the neuron states the segment carries.
-    state_prefixes: Vec<String>,
+    state_prefixes: Vec<ModulePath>,
     chunks: Vec<ChunkSave>,
     spans: Vec<Range<usize>>,
     /// Whether each input wants a gradient.
     input_needs: Vec<bool>,
     /// Paths of the states the segment started from (node inputs after the regular inputs).
-    entry_states: Vec<Arc<str>>,
+    entry_states: Vec<ModulePath>,
     /// Paths of the states the segment ended with (node outputs after the regular outputs).
-    final_states: Vec<Arc<str>>,
+    final_states: Vec<ModulePath>,
     /// Number of regular outputs.
     n_out: usize,
 }
@@ -129,7 +128,7 @@ fn chunk_spans(
 /// [`Cx::call_here`] and [`Cx::call_children`] while recording.
 pub(crate) fn forward<'m>(
     cx: &mut Cx<'m>,
-    path: Arc<str>,
+    path: ModulePath,
     segment: Segment<'m>,
     inputs: Vec<Var>,
     policy: Policy,
@@ -196,7 +195,7 @@ type ChunkRun = (Vec<ChunkSave>, Vec<Tensor>);
 fn run_chunks<'m>(
     cx: &mut Cx<'m>,
     segment: &Segment<'m>,
-    state_prefixes: &[String],
+    state_prefixes: &[ModulePath],
     inputs: &[Var],
     spans: &[Range<usize>],
     rng_entry: RngState,
@@ -297,7 +296,7 @@ impl<'m> CheckpointBackward<'m> {
             n_out,
         } = self;
         let state_grads = out_grads.split_off(n_out);
-        let mut carry: BTreeMap<Arc<str>, Tensor> = final_states
+        let mut carry: BTreeMap<ModulePath, Tensor> = final_states
             .into_iter()
             .zip(state_grads)
             .filter_map(|(p, g)| g.map(|g| (p, g)))

@@ -5,6 +5,7 @@ use crate::Result;
 use crate::autograd::Var;
 use crate::context::Cx;
 use crate::module::{Module, time_coupling_in};
+use memopt_core::ModulePath;
 
 /// A module, or children `start..end` of a container whose children form a chain.
 #[derive(Clone, Copy)]
@@ -48,19 +49,13 @@ impl<'m> Segment<'m> {
 
     /// Path prefixes of the stateful modules the segment may run, given the scope path it runs
     /// in (the module's own path, or the container's).
-    pub(crate) fn state_prefixes(&self, path: &str) -> Vec<String> {
+    pub(crate) fn state_prefixes(&self, path: &ModulePath) -> Vec<ModulePath> {
         match *self {
-            Segment::Module(_) => vec![path.to_string()],
+            Segment::Module(_) => vec![path.clone()],
             Segment::Children { parent, start, end } => parent
                 .children_in(start, end)
                 .into_iter()
-                .map(|(name, _)| {
-                    if path.is_empty() {
-                        name
-                    } else {
-                        format!("{path}.{name}")
-                    }
-                })
+                .map(|(name, _)| path.child(&name))
                 .collect(),
         }
     }
@@ -69,19 +64,12 @@ impl<'m> Segment<'m> {
     pub(crate) fn time_coupling(&self, path: &str, training: bool) -> Option<(String, String)> {
         match *self {
             Segment::Module(m) => time_coupling_in(m, path, training),
-            Segment::Children { parent, start, end } => {
-                parent
-                    .children_in(start, end)
-                    .into_iter()
-                    .find_map(|(name, child)| {
-                        let p = if path.is_empty() {
-                            name
-                        } else {
-                            format!("{path}.{name}")
-                        };
-                        time_coupling_in(child, &p, training)
-                    })
-            }
+            Segment::Children { parent, start, end } => parent
+                .children_in(start, end)
+                .into_iter()
+                .find_map(|(name, child)| {
+                    time_coupling_in(child, &ModulePath::from(path).child(&name), training)
+                }),
         }
     }
 }

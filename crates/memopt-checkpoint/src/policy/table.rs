@@ -4,6 +4,7 @@ use super::segment::Segment;
 use super::{PLAN_VERSION, Plan, PlanEntry, Policy};
 use crate::module::{Module, find_module, module_infos};
 use crate::{CheckpointError, Result};
+use memopt_core::ModulePath;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -168,7 +169,7 @@ impl PolicyTable {
         let mut next = self.clone();
         next.map.remove(path);
         for c in children {
-            let child = if path.is_empty() { c } else { format!("{path}.{c}") };
+            let child = ModulePath::from(path).child(&c);
             next = next.with(root, &child, policy, run)?;
         }
         Ok(next)

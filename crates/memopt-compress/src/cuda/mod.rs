@@ -1,15 +1,18 @@
-//! The CUDA path: CUDA C kernels (compiled at run time by NVRTC through memopt-core's cache)
-//! launched on [`memopt_core::Device::Cuda`] tensors. Without a driver, a GPU or NVRTC every
-//! entry point returns a clear error.
+//! The CUDA halves of compression: CUDA C kernels (compiled at run time by NVRTC through
+//! memopt-core's cache) launched through the backend seam on buffers the entry points in
+//! [`crate::binary`] have already allocated, exactly as on the CPU and Meta. Every launch goes
+//! through [`launch_kernel`] with this crate's signature tables. Without a driver, a GPU or
+//! NVRTC every entry point returns a clear error.
 
 use crate::binary::CudaKernels;
-use crate::{CompressError, Packed, Result};
-use cudarc::driver::{CudaSlice, CudaStream, DeviceRepr, LaunchConfig, PushKernelArg};
-use half::{bf16, f16};
-use memopt_core::cuda::{KernelSource, cuda_function};
-use memopt_core::storage::{CudaData, Storage, StorageData, cuda_context};
-use memopt_core::{CoreError, DType, MemoryKind, Tensor};
-use std::sync::Arc;
+use crate::cpu::SpikeElem;
+use crate::{CompressError, Result};
+use memopt_core::CoreError;
+use memopt_core::backend::CudaBackend;
+use memopt_core::cuda::{
+    ArgKind, BLOCK_THREADS, CudaPtr, KernelArg, KernelSource, KernelTable, MAX_BLOCKS, Signature, blocks,
+    launch_kernel, read_back,
+};
 
 /// BitSpike pack and unpack kernels (`bitspike_{pack,unpack}_{f32,f16,bf16}`).
 pub static BITSPIKE: KernelSource = KernelSource {
@@ -44,229 +47,140 @@ pub fn kernel_sources() -> [&'static KernelSource; 2] {
     [&BITSPIKE, &BYTES]
 }
 
-/// Threads per block of every kernel here.
-const BLOCK: u32 = 256;
-/// Most blocks launched; kernels loop over the rest (grid-stride).
-const MAX_BLOCKS: u64 = 16 * 1024;
+/// Parameters of every pack kernel: `(const W* x, u64 n, u8* out, int check, u64* first_bad)`.
+const PACK_PARAMS: &[(&str, ArgKind)] = &[
+    ("x", ArgKind::Ptr),
+    ("n", ArgKind::U64),
+    ("out", ArgKind::Ptr),
+    ("check", ArgKind::I32),
+    ("first_bad", ArgKind::Ptr),
+];
 
-fn config(work_items: u64, per_block: u64) -> LaunchConfig {
-    let blocks = work_items.div_ceil(per_block).clamp(1, MAX_BLOCKS) as u32;
-    LaunchConfig {
-        grid_dim: (blocks, 1, 1),
-        block_dim: (BLOCK, 1, 1),
-        shared_mem_bytes: 0,
+/// Parameters of every unpack kernel: `(const u8* in, u64 n, W* out)`.
+const UNPACK_PARAMS: &[(&str, ArgKind)] = &[("in", ArgKind::Ptr), ("n", ArgKind::U64), ("out", ArgKind::Ptr)];
+
+/// The signatures of three pack kernels and three unpack kernels, in that order.
+macro_rules! pack_unpack_signatures {
+    ($($pack:literal),*; $($unpack:literal),*) => {
+        &[
+            $(Signature { kernel: $pack, params: PACK_PARAMS },)*
+            $(Signature { kernel: $unpack, params: UNPACK_PARAMS },)*
+        ]
+    };
+}
+
+/// The signature of every kernel of [`BITSPIKE`].
+pub static BITSPIKE_TABLE: KernelTable = KernelTable {
+    source: &BITSPIKE,
+    signatures: pack_unpack_signatures!(
+        "bitspike_pack_f32", "bitspike_pack_f16", "bitspike_pack_bf16";
+        "bitspike_unpack_f32", "bitspike_unpack_f16", "bitspike_unpack_bf16"
+    ),
+};
+
+/// The signature of every kernel of [`BYTES`].
+pub static BYTES_TABLE: KernelTable = KernelTable {
+    source: &BYTES,
+    signatures: pack_unpack_signatures!(
+        "bytes_pack_f32", "bytes_pack_f16", "bytes_pack_bf16";
+        "bytes_unpack_f32", "bytes_unpack_f16", "bytes_unpack_bf16"
+    ),
+};
+
+/// Every kernel table of this crate, one per source of [`kernel_sources`].
+pub fn kernel_tables() -> [&'static KernelTable; 2] {
+    [&BITSPIKE_TABLE, &BYTES_TABLE]
+}
+
+/// Values per work item: a thread handles 8 values in the bit kernels (a warp 256 values per
+/// iteration), 1 value in the byte kernels.
+fn values_per_thread(kernels: &CudaKernels) -> u64 {
+    if std::ptr::eq(kernels.table, &BITSPIKE_TABLE) {
+        8
+    } else {
+        1
     }
 }
 
-fn driver(op: &'static str) -> impl Fn(cudarc::driver::DriverError) -> CompressError {
-    move |e| {
+/// A grid-stride launch over `items` work items: the grid depends on `items` only.
+fn grid(items: u64) -> memopt_core::cuda::LaunchConfig {
+    blocks(items.div_ceil(BLOCK_THREADS as u64).clamp(1, MAX_BLOCKS))
+}
+
+/// Sets the 8-byte status word at `status` to -1 (every byte 0xFF), queued on `gpu`'s stream
+/// before the pack kernel that `atomicMin`s into it.
+pub(crate) fn reset_status(gpu: CudaBackend, status: CudaPtr) -> Result<()> {
+    let stream = gpu.stream()?;
+    let err = |e: cudarc::driver::DriverError| -> CompressError {
         CoreError::Cuda {
-            op,
-            message: e.to_string(),
+            op: "resetting the binary check's status word",
+            message: format!("GPU {}: {e}", gpu.ordinal),
         }
         .into()
-    }
-}
-
-/// `len` uninitialized elements (a null slice when `len` is 0). Callers launch a kernel that
-/// writes every element before anything reads them.
-fn alloc_uninit<T: DeviceRepr>(stream: &Arc<CudaStream>, len: usize) -> Result<CudaSlice<T>> {
-    let r = if len == 0 {
-        stream.null()
-    } else {
-        // SAFETY: the memory is written by the kernel launched right after on the same stream
-        // before any read (see the callers).
-        unsafe { stream.alloc(len) }
     };
-    r.map_err(driver("allocating GPU memory"))
+    stream.context().bind_to_thread().map_err(err)?;
+    // SAFETY: `status` is the address of the caller's tracked 8-byte workspace buffer, held
+    // across this call, on the same GPU and stream; 0xFF bytes are the i64 -1.
+    unsafe { cudarc::driver::result::memset_d8_async(status.0, 0xFF, 8, stream.cu_stream()) }.map_err(err)
 }
 
-/// Values per pack work item: a thread handles 8 values in the bit kernel (a warp 256 values
-/// per iteration), 1 value in the byte kernel.
-fn values_per_thread(src: &KernelSource) -> u64 {
-    if std::ptr::eq(src, &BITSPIKE) { 8 } else { 1 }
+/// One pack launch: `n` values of `E` at `x` into the payload at `out`; with `status` (the
+/// check), a value other than 0 and 1 is an error naming the first one.
+pub(crate) struct PackLaunch {
+    /// The input's first value.
+    pub x: CudaPtr,
+    /// Values.
+    pub n: usize,
+    /// The payload.
+    pub out: CudaPtr,
+    /// The status word (already -1), when the values are checked.
+    pub status: Option<CudaPtr>,
+    /// The compressor's name, for the error.
+    pub compressor: &'static str,
 }
 
-/// Packs CUDA tensor `x` into a new tracked payload of `len` bytes with `kernels`; with
-/// `check`, a value other than 0 and 1 is an error naming the first one. Allocates the payload
-/// and (with `check`) the 8-byte status word, in the same order as the CPU.
-pub(crate) fn pack(
-    x: &Tensor,
-    ordinal: usize,
-    kernels: &CudaKernels,
-    len: usize,
-    check: bool,
-    compressor: &'static str,
-) -> Result<Tensor> {
-    const OP: &str = "compressing on the GPU";
-    let func = cuda_function(
-        ordinal,
-        kernels.source,
-        kernels.pack[CudaKernels::slot(x.dtype())],
-    )?;
-    let stream = cuda_context(ordinal)?.default_stream();
-    let n = x.elem_count();
-    let out = alloc_uninit::<u8>(&stream, len)?;
-    let payload = Arc::new(Storage::from_cuda(
-        CudaData::U8(out),
-        ordinal,
-        MemoryKind::Packed,
-    )?);
-    let status = match check {
-        true => {
-            let s = stream.clone_htod(&[-1i64]).map_err(driver(OP))?;
-            Some(Storage::from_cuda(
-                CudaData::I64(s),
-                ordinal,
-                MemoryKind::Workspace,
-            )?)
-        }
-        false => None,
-    };
-    if n > 0 {
-        let cfg = config(n as u64, BLOCK as u64 * values_per_thread(kernels.source));
-        let input = x.storage().read();
-        let mut out = payload.write();
-        let mut status_guard = status.as_ref().map(|s| s.write());
-        let StorageData::Cuda(CudaData::U8(out)) = &mut *out else {
-            unreachable!("the payload was just created as GPU bytes")
-        };
-        let status = match status_guard.as_deref_mut() {
-            Some(StorageData::Cuda(CudaData::I64(s))) => Some(s),
-            _ => None,
-        };
-        let range = x.storage_offset()..x.storage_offset() + n;
-        let args = PackArgs {
-            n,
-            out,
-            check,
-            status,
-            cfg,
-        };
-        match &*input {
-            StorageData::Cuda(CudaData::F32(s)) => launch_pack(&stream, &func, s, range, args)?,
-            StorageData::Cuda(CudaData::F16(s)) => launch_pack(&stream, &func, s, range, args)?,
-            StorageData::Cuda(CudaData::BF16(s)) => launch_pack(&stream, &func, s, range, args)?,
-            _ => return Err(not_gpu_float(compressor, x.dtype())),
-        }
+/// The CUDA half of packing values of type `E`.
+pub(crate) fn pack<E: SpikeElem>(gpu: CudaBackend, kernels: &CudaKernels, a: PackLaunch) -> Result<()> {
+    if a.n > 0 {
+        let items = (a.n as u64).div_ceil(values_per_thread(kernels));
+        let args = [
+            KernelArg::Ptr(a.x),
+            KernelArg::U64(a.n as u64),
+            KernelArg::Ptr(a.out),
+            KernelArg::I32(a.status.is_some() as i32),
+            KernelArg::Ptr(a.status.unwrap_or(CudaPtr(0))),
+        ];
+        let kernel = kernels.pack[CudaKernels::slot(E::DTYPE)];
+        launch_kernel(gpu, kernels.table, kernel, grid(items), &args)?;
     }
-    if let Some(s) = &status {
-        let first = match &*s.read() {
-            StorageData::Cuda(CudaData::I64(s)) => stream.clone_dtoh(s).map_err(driver(OP))?[0],
-            _ => -1,
-        };
-        if first >= 0 {
-            return Err(CompressError::NonBinary {
-                compressor,
-                index: first as u64,
-                value: value_at(x, &stream, first as usize)?,
-            });
-        }
+    let Some(status) = a.status else { return Ok(()) };
+    let first = read_back::<i64>(gpu, status, 1)?[0];
+    if first < 0 {
+        return Ok(());
     }
-    Ok(Tensor::from_storage(payload, [len])?)
-}
-
-struct PackArgs<'a> {
-    n: usize,
-    out: &'a mut CudaSlice<u8>,
-    check: bool,
-    status: Option<&'a mut CudaSlice<i64>>,
-    cfg: LaunchConfig,
-}
-
-fn launch_pack<T>(
-    stream: &Arc<CudaStream>,
-    func: &cudarc::driver::CudaFunction,
-    input: &CudaSlice<T>,
-    range: std::ops::Range<usize>,
-    a: PackArgs<'_>,
-) -> Result<()> {
-    let view = input.slice(range);
-    let n = a.n as u64;
-    let check = a.check as i32;
-    let null = 0u64;
-    let mut b = stream.launch_builder(func);
-    b.arg(&view).arg(&n).arg(a.out).arg(&check);
-    match a.status {
-        Some(s) => b.arg(s),
-        None => b.arg(&null),
-    };
-    // SAFETY: the arguments match the kernel signature (const W* x, u64 n, u8* out, int check,
-    // u64* first_bad): `view` holds n values of the kernel's dtype (chosen from the tensor's
-    // dtype), `out` holds the payload length the kernel writes, and first_bad is only used
-    // with `check`.
-    unsafe { b.launch(a.cfg) }.map_err(driver("launching a pack kernel"))?;
-    Ok(())
-}
-
-/// The value at row-major `index` of CUDA tensor `x`, as f64 (for error messages).
-fn value_at(x: &Tensor, stream: &Arc<CudaStream>, index: usize) -> Result<f64> {
-    const OP: &str = "reading a value back from the GPU";
-    let i = x.storage_offset() + index;
-    Ok(match &*x.storage().read() {
-        StorageData::Cuda(CudaData::F32(s)) => {
-            stream.clone_dtoh(&s.slice(i..i + 1)).map_err(driver(OP))?[0] as f64
-        }
-        StorageData::Cuda(CudaData::F16(s)) => {
-            stream.clone_dtoh(&s.slice(i..i + 1)).map_err(driver(OP))?[0].to_f64()
-        }
-        StorageData::Cuda(CudaData::BF16(s)) => {
-            stream.clone_dtoh(&s.slice(i..i + 1)).map_err(driver(OP))?[0].to_f64()
-        }
-        _ => f64::NAN,
+    let index = first as usize;
+    let value = read_back::<E>(gpu, a.x.offset(index, E::DTYPE.size_in_bytes()), 1)?[0];
+    Err(CompressError::NonBinary {
+        compressor: a.compressor,
+        index: index as u64,
+        value: value.value_f64(),
     })
 }
 
-fn not_gpu_float(compressor: &'static str, dtype: DType) -> CompressError {
-    CompressError::WrongDType {
-        compressor,
-        got: dtype,
-        accepted: crate::compressor::FLOAT_DTYPES,
+/// The CUDA half of unpacking `n` values of type `E` from the payload at `src` into `out`.
+pub(crate) fn unpack<E: SpikeElem>(
+    gpu: CudaBackend,
+    kernels: &CudaKernels,
+    src: CudaPtr,
+    n: usize,
+    out: CudaPtr,
+) -> Result<()> {
+    if n == 0 {
+        return Ok(());
     }
-}
-
-/// Unpacks a CUDA payload made with `kernels` into a new tracked tensor of the original shape
-/// and dtype (kind activation).
-pub(crate) fn unpack(packed: &Packed, ordinal: usize, kernels: &CudaKernels) -> Result<Tensor> {
-    let func = cuda_function(
-        ordinal,
-        kernels.source,
-        kernels.unpack[CudaKernels::slot(packed.dtype())],
-    )?;
-    let stream = cuda_context(ordinal)?.default_stream();
-    let n = packed.shape().elem_count();
-    let mut out = match packed.dtype() {
-        DType::F32 => CudaData::F32(alloc_uninit::<f32>(&stream, n)?),
-        DType::F16 => CudaData::F16(alloc_uninit::<f16>(&stream, n)?),
-        DType::BF16 => CudaData::BF16(alloc_uninit::<bf16>(&stream, n)?),
-        d => return Err(not_gpu_float(packed.kind().name(), d)),
-    };
-    if n > 0 {
-        let payload = packed.payload();
-        let guard = payload.storage().read();
-        let StorageData::Cuda(CudaData::U8(src)) = &*guard else {
-            return Err(
-                CoreError::invalid("decompressing on the GPU", "the payload is not GPU bytes").into(),
-            );
-        };
-        let off = payload.storage_offset();
-        let view = src.slice(off..off + payload.elem_count());
-        // Work items: packed bytes for the bit kernel (8 values each), values for the byte one.
-        let items = (n as u64).div_ceil(values_per_thread(kernels.source));
-        let cfg = config(items, BLOCK as u64);
-        let n64 = n as u64;
-        let mut b = stream.launch_builder(&func);
-        b.arg(&view).arg(&n64);
-        match &mut out {
-            CudaData::F32(o) => b.arg(o),
-            CudaData::F16(o) => b.arg(o),
-            CudaData::BF16(o) => b.arg(o),
-            _ => unreachable!("allocated as a float above"),
-        };
-        // SAFETY: the arguments match (const u8* in, u64 n, W* out): `view` holds the payload
-        // the pack kernel wrote for n values and `out` holds n values of the kernel's dtype.
-        unsafe { b.launch(cfg) }.map_err(driver("launching an unpack kernel"))?;
-    }
-    let storage = Storage::from_cuda(out, ordinal, MemoryKind::Activation)?;
-    Ok(Tensor::from_storage(Arc::new(storage), packed.shape().clone())?)
+    // Work items: packed bytes for the bit kernels (8 values each), values for the byte ones.
+    let items = (n as u64).div_ceil(values_per_thread(kernels));
+    let args = [KernelArg::Ptr(src), KernelArg::U64(n as u64), KernelArg::Ptr(out)];
+    let kernel = kernels.unpack[CudaKernels::slot(E::DTYPE)];
+    Ok(launch_kernel(gpu, kernels.table, kernel, grid(items), &args)?)
 }

@@ -37,17 +37,55 @@ pub fn gpu_with_nvrtc() -> std::result::Result<(), String> {
     }
 }
 
+/// The environment variable that turns every NVRTC-only test's skip into a failure (CI, which
+/// installs NVRTC without a GPU). `MEMOPT_REQUIRE_GPU=1` does too: a machine with a usable GPU
+/// has NVRTC (the GPU tests need it), so there a missing NVRTC is a broken setup, not a skip.
+pub const REQUIRE_NVRTC_VAR: &str = "MEMOPT_REQUIRE_NVRTC";
+
 /// Whether test `test` can compile CUDA C with NVRTC (no GPU needed): `true` to run; `false`
-/// after printing why it skips; panics when `MEMOPT_REQUIRE_NVRTC=1` (as in CI).
+/// after printing why it skips; panics naming the test and the reason when
+/// `MEMOPT_REQUIRE_NVRTC=1` or `MEMOPT_REQUIRE_GPU=1`.
 pub fn nvrtc_or_skip(test: &str) -> bool {
-    match super::nvrtc_available() {
-        Ok(()) => true,
-        Err(e) if std::env::var("MEMOPT_REQUIRE_NVRTC").as_deref() == Ok("1") => {
-            panic!("{test}: MEMOPT_REQUIRE_NVRTC=1 but {e}")
-        }
-        Err(e) => {
-            eprintln!("skipping {test}: {e}");
-            false
+    let missing = super::nvrtc_available().err().map(|e| e.to_string());
+    let required = [REQUIRE_NVRTC_VAR, REQUIRE_GPU_VAR]
+        .into_iter()
+        .find(|v| std::env::var(v).as_deref() == Ok("1"));
+    nvrtc_decision(test, missing, required).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// The rule of [`nvrtc_or_skip`] without the environment: run when nothing is `missing`;
+/// otherwise an error naming the test when a `required` variable is set, else a printed skip.
+fn nvrtc_decision(
+    test: &str,
+    missing: Option<String>,
+    required: Option<&str>,
+) -> std::result::Result<bool, String> {
+    let Some(missing) = missing else {
+        return Ok(true);
+    };
+    if let Some(var) = required {
+        return Err(format!("NVRTC test `{test}` cannot run: {var}=1 but {missing}"));
+    }
+    eprintln!(
+        "skipping NVRTC test `{test}`: {missing} (set {REQUIRE_NVRTC_VAR}=1 or {REQUIRE_GPU_VAR}=1 to make this a failure)"
+    );
+    Ok(false)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::nvrtc_decision;
+
+    #[test]
+    fn nvrtc_tests_skip_unless_a_variable_requires_them() {
+        assert_eq!(nvrtc_decision("t", None, Some("MEMOPT_REQUIRE_GPU")), Ok(true));
+        assert_eq!(nvrtc_decision("t", Some("no libnvrtc".into()), None), Ok(false));
+        for var in ["MEMOPT_REQUIRE_NVRTC", "MEMOPT_REQUIRE_GPU"] {
+            let e = nvrtc_decision("compiles", Some("no libnvrtc".into()), Some(var)).unwrap_err();
+            assert!(
+                e.contains("`compiles`") && e.contains(var) && e.contains("no libnvrtc"),
+                "{e}"
+            );
         }
     }
 }

@@ -6,12 +6,14 @@ mod allocation;
 pub mod caching;
 mod event;
 mod kind;
+mod module_path;
 mod scope;
 mod tracker;
 
 pub use allocation::{Allocation, AllocationId};
 pub use event::{MemoryAction, MemoryEvent};
 pub use kind::MemoryKind;
+pub use module_path::ModulePath;
 pub use scope::{
     Phase, PhaseGuard, Scope, ScopeEvent, ScopeGuard, ScopeListener, ScopeListenerGuard, ScopeTransition,
     add_scope_listener, current_scope, enter_module, enter_phase, enter_scope,

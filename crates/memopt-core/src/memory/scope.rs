@@ -4,10 +4,10 @@
 //! is entered or left (profilers use this for module boundaries and wall time). With no listener
 //! attached, entering and leaving a scope costs one thread-local flag check more than before.
 
+use super::ModulePath;
 use serde::{Deserialize, Serialize};
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
-use std::sync::Arc;
 use std::time::Instant;
 
 /// The phase of a training step.
@@ -45,16 +45,16 @@ impl std::fmt::Display for Phase {
     }
 }
 
-/// A module path (dot-separated, `""` for the root) and a phase. Cheap to clone.
+/// A module path and a phase. Cheap to clone.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Scope {
-    path: Arc<str>,
+    path: ModulePath,
     phase: Phase,
 }
 
 impl Scope {
     /// A scope from its parts.
-    pub fn new(path: impl Into<Arc<str>>, phase: Phase) -> Self {
+    pub fn new(path: impl Into<ModulePath>, phase: Phase) -> Self {
         Scope {
             path: path.into(),
             phase,
@@ -71,8 +71,8 @@ impl Scope {
         &self.path
     }
 
-    /// The shared path string.
-    pub fn path_arc(&self) -> &Arc<str> {
+    /// The module path as a value.
+    pub fn module_path(&self) -> &ModulePath {
         &self.path
     }
 
@@ -83,12 +83,7 @@ impl Scope {
 
     /// The scope of child module `name` in the same phase.
     pub fn child(&self, name: &str) -> Scope {
-        let path: Arc<str> = if self.path.is_empty() {
-            Arc::from(name)
-        } else {
-            Arc::from(format!("{}.{}", self.path, name))
-        };
-        Scope::new(path, self.phase)
+        Scope::new(self.path.child(name), self.phase)
     }
 
     /// The same path in another phase.

@@ -7,7 +7,7 @@ use crate::timing::TimingReport;
 use crate::workload::Workload;
 use memopt_checkpoint::{Plan, PlanEntry, Policy};
 use memopt_compress::CompressorKind;
-use memopt_core::Phase;
+use memopt_core::{ModulePath, Phase};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -79,11 +79,7 @@ pub struct CostModel {
 
 /// Whether `path` is `ancestor` or below it.
 fn within(path: &str, ancestor: &str) -> bool {
-    ancestor.is_empty()
-        || path == ancestor
-        || (path.len() > ancestor.len()
-            && path.starts_with(ancestor)
-            && path.as_bytes()[ancestor.len()] == b'.')
+    ModulePath::from(path).is_under(ancestor)
 }
 
 impl CostModel {

@@ -121,20 +121,7 @@ impl fmt::Display for TimingReport {
     }
 }
 
-/// Median of `v` (mean of the two middle values for an even count); 0 for none.
-pub fn median(v: &[f64]) -> f64 {
-    if v.is_empty() {
-        return 0.0;
-    }
-    let mut s = v.to_vec();
-    s.sort_by(f64::total_cmp);
-    let n = s.len();
-    if n % 2 == 1 {
-        s[n / 2]
-    } else {
-        (s[n / 2 - 1] + s[n / 2]) / 2.0
-    }
-}
+pub use memopt_core::stats::median;
 
 #[cfg(test)]
 mod tests {

@@ -64,12 +64,14 @@ impl<'m> Segment<'m> {
     pub(crate) fn time_coupling(&self, path: &str, training: bool) -> Option<(String, String)> {
         match *self {
             Segment::Module(m) => time_coupling_in(m, path, training),
-            Segment::Children { parent, start, end } => parent
-                .children_in(start, end)
-                .into_iter()
-                .find_map(|(name, child)| {
-                    time_coupling_in(child, &ModulePath::from(path).child(&name), training)
-                }),
+            Segment::Children { parent, start, end } => {
+                parent
+                    .children_in(start, end)
+                    .into_iter()
+                    .find_map(|(name, child)| {
+                        time_coupling_in(child, &ModulePath::from(path).child(&name), training)
+                    })
+            }
         }
     }
 }

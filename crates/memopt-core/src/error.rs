@@ -57,6 +57,16 @@ pub enum CoreError {
         /// Device of the tensor.
         device: Device,
     },
+    /// The CUDA half of an op asked for the device pointer of data that is not on a GPU.
+    #[error(
+        "{op}: a CUDA kernel was handed a tensor on {device}, which has no GPU memory; move it with to_device(cuda) first"
+    )]
+    NotOnGpu {
+        /// Operation that wanted the pointer.
+        op: &'static str,
+        /// Device of the data.
+        device: Device,
+    },
     /// The CUDA driver library could not be loaded, or failed to initialise.
     #[error("CUDA is unavailable: {reason}")]
     CudaUnavailable {

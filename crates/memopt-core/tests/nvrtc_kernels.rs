@@ -4,8 +4,10 @@
 //! multiply-add, no floating-point atomics). Without libnvrtc the test prints why it skips,
 //! unless MEMOPT_REQUIRE_NVRTC=1 (as in CI), where absence fails.
 
+use memopt_core::cuda::launchers::kernel_tables;
 use memopt_core::cuda::{
-    KernelSource, compile_cubin, compile_kernel_source, kernel_sources, nvrtc_or_skip, nvrtc_version,
+    KernelSource, KernelTable, compile_cubin, compile_kernel_source, kernel_sources, nvrtc_or_skip,
+    nvrtc_version,
 };
 
 /// Names of the `extern "C" __global__` functions a source defines, read from its text
@@ -80,8 +82,67 @@ fn entries(ptx: &str) -> Vec<(&str, &str)> {
     out
 }
 
-/// Compiles one source to PTX and for sm_90 and checks it; returns its kernel count.
-fn check_source(src: &KernelSource) -> usize {
+/// The parameter types of an `.entry` header (`(.param .u64 k_param_0, .param .align 8 .b8
+/// k_param_1[88])`), without their names: `.u64`, `.align 8 .b8 [88]`.
+fn ptx_params(entry: &str) -> Vec<String> {
+    let open = entry.find('(').map_or(entry.len(), |i| i + 1);
+    let close = entry[open..].find(')').map_or(entry.len(), |i| open + i);
+    entry[open..close]
+        .split(',')
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+        .map(|p| {
+            let words: Vec<&str> = p.split_whitespace().skip(1).collect();
+            let (name, types) = words.split_last().expect("a .param has a type and a name");
+            let size = name.find('[').map_or("", |i| &name[i..]);
+            let types = types.join(" ");
+            if size.is_empty() {
+                types
+            } else {
+                format!("{types} {size}")
+            }
+        })
+        .collect()
+}
+
+/// Every kernel of `table`'s source has a signature, and each signature's kinds are the
+/// `.param` list of the kernel's `.entry` in `ptx`: a launch (typed by the table) can pass
+/// neither the wrong number nor the wrong kind of arguments.
+fn check_signatures(table: &KernelTable, ptx: &str) {
+    let src = table.source;
+    let mut with_signature: Vec<&str> = table.signatures.iter().map(|s| s.kernel).collect();
+    let mut declared = src.kernels.to_vec();
+    with_signature.sort();
+    declared.sort();
+    assert_eq!(
+        with_signature, declared,
+        "{}: kernels with a launch signature vs declared",
+        src.name
+    );
+    let entries = entries(ptx);
+    for sig in table.signatures {
+        let (_, body) = entries
+            .iter()
+            .find(|(name, _)| *name == sig.kernel)
+            .unwrap_or_else(|| panic!("{}: no .entry {}", src.name, sig.kernel));
+        let want: Vec<String> = sig.params.iter().map(|p| p.1.ptx_type()).collect();
+        let got = ptx_params(body);
+        assert_eq!(
+            want, got,
+            "{}: {} launches with {:?}, the PTX takes {got:?}",
+            src.name, sig.kernel, sig.params
+        );
+    }
+}
+
+/// Compiles one source to PTX and for sm_90 and checks it (including its launch signatures
+/// against the PTX); returns its kernel count.
+fn check_source(src: &KernelSource, table: &KernelTable) -> usize {
+    assert!(
+        std::ptr::eq(src, table.source),
+        "{}: table of another source",
+        src.name
+    );
     let mut declared: Vec<String> = src.kernels.iter().map(|k| k.to_string()).collect();
     let mut defined = defined_kernels(src);
     declared.sort();
@@ -92,6 +153,7 @@ fn check_source(src: &KernelSource) -> usize {
     // compile_kernel_source fails unless the PTX defines every declared kernel.
     let ptx = compile_kernel_source(src).unwrap_or_else(|e| panic!("{e}"));
     let text = ptx.to_src();
+    check_signatures(table, &text);
     // --fmad=false: no contraction of a * b + c (the CPU rounds twice). Only kernels that
     // call CUDA's exp/log (not bit-identical to the CPU's libm anyway) contain the fused
     // operations of those library functions.
@@ -138,7 +200,8 @@ fn every_training_kernel_compiles_to_ptx_and_for_sm_90() {
     let total: usize = std::thread::scope(|scope| {
         let handles: Vec<_> = kernel_sources()
             .into_iter()
-            .map(|src| scope.spawn(move || check_source(src)))
+            .zip(kernel_tables())
+            .map(|(src, table)| scope.spawn(move || check_source(src, table)))
             .collect();
         handles.into_iter().map(|h| h.join().unwrap()).sum()
     });

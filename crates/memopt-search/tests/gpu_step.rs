@@ -139,7 +139,7 @@ fn check_model(name: &str, n: usize, plans: usize) {
         );
         assert_eq!(bits(&planned.states), bits(&gpu.states), "{what}: neuron states");
         assert_eq!(
-            step(&workload, plan, Device::META).peak,
+            step(&workload, plan, GPU.meta()).peak,
             planned.peak,
             "{what}: Meta (CUDA target) peak vs GPU peak"
         );

@@ -5,8 +5,9 @@
 //! - [`Device::Cpu`]: the CPU backend computes (rayon + `gemm`);
 //! - [`Device::META`]: computes nothing; the allocations above are the whole effect, which is
 //!   what makes a Meta step's peak exact for the target it carries;
-//! - [`Device::Cuda`]: the CUDA backend, which answers [`CoreError::Unsupported`] naming the op
-//!   until that op is ported ([`launch_on`] gives an op its CUDA half).
+//! - [`Device::Cuda`]: the CUDA backend: the op's CUDA half ([`compute`], [`launch_on`]) launches
+//!   the kernels of [`crate::cuda::launchers`] and cuBLAS ([`crate::cuda::gemm`]) on the device
+//!   addresses of the same buffers; [`launch`] (CPU-only code) answers [`CoreError::Unsupported`].
 //!
 //! Allocation never happens inside a backend, so Meta, CPU and CUDA allocate alike by
 //! construction. See ARCHITECTURE.md, "The backend seam".
@@ -33,6 +34,12 @@ impl CudaBackend {
             hint: "; move the tensors to the cpu (to_device) or plan on the meta device".into(),
         }
     }
+
+    /// The one stream of this GPU, on which every kernel, copy and allocation runs in program
+    /// order ([`crate::cuda::stream`]).
+    pub fn stream(self) -> Result<std::sync::Arc<crate::cuda::CudaStream>> {
+        crate::cuda::stream(self.ordinal)
+    }
 }
 
 /// Runs the compute half of `op` on `device`'s backend, once the entry point has validated and
@@ -53,6 +60,29 @@ pub fn launch_on<E: From<CoreError>>(
         Device::Cpu => cpu(),
         Device::Meta(_) => Ok(()),
         Device::Cuda(ordinal) => cuda(CudaBackend { ordinal }),
+    }
+}
+
+/// The backend that computes an op on a device that holds data, handed to [`compute`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Compute {
+    /// The CPU backend.
+    Cpu,
+    /// The CUDA backend of one GPU.
+    Cuda(CudaBackend),
+}
+
+/// Runs the compute half of an op once its entry point has validated and allocated: `f` with
+/// the CPU or CUDA backend, nothing on Meta. The one-closure form of [`launch_on`], for ops
+/// whose two halves write the same buffers (two closures cannot both borrow them mutably).
+pub fn compute<E: From<CoreError>>(
+    device: Device,
+    f: impl FnOnce(Compute) -> std::result::Result<(), E>,
+) -> std::result::Result<(), E> {
+    match device {
+        Device::Cpu => f(Compute::Cpu),
+        Device::Meta(_) => Ok(()),
+        Device::Cuda(ordinal) => f(Compute::Cuda(CudaBackend { ordinal })),
     }
 }
 

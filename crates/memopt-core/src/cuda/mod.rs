@@ -25,16 +25,26 @@
 
 mod cache;
 mod gate;
+pub mod gemm;
+mod launch;
+pub mod launchers;
 mod nvrtc;
+mod params;
 pub mod sources;
 
 pub use cache::{cuda_function, loaded_module_count};
 pub use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, CudaView, LaunchConfig, PushKernelArg};
 pub use cudarc::nvrtc::Ptx;
 pub use gate::{REQUIRE_GPU_VAR, gpu_for_test, gpu_or_skip, gpu_with_nvrtc, nvrtc_or_skip};
+pub use launch::{
+    ArgKind, BLOCK_THREADS, CudaPtr, KernelArg, KernelTable, MAX_BLOCKS, Signature, blocks, copy_device,
+    grid_for, launch_kernel, read_back, stream,
+};
+pub(crate) use launch::{arg_type, kernel_table};
 pub use nvrtc::{
     NVRTC_OPTIONS, compile_cubin, compile_kernel_source, compile_ptx, nvrtc_available, nvrtc_version,
 };
+pub use params::{ConvGeom, NeuronBackwardConsts, PoolGeom};
 pub use sources::kernel_sources;
 
 /// A CUDA C translation unit compiled at run time, and the `extern "C"` kernels it defines.

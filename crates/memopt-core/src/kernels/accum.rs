@@ -2,7 +2,9 @@
 //! tracked f64 workspace for partial sums that are computed in parallel and combined in index
 //! order. Results never depend on the number of threads.
 
+use crate::backend::CudaBackend;
 use crate::backend::{Init, Target};
+use crate::cuda::{CudaPtr, LaunchConfig, blocks, grid_for, launchers};
 use crate::{Device, KernelBuffer, Result};
 use rayon::prelude::*;
 use std::ops::Range;
@@ -26,6 +28,11 @@ impl F64Workspace {
         // i64 and f64 have the same size and alignment and every bit pattern is valid for both,
         // so the cast cannot fail.
         Ok(bytemuck::cast_slice_mut::<i64, f64>(self.0.host_mut()?))
+    }
+
+    /// The device address of the first value, for the CUDA half of an op.
+    pub(crate) fn cuda_ptr(&mut self) -> Result<CudaPtr> {
+        self.0.cuda_ptr()
     }
 }
 
@@ -94,6 +101,40 @@ impl BlockedSum {
             None
         };
         Ok(BlockedSum { n, block, ws })
+    }
+
+    /// Indices per block.
+    pub(crate) fn block(&self) -> usize {
+        self.block
+    }
+
+    /// The device address of the f64 partials (one per block), or `None` when there is a
+    /// single block and so no workspace: the CUDA half of an op then writes its result directly.
+    pub(crate) fn cuda_parts(&mut self) -> Result<Option<CudaPtr>> {
+        self.ws.as_mut().map(F64Workspace::cuda_ptr).transpose()
+    }
+
+    /// The CUDA half of the sum: `per_block(parts, grid)` launches the kernel that writes one
+    /// f64 part per block (`parts` is null with one block: the kernel then writes `out` itself),
+    /// on a grid of `lanes_per_block` threads per block (8 for the group-of-8 kernels, 1 for
+    /// one thread per block); with several blocks `reduce_parts` then adds the parts in block
+    /// order and writes `out[0] = (sum * factor / divisor) as f32`. Grids depend on `n` only.
+    pub(crate) fn run_cuda(
+        &mut self,
+        gpu: CudaBackend,
+        lanes_per_block: u64,
+        per_block: impl FnOnce(CudaPtr, LaunchConfig) -> Result<()>,
+        (factor, divisor): (f64, f64),
+        out: CudaPtr,
+    ) -> Result<()> {
+        let count = (self.n as u64).div_ceil(self.block as u64);
+        match self.cuda_parts()? {
+            Some(parts) => {
+                per_block(parts, grid_for(count * lanes_per_block))?;
+                launchers::reduce::reduce_parts(gpu, blocks(1), parts, count, factor, divisor, out)
+            }
+            None => per_block(CudaPtr(0), grid_for(lanes_per_block)),
+        }
     }
 
     /// `sum over blocks of block_sum(range)`, blocks added in order. The CPU half of an op.

@@ -2,7 +2,9 @@
 //! never stored: backward regenerates it from the same state, so replaying a checkpointed
 //! segment with its saved [`RngState`] reproduces the forward mask exactly.
 
-use crate::backend::{Init, launch};
+use crate::backend::{Compute, Init, compute};
+use crate::cuda::grid_for;
+use crate::cuda::launchers::dropout as gpu_k;
 use crate::memory::MemoryKind;
 use crate::rng::{RngState, philox4x32_10};
 use crate::{CoreError, KernelBuffer, Result, Tensor};
@@ -64,9 +66,29 @@ fn masked(
     check(op, p, mask_period, x.elem_count())?;
     let xr = x.read::<f32>(op)?;
     let mut out = KernelBuffer::<f32>::new(op, x.device(), x.elem_count(), kind, Init::Overwritten)?;
-    launch(op, x.device(), || {
+    let scale = 1.0 / (1.0 - p);
+    let n = x.elem_count() as u64;
+    compute(x.device(), |backend| {
+        if let Compute::Cuda(gpu) = backend {
+            // The same Philox positions as the CPU: offset + (i mod period), wrapping.
+            let (xp, period) = (xr.cuda_ptr()?, mask_period as u64);
+            return match n {
+                0 => Ok(()),
+                _ => gpu_k::dropout_mask(
+                    gpu,
+                    grid_for(n),
+                    xp,
+                    n,
+                    rng.seed,
+                    rng.offset,
+                    period,
+                    p,
+                    scale,
+                    out.cuda_ptr()?,
+                ),
+            };
+        }
         let (xs, os) = (xr.host()?, out.host_mut()?);
-        let scale = 1.0 / (1.0 - p);
         os.par_chunks_mut(CHUNK)
             .zip(xs.par_chunks(CHUNK))
             .enumerate()

@@ -2,9 +2,14 @@
 //! in-place gradient accumulation.
 
 use super::par::{map1, map2, update2};
-use crate::backend::{Init, launch};
+use crate::backend::{Compute, CudaBackend, Init, compute};
+use crate::cuda::launchers::elementwise as gpu_k;
+use crate::cuda::{CudaPtr, grid_for};
 use crate::memory::MemoryKind;
 use crate::{CoreError, KernelBuffer, Result, Tensor};
+
+/// The CUDA half of a binary op: a launcher taking `(gpu, grid, a, b, out, n)`.
+type BinaryCuda = fn(CudaBackend, crate::cuda::LaunchConfig, CudaPtr, CudaPtr, CudaPtr, u64) -> Result<()>;
 
 fn same_shape(op: &'static str, a: &Tensor, b: &Tensor) -> Result<()> {
     a.expect_same_device(op, b)?;
@@ -24,12 +29,18 @@ fn unary(
     kind: MemoryKind,
     spike: bool,
     f: impl Fn(f32) -> f32 + Sync,
+    cuda: impl FnOnce(CudaBackend, CudaPtr, CudaPtr, u64) -> Result<()>,
 ) -> Result<Tensor> {
     let xr = x.read::<f32>(op)?;
-    let mut out = KernelBuffer::<f32>::new(op, x.device(), x.elem_count(), kind, Init::Overwritten)?;
-    launch(op, x.device(), || {
-        map1(xr.host()?, out.host_mut()?, f);
-        Ok(())
+    let n = x.elem_count();
+    let mut out = KernelBuffer::<f32>::new(op, x.device(), n, kind, Init::Overwritten)?;
+    compute(x.device(), |backend| match backend {
+        Compute::Cpu => {
+            map1(xr.host()?, out.host_mut()?, f);
+            Ok(())
+        }
+        Compute::Cuda(_) if n == 0 => Ok(()),
+        Compute::Cuda(gpu) => cuda(gpu, xr.cuda_ptr()?, out.cuda_ptr()?, n as u64),
     })?;
     Ok(out.into_tensor(x.shape().clone())?.with_spike_flag(spike))
 }
@@ -41,20 +52,37 @@ fn binary(
     kind: MemoryKind,
     spike: bool,
     f: impl Fn(f32, f32) -> f32 + Sync,
+    cuda: BinaryCuda,
 ) -> Result<Tensor> {
     same_shape(op, a, b)?;
     let (ar, br) = (a.read::<f32>(op)?, b.read::<f32>(op)?);
-    let mut out = KernelBuffer::<f32>::new(op, a.device(), a.elem_count(), kind, Init::Overwritten)?;
-    launch(op, a.device(), || {
-        map2(ar.host()?, br.host()?, out.host_mut()?, f);
-        Ok(())
+    let n = a.elem_count();
+    let mut out = KernelBuffer::<f32>::new(op, a.device(), n, kind, Init::Overwritten)?;
+    compute(a.device(), |backend| match backend {
+        Compute::Cpu => {
+            map2(ar.host()?, br.host()?, out.host_mut()?, f);
+            Ok(())
+        }
+        Compute::Cuda(_) if n == 0 => Ok(()),
+        Compute::Cuda(gpu) => {
+            let (pa, pb, po) = (ar.cuda_ptr()?, br.cuda_ptr()?, out.cuda_ptr()?);
+            cuda(gpu, grid_for(n as u64), pa, pb, po, n as u64)
+        }
     })?;
     Ok(out.into_tensor(a.shape().clone())?.with_spike_flag(spike))
 }
 
 /// `a + b` (same shapes). The sum of spikes is not a spike tensor (it may hold 2).
 pub fn add(a: &Tensor, b: &Tensor) -> Result<Tensor> {
-    binary("add", a, b, MemoryKind::Activation, false, |x, y| x + y)
+    binary(
+        "add",
+        a,
+        b,
+        MemoryKind::Activation,
+        false,
+        |x, y| x + y,
+        gpu_k::ew_add,
+    )
 }
 
 /// `a * b` (same shapes). The product of two spike tensors is a spike tensor.
@@ -66,6 +94,7 @@ pub fn mul(a: &Tensor, b: &Tensor) -> Result<Tensor> {
         MemoryKind::Activation,
         a.is_spike() && b.is_spike(),
         |x, y| x * y,
+        gpu_k::ew_mul,
     )
 }
 
@@ -77,17 +106,32 @@ pub fn scale(x: &Tensor, s: f32) -> Result<Tensor> {
         MemoryKind::Activation,
         x.is_spike() && s == 1.0,
         move |v| v * s,
+        move |gpu, x, out, n| gpu_k::ew_scale(gpu, grid_for(n), x, s, out, n),
     )
 }
 
 /// `max(x, 0)`. Keeps the spike flag.
 pub fn relu(x: &Tensor) -> Result<Tensor> {
-    unary("relu", x, MemoryKind::Activation, x.is_spike(), |v| v.max(0.0))
+    unary(
+        "relu",
+        x,
+        MemoryKind::Activation,
+        x.is_spike(),
+        |v| v.max(0.0),
+        |gpu, x, out, n| gpu_k::ew_relu(gpu, grid_for(n), x, out, n),
+    )
 }
 
 /// `1 / (1 + exp(-x))`.
 pub fn sigmoid(x: &Tensor) -> Result<Tensor> {
-    unary("sigmoid", x, MemoryKind::Activation, false, sigmoid_f32)
+    unary(
+        "sigmoid",
+        x,
+        MemoryKind::Activation,
+        false,
+        sigmoid_f32,
+        |gpu, x, out, n| gpu_k::ew_sigmoid(gpu, grid_for(n), x, out, n),
+    )
 }
 
 /// The logistic function on one value.
@@ -98,9 +142,14 @@ pub fn sigmoid_f32(v: f32) -> f32 {
 
 /// `grad * s`: the backward of [`scale`], recorded as a gradient.
 pub fn scale_backward(grad: &Tensor, s: f32) -> Result<Tensor> {
-    unary("scale_backward", grad, MemoryKind::Gradient, false, move |g| {
-        g * s
-    })
+    unary(
+        "scale_backward",
+        grad,
+        MemoryKind::Gradient,
+        false,
+        move |g| g * s,
+        move |gpu, g, out, n| gpu_k::ew_scale(gpu, grid_for(n), g, s, out, n),
+    )
 }
 
 /// `grad * other`: the backward of [`mul`] with respect to one operand.
@@ -112,14 +161,21 @@ pub fn mul_backward(grad: &Tensor, other: &Tensor) -> Result<Tensor> {
         MemoryKind::Gradient,
         false,
         |g, o| g * o,
+        gpu_k::ew_mul,
     )
 }
 
 /// Backward of [`relu`] given its input `x` (or, equally, its output).
 pub fn relu_backward(grad: &Tensor, x: &Tensor) -> Result<Tensor> {
-    binary("relu_backward", grad, x, MemoryKind::Gradient, false, |g, v| {
-        if v > 0.0 { g } else { 0.0 }
-    })
+    binary(
+        "relu_backward",
+        grad,
+        x,
+        MemoryKind::Gradient,
+        false,
+        |g, v| if v > 0.0 { g } else { 0.0 },
+        gpu_k::ew_relu_backward,
+    )
 }
 
 /// Backward of [`sigmoid`] given its output `y`: `grad * y * (1 - y)`.
@@ -131,6 +187,7 @@ pub fn sigmoid_backward(grad: &Tensor, y: &Tensor) -> Result<Tensor> {
         MemoryKind::Gradient,
         false,
         |g, s| g * s * (1.0 - s),
+        gpu_k::ew_sigmoid_backward,
     )
 }
 
@@ -146,9 +203,14 @@ pub fn add_assign(acc: &Tensor, x: &Tensor) -> Result<()> {
     }
     let xr = x.read::<f32>(OP)?;
     let mut w = acc.write::<f32>(OP)?;
-    launch(OP, acc.device(), || {
-        update2(w.host_mut()?, xr.host()?, |a, b| a + b);
-        Ok(())
+    let n = acc.elem_count() as u64;
+    compute(acc.device(), |backend| match backend {
+        Compute::Cpu => {
+            update2(w.host_mut()?, xr.host()?, |a, b| a + b);
+            Ok(())
+        }
+        Compute::Cuda(_) if n == 0 => Ok(()),
+        Compute::Cuda(gpu) => gpu_k::ew_add_assign(gpu, grid_for(n), w.cuda_ptr()?, xr.cuda_ptr()?, n),
     })
 }
 
@@ -162,9 +224,14 @@ pub fn assign(dst: &Tensor, src: &Tensor) -> Result<()> {
     }
     let sr = src.read::<f32>(OP)?;
     let mut w = dst.write::<f32>(OP)?;
-    launch(OP, dst.device(), || {
-        update2(w.host_mut()?, sr.host()?, |_, b| b);
-        Ok(())
+    let n = dst.elem_count() as u64;
+    compute(dst.device(), |backend| match backend {
+        Compute::Cpu => {
+            update2(w.host_mut()?, sr.host()?, |_, b| b);
+            Ok(())
+        }
+        Compute::Cuda(_) if n == 0 => Ok(()),
+        Compute::Cuda(gpu) => gpu_k::ew_assign(gpu, grid_for(n), w.cuda_ptr()?, sr.cuda_ptr()?, n),
     })
 }
 

@@ -3,7 +3,9 @@
 
 use super::accum::{BLOCK, BlockedSum, sum_zip_f64};
 use super::par::map2;
-use crate::backend::{Init, launch};
+use crate::backend::{Compute, Init, compute};
+use crate::cuda::launchers::loss as gpu_k;
+use crate::cuda::{grid_for, read_back};
 use crate::memory::MemoryKind;
 use crate::{CoreError, KernelBuffer, Result, Shape, Tensor};
 use rayon::prelude::*;
@@ -45,6 +47,24 @@ fn check_labels(op: &'static str, labels: &[i64], c: usize) -> Result<()> {
     }
 }
 
+/// Checks the labels of `labels` (read with `yr`) on `labels`' device: on a GPU they are copied
+/// back (N values, untracked) and checked on the host before any kernel reads them.
+fn check_device_labels(
+    op: &'static str,
+    labels: &Tensor,
+    yr: &crate::DataRead<'_, i64>,
+    c: usize,
+) -> Result<()> {
+    compute(labels.device(), |backend| match backend {
+        Compute::Cpu => check_labels(op, yr.host()?, c),
+        Compute::Cuda(gpu) => check_labels(
+            op,
+            &read_back::<i64>(gpu, yr.cuda_ptr()?, labels.elem_count())?,
+            c,
+        ),
+    })
+}
+
 /// `(max, log(sum(exp(row - max))))` of one row, in f64.
 fn log_sum_exp(row: &[f32]) -> (f64, f64) {
     let max = row.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v)) as f64;
@@ -59,11 +79,23 @@ pub fn cross_entropy(logits: &Tensor, labels: &Tensor) -> Result<Tensor> {
     const OP: &str = "cross_entropy";
     let (n, c) = check_ce(OP, logits, labels)?;
     let (lr, yr) = (logits.read::<f32>(OP)?, labels.read::<i64>(OP)?);
-    launch(OP, labels.device(), || check_labels(OP, yr.host()?, c))?;
+    check_device_labels(OP, labels, &yr, c)?;
     let mut out =
         KernelBuffer::<f32>::new(OP, logits.device(), 1, MemoryKind::Activation, Init::Overwritten)?;
     let mut sum = BlockedSum::new(OP, logits.device(), n, logits.device().target().sum_block() / c)?;
-    launch(OP, logits.device(), || {
+    compute(logits.device(), |backend| {
+        if let Compute::Cuda(gpu) = backend {
+            // One thread per block of rows, rows in order within it (the CPU's blocks).
+            let (xp, yp, op) = (lr.cuda_ptr()?, yr.cuda_ptr()?, out.cuda_ptr()?);
+            let (n64, c64, rows) = (n as u64, c as u64, sum.block() as u64);
+            return sum.run_cuda(
+                gpu,
+                1,
+                |parts, grid| gpu_k::ce_blocks(gpu, grid, xp, yp, n64, c64, rows, parts, op),
+                (1.0, n as f64),
+                op,
+            );
+        }
         let (xs, ys, o) = (lr.host()?, yr.host()?, out.host_mut()?);
         let total = sum.run(|rows| {
             rows.map(|i| {
@@ -91,7 +123,7 @@ pub fn cross_entropy_backward(grad_loss: &Tensor, logits: &Tensor, labels: &Tens
         logits.read::<f32>(OP)?,
         labels.read::<i64>(OP)?,
     );
-    launch(OP, labels.device(), || check_labels(OP, yr.host()?, c))?;
+    check_device_labels(OP, labels, &yr, c)?;
     let mut out = KernelBuffer::<f32>::new(
         OP,
         logits.device(),
@@ -99,7 +131,23 @@ pub fn cross_entropy_backward(grad_loss: &Tensor, logits: &Tensor, labels: &Tens
         MemoryKind::Gradient,
         Init::Overwritten,
     )?;
-    launch(OP, logits.device(), || {
+    compute(logits.device(), |backend| {
+        if let Compute::Cuda(gpu) = backend {
+            if n == 0 {
+                return Ok(());
+            }
+            let (gp, xp, yp) = (gr.cuda_ptr()?, lr.cuda_ptr()?, yr.cuda_ptr()?);
+            return gpu_k::ce_backward(
+                gpu,
+                grid_for(n as u64),
+                gp,
+                xp,
+                yp,
+                n as u64,
+                c as u64,
+                out.cuda_ptr()?,
+            );
+        }
         let (g, xs, ys, os) = (gr.host()?, lr.host()?, yr.host()?, out.host_mut()?);
         let scale = g[0] as f64 / n as f64;
         let rows_per_task = (BLOCK / c).max(1);
@@ -153,7 +201,18 @@ pub fn mse(pred: &Tensor, target: &Tensor) -> Result<Tensor> {
     let n = pred.elem_count();
     let mut out = KernelBuffer::<f32>::new(OP, pred.device(), 1, MemoryKind::Activation, Init::Overwritten)?;
     let mut sum = BlockedSum::new(OP, pred.device(), n, pred.device().target().sum_block())?;
-    launch(OP, pred.device(), || {
+    compute(pred.device(), |backend| {
+        if let Compute::Cuda(gpu) = backend {
+            let (pp, tp, op) = (pr.cuda_ptr()?, tr.cuda_ptr()?, out.cuda_ptr()?);
+            let (n64, block) = (n as u64, sum.block() as u64);
+            return sum.run_cuda(
+                gpu,
+                8,
+                |parts, grid| gpu_k::mse_blocks(gpu, grid, pp, tp, n64, block, parts, op),
+                (1.0, n as f64),
+                op,
+            );
+        }
         let (p, t, o) = (pr.host()?, tr.host()?, out.host_mut()?);
         let total = sum.run(|r| {
             sum_zip_f64(&p[r.clone()], &t[r], |a, b| {
@@ -181,7 +240,14 @@ pub fn mse_backward(grad_loss: &Tensor, pred: &Tensor, target: &Tensor) -> Resul
     );
     let n = pred.elem_count();
     let mut out = KernelBuffer::<f32>::new(OP, pred.device(), n, MemoryKind::Gradient, Init::Overwritten)?;
-    launch(OP, pred.device(), || {
+    compute(pred.device(), |backend| {
+        if let Compute::Cuda(gpu) = backend {
+            if n == 0 {
+                return Ok(());
+            }
+            let (gp, pp, tp) = (gr.cuda_ptr()?, pr.cuda_ptr()?, tr.cuda_ptr()?);
+            return gpu_k::mse_backward(gpu, grid_for(n as u64), gp, pp, tp, n as u64, out.cuda_ptr()?);
+        }
         let (g, p, t, os) = (gr.host()?, pr.host()?, tr.host()?, out.host_mut()?);
         let k = (2.0 * g[0] as f64 / n as f64) as f32;
         map2(p, t, os, |a, b| k * (a - b));

@@ -1,7 +1,9 @@
 //! Optimizer steps, in place and without allocation, with `torch.optim`'s semantics: SGD (with
 //! momentum, dampening, Nesterov and weight decay) and Adam (L2 weight decay, bias correction).
 
-use crate::backend::launch;
+use crate::backend::{Compute, compute};
+use crate::cuda::grid_for;
+use crate::cuda::launchers::optim as gpu_k;
 use crate::{CoreError, Result, Tensor};
 use rayon::prelude::*;
 
@@ -142,15 +144,37 @@ pub fn sgd_step(
     let gr = grad.read::<f32>(OP)?;
     let mut pw = param.write::<f32>(OP)?;
     let mut bw = buf.map(|b| b.write::<f32>(OP)).transpose()?;
-    launch(OP, param.device(), || {
+    let SgdConfig {
+        lr,
+        momentum,
+        dampening,
+        weight_decay: wd,
+        nesterov,
+    } = *cfg;
+    let n = param.elem_count() as u64;
+    compute(param.device(), |backend| {
+        if let Compute::Cuda(gpu) = backend {
+            let (pp, gp, grid) = (pw.cuda_ptr()?, gr.cuda_ptr()?, grid_for(n));
+            return match (n, bw.as_mut()) {
+                (0, _) => Ok(()),
+                (_, Some(b)) => gpu_k::sgd_momentum(
+                    gpu,
+                    grid,
+                    pp,
+                    gp,
+                    b.cuda_ptr()?,
+                    n,
+                    lr,
+                    momentum,
+                    dampening,
+                    wd,
+                    nesterov as i32,
+                    first_step as i32,
+                ),
+                (_, None) => gpu_k::sgd_plain(gpu, grid, pp, gp, n, lr, wd),
+            };
+        }
         let (p, g) = (pw.host_mut()?, gr.host()?);
-        let SgdConfig {
-            lr,
-            momentum,
-            dampening,
-            weight_decay: wd,
-            nesterov,
-        } = *cfg;
         let keep = 1.0 - dampening;
         let decayed = move |g: f32, p: f32| if wd != 0.0 { g + wd * p } else { g };
         match bw.as_mut().map(|b| b.host_mut()).transpose()? {
@@ -225,21 +249,45 @@ pub fn adam_step(
 
     let gr = grad.read::<f32>(OP)?;
     let (mut pw, mut mw, mut vw) = (param.write::<f32>(OP)?, m.write::<f32>(OP)?, v.write::<f32>(OP)?);
-    launch(OP, param.device(), || {
+    let AdamConfig {
+        lr,
+        beta1,
+        beta2,
+        eps,
+        weight_decay: wd,
+    } = *cfg;
+    // Bias corrections in f64, as PyTorch computes them on Python floats (the GPU gets the
+    // same rounded scalars).
+    let bias_correction1 = 1.0 - (beta1 as f64).powf(step as f64);
+    let bias_correction2 = 1.0 - (beta2 as f64).powf(step as f64);
+    let step_size = (lr as f64 / bias_correction1) as f32;
+    let bc2_sqrt = bias_correction2.sqrt() as f32;
+    let (w1, w2) = (1.0 - beta1, 1.0 - beta2);
+    let n = param.elem_count() as u64;
+    compute(param.device(), |backend| {
+        if let Compute::Cuda(gpu) = backend {
+            if n == 0 {
+                return Ok(());
+            }
+            let (pp, gp, mp, vp) = (pw.cuda_ptr()?, gr.cuda_ptr()?, mw.cuda_ptr()?, vw.cuda_ptr()?);
+            return gpu_k::adam(
+                gpu,
+                grid_for(n),
+                pp,
+                gp,
+                mp,
+                vp,
+                n,
+                step_size,
+                bc2_sqrt,
+                beta2,
+                eps,
+                wd,
+                w1,
+                w2,
+            );
+        }
         let (p, g, ms, vs) = (pw.host_mut()?, gr.host()?, mw.host_mut()?, vw.host_mut()?);
-        let AdamConfig {
-            lr,
-            beta1,
-            beta2,
-            eps,
-            weight_decay: wd,
-        } = *cfg;
-        // Bias corrections in f64, as PyTorch computes them on Python floats.
-        let bias_correction1 = 1.0 - (beta1 as f64).powf(step as f64);
-        let bias_correction2 = 1.0 - (beta2 as f64).powf(step as f64);
-        let step_size = (lr as f64 / bias_correction1) as f32;
-        let bc2_sqrt = bias_correction2.sqrt() as f32;
-        let (w1, w2) = (1.0 - beta1, 1.0 - beta2);
         p.par_chunks_mut(CHUNK)
             .zip(ms.par_chunks_mut(CHUNK))
             .zip(vs.par_chunks_mut(CHUNK))

@@ -4,7 +4,9 @@
 //! results are accurate and do not depend on the number of threads.
 
 use super::accum::{BLOCK, BlockedSum, sum_f64};
-use crate::backend::{Init, launch};
+use crate::backend::{Compute, Init, compute};
+use crate::cuda::grid_for;
+use crate::cuda::launchers::{elementwise as ew_k, reduce as gpu_k};
 use crate::memory::MemoryKind;
 use crate::{CoreError, KernelBuffer, Result, Shape, Tensor};
 use rayon::prelude::*;
@@ -30,10 +32,24 @@ fn reduce_all(op: &'static str, x: &Tensor, factor: f64) -> Result<Tensor> {
     let xr = x.read::<f32>(op)?;
     let mut out = KernelBuffer::<f32>::new(op, x.device(), 1, MemoryKind::Activation, Init::Overwritten)?;
     let mut sum = BlockedSum::new(op, x.device(), x.elem_count(), x.device().target().sum_block())?;
-    launch(op, x.device(), || {
-        let (xs, o) = (xr.host()?, out.host_mut()?);
-        o[0] = (sum.run(|r| sum_f64(&xs[r]))? * factor) as f32;
-        Ok(())
+    compute(x.device(), |backend| match backend {
+        Compute::Cpu => {
+            let (xs, o) = (xr.host()?, out.host_mut()?);
+            o[0] = (sum.run(|r| sum_f64(&xs[r]))? * factor) as f32;
+            Ok(())
+        }
+        Compute::Cuda(gpu) => {
+            let (xp, n) = (xr.cuda_ptr()?, x.elem_count() as u64);
+            let block = sum.block() as u64;
+            let op = out.cuda_ptr()?;
+            sum.run_cuda(
+                gpu,
+                8,
+                |parts, grid| gpu_k::sum_blocks(gpu, grid, xp, n, block, parts, factor, op),
+                (factor, 1.0),
+                op,
+            )
+        }
     })?;
     drop(sum);
     out.into_tensor(Shape::scalar())
@@ -78,9 +94,31 @@ fn reduce_dim(op: &'static str, x: &Tensor, dim: usize, mean: bool) -> Result<Te
         MemoryKind::Activation,
         Init::Overwritten,
     )?;
-    launch(op, x.device(), || {
+    let factor = if mean { 1.0 / d as f64 } else { 1.0 };
+    compute(x.device(), |backend| {
+        let gpu = match backend {
+            Compute::Cpu => None,
+            Compute::Cuda(gpu) => Some(gpu),
+        };
+        if let Some(gpu) = gpu {
+            let (count, xp, op) = ((outer * inner) as u64, xr.cuda_ptr(), out.cuda_ptr()?);
+            return match inner {
+                _ if count == 0 => Ok(()),
+                // One group of 8 lanes per contiguous row of d values.
+                1 => gpu_k::sum_rows(gpu, grid_for(count * 8), xp?, outer as u64, d as u64, factor, op),
+                _ => gpu_k::sum_columns(
+                    gpu,
+                    grid_for(count),
+                    xp?,
+                    outer as u64,
+                    d as u64,
+                    inner as u64,
+                    factor,
+                    op,
+                ),
+            };
+        }
         let (xs, os) = (xr.host()?, out.host_mut()?);
-        let factor = if mean { 1.0 / d as f64 } else { 1.0 };
         let row = |o: usize, orow: &mut [f32]| {
             let src = &xs[o * d * inner..(o + 1) * d * inner];
             if inner == 1 {
@@ -138,9 +176,22 @@ pub fn broadcast_dim(g: &Tensor, dim: usize, size: usize, scale: f32) -> Result<
         MemoryKind::Gradient,
         Init::Overwritten,
     )?;
-    launch(OP, g.device(), || {
-        if inner == 0 {
+    compute(g.device(), |backend| {
+        if inner == 0 || size == 0 || outer == 0 {
             return Ok(());
+        }
+        if let Compute::Cuda(gpu) = backend {
+            let (o, s, i) = (outer as u64, size as u64, inner as u64);
+            return ew_k::broadcast_dim(
+                gpu,
+                grid_for(o * s * i),
+                gr.cuda_ptr()?,
+                out.cuda_ptr()?,
+                o,
+                s,
+                i,
+                scale,
+            );
         }
         let (gs, os) = (gr.host()?, out.host_mut()?);
         let fill = |j: usize, line: &mut [f32]| {
@@ -169,7 +220,13 @@ pub fn broadcast_scalar(g: &Tensor, dims: &[usize], scale: f32) -> Result<Tensor
     let gr = g.read::<f32>(OP)?;
     let n = dims.iter().product();
     let mut out = KernelBuffer::<f32>::new(OP, g.device(), n, MemoryKind::Gradient, Init::Overwritten)?;
-    launch(OP, g.device(), || {
+    compute(g.device(), |backend| {
+        if let Compute::Cuda(gpu) = backend {
+            return match n as u64 {
+                0 => Ok(()),
+                n => ew_k::broadcast_scalar(gpu, grid_for(n), gr.cuda_ptr()?, out.cuda_ptr()?, n, scale),
+            };
+        }
         let (gs, os) = (gr.host()?, out.host_mut()?);
         let v = gs[0] * scale;
         if os.len() < SERIAL_BELOW {

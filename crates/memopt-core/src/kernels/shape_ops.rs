@@ -1,7 +1,8 @@
 //! Copies that change layout or role: concatenation along dimension 0 and contiguous copies with
 //! a new [`MemoryKind`], for every dtype.
 
-use crate::backend::{Init, launch};
+use crate::backend::{Compute, Init, compute};
+use crate::cuda::copy_device;
 use crate::memory::MemoryKind;
 use crate::{CoreError, DType, Element, KernelBuffer, Result, Shape, Tensor, bf16, f16};
 use rayon::prelude::*;
@@ -74,10 +75,18 @@ fn cat0_typed<T: Element>(parts: &[Tensor], shape: Shape, kind: MemoryKind) -> R
     // One part at a time: parts may be views of one storage, whose lock is not re-entered.
     for p in parts {
         let r = p.read::<T>(OP)?;
-        launch(OP, device, || {
-            let (src, dst) = (r.host()?, out.host_mut()?);
-            copy(&mut dst[at..at + src.len()], src);
-            Ok(())
+        let len = p.elem_count();
+        compute(device, |backend| match backend {
+            Compute::Cpu => {
+                let (src, dst) = (r.host()?, out.host_mut()?);
+                copy(&mut dst[at..at + src.len()], src);
+                Ok(())
+            }
+            Compute::Cuda(gpu) => {
+                let size = T::DTYPE.size_in_bytes();
+                let dst = out.cuda_ptr()?.offset(at, size);
+                copy_device(gpu, dst, r.cuda_ptr()?, len * size)
+            }
         })?;
         at += p.elem_count();
     }
@@ -94,10 +103,16 @@ fn copy_typed<T: Element>(x: &Tensor, kind: MemoryKind) -> Result<Tensor> {
     const OP: &str = "copy_as";
     let r = x.read::<T>(OP)?;
     let mut out = KernelBuffer::<T>::new(OP, x.device(), x.elem_count(), kind, Init::Overwritten)?;
-    launch(OP, x.device(), || {
-        let (src, dst) = (r.host()?, out.host_mut()?);
-        copy(dst, src);
-        Ok(())
+    compute(x.device(), |backend| match backend {
+        Compute::Cpu => {
+            let (src, dst) = (r.host()?, out.host_mut()?);
+            copy(dst, src);
+            Ok(())
+        }
+        Compute::Cuda(gpu) => {
+            let bytes = x.elem_count() * T::DTYPE.size_in_bytes();
+            copy_device(gpu, out.cuda_ptr()?, r.cuda_ptr()?, bytes)
+        }
     })?;
     out.into_tensor(x.shape().clone())
 }

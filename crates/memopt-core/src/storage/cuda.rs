@@ -140,3 +140,26 @@ impl CudaData {
         })
     }
 }
+
+impl CudaData {
+    /// The device address (CUdeviceptr) of the first element. Kernels reach a view's first
+    /// element at `device_ptr() + offset * element size`; see [`crate::DataRead::cuda_ptr`].
+    pub fn device_ptr(&self) -> u64 {
+        use cudarc::driver::DevicePtr;
+        fn base<T>(s: &CudaSlice<T>) -> u64 {
+            // Every launch goes to the one stream of the slice's GPU (`cuda::stream`), the one
+            // the slice was allocated on, so no cross-stream event is needed: the guard
+            // `device_ptr` returns records nothing in single-stream mode.
+            let (ptr, _sync) = s.device_ptr(s.stream());
+            ptr
+        }
+        match self {
+            CudaData::F32(s) => base(s),
+            CudaData::F16(s) => base(s),
+            CudaData::BF16(s) => base(s),
+            CudaData::U8(s) => base(s),
+            CudaData::U32(s) => base(s),
+            CudaData::I64(s) => base(s),
+        }
+    }
+}

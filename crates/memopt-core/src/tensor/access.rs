@@ -1,4 +1,5 @@
-//! Typed access to tensor data for kernels: host slices inside the CPU backend's half of an op.
+//! Typed access to tensor data for kernels: host slices inside the CPU backend's half of an op,
+//! device addresses ([`CudaPtr`]) inside its CUDA half.
 //!
 //! An op reads its inputs with [`Tensor::read`], allocates its outputs and workspace with
 //! [`KernelBuffer`] (in the same order on every device, so Meta and CPU record identical event
@@ -8,6 +9,7 @@
 
 use super::Tensor;
 use crate::backend::Init;
+use crate::cuda::CudaPtr;
 use crate::memory::MemoryKind;
 use crate::storage::{Element, Storage, StorageData};
 use crate::{CoreError, Device, Result, Shape};
@@ -52,6 +54,31 @@ fn host_slice_mut<'a, T: Element>(
     }
 }
 
+/// The device address of element `start` of `data` (elements of `T`), or the error of asking
+/// data that is not on a GPU or not of dtype `T`.
+fn device_ptr<T: Element>(
+    op: &'static str,
+    device: Device,
+    data: &StorageData,
+    start: usize,
+) -> Result<CudaPtr> {
+    match data {
+        StorageData::Cuda(d) if d.dtype() == T::DTYPE => {
+            // `start` lies inside an allocation of at most isize::MAX bytes (Storage::new
+            // checks), so the byte offset cannot overflow.
+            let bytes = (start * T::DTYPE.size_in_bytes()) as u64;
+            Ok(CudaPtr(d.device_ptr() + bytes))
+        }
+        StorageData::Cuda(d) => Err(CoreError::DTypeMismatch {
+            op,
+            expected: T::DTYPE,
+            got: d.dtype(),
+            hint: String::new(),
+        }),
+        _ => Err(CoreError::NotOnGpu { op, device }),
+    }
+}
+
 fn wrong_dtype<T: Element>(op: &'static str, d: &crate::storage::CpuData) -> CoreError {
     CoreError::DTypeMismatch {
         op,
@@ -76,6 +103,12 @@ impl<T: Element> DataRead<'_, T> {
     pub fn host(&self) -> Result<&[T]> {
         host_slice(self.op, self.device, &self.guard, self.range.clone())
     }
+
+    /// The device address of the view's first element, for the CUDA half of an op;
+    /// [`CoreError::NotOnGpu`] on the CPU or Meta. Valid while `self` is held.
+    pub fn cuda_ptr(&self) -> Result<CudaPtr> {
+        device_ptr::<T>(self.op, self.device, &self.guard, self.range.start)
+    }
 }
 
 /// Write access to a tensor's elements of type `T` (in-place kernels).
@@ -92,6 +125,12 @@ impl<T: Element> DataWrite<'_, T> {
     /// or on a GPU.
     pub fn host_mut(&mut self) -> Result<&mut [T]> {
         host_slice_mut(self.op, self.device, &mut self.guard, self.range.clone())
+    }
+
+    /// The device address of the view's first element, for the CUDA half of an op (which may
+    /// write through it); [`CoreError::NotOnGpu`] on the CPU or Meta. Valid while `self` is held.
+    pub fn cuda_ptr(&mut self) -> Result<CudaPtr> {
+        device_ptr::<T>(self.op, self.device, &self.guard, self.range.start)
     }
 }
 
@@ -169,6 +208,13 @@ impl<T: Element> KernelBuffer<T> {
     pub fn host_mut(&mut self) -> Result<&mut [T]> {
         let (op, device, len) = (self.op, self.storage.device(), self.storage.len());
         host_slice_mut(op, device, self.storage.data_mut(), 0..len)
+    }
+
+    /// The device address of the first element, for the CUDA half of an op;
+    /// [`CoreError::NotOnGpu`] on the CPU or Meta. Valid while `self` is held.
+    pub fn cuda_ptr(&mut self) -> Result<CudaPtr> {
+        let (op, device) = (self.op, self.storage.device());
+        device_ptr::<T>(op, device, self.storage.data_mut(), 0)
     }
 
     /// Number of elements.

@@ -64,8 +64,12 @@ impl Tensor {
     }
 
     /// A copy on `device`, recorded there with `kind`. Meta tensors cannot move to a device
-    /// with data (they have none); anything can move to Meta.
+    /// with data (they have none); anything can move to Meta. A copy within one GPU stays on
+    /// it (a device-to-device copy of the view); other moves go through tracked host staging.
     pub fn to_device_as(&self, device: Device, kind: MemoryKind) -> Result<Tensor> {
+        if matches!(device, Device::Cuda(_)) && device == self.device() {
+            return crate::kernels::copy_as(self, kind);
+        }
         let (dtype, n) = (self.dtype(), self.elem_count());
         let storage = match device {
             Device::Meta(_) => Storage::from_parts(StorageData::Meta, dtype, n, device, kind),

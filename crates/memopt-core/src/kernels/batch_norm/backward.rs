@@ -1,7 +1,8 @@
 //! Backward of training-mode batch normalisation.
 
-use super::{Layout, at, check_channel};
-use crate::backend::{Init, launch};
+use super::{Layout, at, check_channel, cuda};
+use crate::backend::{Compute, Init, compute};
+use crate::cuda::CudaPtr;
 use crate::kernels::accum::{F64Workspace, sum_f64, sum_zip_f64};
 use crate::kernels::{GradNeeds, Operand};
 use crate::memory::MemoryKind;
@@ -92,7 +93,28 @@ pub fn batch_norm_backward(args: BatchNormBackward<'_>) -> Result<BatchNormGrads
     {
         // The output gradient: read only, or read then overwritten with the input gradient.
         let mut grad_data = GradData::open(OP, grad_y, in_place)?;
-        launch(OP, dev, || {
+        compute(dev, |backend| {
+            if let Compute::Cuda(gpu) = backend {
+                let g = grad_data.cuda_ptr()?;
+                // In place, the input gradient overwrites the output gradient.
+                let gx = match (gx.as_mut().map(KernelBuffer::cuda_ptr).transpose()?, in_place) {
+                    (Some(p), _) => Some(p),
+                    (None, true) => Some(g),
+                    (None, false) => None,
+                };
+                let ptrs = cuda::BackwardPtrs {
+                    g,
+                    x: xr.cuda_ptr()?,
+                    weight: wr.as_ref().map(|r| r.cuda_ptr()).transpose()?,
+                    save_mean: mr.cuda_ptr()?,
+                    save_invstd: ir.cuda_ptr()?,
+                    gx,
+                    gw: gw.as_mut().map(KernelBuffer::cuda_ptr).transpose()?,
+                    gb: gb.as_mut().map(KernelBuffer::cuda_ptr).transpose()?,
+                    ws: ws.cuda_ptr()?,
+                };
+                return cuda::backward(gpu, l, ptrs);
+            }
             let (gs, xs, means, invstds, w) = (
                 grad_data.host()?,
                 xr.host()?,
@@ -191,6 +213,14 @@ impl<'a> GradData<'a> {
         match self {
             GradData::Read(r) => r.host(),
             GradData::Write(w) => w.host_mut().map(|s| &*s),
+        }
+    }
+
+    /// The device address of the data, for the CUDA half.
+    fn cuda_ptr(&mut self) -> Result<CudaPtr> {
+        match self {
+            GradData::Read(r) => r.cuda_ptr(),
+            GradData::Write(w) => w.cuda_ptr(),
         }
     }
 

@@ -8,13 +8,14 @@
 //! number of threads. Elementwise passes run in parallel over planes.
 
 mod backward;
+mod cuda;
 #[cfg(test)]
 mod tests;
 
 pub use backward::{BatchNormBackward, BatchNormGrads, batch_norm_backward};
 
 use super::accum::{F64Workspace, fill_parallel, sum_f64, sum_map_f64};
-use crate::backend::{Init, launch};
+use crate::backend::{Compute, Init, compute};
 use crate::memory::MemoryKind;
 use crate::{CoreError, KernelBuffer, Result, Tensor};
 use rayon::prelude::*;
@@ -234,7 +235,30 @@ pub fn batch_norm_train(args: BatchNormTrain<'_>) -> Result<BatchNormOutput> {
     let mut save_invstd = KernelBuffer::<f32>::new(OP, dev, l.c, MemoryKind::Activation, Init::Overwritten)?;
     // Workspace: per-plane partial sums, then the f64 mean and biased variance per channel.
     let mut ws = F64Workspace::new(OP, dev, l.planes() + 2 * l.c, Init::Overwritten)?;
-    launch(OP, dev, || {
+    // The running statistics are written in place (checked above not to share storage with
+    // anything read here).
+    let mut run_w = match &running {
+        Some(r) => Some((r.mean.write::<f32>(OP)?, r.var.write::<f32>(OP)?)),
+        None => None,
+    };
+    compute(dev, |backend| {
+        if let Compute::Cuda(gpu) = backend {
+            let running = match run_w.as_mut() {
+                Some((mw, vw)) => Some((mw.cuda_ptr()?, vw.cuda_ptr()?)),
+                None => None,
+            };
+            let ptrs = cuda::TrainPtrs {
+                x: xr.cuda_ptr()?,
+                weight: wr.as_ref().map(|r| r.cuda_ptr()).transpose()?,
+                bias: br.as_ref().map(|r| r.cuda_ptr()).transpose()?,
+                y: y.cuda_ptr()?,
+                save_mean: save_mean.cuda_ptr()?,
+                save_invstd: save_invstd.cuda_ptr()?,
+                running,
+                ws: ws.cuda_ptr()?,
+            };
+            return cuda::train(gpu, l, (momentum, eps), ptrs);
+        }
         let (xs, ys, ms, is, w) = (
             xr.host()?,
             y.host_mut()?,
@@ -271,21 +295,17 @@ pub fn batch_norm_train(args: BatchNormTrain<'_>) -> Result<BatchNormOutput> {
                 *y = (x - mu) * scale + shift;
             }
         });
-        Ok(())
-    })?;
-    if let Some(r) = running {
-        let (mut mw, mut vw) = (r.mean.write::<f32>(OP)?, r.var.write::<f32>(OP)?);
-        launch(OP, dev, || {
-            let (rm, rv, w) = (mw.host_mut()?, vw.host_mut()?, ws.host_mut()?);
-            let (mean, var) = w[l.planes()..].split_at(l.c);
+        if let Some((mw, vw)) = run_w.as_mut() {
+            let (rm, rv) = (mw.host_mut()?, vw.host_mut()?);
             let (mo, unbias) = (momentum as f64, m as f64 / (m - 1) as f64);
             for c in 0..l.c {
                 rm[c] = ((1.0 - mo) * rm[c] as f64 + mo * mean[c]) as f32;
                 rv[c] = ((1.0 - mo) * rv[c] as f64 + mo * var[c] * unbias) as f32;
             }
-            Ok(())
-        })?;
-    }
+        }
+        Ok(())
+    })?;
+    drop(run_w);
     drop(ws);
     Ok(BatchNormOutput {
         y: y.into_tensor(x.shape().clone())?,
@@ -326,7 +346,18 @@ pub fn batch_norm_eval(
         MemoryKind::Activation,
         Init::Overwritten,
     )?;
-    launch(OP, x.device(), || {
+    compute(x.device(), |backend| {
+        if let Compute::Cuda(gpu) = backend {
+            let ptrs = cuda::EvalPtrs {
+                x: xr.cuda_ptr()?,
+                weight: wr.as_ref().map(|r| r.cuda_ptr()).transpose()?,
+                bias: br.as_ref().map(|r| r.cuda_ptr()).transpose()?,
+                running_mean: mr.cuda_ptr()?,
+                running_var: vr.cuda_ptr()?,
+                y: y.cuda_ptr()?,
+            };
+            return cuda::eval(gpu, l, eps, ptrs);
+        }
         let (xs, ys, rm, rv) = (xr.host()?, y.host_mut()?, mr.host()?, vr.host()?);
         let (ws_, bs_) = (
             wr.as_ref().map(|r| r.host()).transpose()?,

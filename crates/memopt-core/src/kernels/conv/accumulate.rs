@@ -1,9 +1,10 @@
 //! conv2d backward that accumulates the weight and bias gradients one time step at a time.
 
 use super::backward::{BackwardBufs, backward, bias_grad};
+use super::cuda;
 use super::params::Conv2dParams;
 use super::{Workspace, backward_geometry};
-use crate::backend::{Init, gemm_workspace, launch};
+use crate::backend::{Compute, Init, compute, gemm_workspace};
 use crate::kernels::WeightGradAcc;
 use crate::memory::MemoryKind;
 use crate::{KernelBuffer, Result, Tensor};
@@ -40,11 +41,40 @@ pub fn conv2d_backward_acc(
     let mut ws = Workspace::with_lens(OP, device, col, stage)?;
     let mut wacc = acc.weight.map(|t| t.write::<f32>(OP)).transpose()?;
     let mut bacc = acc.bias.map(|t| t.write::<f32>(OP)).transpose()?;
-    let _gemm_ws = gemm_workspace(OP, device)?;
-    launch(OP, device, || {
+    let mut gemm_ws = gemm_workspace(OP, device)?;
+    compute(device, |backend| {
+        let (out_step, in_step) = (per_step * g.co * g.ho * g.wo, per_step * g.c * g.h * g.w);
+        if let Compute::Cuda(gpu) = backend {
+            let bufs = ws.gpu_bufs(&mut gemm_ws)?;
+            let (gp, xp, wp) = (gr.cuda_ptr()?, xr.cuda_ptr()?, wr.cuda_ptr()?);
+            let step_inputs = |t: usize| (gp.add_f32(t * out_step), xp.add_f32(t * in_step), wp);
+            if let Some(gx) = gx.as_mut().map(|b| b.cuda_ptr()).transpose()? {
+                for t in 0..acc.time_steps {
+                    let grads = cuda::GpuGrads {
+                        gx: Some(gx.add_f32(t * in_step)),
+                        gw: None,
+                        gb: None,
+                        gw_accumulate: false,
+                        gb_accumulate: false,
+                    };
+                    cuda::backward(gpu, &step, step_inputs(t), &grads, &bufs)?;
+                }
+            }
+            // Time step T-1 first, each added into the accumulators (the CPU's order).
+            let grads = cuda::GpuGrads {
+                gx: None,
+                gw: wacc.as_mut().map(|a| a.cuda_ptr()).transpose()?,
+                gb: bacc.as_mut().map(|a| a.cuda_ptr()).transpose()?,
+                gw_accumulate: true,
+                gb_accumulate: true,
+            };
+            for t in (0..acc.time_steps).rev() {
+                cuda::backward(gpu, &step, step_inputs(t), &grads, &bufs)?;
+            }
+            return Ok(());
+        }
         let (gs, xs, wv) = (gr.host()?, xr.host()?, wr.host()?);
         let (col, stage) = ws.slices()?;
-        let (out_step, in_step) = (per_step * g.co * g.ho * g.wo, per_step * g.c * g.h * g.w);
         if let Some(gx) = gx.as_mut().map(|b| b.host_mut()).transpose()? {
             for t in 0..acc.time_steps {
                 let bufs = BackwardBufs {

@@ -10,6 +10,7 @@
 
 mod accumulate;
 mod backward;
+mod cuda;
 mod forward;
 mod im2col;
 mod params;
@@ -21,7 +22,9 @@ pub use params::Conv2dParams;
 
 use super::GradNeeds;
 use super::matmul::{GemmPar, check_f32_same_device};
-use crate::backend::{Init, gemm_workspace, launch};
+use crate::backend::{Compute, Init, compute, gemm_workspace};
+use crate::cuda::CudaPtr;
+use crate::cuda::gemm::workspace_of;
 use crate::memory::MemoryKind;
 use crate::{CoreError, Device, KernelBuffer, Result, Shape, Tensor};
 use params::ConvGeom;
@@ -79,6 +82,22 @@ impl Workspace {
         })
     }
 
+    /// The device buffers of the CUDA half of an op, with the op's GEMM workspace `gemm_ws`
+    /// (null addresses where a buffer was not needed: the algorithm never reads those).
+    fn gpu_bufs(&mut self, gemm_ws: &mut Option<KernelBuffer<u8>>) -> Result<cuda::GpuBufs> {
+        fn ptr(b: &mut Option<KernelBuffer<f32>>) -> Result<CudaPtr> {
+            Ok(b.as_mut()
+                .map(|b| b.cuda_ptr())
+                .transpose()?
+                .unwrap_or(CudaPtr(0)))
+        }
+        Ok(cuda::GpuBufs {
+            gemm_ws: workspace_of(gemm_ws)?,
+            col: ptr(&mut self.col)?,
+            stage: ptr(&mut self.stage)?,
+        })
+    }
+
     /// The host slices, for the CPU half of an op (empty where a buffer was not needed).
     pub(super) fn slices(&mut self) -> Result<(&mut [f32], &mut [f32])> {
         fn slice(b: &mut Option<KernelBuffer<f32>>) -> Result<&mut [f32]> {
@@ -131,8 +150,20 @@ pub fn conv2d_steps(
     let mut out =
         KernelBuffer::<f32>::new(OP, device, g.out_len(), MemoryKind::Activation, Init::Overwritten)?;
     let mut ws = Workspace::new(OP, device, &step, true)?;
-    let _gemm_ws = gemm_workspace(OP, device)?;
-    launch(OP, device, || {
+    let mut gemm_ws = gemm_workspace(OP, device)?;
+    compute(device, |backend| {
+        if let Compute::Cuda(gpu) = backend {
+            let bufs = ws.gpu_bufs(&mut gemm_ws)?;
+            let (xp, wp, op) = (xr.cuda_ptr()?, wr.cuda_ptr()?, out.cuda_ptr()?);
+            let bias = br.as_ref().map(|b| b.cuda_ptr()).transpose()?;
+            let (in_step, out_step) = (step.b * g.c * g.h * g.w, step.out_len());
+            // One time step after the other, as the CPU: the same chunks however steps group.
+            for t in 0..time_steps {
+                let inputs = (xp.add_f32(t * in_step), wp, bias);
+                cuda::forward(gpu, &step, inputs, op.add_f32(t * out_step), &bufs)?;
+            }
+            return Ok(());
+        }
         let (xs, wv, o) = (xr.host()?, wr.host()?, out.host_mut()?);
         let bias = br.as_ref().map(|b| b.host()).transpose()?;
         let (col, stage) = ws.slices()?;
@@ -224,8 +255,20 @@ pub fn conv2d_backward(
     let mut gw = alloc(needs.weight, w.elem_count(), Init::Zeroed)?;
     let mut gb = alloc(needs.bias && has_bias, g.co, Init::Overwritten)?;
     let mut ws = Workspace::new(OP, device, &g, needs.input || needs.weight)?;
-    let _gemm_ws = gemm_workspace(OP, device)?;
-    launch(OP, device, || {
+    let mut gemm_ws = gemm_workspace(OP, device)?;
+    compute(device, |backend| {
+        if let Compute::Cuda(gpu) = backend {
+            let bufs = ws.gpu_bufs(&mut gemm_ws)?;
+            let grads = cuda::GpuGrads {
+                gx: gx.as_mut().map(|b| b.cuda_ptr()).transpose()?,
+                gw: gw.as_mut().map(|b| b.cuda_ptr()).transpose()?,
+                gb: gb.as_mut().map(|b| b.cuda_ptr()).transpose()?,
+                gw_accumulate: false,
+                gb_accumulate: false,
+            };
+            let inputs = (gr.cuda_ptr()?, xr.cuda_ptr()?, wr.cuda_ptr()?);
+            return cuda::backward(gpu, &g, inputs, &grads, &bufs);
+        }
         let (gs, xs, wv) = (gr.host()?, xr.host()?, wr.host()?);
         let (col, stage) = ws.slices()?;
         let bufs = backward::BackwardBufs {

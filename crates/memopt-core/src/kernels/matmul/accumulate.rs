@@ -1,7 +1,10 @@
 //! linear backward that accumulates the weight and bias gradients one time step at a time.
 
 use super::{GemmPar, LinearDims, MatRef, backward_dims, column_sums, gemm_f32};
-use crate::backend::{Init, gemm_workspace, launch};
+use crate::backend::{Compute, Init, compute, gemm_workspace};
+use crate::cuda::gemm::{GpuMat, gemm, workspace_of};
+use crate::cuda::grid_for;
+use crate::cuda::launchers::conv as conv_k;
 use crate::kernels::WeightGradAcc;
 use crate::memory::MemoryKind;
 use crate::{KernelBuffer, Result, Tensor};
@@ -26,8 +29,31 @@ pub fn linear_backward_acc(
         .transpose()?;
     let mut wacc = acc.weight.map(|t| t.write::<f32>(OP)).transpose()?;
     let mut bacc = acc.bias.map(|t| t.write::<f32>(OP)).transpose()?;
-    let _gemm_ws = gemm_workspace(OP, x.device())?;
-    launch(OP, x.device(), || {
+    let mut gemm_ws = gemm_workspace(OP, x.device())?;
+    compute(x.device(), |backend| {
+        if let Compute::Cuda(gpu) = backend {
+            let (gp, xp, wp) = (gr.cuda_ptr()?, xr.cuda_ptr()?, wr.cuda_ptr()?);
+            let ws = workspace_of(&mut gemm_ws)?;
+            if let Some(o) = gx.as_mut().map(|b| b.cuda_ptr()).transpose()? {
+                let (g, w) = (GpuMat::row_major(gp, m, n), GpuMat::row_major(wp, n, k));
+                gemm(gpu, ws, o, k, g, w, false)?;
+            }
+            let aw = wacc.as_mut().map(|a| a.cuda_ptr()).transpose()?;
+            let ab = bacc.as_mut().map(|a| a.cuda_ptr()).transpose()?;
+            // Time step T-1 first, each added into the accumulators (the CPU's order).
+            for t in (0..acc.time_steps).rev() {
+                let g_t = gp.add_f32(t * rows * n);
+                if let Some(aw) = aw {
+                    let x_t = GpuMat::row_major(xp.add_f32(t * rows * k), rows, k);
+                    gemm(gpu, ws, aw, k, GpuMat::row_major(g_t, rows, n).t(), x_t, true)?;
+                }
+                if let (Some(ab), true) = (ab, n > 0) {
+                    // The step's f64 column sums rounded to f32, then added: as the CPU.
+                    conv_k::column_sums(gpu, grid_for(n as u64), g_t, rows as u64, n as u64, ab, 1)?;
+                }
+            }
+            return Ok(());
+        }
         let (gs, xs, ws) = (gr.host()?, xr.host()?, wr.host()?);
         if let Some(o) = gx.as_mut().map(|b| b.host_mut()).transpose()? {
             gemm_f32(

@@ -14,7 +14,10 @@ pub(crate) use gemm::{GemmPar, MatRef, gemm_f32};
 
 use super::GradNeeds;
 use super::par::PAR_THRESHOLD;
-use crate::backend::{Init, gemm_workspace, launch};
+use crate::backend::{Compute, Init, compute, gemm_workspace};
+use crate::cuda::gemm::{GpuMat, gemm, workspace_of};
+use crate::cuda::grid_for;
+use crate::cuda::launchers::conv as conv_k;
 use crate::memory::MemoryKind;
 use crate::{CoreError, DType, KernelBuffer, Result, Tensor};
 use rayon::prelude::*;
@@ -51,8 +54,13 @@ pub fn matmul(a: &Tensor, b: &Tensor) -> Result<Tensor> {
     }
     let (ar, br) = (a.read::<f32>(OP)?, b.read::<f32>(OP)?);
     let mut out = KernelBuffer::<f32>::new(OP, a.device(), m * n, MemoryKind::Activation, Init::Overwritten)?;
-    let _gemm_ws = gemm_workspace(OP, a.device())?;
-    launch(OP, a.device(), || {
+    let mut gemm_ws = gemm_workspace(OP, a.device())?;
+    compute(a.device(), |backend| {
+        if let Compute::Cuda(gpu) = backend {
+            let (ap, bp, op) = (ar.cuda_ptr()?, br.cuda_ptr()?, out.cuda_ptr()?);
+            let (a, b) = (GpuMat::row_major(ap, m, k), GpuMat::row_major(bp, k, n));
+            return gemm(gpu, workspace_of(&mut gemm_ws)?, op, n, a, b, false);
+        }
         let (av, bv, o) = (ar.host()?, br.host()?, out.host_mut()?);
         gemm_f32(
             o,
@@ -158,8 +166,25 @@ pub fn linear_steps(x: &Tensor, w: &Tensor, b: Option<&Tensor>, time_steps: usiz
     let (xr, wr) = (x.read::<f32>(OP)?, w.read::<f32>(OP)?);
     let br = b.map(|b| b.read::<f32>(OP)).transpose()?;
     let mut out = KernelBuffer::<f32>::new(OP, x.device(), m * n, MemoryKind::Activation, Init::Overwritten)?;
-    let _gemm_ws = gemm_workspace(OP, x.device())?;
-    launch(OP, x.device(), || {
+    let mut gemm_ws = gemm_workspace(OP, x.device())?;
+    compute(x.device(), |backend| {
+        if let Compute::Cuda(gpu) = backend {
+            let (xp, wp, op) = (xr.cuda_ptr()?, wr.cuda_ptr()?, out.cuda_ptr()?);
+            let ws = workspace_of(&mut gemm_ws)?;
+            let bias = br.as_ref().map(|b| b.cuda_ptr()).transpose()?;
+            if let (Some(bp), true) = (bias, m * n > 0) {
+                // Element i of the output starts as bias[i % n]; the GEMMs add into it.
+                let (len, n64) = ((m * n) as u64, n as u64);
+                conv_k::fill_bias_rows(gpu, grid_for(len), op, len, 1, bp, n64)?;
+            }
+            // One GEMM per time step, as the CPU: the same shapes however the steps are chunked.
+            for t in 0..time_steps {
+                let x_t = GpuMat::row_major(xp.add_f32(t * rows * k), rows, k);
+                let w_t = GpuMat::row_major(wp, n, k).t();
+                gemm(gpu, ws, op.add_f32(t * rows * n), n, x_t, w_t, bias.is_some())?;
+            }
+            return Ok(());
+        }
         let (xs, ws, o) = (xr.host()?, wr.host()?, out.host_mut()?);
         let bias = br.as_ref().map(|b| b.host()).transpose()?;
         if let Some(bias) = bias {
@@ -235,8 +260,24 @@ pub fn linear_backward(
     let mut gx = alloc(needs.input, m * k)?;
     let mut gw = alloc(needs.weight, n * k)?;
     let mut gb = alloc(needs.bias && has_bias, n)?;
-    let _gemm_ws = gemm_workspace(OP, dev)?;
-    launch(OP, dev, || {
+    let mut gemm_ws = gemm_workspace(OP, dev)?;
+    compute(dev, |backend| {
+        if let Compute::Cuda(gpu) = backend {
+            let (gp, xp, wp) = (gr.cuda_ptr()?, xr.cuda_ptr()?, wr.cuda_ptr()?);
+            let ws = workspace_of(&mut gemm_ws)?;
+            let g = GpuMat::row_major(gp, m, n);
+            if let Some(o) = gx.as_mut().map(|b| b.cuda_ptr()).transpose()? {
+                gemm(gpu, ws, o, k, g, GpuMat::row_major(wp, n, k), false)?;
+            }
+            if let Some(o) = gw.as_mut().map(|b| b.cuda_ptr()).transpose()? {
+                gemm(gpu, ws, o, k, g.t(), GpuMat::row_major(xp, m, k), false)?;
+            }
+            if let (Some(o), true) = (gb.as_mut().map(|b| b.cuda_ptr()).transpose()?, n > 0) {
+                // f64 column sums in row order, as the CPU's column_sums.
+                conv_k::column_sums(gpu, grid_for(n as u64), gp, m as u64, n as u64, o, 0)?;
+            }
+            return Ok(());
+        }
         let (gs, xs, ws) = (gr.host()?, xr.host()?, wr.host()?);
         let g = MatRef::row_major(gs, m, n);
         if let Some(o) = gx.as_mut().map(|b| b.host_mut()).transpose()? {

@@ -18,6 +18,7 @@
 mod backward;
 mod chunks;
 mod config;
+mod cuda;
 mod forward;
 mod surrogate;
 #[cfg(test)]
@@ -27,7 +28,7 @@ pub use config::{NeuronConfig, NeuronKind};
 pub use surrogate::Surrogate;
 
 use super::Operand;
-use crate::backend::{Init, launch};
+use crate::backend::{Compute, Init, compute};
 use crate::memory::MemoryKind;
 use crate::{CoreError, KernelBuffer, Result, Shape, Tensor};
 use backward::{BackwardIo, backward_cpu};
@@ -102,7 +103,28 @@ pub fn neuron_forward<'a>(
         .then(|| KernelBuffer::<f32>::new(OP, device, steps * n, kind, Init::Overwritten))
         .transpose()?;
     let mut v_final = KernelBuffer::<f32>::new(OP, device, n, kind, Init::Overwritten)?;
-    launch(OP, device, || {
+    compute(device, |backend| {
+        if let Compute::Cuda(gpu) = backend {
+            // In place, the input's storage is both x and h_seq.
+            let (x, h) = match (&mut h_seq, &mut xw, &xr) {
+                (_, Some(w), _) => {
+                    let p = w.cuda_ptr()?;
+                    (p, Some(p))
+                }
+                (Some(b), None, Some(r)) => (r.cuda_ptr()?, Some(b.cuda_ptr()?)),
+                (None, None, Some(r)) => (r.cuda_ptr()?, None),
+                // xr is read exactly when x is not overwritten in place.
+                (_, None, None) => return Err(CoreError::invalid(OP, "no access to the input")),
+            };
+            let ptrs = cuda::ForwardPtrs {
+                x,
+                v_init: vr.as_ref().map(|r| r.cuda_ptr()).transpose()?,
+                spikes: spikes.cuda_ptr()?,
+                h_seq: h,
+                v_final: v_final.cuda_ptr()?,
+            };
+            return cuda::forward(gpu, &dynamics, steps, n, ptrs);
+        }
         let h = match (&mut h_seq, &mut xw) {
             (Some(b), _) => Some(b.host_mut()?),
             (None, Some(w)) => Some(w.host_mut()?),
@@ -253,7 +275,30 @@ pub fn neuron_backward(args: NeuronBackward<'_>) -> Result<NeuronGrads> {
     } else {
         (Some(grad_spikes.read::<f32>(OP)?), None)
     };
-    launch(OP, device, || {
+    compute(device, |backend| {
+        if let Compute::Cuda(gpu) = backend {
+            let grad_spikes = match (&gsr, &mut gsw) {
+                (Some(r), _) => r.cuda_ptr()?,
+                (None, Some(w)) => w.cuda_ptr()?,
+                (None, None) => return Err(CoreError::invalid(OP, "no access to grad_spikes")),
+            };
+            // In place, the input gradient overwrites grad_spikes element by element.
+            let grad_x = match &mut grad_x {
+                Some(b) => b.cuda_ptr()?,
+                None => grad_spikes,
+            };
+            let ptrs = cuda::BackwardPtrs {
+                grad_spikes,
+                grad_v_final: gvr.as_ref().map(|r| r.cuda_ptr()).transpose()?,
+                h_seq: hr.cuda_ptr()?,
+                v_init: vr.as_ref().map(|r| r.cuda_ptr()).transpose()?,
+                grad_x,
+                grad_v_init: grad_v_init.as_mut().map(|g| g.cuda_ptr()).transpose()?,
+                partials: partials.as_mut().map(|p| p.cuda_ptr()).transpose()?,
+                grad_w: w_target.as_mut().map(|g| g.cuda_ptr()).transpose()?,
+            };
+            return cuda::backward(gpu, &dynamics, cfg.surrogate, (steps, n), ptrs);
+        }
         let gs = gsr.as_ref().map(|r| r.host()).transpose()?;
         let gx = match (&mut grad_x, &mut gsw) {
             (Some(b), _) => b.host_mut()?,
@@ -364,8 +409,12 @@ fn read_w(op: &'static str, w: Option<&Tensor>) -> Result<f32> {
     let Some(w) = w else { return Ok(0.0) };
     let r = w.read::<f32>(op)?;
     let mut value = 0.0;
-    launch(op, w.device(), || {
-        value = r.host()?.first().copied().unwrap_or(0.0);
+    compute(w.device(), |backend| {
+        value = match backend {
+            Compute::Cpu => r.host()?.first().copied().unwrap_or(0.0),
+            // One value comes back to the host, which resolves the constants from it.
+            Compute::Cuda(gpu) => crate::cuda::read_back::<f32>(gpu, r.cuda_ptr()?, 1)?[0],
+        };
         Ok(())
     })?;
     Ok(value)

@@ -1,7 +1,9 @@
 //! Adaptive average pooling and its backward.
 
 use super::Geom;
-use crate::backend::{Init, launch};
+use crate::backend::{Compute, Init, compute};
+use crate::cuda::grid_for;
+use crate::cuda::launchers::pool as gpu_k;
 use crate::memory::MemoryKind;
 use crate::{CoreError, KernelBuffer, Result, Tensor};
 use rayon::prelude::*;
@@ -41,9 +43,14 @@ pub fn adaptive_avg_pool2d(x: &Tensor, out_hw: [usize; 2]) -> Result<Tensor> {
     let xr = x.read::<f32>(OP)?;
     let n = g.b * g.c * g.out_plane();
     let mut y = KernelBuffer::<f32>::new(OP, x.device(), n, MemoryKind::Activation, Init::Overwritten)?;
-    launch(OP, x.device(), || {
+    compute(x.device(), |backend| {
         if n == 0 {
             return Ok(());
+        }
+        if let Compute::Cuda(gpu) = backend {
+            let [planes, h, w, oh, ow] = [g.b * g.c, g.h, g.w, g.oh, g.ow].map(|v| v as u64);
+            let (xp, yp) = (xr.cuda_ptr()?, y.cuda_ptr()?);
+            return gpu_k::adaptive_avg_pool2d(gpu, grid_for(n as u64), xp, planes, h, w, oh, ow, yp);
         }
         let (xs, ys) = (xr.host()?, y.host_mut()?);
         ys.par_chunks_mut(g.out_plane())
@@ -100,7 +107,16 @@ pub fn adaptive_avg_pool2d_backward(grad_y: &Tensor, input_dims: &[usize]) -> Re
         MemoryKind::Gradient,
         Init::Zeroed,
     )?;
-    launch(OP, grad_y.device(), || {
+    compute(grad_y.device(), |backend| {
+        if let Compute::Cuda(gpu) = backend {
+            let n = (g.b * g.c * g.in_plane()) as u64;
+            let [planes, h, w, oh, ow] = [g.b * g.c, g.h, g.w, g.oh, g.ow].map(|v| v as u64);
+            let (gp, xp) = (gr.cuda_ptr()?, gx.cuda_ptr()?);
+            return match n {
+                0 => Ok(()),
+                _ => gpu_k::adaptive_avg_pool2d_backward(gpu, grid_for(n), gp, planes, h, w, oh, ow, xp),
+            };
+        }
         let (gs, out) = (gr.host()?, gx.host_mut()?);
         out.par_chunks_mut(g.in_plane())
             .zip(gs.par_chunks(g.out_plane()))

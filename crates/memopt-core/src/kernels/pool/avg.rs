@@ -1,7 +1,9 @@
 //! Average pooling and its backward.
 
 use super::{Geom, Pool2dParams, window};
-use crate::backend::{Init, launch};
+use crate::backend::{Compute, Init, compute};
+use crate::cuda::grid_for;
+use crate::cuda::launchers::pool as gpu_k;
 use crate::memory::MemoryKind;
 use crate::{KernelBuffer, Result, Tensor};
 use rayon::prelude::*;
@@ -26,9 +28,13 @@ pub fn avg_pool2d(x: &Tensor, p: &Pool2dParams, count_include_pad: bool) -> Resu
     let xr = x.read::<f32>(OP)?;
     let n = g.b * g.c * g.out_plane();
     let mut y = KernelBuffer::<f32>::new(OP, x.device(), n, MemoryKind::Activation, Init::Overwritten)?;
-    launch(OP, x.device(), || {
+    compute(x.device(), |backend| {
         if n == 0 {
             return Ok(());
+        }
+        if let Compute::Cuda(gpu) = backend {
+            let (xp, yp, pad) = (xr.cuda_ptr()?, y.cuda_ptr()?, count_include_pad as i32);
+            return gpu_k::avg_pool2d(gpu, grid_for(n as u64), xp, g.cuda(p), pad, yp);
         }
         let (xs, ys) = (xr.host()?, y.host_mut()?);
         let ([kh, kw], [sh, sw], [ph, pw]) = (p.kernel, p.stride, p.padding);
@@ -77,9 +83,15 @@ pub fn avg_pool2d_backward(
         MemoryKind::Gradient,
         Init::Zeroed,
     )?;
-    launch(OP, grad_y.device(), || {
-        if g.out_plane() == 0 {
+    compute(grad_y.device(), |backend| {
+        let n = g.b * g.c * g.in_plane();
+        if g.out_plane() == 0 || n == 0 {
             return Ok(());
+        }
+        if let Compute::Cuda(gpu) = backend {
+            // One thread per input value, gathering its windows in output order.
+            let (gp, xp, pad) = (gr.cuda_ptr()?, gx.cuda_ptr()?, count_include_pad as i32);
+            return gpu_k::avg_pool2d_backward(gpu, grid_for(n as u64), gp, g.cuda(p), pad, xp);
         }
         let (gs, out) = (gr.host()?, gx.host_mut()?);
         let ([kh, kw], [sh, sw], [ph, pw]) = (p.kernel, p.stride, p.padding);

@@ -1,7 +1,9 @@
 //! Max pooling and its backward.
 
 use super::{Geom, Pool2dParams, window};
-use crate::backend::{Init, launch};
+use crate::backend::{Compute, Init, compute};
+use crate::cuda::launchers::pool as gpu_k;
+use crate::cuda::{grid_for, read_back};
 use crate::memory::MemoryKind;
 use crate::{CoreError, KernelBuffer, Result, Tensor};
 use rayon::prelude::*;
@@ -82,9 +84,13 @@ pub fn max_pool2d(x: &Tensor, p: &Pool2dParams) -> Result<(Tensor, Tensor)> {
     let n = g.b * g.c * g.out_plane();
     let mut y = KernelBuffer::<f32>::new(OP, x.device(), n, MemoryKind::Activation, Init::Overwritten)?;
     let mut idx = KernelBuffer::<u32>::new(OP, x.device(), n, MemoryKind::Activation, Init::Overwritten)?;
-    launch(OP, x.device(), || {
+    compute(x.device(), |backend| {
         if n == 0 {
             return Ok(());
+        }
+        if let Compute::Cuda(gpu) = backend {
+            let (xp, yp, ip) = (xr.cuda_ptr()?, y.cuda_ptr()?, idx.cuda_ptr()?);
+            return gpu_k::max_pool2d(gpu, grid_for(n as u64), xp, g.cuda(p), yp, ip);
         }
         let (xs, ys, is) = (xr.host()?, y.host_mut()?, idx.host_mut()?);
         let ([kh, kw], [sh, sw], [ph, pw]) = (p.kernel, p.stride, p.padding);
@@ -165,17 +171,32 @@ pub fn max_pool2d_backward(grad_y: &Tensor, indices: &Tensor, input_dims: &[usiz
     }
     let (gr, ir) = (grad_y.read::<f32>(OP)?, indices.read::<u32>(OP)?);
     let in_plane = g.in_plane();
-    launch(OP, indices.device(), || {
-        let is = ir.host()?;
-        match is.iter().position(|&i| i as usize >= in_plane) {
-            Some(pos) => Err(CoreError::invalid(
-                OP,
-                format!(
-                    "index {} at position {pos} is outside the input plane of {}x{} (valid: 0..{in_plane})",
-                    is[pos], g.h, g.w
-                ),
-            )),
-            None => Ok(()),
+    let bad = |is: &[u32], base: usize| match is.iter().position(|&i| i as usize >= in_plane) {
+        Some(pos) => Err(CoreError::invalid(
+            OP,
+            format!(
+                "index {} at position {} is outside the input plane of {}x{} (valid: 0..{in_plane})",
+                is[pos],
+                base + pos,
+                g.h,
+                g.w
+            ),
+        )),
+        None => Ok(()),
+    };
+    compute(indices.device(), |backend| match backend {
+        Compute::Cpu => bad(ir.host()?, 0),
+        // A bad index would write outside the gradient on the GPU: the indices come back to
+        // the host in bounded chunks (untracked, at most CHECK_CHUNK values) and are checked
+        // before the kernel runs.
+        Compute::Cuda(gpu) => {
+            const CHECK_CHUNK: usize = 1 << 20;
+            let (base, total) = (ir.cuda_ptr()?, indices.elem_count());
+            for start in (0..total).step_by(CHECK_CHUNK) {
+                let len = CHECK_CHUNK.min(total - start);
+                bad(&read_back::<u32>(gpu, base.offset(start, 4), len)?, start)?;
+            }
+            Ok(())
         }
     })?;
     let out_plane = grad_y.dims()[2] * grad_y.dims()[3];
@@ -186,9 +207,27 @@ pub fn max_pool2d_backward(grad_y: &Tensor, indices: &Tensor, input_dims: &[usiz
         MemoryKind::Gradient,
         Init::Zeroed,
     )?;
-    launch(OP, grad_y.device(), || {
+    compute(grad_y.device(), |backend| {
         if out_plane == 0 {
             return Ok(());
+        }
+        if let Compute::Cuda(gpu) = backend {
+            let planes = (g.b * g.c) as u64;
+            let (gp, ip, xp) = (gr.cuda_ptr()?, ir.cuda_ptr()?, gx.cuda_ptr()?);
+            return match planes {
+                0 => Ok(()),
+                // One thread per plane: overlapping windows add in output order, as the CPU.
+                _ => gpu_k::max_pool2d_backward(
+                    gpu,
+                    grid_for(planes),
+                    gp,
+                    ip,
+                    planes,
+                    in_plane as u64,
+                    out_plane as u64,
+                    xp,
+                ),
+            };
         }
         let (gs, is, out) = (gr.host()?, ir.host()?, gx.host_mut()?);
         out.par_chunks_mut(in_plane)

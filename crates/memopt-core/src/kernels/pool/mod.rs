@@ -129,6 +129,26 @@ impl Geom {
         (4096 / self.in_plane().max(1)).max(1)
     }
 
+    /// The geometry as the CUDA kernels take it, with the window of `p` (unit window for the
+    /// adaptive pools, which take their sizes directly).
+    fn cuda(self, p: &Pool2dParams) -> crate::cuda::PoolGeom {
+        let ([kh, kw], [sh, sw], [ph, pw]) = (p.kernel, p.stride, p.padding);
+        crate::cuda::PoolGeom {
+            planes: (self.b * self.c) as u64,
+            h: self.h as u64,
+            w: self.w as u64,
+            oh: self.oh as u64,
+            ow: self.ow as u64,
+            // Window sizes are bounded by the input plus padding (checked), far below i64::MAX.
+            kh: kh as i64,
+            kw: kw as i64,
+            sh: sh as i64,
+            sw: sw as i64,
+            ph: ph as i64,
+            pw: pw as i64,
+        }
+    }
+
     /// Checks that `grad_y` has this geometry's output shape.
     fn expect_out(self, op: &'static str, grad_y: &Tensor) -> Result<()> {
         let want = self.out_dims();

@@ -1,0 +1,142 @@
+//! Typed launchers of every training-step kernel, one [`KernelTable`](super::KernelTable) per
+//! source of [`super::sources`]: each line names a kernel and its parameters as its `.cu`
+//! declares them. CI compares every table with the `.param` list of the kernel's `.entry` in
+//! the PTX NVRTC produces (`tests/nvrtc_kernels.rs`), and the CUDA half of every op launches
+//! through these functions only, so a launch with the wrong count or kind of arguments does
+//! not compile.
+
+use super::kernel_table;
+
+/// Every table, one per source of [`super::kernel_sources`], in the same order.
+pub fn kernel_tables() -> [&'static super::KernelTable; 9] {
+    [
+        &elementwise::TABLE,
+        &reduce::TABLE,
+        &loss::TABLE,
+        &optim::TABLE,
+        &batch_norm::TABLE,
+        &pool::TABLE,
+        &dropout::TABLE,
+        &conv::TABLE,
+        &neuron::TABLE,
+    ]
+}
+
+kernel_table! {
+    /// Launchers of [`crate::cuda::sources::ELEMENTWISE`].
+    pub mod elementwise for crate::cuda::sources::ELEMENTWISE {
+        ew_add(a: Ptr, b: Ptr, out: Ptr, n: U64);
+        ew_mul(a: Ptr, b: Ptr, out: Ptr, n: U64);
+        ew_scale(x: Ptr, s: F32, out: Ptr, n: U64);
+        ew_relu(x: Ptr, out: Ptr, n: U64);
+        ew_sigmoid(x: Ptr, out: Ptr, n: U64);
+        ew_relu_backward(g: Ptr, x: Ptr, out: Ptr, n: U64);
+        ew_sigmoid_backward(g: Ptr, y: Ptr, out: Ptr, n: U64);
+        ew_add_assign(acc: Ptr, x: Ptr, n: U64);
+        ew_assign(dst: Ptr, src: Ptr, n: U64);
+        ew_fill(x: Ptr, v: F32, n: U64);
+        broadcast_dim(g: Ptr, out: Ptr, outer: U64, size: U64, inner: U64, scale: F32);
+        broadcast_scalar(g: Ptr, out: Ptr, n: U64, scale: F32);
+    }
+}
+
+kernel_table! {
+    /// Launchers of [`crate::cuda::sources::REDUCE`].
+    pub mod reduce for crate::cuda::sources::REDUCE {
+        sum_blocks(x: Ptr, n: U64, block: U64, parts: Ptr, factor: F64, out: Ptr);
+        reduce_parts(parts: Ptr, count: U64, factor: F64, divisor: F64, out: Ptr);
+        sum_rows(x: Ptr, outer: U64, d: U64, factor: F64, out: Ptr);
+        sum_columns(x: Ptr, outer: U64, d: U64, inner: U64, factor: F64, out: Ptr);
+    }
+}
+
+kernel_table! {
+    /// Launchers of [`crate::cuda::sources::LOSS`].
+    pub mod loss for crate::cuda::sources::LOSS {
+        ce_blocks(logits: Ptr, labels: Ptr, n: U64, c: U64, rows_per_block: U64, parts: Ptr, out: Ptr);
+        ce_backward(g: Ptr, logits: Ptr, labels: Ptr, n: U64, c: U64, out: Ptr);
+        mse_blocks(p: Ptr, t: Ptr, n: U64, block: U64, parts: Ptr, out: Ptr);
+        mse_backward(g: Ptr, p: Ptr, t: Ptr, n: U64, out: Ptr);
+    }
+}
+
+kernel_table! {
+    /// Launchers of [`crate::cuda::sources::OPTIM`].
+    pub mod optim for crate::cuda::sources::OPTIM {
+        sgd_plain(p: Ptr, g: Ptr, n: U64, lr: F32, wd: F32);
+        sgd_momentum(p: Ptr, g: Ptr, buf: Ptr, n: U64, lr: F32, momentum: F32, dampening: F32, wd: F32, nesterov: I32, first_step: I32);
+        adam(p: Ptr, g: Ptr, m: Ptr, v: Ptr, n: U64, step_size: F32, bc2_sqrt: F32, beta2: F32, eps: F32, wd: F32, w1: F32, w2: F32);
+    }
+}
+
+kernel_table! {
+    /// Launchers of [`crate::cuda::sources::BATCH_NORM`].
+    pub mod batch_norm for crate::cuda::sources::BATCH_NORM {
+        bn_plane_sums(x: Ptr, planes: U64, s: U64, c: U64, mean: Ptr, part: Ptr);
+        bn_channel_sums(part: Ptr, b: U64, c: U64, stride: U64, lane: U64, m: F64, out: Ptr);
+        bn_finish(mean: Ptr, var: Ptr, c: U64, eps: F32, save_mean: Ptr, save_invstd: Ptr, running_mean: Ptr, running_var: Ptr, momentum: F32, unbias: F64);
+        bn_normalize(x: Ptr, planes: U64, s: U64, c: U64, save_mean: Ptr, save_invstd: Ptr, weight: Ptr, bias: Ptr, y: Ptr);
+        bn_eval(x: Ptr, planes: U64, s: U64, c: U64, running_mean: Ptr, running_var: Ptr, weight: Ptr, bias: Ptr, eps: F32, y: Ptr);
+        bn_backward_plane_sums(g: Ptr, x: Ptr, planes: U64, s: U64, c: U64, save_mean: Ptr, part: Ptr);
+        bn_param_grads(sum_g: Ptr, dot: Ptr, c: U64, save_invstd: Ptr, grad_weight: Ptr, grad_bias: Ptr);
+        bn_backward_input(g: Ptr, x: Ptr, planes: U64, s: U64, c: U64, save_mean: Ptr, save_invstd: Ptr, weight: Ptr, sum_g: Ptr, dot: Ptr, m: F64, gx: Ptr);
+    }
+}
+
+kernel_table! {
+    /// Launchers of [`crate::cuda::sources::POOL`].
+    pub mod pool for crate::cuda::sources::POOL {
+        max_pool2d(x: Ptr, g: PoolGeom, y: Ptr, idx: Ptr);
+        max_pool2d_backward(gy: Ptr, idx: Ptr, planes: U64, in_plane: U64, out_plane: U64, gx: Ptr);
+        avg_pool2d(x: Ptr, g: PoolGeom, count_include_pad: I32, y: Ptr);
+        avg_pool2d_backward(gy: Ptr, g: PoolGeom, count_include_pad: I32, gx: Ptr);
+        adaptive_avg_pool2d(x: Ptr, planes: U64, h: U64, w: U64, oh: U64, ow: U64, y: Ptr);
+        adaptive_avg_pool2d_backward(gy: Ptr, planes: U64, h: U64, w: U64, oh: U64, ow: U64, gx: Ptr);
+    }
+}
+
+kernel_table! {
+    /// Launchers of [`crate::cuda::sources::DROPOUT`].
+    pub mod dropout for crate::cuda::sources::DROPOUT {
+        dropout_mask(x: Ptr, n: U64, seed: U64, offset: U64, period: U64, p: F32, scale: F32, out: Ptr);
+        fill_uniform(out: Ptr, n: U64, seed: U64, offset: U64, low: F32, high: F32);
+    }
+}
+
+kernel_table! {
+    /// Launchers of [`crate::cuda::sources::CONV`].
+    pub mod conv for crate::cuda::sources::CONV {
+        im2col(x: Ptr, g: ConvGeom, n: U64, col: Ptr);
+        col2im(col: Ptr, g: ConvGeom, n: U64, gx: Ptr);
+        stage_grad(grad: Ptr, n: U64, co: U64, pix: U64, stage: Ptr);
+        unstage(stage: Ptr, n: U64, co: U64, pix: U64, bias: Ptr, out: Ptr);
+        fill_bias_rows(dst: Ptr, rows: U64, len: U64, bias: Ptr, channels: U64);
+        conv_bias_grad(grad: Ptr, b: U64, co: U64, pix: U64, gb: Ptr, accumulate: I32);
+        column_sums(src: Ptr, rows: U64, cols: U64, out: Ptr, accumulate: I32);
+    }
+}
+
+kernel_table! {
+    /// Launchers of [`crate::cuda::sources::NEURON`].
+    pub mod neuron for crate::cuda::sources::NEURON {
+        plif_w_grad(partials: Ptr, chunks: U64, steps: U64, dk_dw: F32, gw: Ptr);
+        neuron_forward_if_hard(x: Ptr, steps: U64, n: U64, v_init: Ptr, k: F32, vr: F32, vth: F32, spikes: Ptr, h_seq: Ptr, v_final: Ptr);
+        neuron_forward_if_soft(x: Ptr, steps: U64, n: U64, v_init: Ptr, k: F32, vr: F32, vth: F32, spikes: Ptr, h_seq: Ptr, v_final: Ptr);
+        neuron_forward_decay_hard(x: Ptr, steps: U64, n: U64, v_init: Ptr, k: F32, vr: F32, vth: F32, spikes: Ptr, h_seq: Ptr, v_final: Ptr);
+        neuron_forward_decay_soft(x: Ptr, steps: U64, n: U64, v_init: Ptr, k: F32, vr: F32, vth: F32, spikes: Ptr, h_seq: Ptr, v_final: Ptr);
+        neuron_forward_nodecay_hard(x: Ptr, steps: U64, n: U64, v_init: Ptr, k: F32, vr: F32, vth: F32, spikes: Ptr, h_seq: Ptr, v_final: Ptr);
+        neuron_forward_nodecay_soft(x: Ptr, steps: U64, n: U64, v_init: Ptr, k: F32, vr: F32, vth: F32, spikes: Ptr, h_seq: Ptr, v_final: Ptr);
+        neuron_backward_hard_sigmoid(grad_spikes: Ptr, grad_v_final: Ptr, h_seq: Ptr, steps: U64, n: U64, c: NeuronConsts, grad_x: Ptr, grad_v_init: Ptr);
+        neuron_backward_soft_sigmoid(grad_spikes: Ptr, grad_v_final: Ptr, h_seq: Ptr, steps: U64, n: U64, c: NeuronConsts, grad_x: Ptr, grad_v_init: Ptr);
+        neuron_backward_hard_atan(grad_spikes: Ptr, grad_v_final: Ptr, h_seq: Ptr, steps: U64, n: U64, c: NeuronConsts, grad_x: Ptr, grad_v_init: Ptr);
+        neuron_backward_soft_atan(grad_spikes: Ptr, grad_v_final: Ptr, h_seq: Ptr, steps: U64, n: U64, c: NeuronConsts, grad_x: Ptr, grad_v_init: Ptr);
+        plif_backward_hard_decay_sigmoid(grad_spikes: Ptr, grad_v_final: Ptr, h_seq: Ptr, v_init: Ptr, steps: U64, n: U64, c: NeuronConsts, grad_x: Ptr, grad_v_init: Ptr, partials: Ptr);
+        plif_backward_soft_decay_sigmoid(grad_spikes: Ptr, grad_v_final: Ptr, h_seq: Ptr, v_init: Ptr, steps: U64, n: U64, c: NeuronConsts, grad_x: Ptr, grad_v_init: Ptr, partials: Ptr);
+        plif_backward_hard_nodecay_sigmoid(grad_spikes: Ptr, grad_v_final: Ptr, h_seq: Ptr, v_init: Ptr, steps: U64, n: U64, c: NeuronConsts, grad_x: Ptr, grad_v_init: Ptr, partials: Ptr);
+        plif_backward_soft_nodecay_sigmoid(grad_spikes: Ptr, grad_v_final: Ptr, h_seq: Ptr, v_init: Ptr, steps: U64, n: U64, c: NeuronConsts, grad_x: Ptr, grad_v_init: Ptr, partials: Ptr);
+        plif_backward_hard_decay_atan(grad_spikes: Ptr, grad_v_final: Ptr, h_seq: Ptr, v_init: Ptr, steps: U64, n: U64, c: NeuronConsts, grad_x: Ptr, grad_v_init: Ptr, partials: Ptr);
+        plif_backward_soft_decay_atan(grad_spikes: Ptr, grad_v_final: Ptr, h_seq: Ptr, v_init: Ptr, steps: U64, n: U64, c: NeuronConsts, grad_x: Ptr, grad_v_init: Ptr, partials: Ptr);
+        plif_backward_hard_nodecay_atan(grad_spikes: Ptr, grad_v_final: Ptr, h_seq: Ptr, v_init: Ptr, steps: U64, n: U64, c: NeuronConsts, grad_x: Ptr, grad_v_init: Ptr, partials: Ptr);
+        plif_backward_soft_nodecay_atan(grad_spikes: Ptr, grad_v_final: Ptr, h_seq: Ptr, v_init: Ptr, steps: U64, n: U64, c: NeuronConsts, grad_x: Ptr, grad_v_init: Ptr, partials: Ptr);
+    }
+}

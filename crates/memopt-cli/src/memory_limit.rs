@@ -11,21 +11,22 @@
 //!
 //! `--memory-limit SIZE` (or the `MEMOPT_MEMORY_LIMIT` environment variable) replaces the probe
 //! with a given figure, which is how tests exercise the refusal without cgroups;
-//! `--ignore-memory-limit` runs anyway. Meta steps hold no data and are never refused.
+//! `--ignore-memory-limit` runs anyway. Meta steps hold no data and are never refused. The
+//! figure compared with the room is the step's exact reserved peak (the caching allocator's
+//! segments, what the process really holds), computed on Meta with the device's target.
 //!
 //! On a GPU (`--device cuda[:N]`) the room is the GPU's free memory (`cuMemGetInfo`, after
-//! memopt's CUDA context exists), or `MEMOPT_GPU_FREE_MEMORY` when set (to try a smaller GPU),
-//! and the figure compared is the step's predicted *reserved* peak: the caching allocator's
-//! segments, which are what the driver must provide. Memory the step adds outside the pool
-//! (kernel modules and cuBLAS handles loaded by the first step) is not predicted; the
-//! `outside_pool_bytes` of `profile`/`train` on a GPU measures it.
+//! memopt's CUDA context exists), or `MEMOPT_GPU_FREE_MEMORY` when set (to try a smaller GPU).
+//! Memory the step adds outside the pool (kernel modules and cuBLAS handles loaded by the
+//! first step) is not predicted; the `outside_pool_bytes` of `profile`/`train` on a GPU
+//! measures it.
 
 use crate::error::{CliError, Result};
 use crate::format::bytes;
 use memopt_checkpoint::Plan;
 use memopt_core::Device;
 use memopt_profiler::{Estimator, Workload};
-use memopt_search::parse_size;
+use memopt_search::{Budget, BudgetStrategy, PlanningSession, SearchError, Strategy, parse_size};
 use std::path::{Path, PathBuf};
 
 /// Environment variable that sets the memory limit like `--memory-limit`.
@@ -37,7 +38,7 @@ pub const LIMIT_ENV: &str = "MEMOPT_MEMORY_LIMIT";
 pub struct MemoryLimitArgs {
     /// The memory this process may use, e.g. 6GiB or 6442450944 [default: probed from the
     /// cgroup limits, MemAvailable and RLIMIT_AS; also MEMOPT_MEMORY_LIMIT].
-    #[arg(long, value_name = "SIZE")]
+    #[arg(long, value_name = "SIZE", allow_hyphen_values = true)]
     pub memory_limit: Option<String>,
     /// Run real steps even when their exact peak exceeds the memory limit.
     #[arg(long)]
@@ -66,11 +67,11 @@ impl MemoryLimitArgs {
         Ok(probe())
     }
 
-    /// Refuses, before any real step, a step on `device` that would not fit: on the CPU when
-    /// its exact peak (computed on Meta) exceeds the room left, on a GPU when its predicted
-    /// reserved peak exceeds the GPU's free memory; naming both figures and a command that
-    /// would fit. Every plan in `plans` is checked; `how` is the rest of the command line that
-    /// selects the model.
+    /// Refuses, before any real step, a step on `device` that would not fit: its exact reserved
+    /// peak (the caching allocator's segments, computed on Meta with `device`'s target) against
+    /// the room left on the CPU, or against the GPU's free memory on a GPU; naming both figures
+    /// and, when a plan fits, the `memopt optimize --budget` command that finds it. Every plan
+    /// in `plans` is checked; `how` is the rest of the command line that selects the model.
     pub fn check(&self, workload: &Workload, plans: &[&Plan], device: Device, how: &str) -> Result<()> {
         if self.ignore_memory_limit {
             return Ok(());
@@ -107,10 +108,11 @@ pub fn gpu_room(ordinal: usize) -> Result<Room> {
     })
 }
 
-/// The refusal itself, with the room given: `Ok` when the largest figure over `plans` fits
-/// `room` — the exact requested peak on the CPU, the predicted reserved peak (the caching
-/// allocator's segments, on Meta with `device`'s target) on a GPU — else an error naming both
-/// figures and the `memopt optimize --budget` command that would fit. Meta devices always fit.
+/// The refusal itself, with the room given: `Ok` when the largest exact reserved peak over
+/// `plans` (the caching allocator's segments, on Meta with `device`'s target) fits `room`, else
+/// an error naming both figures and, when the budget strategy finds a plan that fits, the
+/// `memopt optimize --budget` command that makes it (the strategy runs on Meta first, so the
+/// command suggested really fits). Meta devices always fit.
 pub fn refuse_unless_fits(
     workload: &Workload,
     plans: &[&Plan],
@@ -126,38 +128,40 @@ pub fn refuse_unless_fits(
     let mut estimator = Estimator::new(&workload)?;
     let mut peak = 0;
     for plan in plans {
-        let figure = if device.is_cuda() {
-            estimator.peaks(plan)?.reserved_bytes
-        } else {
-            estimator.report(plan)?.peak_bytes
-        };
-        peak = peak.max(figure);
+        peak = peak.max(estimator.peaks(plan)?.reserved_bytes);
     }
     if peak <= room.bytes {
         return Ok(());
     }
-    let (what, room_is, device_flag) = match device {
-        Device::Cuda(_) => (
-            "reserves (predicted caching-allocator segments)",
-            format!("but {device} has only"),
-            format!(" --device {device}"),
-        ),
-        _ => (
-            "needs",
-            "but this process may use only".to_string(),
-            String::new(),
-        ),
+    let (room_is, device_flag) = match device {
+        Device::Cuda(_) => (format!("but {device} has only"), format!(" --device {device}")),
+        _ => ("but this process may use only".to_string(), String::new()),
     };
-    Err(CliError::Invalid(format!(
-        "a step of {} {what} {} ({peak} bytes) at its peak, {room_is} {} ({} bytes; {}); plan \
-         for it with `memopt optimize {how}{device_flag} --budget {} --out plan.json` and train \
-         with --plan plan.json, or lower --batch; --ignore-memory-limit runs anyway",
+    let over = format!(
+        "a step of {} reserves {} ({peak} bytes) at its peak, {room_is} {} ({} bytes; {})",
         workload.name(),
         bytes(peak),
         bytes(room.bytes),
         room.bytes,
         room.source,
-        room.bytes
+    );
+    let fitting = PlanningSession::new(&workload)
+        .and_then(|mut s| BudgetStrategy::reserved(Budget::Bytes(room.bytes)).plan(&mut s));
+    let advice = match fitting {
+        Ok(report) => format!(
+            "a plan reserving {} fits: make it with `memopt optimize {how}{device_flag} --budget {} \
+             --out plan.json` and train with --plan plan.json, or lower --batch",
+            bytes(report.planned_peaks.reserved_bytes),
+            room.bytes
+        ),
+        Err(SearchError::Infeasible { best, .. }) => format!(
+            "no plan fits (the least reserved peak found is {} ({best} bytes)): lower --batch",
+            bytes(best)
+        ),
+        Err(e) => return Err(e.into()),
+    };
+    Err(CliError::Invalid(format!(
+        "{over}; {advice}; --ignore-memory-limit runs anyway"
     )))
 }
 

@@ -150,6 +150,7 @@ pub fn bench(
                     strategy: r.strategy.clone(),
                     setting,
                     peak_bytes: r.planned_peak_bytes,
+                    reserved_peak_bytes: r.planned_peaks.reserved_bytes,
                     measured_peak_bytes: 0,
                     step_ms: 0.0,
                     step_ms_min: 0.0,

@@ -16,7 +16,7 @@
 //!    lifted, so the final peak is the exact one. The lifted `M` is the least peak the prefix
 //!    can still reach: a prefix over a budget is dropped at once, and prefixes whose own `M` is
 //!    below what is coming anyway compare on `K` and time alone.
-//! 2. **Dominance, by question** ([`Keep`]). A prefix with `K`, `M` and time no larger than
+//! 2. **Dominance, by question** (`Keep`). A prefix with `K`, `M` and time no larger than
 //!    another's is at least as good under every completion (all three: the Pareto front). For
 //!    the least time within a budget, `M` matters only for feasibility, already decided by (1),
 //!    so `K` and time suffice (`M` breaks equal times). For "does any plan fit", the least `K`
@@ -355,7 +355,7 @@ fn least_peak(chain: &ChainModel) -> Result<u64> {
 }
 
 /// The plan of least predicted peak (ties: least extra time): the least peak by bisection
-/// ([`fits`]), then the least time within it.
+/// (`fits`), then the least time within it.
 pub fn min_peak(chain: &ChainModel) -> Result<Solution<'_>> {
     let least = least_peak(chain)?;
     least_time_within(chain, least)?

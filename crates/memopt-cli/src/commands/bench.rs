@@ -39,7 +39,7 @@ pub struct BenchArgs {
     /// overhead, planning_ms, ...}.
     #[arg(long)]
     pub json: bool,
-    /// Where the steps run: cpu, or cuda[:N] (a GPU: plans for its allocation rules, times
+    /// Where the steps run: cpu, or cuda or cuda:N (a GPU: plans for its allocation rules, times
     /// from CUDA events).
     #[arg(long, default_value = "cpu", value_name = DEVICE_VALUES)]
     pub device: String,

@@ -44,7 +44,7 @@ pub struct PlotArgs {
     /// The SVG file to write.
     #[arg(short, long, default_value = "memopt.svg", value_name = "FILE")]
     pub out: PathBuf,
-    /// The device whose step is charted: cpu, or cuda[:N] for a GPU's allocation rules
+    /// The device whose step is charted: cpu, or cuda or cuda:N for a GPU's allocation rules
     /// (computed on Meta either way; no GPU needed).
     #[arg(long, default_value = "cpu", value_name = DEVICE_VALUES)]
     pub device: String,

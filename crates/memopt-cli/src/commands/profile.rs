@@ -36,7 +36,7 @@ pub struct ProfileArgs {
     /// The model and its size [default model: cifar10dvs-vgg].
     #[command(flatten)]
     pub model: ModelArgs,
-    /// Where the step runs: cpu or cuda[:N] (measured and timed; CUDA steps are timed with
+    /// Where the step runs: cpu, cuda or cuda:N (measured and timed; CUDA steps are timed with
     /// CUDA events), meta (exact memory, no data, no time), meta:cuda (exact memory of the step
     /// on a GPU, computed without one).
     #[arg(long, default_value = "cpu", value_name = DEVICE_VALUES)]

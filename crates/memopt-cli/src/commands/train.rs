@@ -41,7 +41,7 @@ pub struct TrainArgs {
     /// Training steps.
     #[arg(long, default_value_t = 20, value_name = "S", value_parser = crate::selection::whole, allow_hyphen_values = true)]
     pub steps: usize,
-    /// Where to train: cpu, cuda[:N] (a GPU), meta or meta:cuda (memory only: no data, no
+    /// Where to train: cpu, cuda or cuda:N (a GPU), meta or meta:cuda (memory only: no data, no
     /// loss).
     #[arg(long, default_value = "cpu", value_name = DEVICE_VALUES)]
     pub device: String,

@@ -129,13 +129,41 @@ fn collect_criterion(dir: &Path, out: &mut Vec<KernelResult>) {
     }
 }
 
-fn write(path: &Path, text: &str) -> Result<(), String> {
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+/// Writes result files together, called once a task has succeeded: each goes to a temporary
+/// file in its directory first, and only when every one is written are they renamed over the
+/// old files, so a failed or interrupted task leaves the previous results intact.
+fn write_results(files: &[(PathBuf, String)]) -> Result<(), String> {
+    let tmp_of = |path: &Path| {
+        let mut name = std::ffi::OsString::from(".");
+        name.push(path.file_name().unwrap_or_default());
+        name.push(format!(".xtask-{}.tmp", std::process::id()));
+        path.with_file_name(name)
+    };
+    let mut staged: Vec<(PathBuf, &Path)> = Vec::new();
+    let mut staging = || -> Result<(), String> {
+        for (path, text) in files {
+            if let Some(dir) = path.parent() {
+                std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+            }
+            let tmp = tmp_of(path);
+            staged.push((tmp.clone(), path));
+            std::fs::write(&tmp, text).map_err(|e| format!("cannot write {}: {e}", tmp.display()))?;
+        }
+        Ok(())
+    };
+    let result = staging().and_then(|()| {
+        for (tmp, path) in &staged {
+            std::fs::rename(tmp, path).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+            eprintln!("xtask: wrote {}", path.display());
+        }
+        Ok(())
+    });
+    if result.is_err() {
+        for (tmp, _) in &staged {
+            let _ = std::fs::remove_file(tmp);
+        }
     }
-    std::fs::write(path, text).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
-    eprintln!("xtask: wrote {}", path.display());
-    Ok(())
+    result
 }
 
 fn kernel_summary(target: &Path, out_dir: &Path) -> Result<(), String> {
@@ -161,11 +189,13 @@ fn kernel_summary(target: &Path, out_dir: &Path) -> Result<(), String> {
         ));
         json.push(serde_json::json!({"id": r.id, "median_ns": r.median_ns, "throughput": r.throughput}));
     }
-    write(&out_dir.join("kernels.md"), &md)?;
-    write(
-        &out_dir.join("kernels.json"),
-        &serde_json::to_string_pretty(&json).unwrap_or_default(),
-    )
+    write_results(&[
+        (out_dir.join("kernels.md"), md),
+        (
+            out_dir.join("kernels.json"),
+            serde_json::to_string_pretty(&json).unwrap_or_default(),
+        ),
+    ])
 }
 
 fn bench(args: &[String]) -> Result<(), String> {
@@ -282,5 +312,38 @@ fn main() -> ExitCode {
             eprintln!("error: {e}");
             ExitCode::FAILURE
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::write_results;
+
+    /// Results are written together or not at all: when one cannot be written, the old
+    /// contents of the others stay and no temporary file is left.
+    #[test]
+    fn results_are_replaced_only_when_all_are_written() {
+        let dir = std::env::temp_dir().join(format!("xtask-results-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (md, json) = (dir.join("r.md"), dir.join("r.json"));
+        write_results(&[(md.clone(), "old md".into()), (json.clone(), "old json".into())]).unwrap();
+        // A file where a directory must be: the second result cannot be written.
+        let blocker = dir.join("blocker");
+        std::fs::write(&blocker, "").unwrap();
+        let err = write_results(&[
+            (md.clone(), "new md".into()),
+            (blocker.join("r.json"), "new json".into()),
+        ])
+        .unwrap_err();
+        assert!(err.contains("cannot"), "{err}");
+        assert_eq!(std::fs::read_to_string(&md).unwrap(), "old md");
+        assert_eq!(std::fs::read_to_string(&json).unwrap(), "old json");
+        let left: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap()
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().ends_with(".tmp"))
+            .collect();
+        assert!(left.is_empty(), "{left:?}");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -2,7 +2,7 @@
 //! side in one run with the same thread count. A benchmark, not a test: without a Python that
 //! can import torch and spikingjelly it says what it needs and skips (exit 0).
 
-use super::{cargo, root, run, target_dir, write};
+use super::{cargo, root, run, target_dir, write_results};
 use serde_json::{Value, json};
 use std::process::Command;
 
@@ -157,11 +157,13 @@ pub fn peer(args: &[String]) -> Result<(), String> {
     md.push_str(&format!(
         "\nMedian of {steps} steps after one warm-up step, {threads} threads on both sides (RAYON_NUM_THREADS, torch.set_num_threads).\n"
     ));
-    write(&dir.join("peer.md"), &md)?;
-    write(
-        &dir.join("peer.json"),
-        &serde_json::to_string_pretty(&Value::Array(rows)).unwrap_or_default(),
-    )?;
+    write_results(&[
+        (dir.join("peer.md"), md),
+        (
+            dir.join("peer.json"),
+            serde_json::to_string_pretty(&Value::Array(rows)).unwrap_or_default(),
+        ),
+    ])?;
     eprintln!("xtask: results in {}", dir.join("peer.md").display());
     Ok(())
 }

@@ -292,7 +292,7 @@ impl<'m> Cx<'m> {
     /// assigned to runs of consecutive children (plan entries with `children`).
     pub fn call_children(&mut self, parent: &'m dyn Module, inputs: Vec<Var>) -> Result<Vec<Var>> {
         let path = current_scope().module_path().clone();
-        let n = parent.children().len();
+        let n = parent.child_count();
         let mut xs = inputs;
         let mut i = 0;
         while i < n {

@@ -244,3 +244,60 @@ fn shapes_that_do_not_fit_name_the_layer_and_the_shape_it_needs() {
         .1;
     assert_eq!(fc.tensor().dims(), &[10, 16 * 8 * 8]);
 }
+
+/// The library's file reader is bounded like the CLI's: regular files only, at most
+/// MAX_DESCRIPTION_BYTES, UTF-8 with or without a byte-order mark; the layer count is bounded
+/// by the parser.
+#[test]
+fn model_files_are_bounded_regular_files() {
+    use memopt_checkpoint::zoo::custom::{MAX_DESCRIPTION_BYTES, MAX_LAYERS};
+    let dir = std::env::temp_dir().join(format!("memopt-custom-files-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let json = r#"{"name": "bom", "input": {"time_steps": 2, "sample": [4], "classes": 3},
+                   "layers": [{"type": "linear", "out": 3}]}"#;
+    let bom = dir.join("bom.json");
+    std::fs::write(&bom, format!("\u{feff}{json}")).unwrap();
+    assert_eq!(CustomModel::from_file(&bom).unwrap().name(), "bom");
+    let err = |path: &std::path::Path| CustomModel::from_file(path).unwrap_err().to_string();
+    let e = err(&dir);
+    assert!(e.contains("is a directory"), "{e}");
+    if std::path::Path::new("/dev/zero").exists() {
+        let e = err(std::path::Path::new("/dev/zero"));
+        assert!(e.contains("not a regular file"), "{e}");
+    }
+    let big = dir.join("big.json");
+    let f = std::fs::File::create(&big).unwrap();
+    f.set_len(MAX_DESCRIPTION_BYTES + 1).unwrap();
+    let e = err(&big);
+    assert!(
+        e.contains(&format!("at most {MAX_DESCRIPTION_BYTES} bytes")),
+        "{e}"
+    );
+    let many = dir.join("many.json");
+    let layers = vec![r#"{"type": "linear", "out": 4}"#; MAX_LAYERS + 1].join(",");
+    std::fs::write(
+        &many,
+        format!(r#"{{"name": "many", "input": {{"time_steps": 1, "sample": [4], "classes": 4}}, "layers": [{layers}]}}"#),
+    )
+    .unwrap();
+    let e = err(&many);
+    assert!(e.contains(&format!("at most {MAX_LAYERS}")), "{e}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A kernel so large that its weights per output channel overflow is a clean error on every
+/// device, not an overflow panic (found by the parser fuzz test).
+#[test]
+fn a_kernel_whose_weights_overflow_is_an_error() {
+    // Padding makes the padded input as large as the kernel, so shapes propagate.
+    let json = with_layers(
+        r#"[{"type": "conv2d", "out": 4, "kernel": 2049638230412172402, "padding": 1024819115206086201},
+            {"type": "flatten"}, {"type": "linear", "out": 3}]"#,
+    );
+    let outcome = CustomModel::from_json(&json).and_then(|m| {
+        let spec = m.spec().clone();
+        m.build(&spec, Device::META, 0).map(|_| ())
+    });
+    let e = outcome.expect_err("the kernel cannot fit").to_string();
+    assert!(e.contains("kernel"), "{e}");
+}

@@ -98,15 +98,19 @@ fn main() {
         models: reports,
     };
     let json = serde_json::to_string_pretty(&tables).unwrap_or_default();
-    let write = |file: &str, text: &str| {
-        let path = out.join(file);
-        if let Err(e) = std::fs::create_dir_all(&out).and_then(|()| std::fs::write(&path, text)) {
-            eprintln!("error: cannot write {}: {e}", path.display());
-            std::process::exit(1);
-        }
-        eprintln!("wrote {}", path.display());
-    };
-    write("models.md", &md);
-    write("models.json", &json);
+    // Both tables are written together, atomically, once every model has succeeded.
+    let written = std::fs::create_dir_all(&out)
+        .map_err(|e| format!("cannot create {}: {e}", out.display()))
+        .and_then(|()| {
+            let mut outputs = memopt_cli::files::Outputs::default();
+            outputs.stage(&out.join("models.md"), md.clone());
+            outputs.stage(&out.join("models.json"), json);
+            outputs.commit().map_err(|e| e.to_string())
+        });
+    if let Err(e) = written {
+        eprintln!("error: {e}");
+        std::process::exit(1);
+    }
+    eprintln!("wrote {} and models.json", out.join("models.md").display());
     print!("{md}");
 }

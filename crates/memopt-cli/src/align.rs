@@ -198,6 +198,7 @@ mod tests {
         KindTimeline {
             points: vec![[0; MemoryKind::COUNT]; scopes.len()],
             scopes: scopes.iter().map(|(p, s)| (*p, s.to_string())).collect(),
+            ..KindTimeline::default()
         }
     }
 

@@ -7,61 +7,30 @@
 //!
 //! Outputs ([`Outputs`]) are staged in memory and written only when the whole command has
 //! succeeded ([`Outputs::commit`]); each file is written to a temporary file in the same
-//! directory and renamed over the old one, so a failed or interrupted write leaves the old file
-//! intact. The same path given for two outputs is a usage error, found before any work.
+//! directory and renamed over the old one (over the target of a symbolic link), so a failed or
+//! interrupted write leaves the old file intact. An existing device or pipe (`/dev/null`,
+//! `/dev/stdout`) is written in place, never replaced. The same path given for two outputs
+//! (also through a symbolic link) is a usage error, found before any work.
 
 use crate::error::{CliError, Result};
-use std::io::{Read, Write};
+use memopt_core::input_file::{InputFileError, read_bounded_text};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 
 /// Largest model or plan file read, in bytes (16 MiB: a plan of every module of the largest zoo
-/// model is under 100 KiB).
-pub const MAX_INPUT_BYTES: u64 = 16 << 20;
-
-/// The UTF-8 byte-order mark some editors write at the start of a file.
-const BOM: &str = "\u{feff}";
+/// model is under 100 KiB); the library's limit for model descriptions.
+pub const MAX_INPUT_BYTES: u64 = memopt_checkpoint::zoo::custom::MAX_DESCRIPTION_BYTES;
 
 /// Reads `path` as text: a regular file of at most [`MAX_INPUT_BYTES`] bytes, UTF-8 (a leading
 /// byte-order mark is dropped). `what` names the file's role in errors (`model file`, `plan`).
 pub fn read_input(path: &Path, what: &str) -> Result<String> {
-    let invalid = |why: String| CliError::Invalid(format!("cannot read {} ({what}): {why}", path.display()));
-    let meta = std::fs::metadata(path).map_err(|e| match e.kind() {
-        std::io::ErrorKind::NotFound => invalid("does not exist".into()),
-        _ => CliError::read(path, e),
-    })?;
-    if meta.is_dir() {
-        return Err(invalid("is a directory, not a file".into()));
-    }
-    if !meta.is_file() {
-        return Err(invalid(
-            "is not a regular file (a device, pipe or socket); give a JSON file".into(),
-        ));
-    }
-    if meta.len() > MAX_INPUT_BYTES {
-        return Err(invalid(format!(
-            "is {} bytes; model and plan files are at most {MAX_INPUT_BYTES} bytes",
-            meta.len()
-        )));
-    }
-    let file = std::fs::File::open(path).map_err(|e| CliError::read(path, e))?;
-    let mut bytes = Vec::new();
-    file.take(MAX_INPUT_BYTES + 1)
-        .read_to_end(&mut bytes)
-        .map_err(|e| CliError::read(path, e))?;
-    if bytes.len() as u64 > MAX_INPUT_BYTES {
-        return Err(invalid(format!(
-            "grew past {MAX_INPUT_BYTES} bytes while it was read; model and plan files are at most that"
-        )));
-    }
-    let text = String::from_utf8(bytes).map_err(|e| {
-        invalid(format!(
-            "is not UTF-8 text (invalid byte at offset {})",
-            e.utf8_error().valid_up_to()
-        ))
-    })?;
-    Ok(match text.strip_prefix(BOM) {
-        Some(rest) => rest.to_string(),
-        None => text,
+    read_bounded_text(path, MAX_INPUT_BYTES).map_err(|e| match e {
+        InputFileError::Io(io) => CliError::read(path, io),
+        InputFileError::NotRegular => CliError::Invalid(format!(
+            "cannot read {} ({what}): {e}; give a JSON file",
+            path.display()
+        )),
+        e => CliError::Invalid(format!("cannot read {} ({what}): {e}", path.display())),
     })
 }
 
@@ -109,11 +78,42 @@ impl Outputs {
         self.staged.push((path.to_path_buf(), contents.into()));
     }
 
-    /// Writes every staged file atomically (temporary file in the same directory, then rename).
-    /// A file that cannot be written leaves its old contents and is reported by name.
+    /// Writes every staged file atomically: each to a temporary file in its directory first,
+    /// and only when all are written are they renamed over the old files. A file that cannot
+    /// be written is reported by name and leaves every old file intact.
     pub fn commit(self) -> Result<()> {
-        for (path, contents) in &self.staged {
-            write_atomic(path, contents)?;
+        let mut temps: Vec<(PathBuf, PathBuf)> = Vec::with_capacity(self.staged.len());
+        let mut in_place: Vec<(&Path, &[u8])> = Vec::new();
+        for (given, contents) in &self.staged {
+            let path = match destination(given) {
+                Destination::InPlace => {
+                    in_place.push((given, contents));
+                    continue;
+                }
+                Destination::Replace(path) => path,
+            };
+            match write_temp(&path, contents) {
+                Ok(tmp) => temps.push((tmp, path)),
+                Err(e) => {
+                    for (tmp, _) in &temps {
+                        let _ = std::fs::remove_file(tmp);
+                    }
+                    return Err(e);
+                }
+            }
+        }
+        let mut renamed = Ok(());
+        for (tmp, path) in &temps {
+            if renamed.is_ok() {
+                renamed = std::fs::rename(tmp, path).map_err(|e| CliError::write(path, e));
+            }
+            if renamed.is_err() {
+                let _ = std::fs::remove_file(tmp);
+            }
+        }
+        renamed?;
+        for (path, contents) in in_place {
+            write_in_place(path, contents)?;
         }
         Ok(())
     }
@@ -127,12 +127,15 @@ fn parent(path: &Path) -> &Path {
     }
 }
 
-/// Whether two output paths name the same file (same canonical directory and file name).
+/// Whether two output paths name the same file: the same file after symbolic links when it
+/// exists, else the same canonical directory and file name.
 fn same_file(a: &Path, b: &Path) -> bool {
     let key = |p: &Path| {
-        std::fs::canonicalize(parent(p))
-            .ok()
-            .map(|d| d.join(p.file_name().unwrap_or_default()))
+        std::fs::canonicalize(p).ok().or_else(|| {
+            std::fs::canonicalize(parent(p))
+                .ok()
+                .map(|d| d.join(p.file_name().unwrap_or_default()))
+        })
     };
     match (key(a), key(b)) {
         (Some(x), Some(y)) => x == y,
@@ -140,9 +143,53 @@ fn same_file(a: &Path, b: &Path) -> bool {
     }
 }
 
+/// How an output path is written.
+enum Destination {
+    /// A regular file (the target of a symbolic link), new or replaced by a rename.
+    Replace(PathBuf),
+    /// An existing device, pipe or socket (`/dev/null`, `/dev/stdout`): written in place, as
+    /// renaming over it would replace the device node itself.
+    InPlace,
+}
+
+fn destination(path: &Path) -> Destination {
+    match std::fs::metadata(path) {
+        Ok(m) if !m.is_file() && !m.is_dir() => Destination::InPlace,
+        Ok(_) => Destination::Replace(std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf())),
+        Err(_) => Destination::Replace(path.to_path_buf()),
+    }
+}
+
+/// Writes `contents` into an existing device or pipe.
+fn write_in_place(path: &Path, contents: &[u8]) -> Result<()> {
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(path)
+        .map_err(|e| CliError::write(path, e))?;
+    f.write_all(contents)
+        .and_then(|()| f.flush())
+        .map_err(|e| CliError::write(path, e))
+}
+
 /// Writes `contents` to `path` through a temporary file in the same directory, flushed to disk
-/// and renamed over `path`; the temporary file is removed when anything fails.
+/// and renamed over `path` (over the target of a symbolic link); the temporary file is removed
+/// when anything fails. An existing device or pipe is written in place.
 pub fn write_atomic(path: &Path, contents: &[u8]) -> Result<()> {
+    let path = match destination(path) {
+        Destination::InPlace => return write_in_place(path, contents),
+        Destination::Replace(p) => p,
+    };
+    let path = path.as_path();
+    let tmp = write_temp(path, contents)?;
+    std::fs::rename(&tmp, path).map_err(|e| {
+        let _ = std::fs::remove_file(&tmp);
+        CliError::write(path, e)
+    })
+}
+
+/// Writes `contents` to a temporary file next to `path`, flushed to disk, and returns its path;
+/// nothing is left behind when it fails.
+fn write_temp(path: &Path, contents: &[u8]) -> Result<PathBuf> {
     let name = path
         .file_name()
         .ok_or_else(|| CliError::Usage(format!("{} is not a file name", path.display())))?;
@@ -153,11 +200,29 @@ pub fn write_atomic(path: &Path, contents: &[u8]) -> Result<()> {
     let written = (|| {
         let mut f = std::fs::File::create(&tmp)?;
         f.write_all(contents)?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, path)
+        f.sync_all()
     })();
-    written.map_err(|e| {
+    written.map(|()| tmp.clone()).map_err(|e| {
         let _ = std::fs::remove_file(&tmp);
         CliError::write(path, e)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Destination, destination};
+    use std::path::Path;
+
+    /// A device is written in place, never renamed over (that would replace the device node).
+    #[test]
+    fn devices_are_written_in_place_and_files_replaced() {
+        if Path::new("/dev/null").exists() {
+            assert!(matches!(
+                destination(Path::new("/dev/null")),
+                Destination::InPlace
+            ));
+        }
+        let new = std::env::temp_dir().join(format!("memopt-destination-{}", std::process::id()));
+        assert!(matches!(destination(&new), Destination::Replace(p) if p == new));
+    }
 }

@@ -20,6 +20,7 @@ pub mod error;
 pub mod escape;
 pub mod files;
 pub mod format;
+pub mod fragmentation;
 pub mod memory_limit;
 pub mod plan_file;
 pub mod progress;
@@ -61,7 +62,7 @@ Examples:
   memopt models                                  the zoo, sizes and parameter counts
   memopt profile --model spiking-mlp             where the memory of a step goes
   memopt optimize                                plan the CIFAR10-DVS VGG (the default model)
-  memopt optimize --budget 75% --verify          fit 75% of the baseline peak, then check it
+  memopt optimize --budget 80% --verify          fit 80% of the baseline's reserved peak, then check
   memopt optimize -m sew-resnet18 --out plan.json
   memopt train -m sew-resnet18 --plan plan.json --steps 20
   memopt bench -m toy-if --json                  every strategy side by side

@@ -10,7 +10,9 @@
 //!   in use (`VmSize` of `/proc/self/status`).
 //!
 //! `--memory-limit SIZE` (or the `MEMOPT_MEMORY_LIMIT` environment variable) replaces the probe
-//! with a given figure, which is how tests exercise the refusal without cgroups;
+//! with a given figure, which is how tests exercise the refusal without cgroups. The figure
+//! compared with the room is the step's exact reserved peak (the caching allocator's
+//! segments, what the process really holds), computed on Meta;
 //! `--ignore-memory-limit` runs anyway. Meta steps hold no data and are never refused; CUDA
 //! steps have no CUDA kernels yet (they fail with that error before allocating).
 
@@ -19,7 +21,7 @@ use crate::format::bytes;
 use memopt_checkpoint::Plan;
 use memopt_core::Device;
 use memopt_profiler::{Estimator, Workload};
-use memopt_search::parse_size;
+use memopt_search::{Budget, BudgetStrategy, PlanningSession, SearchError, Strategy, parse_size};
 use std::path::{Path, PathBuf};
 
 /// Environment variable that sets the memory limit like `--memory-limit`.
@@ -31,7 +33,7 @@ pub const LIMIT_ENV: &str = "MEMOPT_MEMORY_LIMIT";
 pub struct MemoryLimitArgs {
     /// The memory this process may use, e.g. 6GiB or 6442450944 [default: probed from the
     /// cgroup limits, MemAvailable and RLIMIT_AS; also MEMOPT_MEMORY_LIMIT].
-    #[arg(long, value_name = "SIZE")]
+    #[arg(long, value_name = "SIZE", allow_hyphen_values = true)]
     pub memory_limit: Option<String>,
     /// Run real steps even when their exact peak exceeds the memory limit.
     #[arg(long)]
@@ -60,8 +62,10 @@ impl MemoryLimitArgs {
         Ok(probe())
     }
 
-    /// Refuses, before any real step, a step on `device` whose exact peak (computed on Meta)
-    /// exceeds the room left, naming both figures and a command that would fit. Every plan in
+    /// Refuses, before any real step, a step on `device` whose exact reserved peak (the caching
+    /// allocator's segments, computed on Meta) exceeds the room left, naming both figures and,
+    /// when a plan fits, the `memopt optimize --budget` command that finds it (the budget
+    /// strategy is run on Meta first, so the command suggested really fits). Every plan in
     /// `plans` is checked; `how` is the rest of the command line that selects the model.
     pub fn check(&self, workload: &Workload, plans: &[&Plan], device: Device, how: &str) -> Result<()> {
         if self.ignore_memory_limit || device != Device::Cpu {
@@ -73,21 +77,37 @@ impl MemoryLimitArgs {
         let mut estimator = Estimator::new(workload)?;
         let mut peak = 0;
         for plan in plans {
-            peak = peak.max(estimator.report(plan)?.peak_bytes);
+            peak = peak.max(estimator.peaks(plan)?.reserved_bytes);
         }
         if peak <= room.bytes {
             return Ok(());
         }
-        Err(CliError::Invalid(format!(
-            "a step of {} needs {} ({peak} bytes) at its peak, but this process may use only {} \
-             ({} bytes; {}); plan for it with `memopt optimize {how} --budget {} --out plan.json` \
-             and train with --plan plan.json, or lower --batch; --ignore-memory-limit runs anyway",
+        let over = format!(
+            "a step of {} reserves {} ({peak} bytes) at its peak, but this process may use only {} \
+             ({} bytes; {})",
             workload.name(),
             bytes(peak),
             bytes(room.bytes),
             room.bytes,
             room.source,
-            room.bytes
+        );
+        let fitting = PlanningSession::new(workload)
+            .and_then(|mut s| BudgetStrategy::reserved(Budget::Bytes(room.bytes)).plan(&mut s));
+        let advice = match fitting {
+            Ok(report) => format!(
+                "a plan reserving {} fits: make it with `memopt optimize {how} --budget {} --out plan.json` \
+                 and train with --plan plan.json, or lower --batch",
+                bytes(report.planned_peaks.reserved_bytes),
+                room.bytes
+            ),
+            Err(SearchError::Infeasible { best, .. }) => format!(
+                "no plan fits (the least reserved peak found is {} ({best} bytes)): lower --batch",
+                bytes(best)
+            ),
+            Err(e) => return Err(e.into()),
+        };
+        Err(CliError::Invalid(format!(
+            "{over}; {advice}; --ignore-memory-limit runs anyway"
         )))
     }
 }

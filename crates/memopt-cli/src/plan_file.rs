@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 
 /// What a plan was made for.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct MadeFor {
     /// Model name (zoo name, or the `name` of a JSON model).
     pub model: String,
@@ -90,7 +91,10 @@ struct Header {
     made_for: Option<MadeFor>,
 }
 
-/// The `made_for` of a plan file's text, when it has a readable one.
-pub fn made_for(text: &str) -> Option<MadeFor> {
-    serde_json::from_str::<Header>(text).ok().and_then(|h| h.made_for)
+/// The `made_for` of a plan file's text (`None` without one); a `made_for` with missing,
+/// mistyped or unknown fields is an error saying why.
+pub fn made_for(text: &str) -> Result<Option<MadeFor>, String> {
+    serde_json::from_str::<Header>(text)
+        .map(|h| h.made_for)
+        .map_err(|e| format!("invalid made_for: {e}"))
 }

@@ -3,8 +3,8 @@
 use crate::error::{CliError, Result};
 use crate::format::bytes;
 use memopt_search::{
-    Budget, BudgetStrategy, MaxOverhead, Memonger, MinMemory, Pipeline, Prefer, Profile, SearchError,
-    Strategy,
+    Budget, BudgetKind, BudgetStrategy, MaxOverhead, Memonger, MinMemory, Pipeline, Prefer, Profile,
+    SearchError, Strategy,
 };
 
 /// The predicted slowdown the default strategy allows (20% of the baseline step time).
@@ -19,10 +19,21 @@ pub enum StrategyName {
     Pipeline,
     /// Chen et al.'s memonger: recompute segments cut by the sqrt threshold search.
     Memonger,
-    /// The fastest plan whose exact peak fits --budget (required).
+    /// The fastest plan whose exact reserved peak fits --budget (required).
     Budget,
     /// The least peak reachable, whatever the time.
     MinMemory,
+}
+
+/// `--budget-kind`: the peak a budget bounds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum BudgetKindName {
+    /// The caching allocator's segments (blocks, cached free blocks, split remainders): what
+    /// runs out on a device.
+    Reserved,
+    /// The blocks handed to tensors, each request rounded up to 512 B (memopt's budget before
+    /// the caching allocator).
+    Allocated,
 }
 
 /// `--profile` presets of the pipeline.
@@ -70,10 +81,14 @@ pub struct StrategyArgs {
     /// Pipeline: wrap at most this many blocks (those with the largest inputs).
     #[arg(long, value_name = "N")]
     pub max_wrapped: Option<usize>,
-    /// Budget: the peak to fit, in bytes with a unit (2GiB, 512MiB, 300MB) or a share of the
-    /// baseline peak (40%).
+    /// Budget: the reserved peak to fit (the caching allocator's segments: what runs out on a
+    /// device), in bytes with a unit (2GiB, 512MiB, 300MB, 1TiB) or a share of the baseline's
+    /// reserved peak (40%).
     #[arg(long, value_name = "BYTES|PCT", allow_hyphen_values = true)]
     pub budget: Option<String>,
+    /// Budget: the peak --budget bounds [default: reserved].
+    #[arg(long, value_enum, value_name = "KIND")]
+    pub budget_kind: Option<BudgetKindName>,
     /// Max-overhead: the largest predicted slowdown, as a percentage (20%) or a fraction (0.2).
     #[arg(long, value_name = "PCT", allow_hyphen_values = true)]
     pub max_overhead: Option<String>,
@@ -148,6 +163,9 @@ impl StrategyArgs {
         if name != StrategyName::Budget && self.budget.is_some() {
             return misplaced("--budget", "budget");
         }
+        if name != StrategyName::Budget && self.budget_kind.is_some() {
+            return misplaced("--budget-kind", "budget");
+        }
         if name != StrategyName::MaxOverhead && self.max_overhead.is_some() {
             return misplaced("--max-overhead", "max-overhead");
         }
@@ -203,11 +221,17 @@ impl StrategyArgs {
                 let budget: Budget = text.parse().map_err(|e: SearchError| {
                     CliError::Usage(e.to_string().replace("invalid setting: ", ""))
                 })?;
-                let setting = match budget {
-                    Budget::Bytes(b) => format!("fit {}", bytes(b)),
-                    Budget::Fraction(f) => format!("fit {:.0}% of the baseline peak", f * 100.0),
+                let kind = match self.budget_kind.unwrap_or(BudgetKindName::Reserved) {
+                    BudgetKindName::Reserved => BudgetKind::Reserved,
+                    BudgetKindName::Allocated => BudgetKind::Allocated,
                 };
-                (Box::new(BudgetStrategy { budget }), setting)
+                let setting = match budget {
+                    Budget::Bytes(b) => format!("{kind} peak at most {}", bytes(b)),
+                    Budget::Fraction(f) => {
+                        format!("{kind} peak at most {:.0}% of the baseline's", f * 100.0)
+                    }
+                };
+                (Box::new(BudgetStrategy { budget, kind }), setting)
             }
             StrategyName::MinMemory => (Box::new(MinMemory), "least peak reachable".into()),
         })
@@ -228,9 +252,11 @@ pub fn strategy_label(name: StrategyName) -> &'static str {
 /// Rewrites an infeasible budget in MiB and says what to ask for instead; other errors pass.
 pub fn explain(e: SearchError) -> CliError {
     match e {
-        SearchError::Infeasible { budget, best, .. } => CliError::Invalid(format!(
-            "no plan fits a budget of {} ({budget} bytes): the smallest peak reachable is {} ({best} bytes); \
-             ask for at least that, or use --strategy min-memory",
+        SearchError::Infeasible {
+            budget, kind, best, ..
+        } => CliError::Invalid(format!(
+            "no plan fits a budget of {} ({budget} bytes) on the {kind} peak: the smallest {kind} peak \
+             found is {} ({best} bytes); ask for at least that, or use --strategy min-memory",
             bytes(budget),
             bytes(best)
         )),

@@ -4,6 +4,7 @@
 
 use crate::align::{Stage, align, recompute_spans};
 use crate::format::{bytes, mib, path};
+use crate::fragmentation::{FRAGMENTATION, RESERVED, fragmentation_band, level_lines};
 use crate::timeline::KindTimeline;
 use memopt_core::MemoryKind;
 use memopt_profiler::MemoryReport;
@@ -72,7 +73,7 @@ fn nice_step(max: f64, ticks: f64) -> f64 {
 
 /// Indices of the points drawn: all of them, or each bucket's highest total when there are
 /// more than [`MAX_POINTS`] (so peaks survive), always keeping the first and last.
-fn sample(t: &KindTimeline) -> Vec<usize> {
+pub(crate) fn sample(t: &KindTimeline) -> Vec<usize> {
     let n = t.points.len();
     if n <= MAX_POINTS {
         return (0..n).collect();
@@ -95,17 +96,17 @@ fn sample(t: &KindTimeline) -> Vec<usize> {
     out
 }
 
-struct Frame {
+pub(crate) struct Frame {
     x_max: f64,
     y_max_mib: f64,
 }
 
 impl Frame {
     /// Position `pos` of the common axis ([`crate::align::Axis`]) in pixels.
-    fn x(&self, pos: f64) -> f64 {
+    pub(crate) fn x(&self, pos: f64) -> f64 {
         PLOT_LEFT + (PLOT_RIGHT - PLOT_LEFT) * pos / self.x_max.max(1.0)
     }
-    fn y(&self, b: u64) -> f64 {
+    pub(crate) fn y(&self, b: u64) -> f64 {
         PLOT_BOTTOM - (PLOT_BOTTOM - PLOT_TOP) * mib(b) / self.y_max_mib
     }
 }
@@ -130,7 +131,7 @@ pub fn render(
     } else {
         BAR_HEIGHT + 8.0
     };
-    let bars_top = PLOT_BOTTOM + 90.0;
+    let bars_top = PLOT_BOTTOM + 90.0 + 16.0 * (1.0 + f64::from(u8::from(planned.is_some())));
     let height = bars_top + 40.0 + per_row * top.len() as f64 + 30.0;
     let mut s = String::new();
     // Writing to a String never fails; results are ignored below for that reason.
@@ -149,6 +150,11 @@ pub fn render(
         esc(title)
     );
     timeline_chart(&mut s, baseline, planned);
+    let mut steps = vec![("baseline", baseline.report)];
+    if let Some(p) = planned {
+        steps.push(("planned", p.report));
+    }
+    level_lines(&mut s, PLOT_BOTTOM + 62.0, &steps, PLOT_LEFT);
     bar_chart(&mut s, &top, bars_top, baseline, planned, module_types);
     s.push_str("</svg>\n");
     s
@@ -160,7 +166,11 @@ fn timeline_chart(s: &mut String, baseline: Series<'_>, planned: Option<Series<'
         .collect();
     let axis = align(baseline.timeline, planned.map(|p| p.timeline));
     let x_max = axis.length.max(1.0);
-    let peak = all.iter().map(|t| t.peak()).max().unwrap_or(0);
+    let peak = all
+        .iter()
+        .map(|t| t.peak().max(t.reserved_peak()))
+        .max()
+        .unwrap_or(0);
     let step = nice_step(mib(peak).max(1e-3) * 1.05, 5.0);
     let y_max_mib = (mib(peak) * 1.05 / step).ceil().max(1.0) * step;
     let f = Frame { x_max, y_max_mib };
@@ -209,6 +219,7 @@ fn timeline_chart(s: &mut String, baseline: Series<'_>, planned: Option<Series<'
         ),
         None => (baseline, &axis.first, "baseline", None),
     };
+    fragmentation_band(s, &f, stacked.timeline, stacked_x, stacked_id);
     stacked_areas(s, &f, stacked.timeline, stacked_x, stacked_id);
     if let Some((series, xs, id)) = line {
         total_line(s, &f, series.timeline, xs, id);
@@ -220,12 +231,27 @@ fn timeline_chart(s: &mut String, baseline: Series<'_>, planned: Option<Series<'
     if let Some(p) = planned {
         marks.push((p.report.peak_bytes, "planned peak", "#b2182b"));
     }
+    let reserved_label = format!("{stacked_id} reserved peak");
+    marks.push((
+        stacked.report.allocator.reserved_peak_bytes,
+        reserved_label.as_str(),
+        RESERVED,
+    ));
     // Labels of peaks closer than a line of text apart go on either side of their lines.
-    let close = marks.len() == 2 && (f.y(marks[0].0) - f.y(marks[1].0)).abs() < 16.0;
+    // Labels sit just above their lines, top to bottom, each at least a line of text below
+    // the one before.
+    let mut order: Vec<usize> = (0..marks.len()).collect();
+    order.sort_by(|&a, &b| f.y(marks[a].0).total_cmp(&f.y(marks[b].0)));
+    let mut label_y = vec![0.0; marks.len()];
+    let mut last = f64::NEG_INFINITY;
+    for i in order {
+        last = (f.y(marks[i].0) - 4.0).max(last + 14.0);
+        label_y[i] = last;
+    }
     let _ = writeln!(s, r#"<g id="peaks">"#);
     for (i, (b, label, col)) in marks.iter().enumerate() {
         let y = f.y(*b);
-        let dy = if close && i == 1 { 14.0 } else { -4.0 };
+        let dy = label_y[i] - y;
         let _ = writeln!(
             s,
             r#"<line x1="{PLOT_LEFT}" y1="{y:.1}" x2="{PLOT_RIGHT}" y2="{y:.1}" stroke="{col}" stroke-dasharray="2 3"/><text x="{:.1}" y="{:.1}" text-anchor="end" fill="{col}">{label} {}</text>"#,
@@ -296,6 +322,26 @@ fn trim_number(v: f64) -> String {
     t.trim_end_matches('0').trim_end_matches('.').to_string()
 }
 
+/// The SVG path of the band between two curves, given as (axis position, upper bytes, lower
+/// bytes) per point: along the upper curve, back along the lower one.
+pub(crate) fn band_path(f: &Frame, corners: &[(f64, u64, u64)]) -> String {
+    let mut d = String::new();
+    for (j, (x, upper, _)) in corners.iter().enumerate() {
+        let _ = write!(
+            d,
+            "{}{:.1},{:.1} ",
+            if j == 0 { "M" } else { "L" },
+            f.x(*x),
+            f.y(*upper)
+        );
+    }
+    for (x, _, lower) in corners.iter().rev() {
+        let _ = write!(d, "L{:.1},{:.1} ", f.x(*x), f.y(*lower));
+    }
+    d.push('Z');
+    d
+}
+
 fn stacked_areas(s: &mut String, f: &Frame, t: &KindTimeline, xs: &[f64], id: &str) {
     let idx = sample(t);
     let kinds = t.kinds_used();
@@ -307,20 +353,12 @@ fn stacked_areas(s: &mut String, f: &Frame, t: &KindTimeline, xs: &[f64], id: &s
             .zip(&below)
             .map(|(&i, b)| b + t.points[i][k.index()])
             .collect();
-        let mut d = String::new();
-        for (j, &i) in idx.iter().enumerate() {
-            let _ = write!(
-                d,
-                "{}{:.1},{:.1} ",
-                if j == 0 { "M" } else { "L" },
-                f.x(xs[i]),
-                f.y(above[j])
-            );
-        }
-        for (j, &i) in idx.iter().enumerate().rev() {
-            let _ = write!(d, "L{:.1},{:.1} ", f.x(xs[i]), f.y(below[j]));
-        }
-        d.push('Z');
+        let corners: Vec<(f64, u64, u64)> = idx
+            .iter()
+            .enumerate()
+            .map(|(j, &i)| (xs[i], above[j], below[j]))
+            .collect();
+        let d = band_path(f, &corners);
         let _ = writeln!(
             s,
             r#"<path class="kind-{}" fill="{}" fill-opacity="0.85" d="{}"><title>{} ({id})</title></path>"#,
@@ -378,6 +416,16 @@ fn legend(s: &mut String, t: &KindTimeline, with_baseline: bool, with_recompute:
             x + 20.0
         );
     }
+    y += 22.0;
+    let _ = writeln!(
+        s,
+        r#"<rect x="{x}" y="{:.1}" width="14" height="12" fill="{FRAGMENTATION}" fill-opacity="0.45"/><line x1="{x}" y1="{:.1}" x2="{:.1}" y2="{:.1}" stroke="{RESERVED}" stroke-width="1.2"/><text x="{:.1}" y="{y:.1}">fragmentation, reserved</text>"#,
+        y - 10.0,
+        y - 10.0,
+        x + 14.0,
+        y - 10.0,
+        x + 20.0
+    );
     if with_recompute {
         y += 22.0;
         let _ = writeln!(

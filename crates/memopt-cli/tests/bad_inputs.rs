@@ -33,7 +33,7 @@ fn bad_inputs_exit_non_zero_with_one_clear_line() {
 
     let e = fails(&["optimize", "-m", "spiking-mlp", "--budget", "1KiB"], 1);
     assert!(
-        e.contains("no plan fits a budget of 1.00 KiB") && e.contains("smallest peak reachable"),
+        e.contains("no plan fits a budget of 1.00 KiB") && e.contains("smallest reserved peak found"),
         "{e}"
     );
 
@@ -100,7 +100,7 @@ fn bad_inputs_exit_non_zero_with_one_clear_line() {
     let e = fails(&["optimize", "-m", "toy-if", "--verify", "--steps", "0"], 2);
     assert!(e.contains("--steps must be at least 1"), "{e}");
     let v = json(&["optimize", "-m", "toy-if", "--budget", "1e9", "--json"]);
-    assert_eq!(v["setting"], "fit 953.67 MiB");
+    assert_eq!(v["setting"], "reserved peak at most 953.67 MiB");
 
     // A model with nothing to learn is refused before a step runs.
     let frozen = temp("no-parameters.json");

@@ -273,6 +273,36 @@ fn charts_parse_as_svg_and_hold_both_series() {
     let svg = std::fs::read_to_string(&prof).expect("svg written");
     check_svg(&svg);
     assert!(svg.contains(r#"id="baseline""#) && !svg.contains(r#"id="planned""#));
+    // The caching allocator's levels: the reserved line, the fragmentation band under it and
+    // the three peaks with the fragmentation at the reserved peak, as the JSON reports them.
+    for id in [
+        r#"id="allocator-levels""#,
+        r#"id="fragmentation-baseline""#,
+        r#"id="reserved-baseline""#,
+    ] {
+        assert!(svg.contains(id), "no {id}");
+    }
+    let v = json(&["profile", "-m", "spiking-mlp", "--device", "meta", "--json"]);
+    let a = &v["allocator"];
+    let b = |key: &str| memopt_cli::format::bytes(a[key].as_u64().expect(key));
+    let reserved = a["at_reserved_peak"]["reserved_bytes"].as_u64().unwrap();
+    let allocated = a["at_reserved_peak"]["allocated_bytes"].as_u64().unwrap();
+    assert!(
+        reserved > allocated,
+        "spiking-mlp fragments its one 2 MiB segment"
+    );
+    let line = format!(
+        "baseline peaks: requested {}, allocated {}, reserved {}; fragmentation at the reserved peak {}",
+        b("requested_peak_bytes"),
+        b("allocated_peak_bytes"),
+        b("reserved_peak_bytes"),
+        memopt_cli::format::bytes(reserved - allocated)
+    );
+    assert!(svg.contains(&line), "{line}");
+    assert!(
+        svg.contains("baseline reserved peak"),
+        "the reserved peak is marked"
+    );
 }
 
 /// A model too small for the chain model's bookkeeping to be exact still gets plans decided on

@@ -45,30 +45,34 @@ fn s(p: &Path) -> &str {
     p.to_str().expect("utf-8 path")
 }
 
-const MLP: [&str; 4] = ["-m", "spiking-mlp", "--batch", "64"];
+/// A model whose reserved peak a plan lowers (10 MiB of segments storing everything, 4 MiB
+/// under the min-memory plan), small enough for real steps in a test.
+const MODEL: [&str; 4] = ["-m", "toy-if", "--batch", "512"];
 
-/// The exact peak of a CPU step, from a Meta profile.
-fn exact_peak(extra: &[&str]) -> u64 {
+/// The exact reserved peak of a CPU step (the caching allocator's segments), from a Meta
+/// profile.
+fn exact_reserved(extra: &[&str]) -> u64 {
     let mut args = vec!["profile", "--device", "meta", "--json"];
-    args.extend(MLP);
+    args.extend(MODEL);
     args.extend(extra);
     let v: serde_json::Value = serde_json::from_str(&run(&args).unwrap()).unwrap();
-    v["peak_bytes"].as_u64().unwrap()
+    v["allocator"]["reserved_peak_bytes"].as_u64().unwrap()
 }
 
-/// `memopt train` for one quiet step of the spiking MLP at batch 64, plus `extra`.
-fn train_mlp(extra: &[&str]) -> Result<String, CliError> {
+/// `memopt train` for one quiet step of [`MODEL`], plus `extra`.
+fn train_model(extra: &[&str]) -> Result<String, CliError> {
     let mut args = vec!["train", "--steps", "1", "-q"];
-    args.extend(MLP);
+    args.extend(MODEL);
     args.extend(extra);
     run(&args)
 }
 
 #[test]
 fn steps_over_the_memory_limit_are_refused_before_they_run() {
-    let peak = exact_peak(&[]);
+    let peak = exact_reserved(&[]);
     let below = (peak - 1).to_string();
-    // One byte short: refused, with both numbers and a command that would fit.
+    let suggested = format!("memopt optimize -m toy-if --batch 512 --budget {below} --out plan.json");
+    // One byte short of the reserved peak: refused, with both numbers and a command that fits.
     for cmd in [
         vec!["train", "--steps", "1", "-q"],
         vec!["profile", "--runs", "1"],
@@ -76,33 +80,43 @@ fn steps_over_the_memory_limit_are_refused_before_they_run() {
         vec!["bench", "--steps", "1"],
     ] {
         let mut args = cmd.clone();
-        args.extend(MLP);
+        args.extend(MODEL);
         args.extend(["--memory-limit", &below]);
         let e = error(&args);
         assert!(
-            e.contains(&format!("({peak} bytes)"))
-                && e.contains(&format!("({below} bytes; --memory-limit {below})"))
-                && e.contains(&format!(
-                    "memopt optimize -m spiking-mlp --batch 64 --budget {below}"
-                ))
+            e.contains(&format!(
+                "reserves {} ({peak} bytes)",
+                memopt_cli::format::bytes(peak)
+            )) && e.contains(&format!("({below} bytes; --memory-limit {below})"))
+                && e.contains(&suggested)
                 && e.contains("--ignore-memory-limit"),
             "{cmd:?}: {e}"
         );
     }
-    // The exact peak fits, to the byte; and the override runs anyway.
-    train_mlp(&["--memory-limit", &peak.to_string()]).unwrap();
-    train_mlp(&["--memory-limit", "1", "--ignore-memory-limit"]).unwrap();
-    // A plan lowers the peak that is checked: the min-memory plan fits where the baseline does not.
+    // The suggested command fits: its plan's reserved peak is within the limit, and a step
+    // under it runs inside that limit.
     let d = dir("oom-plan");
     let plan = d.join("plan.json");
-    let mut optimize = vec!["optimize", "--strategy", "min-memory", "--out", s(&plan)];
-    optimize.extend(MLP);
-    run(&optimize).unwrap();
-    let planned = exact_peak(&["--plan", s(&plan)]);
+    let mut optimize = vec!["optimize", "--budget", &below, "--json", "--out", s(&plan)];
+    optimize.extend(MODEL);
+    let v: serde_json::Value = serde_json::from_str(&run(&optimize).unwrap()).unwrap();
+    let planned = v["planned_peaks"]["reserved_bytes"].as_u64().unwrap();
     assert!(planned < peak, "{planned} < {peak}");
-    train_mlp(&["--plan", s(&plan), "--memory-limit", &planned.to_string()]).unwrap();
+    assert_eq!(exact_reserved(&["--plan", s(&plan)]), planned);
+    train_model(&["--plan", s(&plan), "--memory-limit", &below]).unwrap();
+    train_model(&["--plan", s(&plan), "--memory-limit", &planned.to_string()]).unwrap();
+    // Below what any plan reserves (one small segment is 2 MiB): no command is suggested, only
+    // a smaller batch.
+    let e = failure(train_model(&["--memory-limit", "1MiB"]));
+    assert!(
+        e.contains("no plan fits") && e.contains("lower --batch") && !e.contains("memopt optimize"),
+        "{e}"
+    );
+    // The exact reserved peak fits, to the byte; and the override runs anyway.
+    train_model(&["--memory-limit", &peak.to_string()]).unwrap();
+    train_model(&["--memory-limit", "1", "--ignore-memory-limit"]).unwrap();
     // Meta steps hold no data: never refused.
-    train_mlp(&["--device", "meta", "--memory-limit", "1"]).unwrap();
+    train_model(&["--device", "meta", "--memory-limit", "1"]).unwrap();
     // A limit that is not a size is a usage error naming the flag.
     let e = error(&["train", "--memory-limit", "lots", "-m", "spiking-mlp"]);
     assert!(e.contains("--memory-limit") && e.contains("unknown unit"), "{e}");
@@ -175,6 +189,14 @@ fn inputs_are_bounded_regular_utf8_files() {
             r#"{"version": 1, "entries": [{"path": "0", "policy": {"kind": "checkpoint", "kind": "store"}}]}"#,
             "duplicate key \"kind\"",
         ),
+        (
+            r#"{"version": 1, "made_for": {"model": "spiking-mlp", "note": 1}, "entries": []}"#,
+            "unknown field `note`",
+        ),
+        (
+            r#"{"version": 1, "entries": [{"path": "0", "policy": {"kind": "store"}}, {"path": "0", "policy": {"kind": "store"}}]}"#,
+            "appears more than once",
+        ),
     ] {
         std::fs::write(&plan, text).unwrap();
         let e = failure(meta_profile(&["-m", "spiking-mlp", "--plan", s(&plan)]));
@@ -202,10 +224,21 @@ fn outputs_are_written_only_when_the_whole_command_succeeds() {
     let e = failure(plan_and_chart(&plan, &missing));
     assert!(e.contains("does not exist"), "{e}");
     assert_eq!(std::fs::read_to_string(&plan).unwrap(), "old plan");
-    // The same file for two outputs is a usage error, however it is spelled.
+    // The same file for two outputs is a usage error, however it is spelled, symbolic links
+    // included.
     let same = d.join(".").join("plan.json");
     let e = failure(plan_and_chart(&plan, &same));
     assert!(e.contains("same file"), "{e}");
+    let link = d.join("link.json");
+    let _ = std::fs::remove_file(&link);
+    std::os::unix::fs::symlink(&plan, &link).unwrap();
+    let e = failure(plan_and_chart(&plan, &link));
+    assert!(e.contains("same file"), "{e}");
+    // Writing through a symbolic link replaces its target and keeps the link.
+    run(&["optimize", "-m", "spiking-mlp", "--out", s(&link)]).unwrap();
+    assert!(std::fs::symlink_metadata(&link).unwrap().file_type().is_symlink());
+    assert!(std::fs::read_to_string(&plan).unwrap().contains("\"version\""));
+    std::fs::write(&plan, "old plan").unwrap();
     // A command that fails after planning (a bad plan to chart) leaves the old chart.
     let chart = d.join("chart.svg");
     std::fs::write(&chart, "old chart").unwrap();
@@ -302,6 +335,17 @@ fn counts_must_be_positive_and_budgets_representable() {
     }
     let e = error(&["optimize", "-m", "spiking-mlp", "--budget", "1e30"]);
     assert!(e.contains("largest representable"), "{e}");
+    let e = error(&["train", "-m", "spiking-mlp", "--memory-limit", "-1"]);
+    assert!(e.contains("--memory-limit") && e.contains("positive"), "{e}");
+    for lr in ["NaN", "inf", "-0.1", "1e400"] {
+        let e = error(&["train", "-m", "spiking-mlp", "--lr", lr]);
+        assert!(
+            e.contains("learning rate must be a finite number >= 0"),
+            "{lr}: {e}"
+        );
+    }
+    let e = error(&["train", "-m", "spiking-mlp", "--lr", "0.1"]);
+    assert!(e.contains("--lr works with training on a dataset"), "{e}");
     let out = run(&["optimize", "-m", "spiking-mlp", "--budget", "1TiB"]).unwrap();
     assert!(out.contains("budget"), "{out}");
 }

@@ -24,12 +24,15 @@ fn optimize_with_no_arguments_plans_the_vgg() {
 
 #[test]
 fn optimize_json_has_the_stable_fields_for_every_strategy() {
-    let cases: [(&[&str], &str); 7] = [
+    // The small SNN reserves one 2 MiB segment whatever the plan: its budget case bounds the
+    // allocated peak; the reserved budget is the one segment.
+    let cases: [(&[&str], &str); 8] = [
         (&[], "max-overhead"),
         (&["--strategy", "pipeline", "--level", "2"], "pipeline"),
         (&["--profile", "exhaustive", "--prefer", "memory"], "pipeline"),
         (&["--strategy", "memonger"], "memonger"),
-        (&["--budget", "90%"], "budget"),
+        (&["--budget", "90%", "--budget-kind", "allocated"], "budget"),
+        (&["--budget", "2MiB"], "budget"),
         (
             &["--strategy", "max-overhead", "--max-overhead", "5%"],
             "max-overhead",
@@ -55,8 +58,21 @@ fn optimize_json_has_the_stable_fields_for_every_strategy() {
             v.get("grads_identical").is_none(),
             "verify fields only with --verify"
         );
+        let level = |which: &str, level: &str| u(&v[which], level);
+        assert!(level("planned_peaks", "requested_bytes") == planned);
+        assert!(level("planned_peaks", "allocated_bytes") >= planned);
+        assert!(level("planned_peaks", "reserved_bytes") >= level("planned_peaks", "allocated_bytes"));
         if strategy == "budget" {
-            assert!(planned <= base * 9 / 10 + 1);
+            let (kind, bytes) = (v["budget"]["kind"].as_str().unwrap(), u(&v["budget"], "bytes"));
+            let key = format!("{kind}_bytes");
+            assert!(level("planned_peaks", &key) <= bytes, "{args:?}");
+            if kind == "allocated" {
+                assert!(bytes <= level("baseline_peaks", "allocated_bytes") * 9 / 10 + 1);
+            } else {
+                assert_eq!((kind, bytes), ("reserved", 2 << 20));
+            }
+        } else {
+            assert!(v.get("budget").is_none(), "{args:?}");
         }
         if strategy == "min-memory" {
             min_peak = planned;

@@ -19,6 +19,7 @@ pub mod cuda;
 mod device;
 mod dtype;
 mod error;
+pub mod input_file;
 pub mod kernels;
 pub mod memory;
 pub mod rng;

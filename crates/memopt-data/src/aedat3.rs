@@ -114,7 +114,8 @@ pub struct LabelledSample {
 /// Cuts `events` by a DVS128 Gesture labels CSV (`class,startTime_usec,endTime_usec` with a
 /// header line; classes 1..=`classes`).
 pub fn split_by_labels(events: &Events, csv_path: &Path, classes: usize) -> Result<Vec<LabelledSample>> {
-    let text = std::fs::read_to_string(csv_path).map_err(|e| DataError::io(csv_path, e))?;
+    let text = memopt_core::input_file::read_bounded_text(csv_path, crate::error::MAX_DATA_FILE_BYTES)
+        .map_err(|e| crate::error::input_error(csv_path, e))?;
     let mut counts = vec![0usize; classes];
     let mut out = Vec::new();
     for (line_no, line) in text.lines().enumerate().skip(1) {

@@ -1,5 +1,6 @@
 //! The crate's error type.
 
+use memopt_core::input_file::{InputFileError, read_bounded};
 use std::path::PathBuf;
 
 /// Result with [`DataError`].
@@ -72,7 +73,21 @@ impl DataError {
     }
 }
 
-/// Reads a whole file, naming it on error.
+/// Largest dataset, events or weights file read whole, in bytes (4 GiB: one recording of the
+/// event datasets memopt reads is tens of MiB, the published VGG's weights under 100 MiB).
+pub const MAX_DATA_FILE_BYTES: u64 = 4 << 30;
+
+/// The error for an input file that is not a regular file of at most the limit.
+pub(crate) fn input_error(path: &std::path::Path, e: InputFileError) -> DataError {
+    match e {
+        InputFileError::Io(io) => DataError::io(path, io),
+        e => DataError::file(path, e.to_string()),
+    }
+}
+
+/// Reads a whole file, naming it on error: a regular file of at most [`MAX_DATA_FILE_BYTES`]
+/// bytes, read with that bound (a device such as `/dev/zero` or a directory is an error, not
+/// an endless read).
 pub(crate) fn read_all(path: &std::path::Path) -> Result<Vec<u8>> {
-    std::fs::read(path).map_err(|e| DataError::io(path, e))
+    read_bounded(path, MAX_DATA_FILE_BYTES).map_err(|e| input_error(path, e))
 }

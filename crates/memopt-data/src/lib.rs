@@ -26,7 +26,7 @@ pub mod training;
 pub mod weights;
 
 pub use dataset::{Dataset, SampleSource, split_train_test};
-pub use error::{DataError, Result};
+pub use error::{DataError, MAX_DATA_FILE_BYTES, Result};
 pub use events::{EventFormat, Events};
 pub use frames::{FrameSpec, Frames, SplitBy, integrate};
 pub use loader::{BatchLoader, HostBatch, shuffled};

@@ -8,6 +8,8 @@ use std::path::{Path, PathBuf};
 
 /// Reads every array of an `.npz` file, in archive order, named without `.npy`.
 pub fn read(path: &Path) -> Result<Vec<(String, NpyArray)>> {
+    memopt_core::input_file::check_regular(path, crate::error::MAX_DATA_FILE_BYTES)
+        .map_err(|e| crate::error::input_error(path, e))?;
     let file = std::fs::File::open(path).map_err(|e| DataError::io(path, e))?;
     let mut zip = zip::ZipArchive::new(std::io::BufReader::new(file))
         .map_err(|e| DataError::file(path, format!("not a readable .npz (zip) archive: {e}")))?;

@@ -52,9 +52,7 @@ fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
         Box::new(EveryOtherBlock),
         Box::new(Pipeline::default()),
         Box::new(Memonger::default()),
-        Box::new(BudgetStrategy {
-            budget: Budget::Fraction(0.9),
-        }),
+        Box::new(BudgetStrategy::reserved(Budget::Fraction(0.9))),
         Box::new(MaxOverhead { max_overhead: 0.2 }),
         Box::new(MinMemory),
     ];

@@ -24,15 +24,11 @@ fn strategies() -> Vec<(String, Box<dyn Strategy>)> {
     v.push(("memonger".into(), Box::new(Memonger::default())));
     v.push((
         "budget 50%".into(),
-        Box::new(BudgetStrategy {
-            budget: Budget::Fraction(0.5),
-        }),
+        Box::new(BudgetStrategy::reserved(Budget::Fraction(0.5))),
     ));
     v.push((
         "budget 25%".into(),
-        Box::new(BudgetStrategy {
-            budget: Budget::Fraction(0.25),
-        }),
+        Box::new(BudgetStrategy::reserved(Budget::Fraction(0.25))),
     ));
     v.push((
         "max-overhead 20%".into(),

@@ -15,6 +15,7 @@
 //! the step ends, `P` its parameter gradients, `F` and `W` its own forward and backward peaks.
 //! Only `K`, `F`, `W` and the extra time depend on the option.
 
+use crate::{Result, SearchError};
 use memopt_checkpoint::{PlanEntry, Policy};
 use memopt_core::ModulePath;
 use serde::{Deserialize, Serialize};
@@ -110,22 +111,31 @@ pub struct ChainModel {
 
 impl ChainModel {
     /// Bytes of all neuron states.
-    pub fn states_total(&self) -> u64 {
-        self.nodes.iter().map(|n| n.segment().states).sum()
+    pub fn states_total(&self) -> Result<u64> {
+        self.nodes.iter().map(ChainNode::segment).try_fold(0, |sum, s| {
+            add(&s.path, "the neuron states of the whole model", sum, s.states)
+        })
     }
 
     /// Bytes of all parameter gradients.
-    pub fn param_grads_total(&self) -> u64 {
-        self.nodes.iter().map(|n| n.segment().param_grads).sum()
+    pub fn param_grads_total(&self) -> Result<u64> {
+        self.nodes.iter().map(ChainNode::segment).try_fold(0, |sum, s| {
+            add(
+                &s.path,
+                "the parameter gradients of the whole model",
+                sum,
+                s.param_grads,
+            )
+        })
     }
 
     /// Predicted peak bytes of a plan given as its segments in forward order.
-    pub fn peak(&self, plan: &[Chosen<'_>]) -> u64 {
-        let mut walk = Walk::start(self);
+    pub fn peak(&self, plan: &[Chosen<'_>]) -> Result<u64> {
+        let mut walk = Walk::start(self)?;
         for c in plan {
-            walk.step(c.segment, c.option());
+            walk.step(c.segment, c.option())?;
         }
-        walk.finish()
+        Ok(walk.finish())
     }
 
     /// Extra time of a plan over storing everything, in ms.
@@ -255,49 +265,127 @@ pub fn plan_entries(plan: &[Chosen<'_>]) -> Vec<PlanEntry> {
         .collect()
 }
 
-/// The running figures of a prefix of the chain: what the next segment's terms need.
+/// `left + right`, or the error naming `segment` and the sum.
+pub(crate) fn add(segment: &str, what: &'static str, left: u64, right: u64) -> Result<u64> {
+    left.checked_add(right).ok_or_else(|| SearchError::ByteOverflow {
+        segment: display_path(segment).to_string(),
+        what,
+        left,
+        right,
+    })
+}
+
+/// A segment path as shown to users: `(root)` for the whole model.
+fn display_path(path: &str) -> &str {
+    if path.is_empty() { "(root)" } else { path }
+}
+
+/// The running figures of a prefix of the chain: what the next segment's terms need. Every
+/// sum is checked: a byte count beyond `u64::MAX` is an error naming the segment.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) struct Walk {
     base: u64,
     states_total: u64,
     grads_total: u64,
+    /// Bytes held during the optimizer update: base and every parameter gradient.
+    update: u64,
     /// Bytes kept by the segments so far.
     pub kept: u64,
     /// Bytes of states held by the segments so far.
     states_done: u64,
     /// Parameter gradients of the segments so far.
     grads_done: u64,
-    /// The largest term so far.
+    /// The largest term so far (or a lower bound of the step's peak that every completion of
+    /// this prefix reaches anyway, see [`crate::dp`]).
     pub max: u64,
 }
 
 impl Walk {
-    pub(crate) fn start(chain: &ChainModel) -> Walk {
-        Walk {
+    pub(crate) fn start(chain: &ChainModel) -> Result<Walk> {
+        let grads_total = chain.param_grads_total()?;
+        Ok(Walk {
             base: chain.base,
-            states_total: chain.states_total(),
-            grads_total: chain.param_grads_total(),
+            states_total: chain.states_total()?,
+            grads_total,
+            update: add(
+                "",
+                "the bytes held during the optimizer update",
+                chain.base,
+                grads_total,
+            )?,
             kept: 0,
             states_done: 0,
             grads_done: 0,
             max: chain.base,
-        }
+        })
     }
 
     /// Adds one segment run with `option`.
-    pub(crate) fn step(&mut self, seg: &ChainSegment, option: &SegmentOption) {
-        let forward = self.base + self.kept + self.states_done + option.forward_peak;
-        self.grads_done += seg.param_grads;
-        let later_grads = self.grads_total - self.grads_done;
-        let backward = self.base + self.kept + self.states_total + later_grads + option.backward_peak;
+    pub(crate) fn step(&mut self, seg: &ChainSegment, option: &SegmentOption) -> Result<()> {
+        let path = seg.path.as_str();
+        let held = add(
+            path,
+            "the bytes held before its forward pass",
+            self.base,
+            self.kept,
+        )?;
+        let before = add(
+            path,
+            "the bytes held before its forward pass",
+            held,
+            self.states_done,
+        )?;
+        let forward = add(path, "its forward peak", before, option.forward_peak)?;
+        self.grads_done = add(
+            path,
+            "the parameter gradients so far",
+            self.grads_done,
+            seg.param_grads,
+        )?;
+        // Each segment's gradients are part of the total, so this cannot underflow unless the
+        // chain's segments disagree with their own totals.
+        let later_grads = self.grads_total.checked_sub(self.grads_done).ok_or_else(|| {
+            SearchError::Internal(format!(
+                "segment '{}': parameter gradients so far ({} bytes) exceed the chain's total ({} bytes)",
+                display_path(path),
+                self.grads_done,
+                self.grads_total
+            ))
+        })?;
+        let with_states = add(
+            path,
+            "the bytes held during its backward pass",
+            held,
+            self.states_total,
+        )?;
+        let with_grads = add(
+            path,
+            "the bytes held during its backward pass",
+            with_states,
+            later_grads,
+        )?;
+        let backward = add(path, "its backward peak", with_grads, option.backward_peak)?;
         self.max = self.max.max(forward).max(backward);
-        self.kept += option.kept;
-        self.states_done += seg.states;
+        self.kept = add(
+            path,
+            "the bytes kept for the backward pass",
+            self.kept,
+            option.kept,
+        )?;
+        self.states_done = add(path, "the neuron states so far", self.states_done, seg.states)?;
+        Ok(())
     }
 
     /// The peak, including the optimizer update after the backward pass.
     pub(crate) fn finish(&self) -> u64 {
-        self.max.max(self.base + self.grads_total)
+        self.max.max(self.update)
+    }
+
+    /// Lifts `max` to `base + kept + rest`, a lower bound of every later term (see
+    /// [`crate::dp`]); saturating, as a bound beyond `u64::MAX` means no completion fits.
+    pub(crate) fn lift(&mut self, rest: u64) {
+        let bound = self.base.saturating_add(self.kept).saturating_add(rest);
+        self.max = self.max.max(bound);
     }
 }
 

@@ -20,15 +20,33 @@ pub enum SearchError {
     Profiler(#[from] memopt_profiler::ProfilerError),
     /// No plan reaches the budget.
     #[error(
-        "no plan fits a budget of {budget} bytes: the smallest peak reachable is {best} bytes ({best_plan_entries} module(s) with a policy)"
+        "no plan fits a budget of {budget} bytes of {kind} peak: the smallest {kind} peak found is {best} bytes ({best_plan_entries} module(s) with a policy)"
     )]
     Infeasible {
         /// The budget asked for, in bytes.
         budget: u64,
-        /// The least peak any plan reaches, in bytes.
+        /// The peak the budget bounds.
+        kind: crate::strategy::BudgetKind,
+        /// The least peak (of `kind`) of the plans tried, the least-peak plan among them, in
+        /// bytes.
         best: u64,
         /// How many entries that least-peak plan has.
         best_plan_entries: usize,
+    },
+    /// A byte sum of the chain model does not fit in 64 bits: the model or batch is too large
+    /// for any plan to be represented.
+    #[error(
+        "the byte count of segment '{segment}' does not fit in 64 bits: {what} is {left} + {right} bytes; use a smaller batch or model"
+    )]
+    ByteOverflow {
+        /// Path of the segment whose term overflowed (`(root)` for the whole model).
+        segment: String,
+        /// Which sum overflowed.
+        what: &'static str,
+        /// The running sum, in bytes.
+        left: u64,
+        /// What was being added, in bytes.
+        right: u64,
     },
     /// A strategy's settings are invalid.
     #[error("invalid setting: {0}")]

@@ -61,15 +61,17 @@ pub mod sites;
 pub mod strategy;
 
 pub use error::{Result, SearchError};
-pub use report::{PipelineStep, PipelineSummary, PlanReport};
+pub use report::{BudgetFit, PipelineStep, PipelineSummary, PlanReport};
 pub use session::{ExactCandidate, PlanningSession};
 pub use strategy::{
-    Block, Blocks, Budget, BudgetStrategy, MaxOverhead, Memonger, MinMemory, Pipeline, Prefer, Profile,
-    Strategy, block_plan, parse_size,
+    Block, Blocks, Budget, BudgetKind, BudgetStrategy, MaxOverhead, Memonger, MinMemory, Pipeline, Prefer,
+    Profile, Strategy, block_plan, parse_size,
 };
 
 // The types this crate's public signatures use, so that depending on memopt-search suffices.
 pub use memopt_checkpoint::{InputSpec, Model, PLAN_VERSION, Plan, PlanEntry, Policy};
 pub use memopt_compress::CompressorKind;
 pub use memopt_core::Device;
-pub use memopt_profiler::{CostModel, Mismatch, PlanCheck, Quantity, StepRecord, Workload, verify_plan};
+pub use memopt_profiler::{
+    AllocatorLevels, CostModel, Mismatch, PlanCheck, Quantity, StepRecord, Workload, verify_plan,
+};

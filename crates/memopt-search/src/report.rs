@@ -1,6 +1,8 @@
 //! What a strategy returns.
 
+use crate::strategy::BudgetKind;
 use memopt_checkpoint::Plan;
+use memopt_profiler::AllocatorLevels;
 use serde::{Deserialize, Serialize};
 
 /// A plan with its verified figures.
@@ -14,10 +16,19 @@ pub struct PlanReport {
     pub timesteps: usize,
     /// Strategy that produced the plan.
     pub strategy: String,
-    /// Peak of a step storing everything, in bytes (exact).
+    /// Requested peak of a step storing everything, in bytes (exact): what tensors asked for.
     pub baseline_peak_bytes: u64,
-    /// Peak of a step under the plan, in bytes (exact: a Meta step).
+    /// Requested peak of a step under the plan, in bytes (exact: a Meta step); the figure a
+    /// real step's verification compares with.
     pub planned_peak_bytes: u64,
+    /// Requested, allocated and reserved peaks of a step storing everything, in bytes (exact).
+    pub baseline_peaks: AllocatorLevels,
+    /// Requested, allocated and reserved peaks of a step under the plan, in bytes (exact: a
+    /// Meta step replaying the caching allocator). Reserved is what runs out on a device.
+    pub planned_peaks: AllocatorLevels,
+    /// The budget the plan was chosen to fit, when the strategy had one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<BudgetFit>,
     /// Predicted extra time as a fraction of the baseline step time (0.18 = 18% slower).
     pub predicted_overhead: f64,
     /// Time the strategy took, in ms (the session's setup excluded).
@@ -27,6 +38,17 @@ pub struct PlanReport {
     /// What the SpikingJelly-compatible pipeline did, step by step.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub summary: Option<PipelineSummary>,
+}
+
+/// A budget in bytes and the peak it bounds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BudgetFit {
+    /// The budget, in bytes.
+    pub bytes: u64,
+    /// Which peak it bounds (reserved unless asked otherwise).
+    pub kind: BudgetKind,
+    /// Candidate plans whose exact peak was checked with a Meta step before one fitted.
+    pub candidates_checked: usize,
 }
 
 impl PlanReport {

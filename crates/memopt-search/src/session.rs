@@ -11,11 +11,19 @@ use memopt_checkpoint::policy::PLAN_VERSION;
 use memopt_checkpoint::{Model, Plan};
 use memopt_core::{DType, MemoryKind, MemoryTracker, Tensor};
 use memopt_profiler::cost::Throughput;
-use memopt_profiler::{CostModel, Estimator, Workload};
+use memopt_profiler::{AllocatorLevels, CostModel, Estimator, Workload};
 use std::time::Instant;
 
 /// Everything the strategies need about one workload: the exact estimator (Meta steps), the
 /// cost model (time), the segments and their measured chain model.
+///
+/// The chain model, [`Self::peak`], [`Self::exact_peak`] and [`Self::baseline_peak_bytes`]
+/// count *requested* bytes, which add up buffer by buffer, so the chain is exact.
+/// Allocated and reserved bytes depend on the caching allocator's history (a cached block
+/// reused whole keeps its unsplit remainder, up to 1 MiB, in the allocated count; segments
+/// are 2 MiB, 20 MiB or the block's size) and do not compose; [`Self::exact_peaks`] and
+/// [`Self::baseline_peaks`] give all three levels of a Meta step, which replays the
+/// allocator.
 pub struct PlanningSession {
     workload: Workload,
     estimator: Estimator,
@@ -23,7 +31,7 @@ pub struct PlanningSession {
     model: Model,
     root: Site,
     chain: ChainModel,
-    baseline_peak: u64,
+    baseline: AllocatorLevels,
     chain_exact: bool,
     exact_front: Option<Vec<ExactCandidate>>,
     setup_ms: f64,
@@ -31,13 +39,15 @@ pub struct PlanningSession {
     clock: Instant,
 }
 
-/// A plan from the chain model's Pareto front with its exact peak.
+/// A plan from the chain model's Pareto front with its exact peaks.
 #[derive(Debug, Clone)]
 pub struct ExactCandidate {
     /// The plan.
     pub plan: Plan,
-    /// Its exact peak from a Meta step, in bytes.
+    /// Its exact requested peak from a Meta step, in bytes.
     pub peak: u64,
+    /// Its exact requested, allocated and reserved peaks from the same Meta step, in bytes.
+    pub peaks: AllocatorLevels,
     /// Its predicted extra time over storing everything, in ms.
     pub extra_ms: f64,
 }
@@ -75,10 +85,11 @@ impl PlanningSession {
             )?;
             (model, root, chain)
         };
-        let baseline_peak = estimator.peak_bytes(&Plan::store_all())?;
-        let chain_exact = chain
-            .select(&Plan::store_all())
-            .is_some_and(|p| chain.peak(&p) == baseline_peak);
+        let baseline = estimator.peaks(&Plan::store_all())?;
+        let chain_exact = match chain.select(&Plan::store_all()) {
+            Some(p) => chain.peak(&p)? == baseline.requested_bytes,
+            None => false,
+        };
         Ok(PlanningSession {
             workload: workload.clone(),
             estimator,
@@ -86,7 +97,7 @@ impl PlanningSession {
             model,
             root,
             chain,
-            baseline_peak,
+            baseline,
             chain_exact,
             exact_front: None,
             setup_ms: started.elapsed().as_secs_f64() * 1e3,
@@ -119,9 +130,14 @@ impl PlanningSession {
         &self.cost
     }
 
-    /// Peak of a step storing everything, in bytes (exact).
+    /// Requested peak of a step storing everything, in bytes (exact).
     pub fn baseline_peak_bytes(&self) -> u64 {
-        self.baseline_peak
+        self.baseline.requested_bytes
+    }
+
+    /// Requested, allocated and reserved peaks of a step storing everything, in bytes (exact).
+    pub fn baseline_peaks(&self) -> AllocatorLevels {
+        self.baseline
     }
 
     /// Whether the chain model reproduces the exact baseline peak (it then predicts every plan
@@ -135,18 +151,24 @@ impl PlanningSession {
         self.setup_ms
     }
 
-    /// The exact peak of `plan`, from a Meta step, in bytes.
+    /// The exact requested peak of `plan`, from a Meta step, in bytes.
     pub fn exact_peak(&mut self, plan: &Plan) -> Result<u64> {
-        Ok(self.estimator.peak_bytes(plan)?)
+        Ok(self.exact_peaks(plan)?.requested_bytes)
     }
 
-    /// The peak of `plan` in bytes: from the chain model when it expresses the plan and is exact,
+    /// The exact requested, allocated and reserved peaks of `plan`, from a Meta step that
+    /// replays the caching allocator (the reserved peak equals a CPU step's), in bytes.
+    pub fn exact_peaks(&mut self, plan: &Plan) -> Result<AllocatorLevels> {
+        Ok(self.estimator.peaks(plan)?)
+    }
+
+    /// The requested peak of `plan` in bytes: from the chain model when it expresses the plan and is exact,
     /// otherwise from a Meta step.
     pub fn peak(&mut self, plan: &Plan) -> Result<u64> {
         if self.chain_exact
             && let Some(choice) = self.chain.select(plan)
         {
-            return Ok(self.chain.peak(&choice));
+            return self.chain.peak(&choice);
         }
         self.exact_peak(plan)
     }
@@ -157,7 +179,7 @@ impl PlanningSession {
     /// decides feasibility. Computed once per session.
     pub fn exact_front(&mut self) -> Result<&[ExactCandidate]> {
         if self.exact_front.is_none() {
-            let mut plans: Vec<(Plan, f64)> = pareto_front(&self.chain)
+            let mut plans: Vec<(Plan, f64)> = pareto_front(&self.chain)?
                 .iter()
                 .map(|s| {
                     let plan = Plan {
@@ -170,8 +192,13 @@ impl PlanningSession {
             plans.push((Plan::store_all(), 0.0));
             let mut front = Vec::with_capacity(plans.len());
             for (plan, extra_ms) in plans {
-                let peak = self.exact_peak(&plan)?;
-                front.push(ExactCandidate { plan, peak, extra_ms });
+                let peaks = self.exact_peaks(&plan)?;
+                front.push(ExactCandidate {
+                    plan,
+                    peak: peaks.requested_bytes,
+                    peaks,
+                    extra_ms,
+                });
             }
             self.exact_front = Some(front);
         }
@@ -205,15 +232,17 @@ impl PlanningSession {
         started: Instant,
         summary: Option<PipelineSummary>,
     ) -> Result<PlanReport> {
-        let planned = self.exact_peak(&plan)?;
+        let planned = self.exact_peaks(&plan)?;
         if let Some(choice) = self.chain.select(&plan)
             && self.chain_exact
-            && self.chain.peak(&choice) != planned
         {
-            return Err(SearchError::Internal(format!(
-                "the chain model predicted {} bytes for a plan whose exact peak is {planned}",
-                self.chain.peak(&choice)
-            )));
+            let predicted = self.chain.peak(&choice)?;
+            if predicted != planned.requested_bytes {
+                return Err(SearchError::Internal(format!(
+                    "the chain model predicted {predicted} bytes for a plan whose exact peak is {}",
+                    planned.requested_bytes
+                )));
+            }
         }
         let spec = self.model.spec();
         let report = PlanReport {
@@ -221,8 +250,11 @@ impl PlanningSession {
             batch: self.workload.batch_size,
             timesteps: spec.time_steps,
             strategy: strategy.to_string(),
-            baseline_peak_bytes: self.baseline_peak,
-            planned_peak_bytes: planned,
+            baseline_peak_bytes: self.baseline.requested_bytes,
+            planned_peak_bytes: planned.requested_bytes,
+            baseline_peaks: self.baseline,
+            planned_peaks: planned,
+            budget: None,
             predicted_overhead: self.overhead(&plan),
             planning_ms: started.elapsed().as_secs_f64() * 1e3,
             plan,

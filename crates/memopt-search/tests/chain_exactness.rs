@@ -69,7 +69,7 @@ fn check(name: &str, n: usize, samples: usize) {
     let chain = chain_model(&model, &root, n, base, &OptionSpace::default(), &cost(name, n)).unwrap();
     let store: Vec<Chosen<'_>> = chain.pick_plan(&mut |_| 0);
     assert!(plan_entries(&store).is_empty());
-    assert_eq!(chain.peak(&store), store_peak, "{name}: store");
+    assert_eq!(chain.peak(&store).unwrap(), store_peak, "{name}: store");
     // Plans drawn at random from the (huge) plan space, with a fixed seed.
     let mut rng = Philox::new(7);
     let mut pick = |n: usize| (rng.next_uniform() * n as f32) as usize % n;
@@ -85,7 +85,7 @@ fn check(name: &str, n: usize, samples: usize) {
                 entries: entries.clone(),
             },
         );
-        assert_eq!(ChainModel::peak(&chain, &p), peak, "{name}: {entries:?}");
+        assert_eq!(ChainModel::peak(&chain, &p).unwrap(), peak, "{name}: {entries:?}");
         checked_entries += entries.len();
         chunked += entries.iter().filter(|e| e.policy.chunks() > 1).count();
         runs += entries.iter().filter(|e| e.children.is_some()).count();
@@ -157,7 +157,12 @@ fn plans_map_back_onto_the_chain() {
             entries: plan_entries(&p),
         };
         let back = chain.select(&plan).expect("every chain plan maps back");
-        assert_eq!(chain.peak(&back), chain.peak(&p), "{}", plan.to_json());
+        assert_eq!(
+            chain.peak(&back).unwrap(),
+            chain.peak(&p).unwrap(),
+            "{}",
+            plan.to_json()
+        );
     }
     // Nested policies are outside the chain's plan space.
     let nested = Plan::from_entries([

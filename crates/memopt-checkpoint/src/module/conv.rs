@@ -31,7 +31,16 @@ impl Conv2d {
         bias: bool,
     ) -> Result<Self> {
         let groups = params.groups.max(1);
-        let fan_in = (in_ch / groups) * kernel * kernel;
+        // Sizes come from model descriptions: checked, never wrapped.
+        let fan_in = (in_ch / groups)
+            .checked_mul(kernel)
+            .and_then(|v| v.checked_mul(kernel))
+            .ok_or_else(|| {
+                crate::CheckpointError::InvalidInput(format!(
+                    "Conv2d with {} input channels per group and a {kernel}x{kernel} kernel has more weights per output channel than fit in the address space",
+                    in_ch / groups
+                ))
+            })?;
         let bound = 1.0 / (fan_in.max(1) as f32).sqrt();
         Ok(Conv2d {
             weight: init.uniform(&[out_ch, in_ch / groups, kernel, kernel], bound)?,

@@ -49,6 +49,26 @@ pub trait Module {
         Vec::new()
     }
 
+    /// How many direct children it has. Containers with many children override it (and
+    /// [`Module::children_in`], [`Module::child`]) so that planning a run of children costs the
+    /// run's length, not the container's.
+    fn child_count(&self) -> usize {
+        self.children().len()
+    }
+
+    /// Direct children `start..end` (clamped to [`Module::child_count`]) with their names.
+    fn children_in(&self, start: usize, end: usize) -> Vec<(String, &dyn Module)> {
+        self.children().into_iter().take(end).skip(start).collect()
+    }
+
+    /// The direct child named `name`.
+    fn child(&self, name: &str) -> Option<&dyn Module> {
+        self.children()
+            .into_iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, c)| c)
+    }
+
     /// This module's own parameters (not its children's), by name.
     fn params(&self) -> Vec<(&'static str, &Param)> {
         Vec::new()

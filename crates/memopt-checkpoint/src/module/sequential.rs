@@ -80,4 +80,25 @@ impl Module for Sequential {
             .map(|(n, m)| (n.clone(), m.as_ref() as &dyn Module))
             .collect()
     }
+
+    fn child_count(&self) -> usize {
+        self.children.len()
+    }
+
+    fn children_in(&self, start: usize, end: usize) -> Vec<(String, &dyn Module)> {
+        let end = end.min(self.children.len());
+        self.children
+            .get(start.min(end)..end)
+            .unwrap_or_default()
+            .iter()
+            .map(|(n, m)| (n.clone(), m.as_ref() as &dyn Module))
+            .collect()
+    }
+
+    fn child(&self, name: &str) -> Option<&dyn Module> {
+        self.children
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, m)| m.as_ref() as &dyn Module)
+    }
 }

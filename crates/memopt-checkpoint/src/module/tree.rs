@@ -61,11 +61,7 @@ pub fn find_module<'a>(root: &'a dyn Module, path: &str) -> Option<&'a dyn Modul
     }
     let mut cur = root;
     for seg in path.split('.') {
-        cur = cur
-            .children()
-            .into_iter()
-            .find(|(n, _)| n == seg)
-            .map(|(_, c)| c)?;
+        cur = cur.child(seg)?;
     }
     Some(cur)
 }

@@ -39,7 +39,7 @@ impl<'m> Segment<'m> {
             Segment::Module(m) => m.forward(cx, inputs),
             Segment::Children { parent, start, end } => {
                 let mut xs = inputs;
-                for (name, child) in parent.children().into_iter().take(end).skip(start) {
+                for (name, child) in parent.children_in(start, end) {
                     xs = cx.call(&name, child, xs)?;
                 }
                 Ok(xs)
@@ -53,10 +53,8 @@ impl<'m> Segment<'m> {
         match *self {
             Segment::Module(_) => vec![path.clone()],
             Segment::Children { parent, start, end } => parent
-                .children()
+                .children_in(start, end)
                 .into_iter()
-                .take(end)
-                .skip(start)
                 .map(|(name, _)| path.child(&name))
                 .collect(),
         }
@@ -66,14 +64,14 @@ impl<'m> Segment<'m> {
     pub(crate) fn time_coupling(&self, path: &str, training: bool) -> Option<(String, String)> {
         match *self {
             Segment::Module(m) => time_coupling_in(m, path, training),
-            Segment::Children { parent, start, end } => parent
-                .children()
-                .into_iter()
-                .take(end)
-                .skip(start)
-                .find_map(|(name, child)| {
-                    time_coupling_in(child, &ModulePath::from(path).child(&name), training)
-                }),
+            Segment::Children { parent, start, end } => {
+                parent
+                    .children_in(start, end)
+                    .into_iter()
+                    .find_map(|(name, child)| {
+                        time_coupling_in(child, &ModulePath::from(path).child(&name), training)
+                    })
+            }
         }
     }
 }

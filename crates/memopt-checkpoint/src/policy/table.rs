@@ -95,7 +95,15 @@ impl PolicyTable {
             )));
         }
         let mut table = PolicyTable::default();
+        // Store entries are not kept in the table, so duplicates are found here.
+        let mut whole: std::collections::HashSet<&str> = std::collections::HashSet::new();
         for e in &plan.entries {
+            if e.children.is_none() && !whole.insert(e.path.as_str()) {
+                return Err(CheckpointError::InvalidPlan(format!(
+                    "path '{}' appears more than once",
+                    e.path
+                )));
+            }
             table.insert(root, e, run)?;
         }
         Ok(table)
@@ -202,7 +210,7 @@ fn check_entry(root: &dyn Module, e: &PlanEntry, run: RunShape) -> Result<()> {
         reason,
     };
     if let Some([start, end]) = e.children {
-        let n = module.children().len();
+        let n = module.child_count();
         if !module.supports_child_ranges() {
             return Err(invalid(format!(
                 "{} does not run its children as a chain that plans can split into runs (Sequential does)",

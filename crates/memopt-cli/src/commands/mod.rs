@@ -33,7 +33,13 @@ pub fn read_plan(path: &Path) -> Result<(Plan, Option<MadeFor>)> {
             path.display()
         ))
     })?;
-    Ok((plan, made_for(&text)))
+    let made = made_for(&text).map_err(|e| {
+        crate::CliError::Invalid(format!(
+            "{}: {e} (write plans with `memopt optimize --out FILE`)",
+            path.display()
+        ))
+    })?;
+    Ok((plan, made))
 }
 
 /// Reads a plan and checks that it fits the selected model (every path exists, every policy

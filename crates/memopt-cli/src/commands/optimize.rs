@@ -14,7 +14,7 @@ use crate::tree::plan_tree;
 use memopt_checkpoint::Plan;
 use memopt_core::{Device, Target};
 use memopt_profiler::{PlanCheck, Quantity, plan_is_data_dependent};
-use memopt_search::{PipelineSummary, PlanningSession};
+use memopt_search::{AllocatorLevels, BudgetFit, PipelineSummary, PlanningSession};
 use serde::Serialize;
 use std::io::Write;
 use std::path::PathBuf;
@@ -25,7 +25,8 @@ pub const LONG_ABOUT: &str = "\
 Plan which modules to checkpoint (keep only their input, bit-packed when it is spikes, and
 recompute them in backward) so that a training step needs less memory. Every plan's peak is
 exact: it is computed by a step on the Meta device, which allocates exactly as the CPU does.
-Prints the baseline and planned peaks, the predicted slowdown and the plan as a module tree.
+Prints the baseline and planned peaks (requested, allocated and reserved), the predicted
+slowdown and the plan as a module tree.
 
 With no options it plans the CIFAR10-DVS VGG (T=4, N=4, 2x48x48) with the default strategy.
 
@@ -35,8 +36,11 @@ Strategies (--strategy, or inferred from the options given):
   pipeline      SpikingJelly's memopt pipeline: level 1 wraps blocks, 2 splits them, 3 chunks
                 time, 4 unwraps what does not pay (--level, --profile, --prefer, --max-wrapped).
   memonger      Chen et al.'s sqrt-threshold segments (MXNet's memonger).
-  budget        the fastest plan whose peak fits --budget (2GiB, 512MiB, 40%); an impossible
-                budget is an error stating the smallest reachable peak.
+  budget        the fastest plan whose reserved peak fits --budget (2GiB, 512MiB, 1TiB, 40%):
+                the caching allocator's segments, what runs out on a device, checked for each
+                candidate with a Meta step. --budget-kind allocated bounds the allocated peak
+                instead (the tensors' blocks; memopt's meaning before the caching allocator).
+                An impossible budget is an error stating the smallest peak found.
   min-memory    the least peak reachable, whatever the time.
 
 --verify runs a real CPU step of a fresh model with and without the plan (same seeds) and
@@ -119,6 +123,13 @@ pub struct OptimizeJson {
     pub baseline_peak_bytes: u64,
     /// Exact peak of a step under the plan, in bytes.
     pub planned_peak_bytes: u64,
+    /// Exact requested, allocated and reserved peaks of a step storing everything, in bytes.
+    pub baseline_peaks: AllocatorLevels,
+    /// Exact requested, allocated and reserved peaks of a step under the plan, in bytes.
+    pub planned_peaks: AllocatorLevels,
+    /// The budget and the peak it bounds (budget strategy only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub budget: Option<BudgetFit>,
     /// Predicted extra time, as a fraction of the baseline step time (0.18 = 18% slower).
     pub predicted_overhead: f64,
     /// Time the strategy took, in ms.
@@ -221,6 +232,9 @@ pub fn run(args: &OptimizeArgs, out: &mut dyn Write) -> Result<()> {
             setting,
             baseline_peak_bytes: report.baseline_peak_bytes,
             planned_peak_bytes: report.planned_peak_bytes,
+            baseline_peaks: report.baseline_peaks,
+            planned_peaks: report.planned_peaks,
+            budget: report.budget,
             predicted_overhead: report.predicted_overhead,
             planning_ms: report.planning_ms,
             setup_ms,
@@ -256,6 +270,40 @@ pub fn run(args: &OptimizeArgs, out: &mut dyn Write) -> Result<()> {
         percent(report.planned_peak_bytes as f64 / report.baseline_peak_bytes.max(1) as f64 - 1.0),
         report.reduction()
     )?;
+    out!(
+        out,
+        "{:20}{:>12} {:>12} {:>12} {:>14}",
+        "",
+        "requested",
+        "allocated",
+        "reserved",
+        "fragmentation"
+    )?;
+    for (label, l) in [
+        ("baseline peaks", report.baseline_peaks),
+        ("planned peaks", report.planned_peaks),
+    ] {
+        out!(
+            out,
+            "{label:20}{:>12} {:>12} {:>12} {:>14}",
+            bytes(l.requested_bytes),
+            bytes(l.allocated_bytes),
+            bytes(l.reserved_bytes),
+            bytes(l.fragmentation_bytes())
+        )?;
+    }
+    if let Some(b) = &report.budget {
+        out!(
+            out,
+            "budget              {:>12}  on the {} peak ({} bytes): the plan's is {} ({} bytes), checked with a Meta step ({} candidate(s))",
+            bytes(b.bytes),
+            b.kind,
+            b.bytes,
+            bytes(b.kind.of(&report.planned_peaks)),
+            b.kind.of(&report.planned_peaks),
+            b.candidates_checked
+        )?;
+    }
     out!(
         out,
         "predicted overhead  {:>12}  of the baseline step time",

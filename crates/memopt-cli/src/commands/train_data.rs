@@ -36,8 +36,8 @@ pub struct DataTrainArgs {
     /// Epochs to train (with --data).
     #[arg(long, default_value_t = 1, value_name = "E")]
     pub epochs: u64,
-    /// Learning rate [default: 0.1 for sgd, 0.001 for adam].
-    #[arg(long, value_name = "LR")]
+    /// Learning rate (with --data) [default: 0.1 for sgd, 0.001 for adam].
+    #[arg(long, value_name = "LR", value_parser = learning_rate, allow_hyphen_values = true)]
     pub lr: Option<f32>,
     /// SGD momentum.
     #[arg(long, default_value_t = 0.9, value_name = "M")]
@@ -75,6 +75,12 @@ pub struct DataTrainArgs {
 impl DataTrainArgs {
     /// Options that only make sense with --data are a usage error without it.
     pub fn reject_without_data(&self) -> Result<()> {
+        if self.lr.is_some() {
+            return Err(CliError::Usage(
+                "--lr works with training on a dataset: add --data DIR (synthetic runs use the optimizer's default rate)"
+                    .into(),
+            ));
+        }
         let given = [
             ("--load", self.load.is_some()),
             ("--save", self.save.is_some()),
@@ -89,6 +95,15 @@ impl DataTrainArgs {
             None => Ok(()),
         }
     }
+}
+
+/// Parses `--lr`: a finite learning rate >= 0.
+fn learning_rate(s: &str) -> std::result::Result<f32, String> {
+    s.trim()
+        .parse::<f32>()
+        .ok()
+        .filter(|v| v.is_finite() && *v >= 0.0)
+        .ok_or_else(|| format!("the learning rate must be a finite number >= 0 (e.g. 0.1), got '{s}'"))
 }
 
 /// The training-state file next to weights saved to `weights`.

@@ -1,14 +1,10 @@
-//! The plan of least predicted recomputation time whose exact peak fits a budget.
+//! The plan of least predicted recomputation time whose exact (reserved) peak fits a budget.
 
 use super::Strategy;
-use super::least_exact_peak;
-use crate::chain::plan_entries;
-use crate::dp::{least_time_within, min_peak};
-use crate::report::{PlanReport, mib};
+use super::fit::{BudgetKind, fastest_fitting};
+use crate::report::{BudgetFit, PlanReport, mib};
 use crate::session::PlanningSession;
 use crate::{Result, SearchError};
-use memopt_checkpoint::Plan;
-use memopt_checkpoint::policy::PLAN_VERSION;
 use serde::{Deserialize, Serialize};
 use std::time::Instant;
 
@@ -18,12 +14,12 @@ use std::time::Instant;
 pub enum Budget {
     /// An absolute budget, in bytes.
     Bytes(u64),
-    /// A fraction of the baseline peak (0.5 = half).
+    /// A fraction of the baseline's peak of the budget's kind (0.5 = half).
     Fraction(f64),
 }
 
 impl Budget {
-    /// The budget in bytes given the baseline peak.
+    /// The budget in bytes given the baseline peak (of the kind the budget bounds), in bytes.
     pub fn bytes(self, baseline: u64) -> Result<u64> {
         match self {
             Budget::Bytes(b) => Ok(b),
@@ -124,14 +120,29 @@ pub fn parse_size(text: &str) -> std::result::Result<u64, String> {
     Ok(bytes as u64)
 }
 
-/// The optimal plan under a budget: a dynamic program over the chain of segments (each
-/// stored, checkpointed with bit-packed spike inputs, chunked over time, split into its
-/// children or grouped with its neighbours), exact because every segment's figures are
-/// measured. An infeasible budget is an error that states the smallest reachable peak.
+/// The fastest plan under a budget on the reserved peak (or the allocated one, see
+/// [`BudgetKind`]): a dynamic program over the chain of segments (each stored, checkpointed
+/// with bit-packed spike inputs, chunked over time, split into its children or grouped with
+/// its neighbours) proposes plans on requested bytes, exact because every segment's figures
+/// are measured, and a Meta step checks each proposal's reserved peak until one fits (see
+/// `fastest_fitting`). An infeasible budget is an error that states the smallest peak
+/// found.
 #[derive(Debug, Clone, Copy)]
 pub struct BudgetStrategy {
     /// The budget.
     pub budget: Budget,
+    /// The peak it bounds (reserved by default).
+    pub kind: BudgetKind,
+}
+
+impl BudgetStrategy {
+    /// A budget on the reserved peak.
+    pub fn reserved(budget: Budget) -> Self {
+        BudgetStrategy {
+            budget,
+            kind: BudgetKind::Reserved,
+        }
+    }
 }
 
 impl Strategy for BudgetStrategy {
@@ -141,49 +152,48 @@ impl Strategy for BudgetStrategy {
 
     fn plan(&self, session: &mut PlanningSession) -> Result<PlanReport> {
         let started = Instant::now();
-        let limit = self.budget.bytes(session.baseline_peak_bytes())?;
-        let plan = if session.chain_is_exact() {
-            let chain = session.chain();
-            match least_time_within(chain, limit) {
-                Some(s) => Plan {
-                    version: PLAN_VERSION,
-                    entries: plan_entries(&s.plan),
-                },
-                None => {
-                    let best = min_peak(chain);
-                    return Err(SearchError::Infeasible {
-                        budget: limit,
-                        best: best.peak,
-                        best_plan_entries: plan_entries(&best.plan).len(),
-                    });
-                }
-            }
+        let limit = self.budget.bytes(self.kind.of(&session.baseline_peaks()))?;
+        let (plan, checked) = if session.chain_is_exact() {
+            let (plan, _, checked) = fastest_fitting(session, self.kind, limit)?;
+            (plan, checked)
         } else {
+            let kind = self.kind;
             let front = session.exact_front()?;
             let fitting = front
                 .iter()
-                .filter(|c| c.peak <= limit)
+                .filter(|c| kind.of(&c.peaks) <= limit)
                 .min_by(|a, b| a.extra_ms.total_cmp(&b.extra_ms).then(a.peak.cmp(&b.peak)));
             match fitting {
-                Some(c) => c.plan.clone(),
+                Some(c) => (c.plan.clone(), front.len()),
                 None => {
-                    let best = least_exact_peak(front)?;
+                    let best = front
+                        .iter()
+                        .min_by_key(|c| kind.of(&c.peaks))
+                        .ok_or_else(|| SearchError::Internal("the exact front holds no plan".into()))?;
                     return Err(SearchError::Infeasible {
                         budget: limit,
-                        best: best.peak,
+                        kind,
+                        best: kind.of(&best.peaks),
                         best_plan_entries: best.plan.entries.len(),
                     });
                 }
             }
         };
-        let report = session.report_timed(&self.name(), plan, started, None)?;
-        if report.planned_peak_bytes > limit {
+        let mut report = session.report_timed(&self.name(), plan, started, None)?;
+        let peak = self.kind.of(&report.planned_peaks);
+        if peak > limit {
             return Err(SearchError::Internal(format!(
-                "the chosen plan peaks at {} over the budget {}",
-                mib(report.planned_peak_bytes),
+                "the chosen plan's {} peak {} is over the budget {}",
+                self.kind,
+                mib(peak),
                 mib(limit)
             )));
         }
+        report.budget = Some(BudgetFit {
+            bytes: limit,
+            kind: self.kind,
+            candidates_checked: checked,
+        });
         Ok(report)
     }
 }

@@ -35,7 +35,7 @@ impl Strategy for MaxOverhead {
         let started = Instant::now();
         let limit_ms = self.max_overhead * session.cost().baseline_step_ms();
         let plan = if session.chain_is_exact() {
-            let best = min_peak_within_time(session.chain(), limit_ms);
+            let best = min_peak_within_time(session.chain(), limit_ms)?;
             Plan {
                 version: PLAN_VERSION,
                 entries: plan_entries(&best.plan),

@@ -22,7 +22,7 @@ impl Strategy for MinMemory {
     fn plan(&self, session: &mut PlanningSession) -> Result<PlanReport> {
         let started = Instant::now();
         let plan = if session.chain_is_exact() {
-            let best = min_peak(session.chain());
+            let best = min_peak(session.chain())?;
             Plan {
                 version: PLAN_VERSION,
                 entries: plan_entries(&best.plan),

@@ -1,6 +1,7 @@
 //! Strategies: each turns a planning session into a verified plan.
 
 mod budget;
+mod fit;
 mod groups;
 mod max_overhead;
 mod memonger;
@@ -8,6 +9,7 @@ mod min_memory;
 mod pipeline;
 
 pub use budget::{Budget, BudgetStrategy, parse_size};
+pub use fit::BudgetKind;
 pub use groups::{Block, Blocks, block_plan};
 pub use max_overhead::MaxOverhead;
 pub use memonger::Memonger;

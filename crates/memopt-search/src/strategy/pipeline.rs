@@ -3,6 +3,7 @@
 
 use super::Strategy;
 use super::budget::Budget;
+use super::fit::BudgetKind;
 use super::groups::{Block, Blocks};
 use crate::chain::ChainNode;
 use crate::report::{PipelineStep, PipelineSummary, PlanReport, mib};
@@ -56,8 +57,10 @@ pub struct Pipeline {
     pub max_wrapped: Option<usize>,
     /// Wrap at most this fraction of the blocks, those with the largest inputs.
     pub wrap_ratio: Option<f64>,
-    /// Stop wrapping once the peak is within this budget.
+    /// Stop wrapping once the peak of [`Self::budget_kind`] is within this budget.
     pub checkpoint_budget: Option<Budget>,
+    /// The peak `checkpoint_budget` bounds (reserved by default, checked with a Meta step).
+    pub budget_kind: BudgetKind,
 }
 
 impl Default for Pipeline {
@@ -69,6 +72,7 @@ impl Default for Pipeline {
             max_wrapped: None,
             wrap_ratio: None,
             checkpoint_budget: None,
+            budget_kind: BudgetKind::Reserved,
         }
     }
 }
@@ -125,6 +129,17 @@ impl Run<'_> {
         Ok(applied)
     }
 
+    /// Whether the current plan's exact peak of `kind` is at most `budget` bytes. Allocated
+    /// and reserved bytes are never below requested ones, so a plan over the budget in
+    /// requested bytes (the chain's figure) is over it without a Meta step.
+    fn fits(&mut self, kind: BudgetKind, budget: u64) -> Result<bool> {
+        if self.peak > budget {
+            return Ok(false);
+        }
+        let peaks = self.session.exact_peaks(&Self::plan_of(&self.entries))?;
+        Ok(kind.of(&peaks) <= budget)
+    }
+
     /// The heaviness of an entry: its segment's peak during backward, from the chain model.
     fn heaviness(&self, e: &PlanEntry) -> u64 {
         fn find<'a>(nodes: &'a [ChainNode], e: &PlanEntry) -> Option<&'a crate::chain::ChainSegment> {
@@ -177,7 +192,11 @@ impl Strategy for Pipeline {
         let started = Instant::now();
         let (level, exhaustive) = self.effective();
         let baseline = session.baseline_peak_bytes();
-        let budget = self.checkpoint_budget.map(|b| b.bytes(baseline)).transpose()?;
+        let kind = self.budget_kind;
+        let budget = self
+            .checkpoint_budget
+            .map(|b| b.bytes(kind.of(&session.baseline_peaks())))
+            .transpose()?;
         if let Some(r) = self.wrap_ratio
             && !(0.0..=1.0).contains(&r)
         {
@@ -209,7 +228,9 @@ impl Strategy for Pipeline {
                 limit = limit.min((blocks.len() as f64 * r).ceil() as usize);
             }
             for block in blocks.into_iter().take(limit) {
-                if budget.is_some_and(|b| run.peak <= b) {
+                if let Some(b) = budget
+                    && run.fits(kind, b)?
+                {
                     break;
                 }
                 let entries = all.entries(block, Policy::CHECKPOINT);

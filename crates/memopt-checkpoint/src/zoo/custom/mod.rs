@@ -126,6 +126,9 @@ pub struct CustomModel {
 /// Most layers a model description may have, residual branches included.
 pub const MAX_LAYERS: usize = 10_000;
 
+/// Largest model description file read, in bytes (16 MiB).
+pub const MAX_DESCRIPTION_BYTES: u64 = 16 << 20;
+
 /// Layers of a chain, those inside residual branches included.
 fn count_layers(layers: &[Layer]) -> usize {
     layers
@@ -178,10 +181,12 @@ impl CustomModel {
         Ok(model)
     }
 
-    /// Reads and parses a model description file.
+    /// Reads and parses a model description file: a regular file of at most
+    /// [`MAX_DESCRIPTION_BYTES`] bytes, UTF-8 with or without a byte-order mark, of at most
+    /// [`MAX_LAYERS`] layers.
     pub fn from_file(path: impl AsRef<std::path::Path>) -> Result<CustomModel> {
         let path = path.as_ref();
-        let text = std::fs::read_to_string(path)
+        let text = memopt_core::input_file::read_bounded_text(path, MAX_DESCRIPTION_BYTES)
             .map_err(|e| invalid(format!("cannot read {}: {e}", path.display())))?;
         Self::from_json(&text).map_err(|e| match e {
             CheckpointError::InvalidModel(m) => invalid(format!("{}: {m}", path.display())),

@@ -263,7 +263,7 @@ fn model_files_are_bounded_regular_files() {
     std::fs::write(&bom, format!("\u{feff}{json}")).unwrap();
     assert_eq!(CustomModel::from_file(&bom).unwrap().name(), "bom");
     let err = |path: &std::path::Path| CustomModel::from_file(path).unwrap_err().to_string();
-    let e = err(&dir);
+    let e = err(dir);
     assert!(e.contains("is a directory"), "{e}");
     if std::path::Path::new("/dev/zero").exists() {
         let e = err(std::path::Path::new("/dev/zero"));

@@ -59,7 +59,7 @@ fn frames_then_train_save_resume_and_eval() {
         .tempdir()
         .unwrap();
     let root = tmp.path();
-    let raw = write_raw(&root);
+    let raw = write_raw(root);
     let model = root.join("tiny.json");
     std::fs::write(&model, MODEL).unwrap();
     let s = |p: &Path| p.to_str().unwrap().to_string();

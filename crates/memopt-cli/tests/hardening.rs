@@ -159,7 +159,7 @@ fn inputs_are_bounded_regular_utf8_files() {
     // A device, a directory, an oversized file: errors naming the file, found before reading.
     let e = error(&["train", "-m", "spiking-mlp", "--plan", "/dev/zero"]);
     assert!(e.contains("/dev/zero") && e.contains("not a regular file"), "{e}");
-    let e = failure(meta_profile(&["-m", s(&d)]));
+    let e = failure(meta_profile(&["-m", s(d)]));
     assert!(e.contains("is a directory"), "{e}");
     let big = d.join("big.json");
     std::fs::File::create(&big)
@@ -261,7 +261,7 @@ fn outputs_are_written_only_when_the_whole_command_succeeds() {
     plan_and_chart(&plan, &chart).unwrap();
     assert!(std::fs::read_to_string(&plan).unwrap().contains("\"version\""));
     assert!(std::fs::read_to_string(&chart).unwrap().starts_with("<svg"));
-    let names: Vec<String> = std::fs::read_dir(&d)
+    let names: Vec<String> = std::fs::read_dir(d)
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
         .collect();

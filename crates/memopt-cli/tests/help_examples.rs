@@ -55,12 +55,12 @@ fn scratch_dir() -> tempfile::TempDir {
 fn every_help_example_runs_from_any_directory() {
     let scratch = scratch_dir();
     let dir = scratch.path();
-    let top = memopt(&dir, &["--help"]);
+    let top = memopt(dir, &["--help"]);
     assert!(top.status.success());
     let top = String::from_utf8(top.stdout).expect("utf-8 help");
     let mut helps = vec![("memopt --help".to_string(), top.clone())];
     for c in subcommands(&top) {
-        let o = memopt(&dir, &[c.as_str(), "--help"]);
+        let o = memopt(dir, &[c.as_str(), "--help"]);
         assert!(o.status.success(), "memopt {c} --help failed");
         helps.push((
             format!("memopt {c} --help"),
@@ -73,7 +73,7 @@ fn every_help_example_runs_from_any_directory() {
         for args in examples(help) {
             let refs: Vec<&str> = args.iter().map(String::as_str).collect();
             let started = std::time::Instant::now();
-            let o = memopt(&dir, &refs);
+            let o = memopt(dir, &refs);
             let stderr = String::from_utf8_lossy(&o.stderr);
             assert!(
                 o.status.success(),
@@ -95,5 +95,4 @@ fn every_help_example_runs_from_any_directory() {
     // The files the examples say they write exist.
     assert!(dir.join("plan.json").is_file());
     assert!(dir.join("memory.svg").is_file());
-    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -109,7 +109,7 @@ mod tests {
             Err(InputFileError::TooLarge { len: 5, max: 2 })
         ));
         assert!(matches!(
-            read_bounded_text(&dir, 16),
+            read_bounded_text(dir, 16),
             Err(InputFileError::Directory)
         ));
         assert!(matches!(

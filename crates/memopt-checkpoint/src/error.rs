@@ -64,6 +64,17 @@ pub enum CheckpointError {
     Autograd(String),
 }
 
+impl CheckpointError {
+    /// Whether a device ran out of memory (see [`CoreError::is_out_of_memory`]).
+    pub fn is_out_of_memory(&self) -> bool {
+        match self {
+            CheckpointError::Core(e) => e.is_out_of_memory(),
+            CheckpointError::Compress(e) => e.is_out_of_memory(),
+            _ => false,
+        }
+    }
+}
+
 fn suggest(s: &[String]) -> String {
     if s.is_empty() {
         String::new()

@@ -52,6 +52,10 @@ pub struct BenchRow {
     /// Whether everything the first step produced (loss, gradients, running statistics, neuron
     /// states, updated parameters) is bit-identical to the baseline's.
     pub bit_identical: bool,
+    /// Why the candidate was rejected when its real steps ran out of device memory (then the
+    /// measured figures are 0 and nothing was compared); absent for a measured row.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rejected: Option<String>,
 }
 
 /// All strategies on one workload.
@@ -75,11 +79,18 @@ pub struct BenchReport {
     pub rows: Vec<BenchRow>,
 }
 
-/// Plans with every strategy and measures each plan with real CPU steps: one step for the peak
-/// and the gradients, then `timed_steps` timed ones. The budget row asks for the reserved peak
-/// midway between the min-memory plan's and the baseline's (always feasible: the budget search
-/// ends with the min-memory plan) unless `budget` is given.
-pub fn bench(selection: &Selection, timed_steps: usize, budget: Option<Budget>) -> Result<BenchReport> {
+/// Plans with every strategy and measures each plan with real steps on `device` (the CPU or a
+/// GPU): one step for the peak and the gradients, then `timed_steps` timed ones. The budget row
+/// asks for the reserved peak midway between the min-memory plan's and the baseline's (always
+/// feasible: the budget search ends with the min-memory plan) unless `budget` is given. A
+/// candidate whose steps run out of device memory is rejected (its row says why) and the others
+/// are still measured; the baseline must fit.
+pub fn bench(
+    selection: &Selection,
+    timed_steps: usize,
+    budget: Option<Budget>,
+    device: Device,
+) -> Result<BenchReport> {
     let workload = &selection.workload;
     let started = Instant::now();
     let mut session = PlanningSession::new(workload)?;
@@ -109,7 +120,7 @@ pub fn bench(selection: &Selection, timed_steps: usize, budget: Option<Budget>) 
     }
     reports.push((least, "least peak reachable".into()));
 
-    let base = run_steps(workload, &Plan::store_all(), Device::Cpu, timed_steps)?;
+    let base = run_steps(workload, &Plan::store_all(), device, timed_steps)?;
     let base_ms = base.median_step_ms();
     let (base_min, base_max) = base.step_ms_range();
     let mut rows = vec![BenchRow {
@@ -127,9 +138,35 @@ pub fn bench(selection: &Selection, timed_steps: usize, budget: Option<Budget>) 
         entries: 0,
         grads_identical: true,
         bit_identical: true,
+        rejected: None,
     }];
     for (r, setting) in reports {
-        let run = run_steps(workload, &r.plan, Device::Cpu, timed_steps)?;
+        // Each candidate runs on a fresh model (`run_steps` builds one), so a rejected one
+        // leaves nothing behind.
+        let run = match run_steps(workload, &r.plan, device, timed_steps) {
+            Ok(run) => run,
+            Err(e) if e.is_out_of_memory() => {
+                rows.push(BenchRow {
+                    strategy: r.strategy.clone(),
+                    setting,
+                    peak_bytes: r.planned_peak_bytes,
+                    reserved_peak_bytes: r.planned_peaks.reserved_bytes,
+                    measured_peak_bytes: 0,
+                    step_ms: 0.0,
+                    step_ms_min: 0.0,
+                    step_ms_max: 0.0,
+                    overhead: 0.0,
+                    predicted_overhead: r.predicted_overhead,
+                    planning_ms: r.planning_ms,
+                    entries: r.plan.entries.len(),
+                    grads_identical: false,
+                    bit_identical: false,
+                    rejected: Some(e.to_string()),
+                });
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
         let ms = run.median_step_ms();
         let (min, max) = run.step_ms_range();
         let check = PlanCheck::compare(
@@ -153,6 +190,7 @@ pub fn bench(selection: &Selection, timed_steps: usize, budget: Option<Budget>) 
             entries: r.plan.entries.len(),
             grads_identical: !check.mismatches.iter().any(|m| m.quantity == Quantity::Gradient),
             bit_identical: check.bit_identical(),
+            rejected: None,
         });
     }
     Ok(BenchReport {

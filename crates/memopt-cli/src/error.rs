@@ -52,6 +52,17 @@ pub enum CliError {
 }
 
 impl CliError {
+    /// Whether a device ran out of memory (a GPU's CUDA out-of-memory among others).
+    pub fn is_out_of_memory(&self) -> bool {
+        match self {
+            CliError::Checkpoint(e) => e.is_out_of_memory(),
+            CliError::Profiler(e) => e.is_out_of_memory(),
+            CliError::Search(e) => e.is_out_of_memory(),
+            CliError::Core(e) => e.is_out_of_memory(),
+            _ => false,
+        }
+    }
+
     /// Process exit status: 2 for usage errors, 1 for everything else.
     pub fn exit_code(&self) -> i32 {
         match self {

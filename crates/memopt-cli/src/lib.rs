@@ -16,11 +16,13 @@
 pub mod align;
 pub mod bench;
 pub mod commands;
+pub mod device_arg;
 pub mod error;
 pub mod escape;
 pub mod files;
 pub mod format;
 pub mod fragmentation;
+pub mod gpu_memory;
 pub mod memory_limit;
 pub mod plan_file;
 pub mod progress;

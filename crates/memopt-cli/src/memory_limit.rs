@@ -10,11 +10,16 @@
 //!   in use (`VmSize` of `/proc/self/status`).
 //!
 //! `--memory-limit SIZE` (or the `MEMOPT_MEMORY_LIMIT` environment variable) replaces the probe
-//! with a given figure, which is how tests exercise the refusal without cgroups. The figure
-//! compared with the room is the step's exact reserved peak (the caching allocator's
-//! segments, what the process really holds), computed on Meta;
-//! `--ignore-memory-limit` runs anyway. Meta steps hold no data and are never refused; CUDA
-//! steps have no CUDA kernels yet (they fail with that error before allocating).
+//! with a given figure, which is how tests exercise the refusal without cgroups;
+//! `--ignore-memory-limit` runs anyway. Meta steps hold no data and are never refused. The
+//! figure compared with the room is the step's exact reserved peak (the caching allocator's
+//! segments, what the process really holds), computed on Meta with the device's target.
+//!
+//! On a GPU (`--device cuda[:N]`) the room is the GPU's free memory (`cuMemGetInfo`, after
+//! memopt's CUDA context exists), or `MEMOPT_GPU_FREE_MEMORY` when set (to try a smaller GPU).
+//! Memory the step adds outside the pool (kernel modules and cuBLAS handles loaded by the
+//! first step) is not predicted; the `outside_pool_bytes` of `profile`/`train` on a GPU
+//! measures it.
 
 use crate::error::{CliError, Result};
 use crate::format::bytes;
@@ -62,54 +67,102 @@ impl MemoryLimitArgs {
         Ok(probe())
     }
 
-    /// Refuses, before any real step, a step on `device` whose exact reserved peak (the caching
-    /// allocator's segments, computed on Meta) exceeds the room left, naming both figures and,
-    /// when a plan fits, the `memopt optimize --budget` command that finds it (the budget
-    /// strategy is run on Meta first, so the command suggested really fits). Every plan in
-    /// `plans` is checked; `how` is the rest of the command line that selects the model.
+    /// Refuses, before any real step, a step on `device` that would not fit: its exact reserved
+    /// peak (the caching allocator's segments, computed on Meta with `device`'s target) against
+    /// the room left on the CPU, or against the GPU's free memory on a GPU; naming both figures
+    /// and, when a plan fits, the `memopt optimize --budget` command that finds it. Every plan
+    /// in `plans` is checked; `how` is the rest of the command line that selects the model.
     pub fn check(&self, workload: &Workload, plans: &[&Plan], device: Device, how: &str) -> Result<()> {
-        if self.ignore_memory_limit || device != Device::Cpu {
+        if self.ignore_memory_limit {
             return Ok(());
         }
-        let Some(room) = self.room()? else {
-            return Ok(());
+        let room = match device {
+            Device::Cpu => self.room()?,
+            Device::Cuda(ordinal) => Some(gpu_room(ordinal)?),
+            Device::Meta(_) => None,
         };
-        let mut estimator = Estimator::new(workload)?;
-        let mut peak = 0;
-        for plan in plans {
-            peak = peak.max(estimator.peaks(plan)?.reserved_bytes);
+        match room {
+            Some(room) => refuse_unless_fits(workload, plans, device, &room, how),
+            None => Ok(()),
         }
-        if peak <= room.bytes {
-            return Ok(());
-        }
-        let over = format!(
-            "a step of {} reserves {} ({peak} bytes) at its peak, but this process may use only {} \
-             ({} bytes; {})",
-            workload.name(),
-            bytes(peak),
-            bytes(room.bytes),
-            room.bytes,
-            room.source,
-        );
-        let fitting = PlanningSession::new(workload)
-            .and_then(|mut s| BudgetStrategy::reserved(Budget::Bytes(room.bytes)).plan(&mut s));
-        let advice = match fitting {
-            Ok(report) => format!(
-                "a plan reserving {} fits: make it with `memopt optimize {how} --budget {} --out plan.json` \
-                 and train with --plan plan.json, or lower --batch",
-                bytes(report.planned_peaks.reserved_bytes),
-                room.bytes
-            ),
-            Err(SearchError::Infeasible { best, .. }) => format!(
-                "no plan fits (the least reserved peak found is {} ({best} bytes)): lower --batch",
-                bytes(best)
-            ),
-            Err(e) => return Err(e.into()),
-        };
-        Err(CliError::Invalid(format!(
-            "{over}; {advice}; --ignore-memory-limit runs anyway"
-        )))
     }
+}
+
+/// Environment variable that replaces the GPU's free memory in the check (bytes or a size such
+/// as `8GiB`), to try how a step would fare on a smaller GPU.
+pub const GPU_FREE_ENV: &str = "MEMOPT_GPU_FREE_MEMORY";
+
+/// The room on GPU `ordinal`: [`GPU_FREE_ENV`] when set, else its free memory now.
+pub fn gpu_room(ordinal: usize) -> Result<Room> {
+    if let Ok(s) = std::env::var(GPU_FREE_ENV) {
+        return given(&s, GPU_FREE_ENV);
+    }
+    let m = memopt_core::cuda::device_memory(ordinal)?;
+    Ok(Room {
+        bytes: m.free_bytes,
+        source: format!(
+            "free memory of cuda:{ordinal} (cuMemGetInfo: {} free of {})",
+            bytes(m.free_bytes),
+            bytes(m.total_bytes)
+        ),
+    })
+}
+
+/// The refusal itself, with the room given: `Ok` when the largest exact reserved peak over
+/// `plans` (the caching allocator's segments, on Meta with `device`'s target) fits `room`, else
+/// an error naming both figures and, when the budget strategy finds a plan that fits, the
+/// `memopt optimize --budget` command that makes it (the strategy runs on Meta first, so the
+/// command suggested really fits). Meta devices always fit.
+pub fn refuse_unless_fits(
+    workload: &Workload,
+    plans: &[&Plan],
+    device: Device,
+    room: &Room,
+    how: &str,
+) -> Result<()> {
+    if device.is_meta() {
+        return Ok(());
+    }
+    let mut workload = workload.clone();
+    workload.target = device.target();
+    let mut estimator = Estimator::new(&workload)?;
+    let mut peak = 0;
+    for plan in plans {
+        peak = peak.max(estimator.peaks(plan)?.reserved_bytes);
+    }
+    if peak <= room.bytes {
+        return Ok(());
+    }
+    let (room_is, device_flag) = match device {
+        Device::Cuda(_) => (format!("but {device} has only"), format!(" --device {device}")),
+        _ => ("but this process may use only".to_string(), String::new()),
+    };
+    let over = format!(
+        "a step of {} reserves {} ({peak} bytes) at its peak, {room_is} {} ({} bytes; {})",
+        workload.name(),
+        bytes(peak),
+        bytes(room.bytes),
+        room.bytes,
+        room.source,
+    );
+    let fitting = PlanningSession::new(&workload)
+        .and_then(|mut s| BudgetStrategy::reserved(Budget::Bytes(room.bytes)).plan(&mut s));
+    let advice = match fitting {
+        Ok(report) => format!(
+            "a plan reserving {} fits: make it with `memopt optimize {how}{device_flag} --budget {} \
+             --out plan.json` and train with --plan plan.json, or lower --batch",
+            bytes(report.planned_peaks.reserved_bytes),
+            room.bytes
+        ),
+        Err(SearchError::Infeasible { best, .. }) => format!(
+            "no plan fits (the least reserved peak found is {} ({best} bytes)): lower --batch",
+            bytes(best)
+        ),
+        Err(e) => return Err(e.into()),
+    };
+    Err(CliError::Invalid(format!(
+        "{over}; {advice}; --ignore-memory-limit runs anyway"
+    )))
 }
 
 fn given(s: &str, from: &str) -> Result<Room> {

@@ -278,19 +278,3 @@ impl ModelArgs {
         })
     }
 }
-
-/// Parses `--device` and checks that it can be used here: `cpu`, `meta`, or `cuda[:N]` when a
-/// CUDA driver and that GPU exist.
-pub fn parse_device(s: &str) -> Result<Device> {
-    let device: Device = s.parse().map_err(CliError::Usage)?;
-    if let Device::Cuda(ordinal) = device {
-        let count =
-            memopt_core::cuda_device_count().map_err(|e| CliError::Invalid(format!("--device {s}: {e}")))?;
-        if ordinal >= count {
-            return Err(CliError::Invalid(format!(
-                "--device {s}: this machine has {count} CUDA device(s); use --device cpu or --device meta"
-            )));
-        }
-    }
-    Ok(device)
-}

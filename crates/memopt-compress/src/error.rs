@@ -68,3 +68,10 @@ pub enum CompressError {
         message: String,
     },
 }
+
+impl CompressError {
+    /// Whether a device ran out of memory (see [`CoreError::is_out_of_memory`]).
+    pub fn is_out_of_memory(&self) -> bool {
+        matches!(self, CompressError::Core(e) if e.is_out_of_memory())
+    }
+}

@@ -99,6 +99,25 @@ pub enum CoreError {
         /// Size of the refused allocation, in bytes.
         bytes: u64,
     },
+    /// A GPU could not provide a segment for an allocation: names the bytes asked and what
+    /// memopt already holds on that GPU, so the user sees whether the step or something
+    /// outside it filled the device.
+    #[error(
+        "out of memory on {device}: cannot allocate {bytes} bytes (a new segment of {segment_bytes} bytes) while tensors hold {held} bytes and memopt's caching allocator reserves {reserved} bytes on it; plan with a budget (`memopt optimize --budget ...`), a smaller batch or fewer time steps, or free the GPU of other processes"
+    )]
+    CudaOutOfMemory {
+        /// The GPU.
+        device: Device,
+        /// Size of the refused request, in bytes.
+        bytes: u64,
+        /// Size of the segment the caching allocator asked the driver for, in bytes.
+        segment_bytes: u64,
+        /// Bytes requested by the tensors alive on this GPU (this thread's tracker) when it failed.
+        held: u64,
+        /// Bytes in the caching allocator's segments on this GPU when it failed (after it gave
+        /// its cached free segments back and retried).
+        reserved: u64,
+    },
     /// The bytes held on a device would exceed what a byte count can represent (sizes of
     /// Meta steps are unbounded by real memory).
     #[error(
@@ -136,6 +155,15 @@ fn valid_ordinals(available: usize) -> String {
 }
 
 impl CoreError {
+    /// Whether this is an out-of-memory error of any device (a plan or candidate that meets one
+    /// is rejected; nothing else is wrong with it).
+    pub fn is_out_of_memory(&self) -> bool {
+        matches!(
+            self,
+            CoreError::OutOfMemory { .. } | CoreError::CudaOutOfMemory { .. }
+        )
+    }
+
     /// Shorthand for [`CoreError::InvalidArgument`].
     pub fn invalid(op: &'static str, message: impl Into<String>) -> Self {
         CoreError::InvalidArgument {

@@ -31,3 +31,14 @@ pub enum ProfilerError {
         after: u64,
     },
 }
+
+impl ProfilerError {
+    /// Whether a device ran out of memory (see [`CoreError::is_out_of_memory`]).
+    pub fn is_out_of_memory(&self) -> bool {
+        match self {
+            ProfilerError::Core(e) => e.is_out_of_memory(),
+            ProfilerError::Checkpoint(e) => e.is_out_of_memory(),
+            _ => false,
+        }
+    }
+}

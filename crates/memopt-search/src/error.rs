@@ -55,3 +55,16 @@ pub enum SearchError {
     #[error("internal error: {0}")]
     Internal(String),
 }
+
+impl SearchError {
+    /// Whether a device ran out of memory while a candidate was measured: the candidate is
+    /// rejected (it does not fit this device), nothing else is wrong with it or the model.
+    pub fn is_out_of_memory(&self) -> bool {
+        match self {
+            SearchError::Core(e) => e.is_out_of_memory(),
+            SearchError::Checkpoint(e) => e.is_out_of_memory(),
+            SearchError::Profiler(e) => e.is_out_of_memory(),
+            _ => false,
+        }
+    }
+}

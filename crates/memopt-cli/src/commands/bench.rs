@@ -1,6 +1,7 @@
 //! `memopt bench`: every strategy side by side for one model.
 
 use crate::bench::{bench, ms};
+use crate::device_arg::{DEVICE_VALUES, parse_device};
 use crate::error::{CliError, Result};
 use crate::format::bytes;
 use crate::memory_limit::MemoryLimitArgs;
@@ -12,7 +13,8 @@ use std::io::Write;
 /// Long help of `memopt bench`.
 pub const LONG_ABOUT: &str = "\
 Plan one model with every strategy (pipeline level 4, memonger, budget, max-overhead 20%,
-min-memory) and measure each plan with real CPU steps: the exact peak, the measured peak, the
+min-memory) and measure each plan with real steps on --device (the CPU, or a GPU with
+--device cuda[:N]; a plan whose steps run out of GPU memory is rejected and its row says why): the exact peak, the measured peak, the
 median step time and its range over --steps timed steps (default 10), the measured and
 predicted overhead over the baseline, the planning time and whether the step's values (loss,
 gradients, running statistics, neuron states, updated parameters) are bit-identical to the
@@ -26,7 +28,7 @@ pub struct BenchArgs {
     /// The model and its size [default model: cifar10dvs-vgg].
     #[command(flatten)]
     pub model: ModelArgs,
-    /// Timed CPU steps per strategy (after one step for the peak and gradients).
+    /// Timed steps per strategy (after one step for the peak and gradients).
     #[arg(long, default_value_t = 10, value_name = "N", value_parser = crate::selection::whole, allow_hyphen_values = true)]
     pub steps: usize,
     /// Budget of the budget row (2GiB, 512MiB, 40%) [default: midway between the least
@@ -37,7 +39,11 @@ pub struct BenchArgs {
     /// overhead, planning_ms, ...}.
     #[arg(long)]
     pub json: bool,
-    /// The memory limit checked before the CPU steps (against the baseline, the largest).
+    /// Where the steps run: cpu, or cuda[:N] (a GPU: plans for its allocation rules, times
+    /// from CUDA events).
+    #[arg(long, default_value = "cpu", value_name = DEVICE_VALUES)]
+    pub device: String,
+    /// The memory limit checked before the steps (against the baseline, the largest).
     #[command(flatten)]
     pub limit: MemoryLimitArgs,
 }
@@ -55,14 +61,26 @@ pub fn run(args: &BenchArgs, out: &mut dyn Write) -> Result<()> {
                 .map_err(|e: SearchError| CliError::Usage(e.to_string().replace("invalid setting: ", "")))
         })
         .transpose()?;
-    let sel = args.model.resolve(Some(DEFAULT_MODEL))?;
+    let device = parse_device(&args.device)?;
+    if device.is_meta() {
+        return Err(CliError::Usage(
+            "bench measures real steps: use --device cpu or cuda[:N] (memopt optimize plans on meta)".into(),
+        ));
+    }
+    let mut sel = args.model.resolve(Some(DEFAULT_MODEL))?;
+    sel.workload.target = device.target();
     args.limit.check(
         &sel.workload,
         &[&memopt_checkpoint::Plan::store_all()],
-        memopt_core::Device::Cpu,
+        device,
         &args.model.command_line(),
     )?;
-    let report = bench(&sel, args.steps, budget)?;
+    let report = bench(&sel, args.steps, budget, device)?;
+    // How the device is named in the text: "CPU" as before, else `cuda:N`.
+    let on = match device {
+        memopt_core::Device::Cpu => "CPU".to_string(),
+        d => d.to_string(),
+    };
     if args.json {
         return out!(
             out,
@@ -73,7 +91,7 @@ pub fn run(args: &BenchArgs, out: &mut dyn Write) -> Result<()> {
     out!(out, "{}", sel.describe())?;
     out!(
         out,
-        "baseline peak {}; planning session setup {:.1} ms; step times: median and range (fastest-slowest) of {} CPU steps\n",
+        "baseline peak {}; planning session setup {:.1} ms; step times: median and range (fastest-slowest) of {} {on} steps\n",
         bytes(report.rows[0].peak_bytes),
         report.session_setup_ms,
         report.timed_steps.max(1)
@@ -95,6 +113,16 @@ pub fn run(args: &BenchArgs, out: &mut dyn Write) -> Result<()> {
     )?;
     let base = report.rows[0].peak_bytes.max(1);
     for r in &report.rows {
+        if let Some(why) = &r.rejected {
+            out!(
+                out,
+                "{:<13} {:<28} {:>11} rejected: {why}",
+                r.strategy,
+                r.setting,
+                bytes(r.peak_bytes)
+            )?;
+            continue;
+        }
         out!(
             out,
             "{:<13} {:<28} {:>11} {:>6.2}x {:>10} {:>17} {:>+8.1}% {:>+8.1}% {:>9.2} {:>7} {:>6}",
@@ -114,15 +142,15 @@ pub fn run(args: &BenchArgs, out: &mut dyn Write) -> Result<()> {
     let mismatched: Vec<&str> = report
         .rows
         .iter()
-        .filter(|r| r.measured_peak_bytes != r.peak_bytes)
+        .filter(|r| r.rejected.is_none() && r.measured_peak_bytes != r.peak_bytes)
         .map(|r| r.strategy.as_str())
         .collect();
     if mismatched.is_empty() {
-        out!(out, "\nevery measured CPU peak equals its exact (Meta) peak")
+        out!(out, "\nevery measured {on} peak equals its exact (Meta) peak")
     } else {
         out!(
             out,
-            "\nmeasured CPU peaks differ from the exact peak for: {}",
+            "\nmeasured {on} peaks differ from the exact peak for: {}",
             mismatched.join(", ")
         )
     }

@@ -1,18 +1,19 @@
 //! `memopt optimize`: plan, print the plan as a tree, optionally verify it with real steps.
 
 use super::chart;
+use crate::device_arg::{DEVICE_VALUES, parse_device, parse_planning_device};
 use crate::error::{CliError, Result};
 use crate::files::Outputs;
 use crate::format::{bytes, percent};
 use crate::memory_limit::MemoryLimitArgs;
 use crate::out;
 use crate::plan_file::{MadeFor, plan_file_json};
-use crate::selection::{DEFAULT_MODEL, ModelArgs, parse_device};
+use crate::selection::{DEFAULT_MODEL, ModelArgs};
 use crate::steps::run_steps;
 use crate::strategy::{StrategyArgs, explain};
 use crate::tree::plan_tree;
 use memopt_checkpoint::Plan;
-use memopt_core::{Device, Target};
+use memopt_core::Target;
 use memopt_profiler::{PlanCheck, Quantity, plan_is_data_dependent};
 use memopt_search::{AllocatorLevels, BudgetFit, PipelineSummary, PlanningSession};
 use serde::Serialize;
@@ -68,7 +69,7 @@ pub struct OptimizeArgs {
     /// The device to plan for: cpu, or cuda or cuda:N to plan for a GPU (the Meta device then
     /// allocates as the CUDA backend will; no GPU is needed). Also the device of the --verify
     /// steps, which need that device to exist.
-    #[arg(long, default_value = "cpu", value_name = "cpu|cuda")]
+    #[arg(long, default_value = "cpu", value_name = DEVICE_VALUES)]
     pub device: String,
     /// Timed steps per run of --verify (after the first, which gives the peak and gradients).
     #[arg(long, default_value_t = 2, value_name = "N", value_parser = crate::selection::whole, allow_hyphen_values = true)]
@@ -156,11 +157,11 @@ pub fn run(args: &OptimizeArgs, out: &mut dyn Write) -> Result<()> {
     let device = if args.verify {
         parse_device(&args.device)?
     } else {
-        args.device.parse::<Device>().map_err(CliError::Usage)?
+        parse_planning_device(&args.device)?
     };
     if args.verify && device.is_meta() {
         return Err(CliError::Usage(
-            "--verify runs real steps and compares gradients: use --device cpu".into(),
+            "--verify runs real steps and compares gradients: use --device cpu or cuda[:N]".into(),
         ));
     }
     if args.steps == 0 {

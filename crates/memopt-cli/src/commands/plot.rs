@@ -1,6 +1,7 @@
 //! `memopt plot`: the SVG chart of a step's memory, baseline and planned.
 
 use super::{chart, read_plan_for};
+use crate::device_arg::{DEVICE_VALUES, parse_planning_device};
 use crate::error::{CliError, Result};
 use crate::files::Outputs;
 use crate::format::{bytes, count};
@@ -43,6 +44,10 @@ pub struct PlotArgs {
     /// The SVG file to write.
     #[arg(short, long, default_value = "memopt.svg", value_name = "FILE")]
     pub out: PathBuf,
+    /// The device whose step is charted: cpu, or cuda[:N] for a GPU's allocation rules
+    /// (computed on Meta either way; no GPU needed).
+    #[arg(long, default_value = "cpu", value_name = DEVICE_VALUES)]
+    pub device: String,
 }
 
 /// Plots.
@@ -65,7 +70,9 @@ pub fn run(args: &PlotArgs, out: &mut dyn Write) -> Result<()> {
         ));
     }
     let mut outputs = Outputs::new(&[("--out", Some(args.out.as_path()))])?;
-    let sel = args.model.resolve(Some(DEFAULT_MODEL))?;
+    let device = parse_planning_device(&args.device)?;
+    let mut sel = args.model.resolve(Some(DEFAULT_MODEL))?;
+    sel.workload.target = device.target();
     let plan = match (&args.plan, args.baseline_only) {
         (Some(p), _) => Some(read_plan_for(p, &sel)?),
         (None, true) => None,

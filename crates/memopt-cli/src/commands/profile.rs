@@ -1,12 +1,14 @@
 //! `memopt profile`: per-module memory and time of one training step, the peak and who holds it.
 
 use super::{chart, read_plan_for};
+use crate::device_arg::{DEVICE_VALUES, parse_device};
 use crate::error::{CliError, Result};
 use crate::files::Outputs;
 use crate::format::{bytes, path};
+use crate::gpu_memory::GpuMemory;
 use crate::memory_limit::MemoryLimitArgs;
 use crate::out;
-use crate::selection::{DEFAULT_MODEL, ModelArgs, parse_device};
+use crate::selection::{DEFAULT_MODEL, ModelArgs};
 use memopt_checkpoint::Plan;
 use memopt_profiler::memory::{AllocatorFigures, Holder, KindBytes};
 use memopt_profiler::{MemoryReport, TimingProfiler, TimingReport, estimate, profile_memory};
@@ -22,9 +24,10 @@ activations saved for backward, packed spikes, workspace, ...), which modules ho
 module and phase (forward, backward, recompute) the bytes allocated, held at exit, the peak
 reached inside and the time taken.
 
---device cpu measures a real step (and times it over --runs steps); --device meta computes the
-same memory figures to the byte without running anything (no times); --device meta:cuda computes
-what the step would allocate on a GPU, with the CUDA backend's workspace rules. --plan profiles the step
+--device cpu measures a real step (and times it over --runs steps); --device cuda[:N] does so on
+a GPU (times from CUDA events; the GPU memory outside memopt's pool is reported separately);
+--device meta computes the same memory figures to the byte without running anything (no times);
+--device meta:cuda computes what the step would allocate on a GPU, with the CUDA backend's rules. --plan profiles the step
 under a plan written by `memopt optimize --out`.";
 
 /// Options of `memopt profile`.
@@ -33,10 +36,10 @@ pub struct ProfileArgs {
     /// The model and its size [default model: cifar10dvs-vgg].
     #[command(flatten)]
     pub model: ModelArgs,
-    /// Where the step runs: cpu (measured, timed), meta (exact memory, no data, no time),
-    /// meta:cuda (exact memory of the step on a GPU, computed without one), cuda or cuda:N (the
-    /// training kernels run on the CPU only so far: cuda reports that).
-    #[arg(long, default_value = "cpu", value_name = "cpu|meta|meta:cuda|cuda")]
+    /// Where the step runs: cpu or cuda[:N] (measured and timed; CUDA steps are timed with
+    /// CUDA events), meta (exact memory, no data, no time), meta:cuda (exact memory of the step
+    /// on a GPU, computed without one).
+    #[arg(long, default_value = "cpu", value_name = DEVICE_VALUES)]
     pub device: String,
     /// Profile under this plan (from `memopt optimize --out`) instead of storing everything.
     #[arg(long, value_name = "FILE")]
@@ -119,6 +122,9 @@ pub struct ProfileJson {
     pub step_ms: Option<f64>,
     /// Per module and phase.
     pub modules: Vec<ModuleRow>,
+    /// On a GPU: its memory after the timed steps, memopt's pool and what lies outside it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gpu: Option<GpuMemory>,
 }
 
 fn depth(p: &str) -> usize {
@@ -175,6 +181,9 @@ pub fn run(args: &ProfileArgs, out: &mut dyn Write) -> Result<()> {
     } else {
         Some(TimingProfiler::new(1, args.runs).profile(workload, &plan, device)?)
     };
+    // The timed steps ran in this thread's tracker for the device; its pool holds their
+    // segments now.
+    let gpu = GpuMemory::measure(device, &memopt_core::MemoryTracker::current(device))?;
     let chart = match &args.svg {
         Some(p) => {
             let (charted, svg) = chart(&sel, (!plan.entries.is_empty()).then_some(&plan))?;
@@ -201,6 +210,7 @@ pub fn run(args: &ProfileArgs, out: &mut dyn Write) -> Result<()> {
             holders: report.holders.clone(),
             step_ms: timing.as_ref().map(|t| t.step_ms),
             modules,
+            gpu,
         };
         return out!(out, "{}", serde_json::to_string_pretty(&json).unwrap_or_default());
     }
@@ -214,6 +224,9 @@ pub fn run(args: &ProfileArgs, out: &mut dyn Write) -> Result<()> {
             crate::format::count(t.runs, "step", "steps"),
             t.warmup_runs
         )?;
+    }
+    if let Some(g) = &gpu {
+        out!(out, "{}", g.line())?;
     }
     out!(
         out,

@@ -1,13 +1,15 @@
 //! `memopt train`: training steps on synthetic data with a progress line and the measured peak.
 
 use super::read_plan_for;
+use crate::device_arg::{DEVICE_VALUES, parse_device};
 use crate::error::{CliError, Result};
 use crate::format::bytes;
+use crate::gpu_memory::GpuMemory;
 use crate::memory_limit::MemoryLimitArgs;
 use crate::out;
 use crate::progress::{Progress, StepStatus};
 use crate::samples::StepSamples;
-use crate::selection::{DEFAULT_MODEL, ModelArgs, parse_device};
+use crate::selection::{DEFAULT_MODEL, ModelArgs};
 use memopt_checkpoint::{Plan, StepOptions};
 use memopt_core::MemoryTracker;
 use memopt_profiler::timing::median;
@@ -39,10 +41,9 @@ pub struct TrainArgs {
     /// Training steps.
     #[arg(long, default_value_t = 20, value_name = "S", value_parser = crate::selection::whole, allow_hyphen_values = true)]
     pub steps: usize,
-    /// Where to train: cpu, meta (memory only: no data, no loss) or cuda (cuda:N). The training
-    /// kernels run on the CPU only so far: cuda reports that it is not implemented (or that no
-    /// GPU is present).
-    #[arg(long, default_value = "cpu", value_name = "cpu|meta|cuda")]
+    /// Where to train: cpu, cuda[:N] (a GPU), meta or meta:cuda (memory only: no data, no
+    /// loss).
+    #[arg(long, default_value = "cpu", value_name = DEVICE_VALUES)]
     pub device: String,
     /// No progress line.
     #[arg(short, long)]
@@ -91,6 +92,9 @@ pub struct TrainJson {
     pub sample_every: usize,
     /// Loss of every `sample_every`-th step, the first included (empty on Meta).
     pub losses: Vec<f32>,
+    /// On a GPU: its memory after the steps, memopt's pool and what lies outside it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gpu: Option<GpuMemory>,
 }
 
 /// Trains.
@@ -99,7 +103,9 @@ pub fn run(args: &TrainArgs, out: &mut dyn Write) -> Result<()> {
     if args.steps == 0 {
         return Err(CliError::Usage("--steps must be at least 1".into()));
     }
-    let sel = args.model.resolve(Some(DEFAULT_MODEL))?;
+    let mut sel = args.model.resolve(Some(DEFAULT_MODEL))?;
+    // Plans and the memory check follow the device's allocation rules (CUDA's on a GPU).
+    sel.workload.target = device.target();
     let plan = match &args.plan {
         Some(p) => read_plan_for(p, &sel)?,
         None => Plan::store_all(),
@@ -156,6 +162,7 @@ pub fn run(args: &TrainArgs, out: &mut dyn Write) -> Result<()> {
     }
     let elapsed = started.elapsed().as_secs_f64();
     let peak = tracker.peak_bytes();
+    let gpu = GpuMemory::measure(device, &tracker)?;
     if args.json {
         let json = TrainJson {
             model: sel.name().to_string(),
@@ -173,6 +180,7 @@ pub fn run(args: &TrainArgs, out: &mut dyn Write) -> Result<()> {
             last_loss,
             sample_every: losses.every(),
             losses: losses.into_values(),
+            gpu,
         };
         return out!(out, "{}", serde_json::to_string_pretty(&json).unwrap_or_default());
     }
@@ -198,5 +206,9 @@ pub fn run(args: &TrainArgs, out: &mut dyn Write) -> Result<()> {
         "caching allocator peaks: allocated {}, reserved {} (segments held from the device)",
         bytes(tracker.allocated_peak_bytes()),
         bytes(tracker.reserved_peak_bytes())
-    )
+    )?;
+    match gpu {
+        Some(g) => out!(out, "{}", g.line()),
+        None => Ok(()),
+    }
 }

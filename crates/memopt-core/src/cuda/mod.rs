@@ -24,6 +24,8 @@
 //! ```
 
 mod cache;
+mod device_memory;
+mod event_clock;
 mod gate;
 pub mod gemm;
 mod launch;
@@ -36,6 +38,8 @@ pub mod sources;
 pub use cache::{cuda_function, loaded_module_count};
 pub use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, CudaView, LaunchConfig, PushKernelArg};
 pub use cudarc::nvrtc::Ptx;
+pub use device_memory::{DeviceMemory, device_memory};
+pub use event_clock::EventClock;
 pub use gate::{
     REQUIRE_GPU_VAR, REQUIRE_NVRTC_VAR, gpu_for_test, gpu_or_skip, gpu_with_nvrtc, nvrtc_or_skip,
 };

@@ -19,5 +19,6 @@ pub use scope::{
     add_scope_listener, current_scope, enter_module, enter_phase, enter_scope,
 };
 pub use tracker::{
-    HostBlock, KindStats, MemoryStats, MemorySubscriber, MemoryTracker, Subscription, TrackerGuard,
+    DeviceBlock, HostBlock, KindStats, MemoryStats, MemorySubscriber, MemoryTracker, Subscription,
+    TrackerGuard,
 };

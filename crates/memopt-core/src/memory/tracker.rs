@@ -2,7 +2,7 @@
 
 use super::caching::{BlockId, CachingAllocator, Grant, NoBacking, SegmentBacking, SegmentMemory};
 use super::{Allocation, AllocationId, MemoryAction, MemoryEvent, MemoryKind, current_scope};
-use crate::storage::HostBacking;
+use crate::storage::{CudaBacking, HostBacking};
 use crate::{CoreError, Device, Result};
 use std::cell::RefCell;
 use std::ptr::NonNull;
@@ -106,18 +106,33 @@ impl TrackerState {
     }
 }
 
-/// A block of host memory from the CPU tracker's caching allocator, owned by the buffer that
-/// uses it: dropping the lease gives the block back to the allocator's cache. Because the
-/// buffer owns the block (not the tracker entry), no two live buffers can ever share bytes.
+/// One block of a tracker's caching allocator, owned by the buffer that uses it: dropping the
+/// lease gives the block back to the allocator's cache (its segment stays reserved). Because
+/// the buffer owns the block (not the tracker entry), no two live buffers can ever share bytes.
 #[derive(Debug)]
-pub struct HostBlock {
-    ptr: NonNull<u8>,
+struct BlockLease {
     bytes: u64,
     zeroed: bool,
     tracker: Arc<MemoryTracker>,
     block: BlockId,
-    // Keeps the mapping alive while the block is used; dropped after the block is returned.
-    _segment: Arc<dyn SegmentMemory>,
+    // Keeps the segment's memory alive while the block is used; dropped after the block is
+    // returned.
+    segment: Arc<dyn SegmentMemory>,
+    offset: u64,
+}
+
+impl Drop for BlockLease {
+    fn drop(&mut self) {
+        self.tracker.lock().allocator.free(self.block);
+    }
+}
+
+/// A block of host memory from the CPU tracker's caching allocator, owned by the buffer that
+/// uses it: dropping it gives the block back to the allocator's cache.
+#[derive(Debug)]
+pub struct HostBlock {
+    ptr: NonNull<u8>,
+    lease: BlockLease,
 }
 
 // SAFETY: the block's bytes belong to this lease alone (the allocator hands a block out once
@@ -134,18 +149,40 @@ impl HostBlock {
 
     /// Size of the block in bytes (at least the bytes requested).
     pub fn bytes(&self) -> u64 {
-        self.bytes
+        self.lease.bytes
     }
 
     /// Whether every byte is known to be zero (the block was never handed out before).
     pub fn is_zeroed(&self) -> bool {
-        self.zeroed
+        self.lease.zeroed
     }
 }
 
-impl Drop for HostBlock {
-    fn drop(&mut self) {
-        self.tracker.lock().allocator.free(self.block);
+/// A block of GPU memory from a CUDA tracker's caching allocator, owned by the buffer that uses
+/// it: dropping it gives the block back to the allocator's cache. Work queued on the GPU's one
+/// stream that still uses the block runs before any later use of it, which is queued after.
+#[derive(Debug)]
+pub struct DeviceBlock {
+    ptr: u64,
+    lease: BlockLease,
+}
+
+impl DeviceBlock {
+    /// Device address (CUdeviceptr) of the block's first byte; valid for
+    /// [`DeviceBlock::bytes`] bytes, aligned to 512 bytes.
+    pub fn device_ptr(&self) -> u64 {
+        self.ptr
+    }
+
+    /// Size of the block in bytes (at least the bytes requested).
+    pub fn bytes(&self) -> u64 {
+        self.lease.bytes
+    }
+
+    /// Whether every byte is known to be zero (its segment was zeroed when reserved and the
+    /// block was never handed out since).
+    pub fn is_zeroed(&self) -> bool {
+        self.lease.zeroed
     }
 }
 
@@ -189,13 +226,20 @@ thread_local! {
 impl MemoryTracker {
     /// A fresh tracker with no history. Install it with [`MemoryTracker::install`] to make
     /// allocations on this thread go through it. Its caching allocator is backed by host
-    /// memory on the CPU and by nothing elsewhere (Meta replays the arithmetic; CUDA memory
-    /// still comes from the driver per buffer, so its reserved figure is a prediction).
+    /// memory on the CPU, by GPU memory (`cuMemAlloc` segments) on a CUDA device, and by
+    /// nothing on Meta, which replays the same arithmetic.
     pub fn new(device: Device) -> Arc<Self> {
         let backing: Box<dyn SegmentBacking> = match device {
             Device::Cpu => Box::new(HostBacking),
-            _ => Box::new(NoBacking),
+            Device::Cuda(ordinal) => Box::new(CudaBacking::new(ordinal)),
+            Device::Meta(_) => Box::new(NoBacking),
         };
+        Self::with_backing(device, backing)
+    }
+
+    /// A fresh tracker for `device` whose caching allocator takes its segments from `backing`
+    /// (tests use a backing with a fixed capacity to exercise out-of-memory paths).
+    pub fn with_backing(device: Device, backing: Box<dyn SegmentBacking>) -> Arc<Self> {
         Arc::new(MemoryTracker {
             device,
             created: Instant::now(),
@@ -282,45 +326,81 @@ impl MemoryTracker {
         bytes: u64,
         kind: MemoryKind,
     ) -> Result<(Allocation, Option<HostBlock>)> {
+        let (allocation, lease) = self.allocate_leased(bytes, kind)?;
+        let Some(lease) = lease else {
+            return Ok((allocation, None));
+        };
+        let Some(base) = lease.segment.host_ptr() else {
+            return Err(self.no_memory("host", "cpu"));
+        };
+        // SAFETY: `offset + size` lies within the segment (allocator invariant), so the offset
+        // pointer stays inside the mapping and is non-null.
+        let ptr = unsafe { NonNull::new_unchecked(base.as_ptr().add(lease.offset as usize)) };
+        Ok((allocation, Some(HostBlock { ptr, lease })))
+    }
+
+    /// Like [`MemoryTracker::allocate_host`], for a buffer in GPU memory from a CUDA tracker's
+    /// allocator: the block is owned by the returned [`DeviceBlock`]. No block for 0 bytes. An
+    /// error on a tracker without GPU memory (not a CUDA device).
+    pub fn allocate_device(
+        self: &Arc<Self>,
+        bytes: u64,
+        kind: MemoryKind,
+    ) -> Result<(Allocation, Option<DeviceBlock>)> {
+        let (allocation, lease) = self.allocate_leased(bytes, kind)?;
+        let Some(lease) = lease else {
+            return Ok((allocation, None));
+        };
+        let Some(base) = lease.segment.device_ptr() else {
+            return Err(self.no_memory("GPU", "cuda"));
+        };
+        // The block lies within the segment (allocator invariant), whose addresses fit u64.
+        let ptr = base + lease.offset;
+        Ok((allocation, Some(DeviceBlock { ptr, lease })))
+    }
+
+    /// Records an allocation whose block the returned lease owns (`None` for 0 bytes); an
+    /// error, recording nothing, when the backing has no memory behind its segments.
+    fn allocate_leased(
+        self: &Arc<Self>,
+        bytes: u64,
+        kind: MemoryKind,
+    ) -> Result<(Allocation, Option<BlockLease>)> {
         let (id, grant, event) = self.record_alloc(bytes, kind)?;
-        let lease = match (grant.block, grant.memory) {
-            (Some(block), Some((segment, offset))) => {
-                let Some(base) = segment.host_ptr() else {
-                    return Err(self.no_host_memory());
-                };
-                // SAFETY: `offset + size` lies within the segment (allocator invariant), so the
-                // offset pointer stays inside the mapping and is non-null.
-                let ptr = unsafe { NonNull::new_unchecked(base.as_ptr().add(offset as usize)) };
-                Some(HostBlock {
-                    ptr,
+        let (lease, memoryless) = match (grant.block, grant.memory) {
+            (Some(block), Some((segment, offset))) => (
+                Some(BlockLease {
                     bytes: grant.size,
                     zeroed: grant.zeroed,
                     tracker: self.clone(),
                     block,
-                    _segment: segment,
-                })
-            }
-            (None, _) => None,
+                    segment,
+                    offset,
+                }),
+                false,
+            ),
+            (None, _) => (None, false),
             (Some(block), None) => {
                 self.lock().allocator.free(block);
-                None
+                (None, true)
             }
         };
         // The entry owns no block: the lease does (or the request was empty).
         let allocation = Allocation::new(id, bytes, grant.size, None, kind, self.clone());
         self.publish(event);
-        match lease {
-            Some(lease) => Ok((allocation, Some(lease))),
-            None if bytes == 0 => Ok((allocation, None)),
-            None => Err(self.no_host_memory()),
+        if memoryless {
+            // Dropping `allocation` records the free of the entry just published.
+            return Err(self.no_memory("host or GPU", "cpu or cuda"));
         }
+        Ok((allocation, lease))
     }
 
-    fn no_host_memory(&self) -> CoreError {
+    fn no_memory(&self, what: &str, which: &str) -> CoreError {
         CoreError::invalid(
-            "MemoryTracker::allocate_host",
+            "MemoryTracker::allocate",
             format!(
-                "the {} tracker has no host memory; only the cpu tracker does",
+                "the {} tracker has no {what} memory behind its segments; only the {which} \
+                 trackers do",
                 self.device
             ),
         )
@@ -356,7 +436,21 @@ impl MemoryTracker {
     fn record_alloc(&self, bytes: u64, kind: MemoryKind) -> Result<(AllocationId, Grant, MemoryEvent)> {
         let mut s = self.lock();
         self.check_fits(&s, bytes)?;
-        let grant = s.allocator.malloc(bytes)?;
+        let grant = match s.allocator.malloc(bytes) {
+            Ok(grant) => grant,
+            Err(CoreError::OutOfMemory {
+                bytes: segment_bytes, ..
+            }) if self.device.is_cuda() => {
+                return Err(CoreError::CudaOutOfMemory {
+                    device: self.device,
+                    bytes,
+                    segment_bytes,
+                    held: s.current,
+                    reserved: s.allocator.reserved(),
+                });
+            }
+            Err(e) => return Err(e),
+        };
         let id = AllocationId(s.next_id);
         s.next_id += 1;
         s.add(kind, bytes, grant.size);

@@ -1,9 +1,16 @@
 //! GPU storage through cudarc. Every entry point checks that the driver library is present and
 //! the ordinal exists before touching the driver, because cudarc panics when libcuda is absent.
+//!
+//! A tensor's GPU memory is a block of the GPU tracker's caching allocator (see
+//! [`super::CudaBacking`]): [`CudaData::in_block`] wraps it, then it is zero-filled
+//! ([`CudaData::fill_zero`], only for blocks not known to be zero) or uploaded into
+//! ([`CudaData::upload_into`]); copies on the GPU are ops (`kernels::copy_as`).
 
 use super::CpuData;
+use super::device_slice::DeviceSlice;
+use crate::memory::DeviceBlock;
 use crate::{CoreError, DType, Result};
-use cudarc::driver::{CudaContext, CudaSlice};
+use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtr};
 use half::{bf16, f16};
 use std::sync::{Arc, Mutex, OnceLock};
 
@@ -11,12 +18,26 @@ use std::sync::{Arc, Mutex, OnceLock};
 #[derive(Debug)]
 #[allow(missing_docs)]
 pub enum CudaData {
-    F32(CudaSlice<f32>),
-    F16(CudaSlice<f16>),
-    BF16(CudaSlice<bf16>),
-    U8(CudaSlice<u8>),
-    U32(CudaSlice<u32>),
-    I64(CudaSlice<i64>),
+    F32(DeviceSlice<f32>),
+    F16(DeviceSlice<f16>),
+    BF16(DeviceSlice<bf16>),
+    U8(DeviceSlice<u8>),
+    U32(DeviceSlice<u32>),
+    I64(DeviceSlice<i64>),
+}
+
+/// Runs `$body` with `$s` bound to the slice of whichever dtype `$data` holds.
+macro_rules! each_dtype {
+    ($data:expr, $s:ident => $body:expr) => {
+        match $data {
+            CudaData::F32($s) => $body,
+            CudaData::F16($s) => $body,
+            CudaData::BF16($s) => $body,
+            CudaData::U8($s) => $body,
+            CudaData::U32($s) => $body,
+            CudaData::I64($s) => $body,
+        }
+    };
 }
 
 fn driver_err(op: &'static str) -> impl Fn(cudarc::driver::DriverError) -> CoreError {
@@ -64,6 +85,10 @@ pub fn cuda_context(ordinal: usize) -> Result<Arc<CudaContext>> {
         return Ok(ctx.clone());
     }
     let ctx = CudaContext::new(ordinal).map_err(driver_err("creating a CUDA context"))?;
+    // SAFETY: memopt runs every kernel, copy, memset and allocation of a GPU on one stream
+    // (`crate::cuda::stream`), so program order is the only synchronisation needed; without
+    // tracking, slices carry no events (none is created per tensor).
+    unsafe { ctx.disable_event_tracking() };
     ctxs[ordinal] = Some(ctx.clone());
     Ok(ctx)
 }
@@ -83,14 +108,7 @@ impl CudaData {
 
     /// Number of elements.
     pub fn len(&self) -> usize {
-        match self {
-            CudaData::F32(s) => s.len(),
-            CudaData::F16(s) => s.len(),
-            CudaData::BF16(s) => s.len(),
-            CudaData::U8(s) => s.len(),
-            CudaData::U32(s) => s.len(),
-            CudaData::I64(s) => s.len(),
-        }
+        each_dtype!(self, s => s.len())
     }
 
     /// Whether there are no elements.
@@ -98,68 +116,116 @@ impl CudaData {
         self.len() == 0
     }
 
-    /// `len` zeros of `dtype` on GPU `ordinal`.
-    pub fn zeros(ordinal: usize, dtype: DType, len: usize) -> Result<CudaData> {
-        let stream = cuda_context(ordinal)?.default_stream();
-        let e = driver_err("allocating GPU memory");
+    /// Size in bytes.
+    pub fn bytes(&self) -> u64 {
+        (self.len() * self.dtype().size_in_bytes()) as u64
+    }
+
+    /// `len` elements of `dtype` over `block` (`None` only for `len == 0`) of GPU `ordinal`,
+    /// holding whatever the block holds (zeros when fresh, else earlier values: never
+    /// uninitialised memory, since segments are zeroed when reserved).
+    pub fn in_block(
+        ordinal: usize,
+        dtype: DType,
+        len: usize,
+        block: Option<DeviceBlock>,
+    ) -> Result<CudaData> {
+        let stream = crate::cuda::stream(ordinal)?;
         Ok(match dtype {
-            DType::F32 => CudaData::F32(stream.alloc_zeros(len).map_err(e)?),
-            DType::F16 => CudaData::F16(stream.alloc_zeros(len).map_err(e)?),
-            DType::BF16 => CudaData::BF16(stream.alloc_zeros(len).map_err(e)?),
-            DType::U8 => CudaData::U8(stream.alloc_zeros(len).map_err(e)?),
-            DType::U32 => CudaData::U32(stream.alloc_zeros(len).map_err(e)?),
-            DType::I64 => CudaData::I64(stream.alloc_zeros(len).map_err(e)?),
+            DType::F32 => CudaData::F32(DeviceSlice::in_block(&stream, block, len)?),
+            DType::F16 => CudaData::F16(DeviceSlice::in_block(&stream, block, len)?),
+            DType::BF16 => CudaData::BF16(DeviceSlice::in_block(&stream, block, len)?),
+            DType::U8 => CudaData::U8(DeviceSlice::in_block(&stream, block, len)?),
+            DType::U32 => CudaData::U32(DeviceSlice::in_block(&stream, block, len)?),
+            DType::I64 => CudaData::I64(DeviceSlice::in_block(&stream, block, len)?),
         })
     }
 
-    /// Copies host data to GPU `ordinal`.
-    pub fn upload(ordinal: usize, data: &CpuData) -> Result<CudaData> {
-        let stream = cuda_context(ordinal)?.default_stream();
-        let e = driver_err("copying host to GPU");
-        Ok(match data {
-            CpuData::F32(v) => CudaData::F32(stream.clone_htod(&v[..]).map_err(e)?),
-            CpuData::F16(v) => CudaData::F16(stream.clone_htod(&v[..]).map_err(e)?),
-            CpuData::BF16(v) => CudaData::BF16(stream.clone_htod(&v[..]).map_err(e)?),
-            CpuData::U8(v) => CudaData::U8(stream.clone_htod(&v[..]).map_err(e)?),
-            CpuData::U32(v) => CudaData::U32(stream.clone_htod(&v[..]).map_err(e)?),
-            CpuData::I64(v) => CudaData::I64(stream.clone_htod(&v[..]).map_err(e)?),
-        })
+    /// Sets every byte to zero with `cuMemsetD8Async` on the GPU's stream.
+    pub fn fill_zero(&mut self) -> Result<()> {
+        if self.is_empty() {
+            return Ok(());
+        }
+        let bytes = self.bytes() as usize;
+        let ptr = self.device_ptr();
+        let stream = each_dtype!(&*self, s => s.stream().clone());
+        // SAFETY: `ptr` addresses this data's `bytes` bytes, which it owns exclusively (`&mut
+        // self`); the memset is queued on the stream every use of the memory is queued on, and
+        // zero bytes are a valid value of every dtype.
+        unsafe { cudarc::driver::result::memset_d8_async(ptr, 0, bytes, stream.cu_stream()) }
+            .map_err(driver_err("zeroing GPU memory (cuMemsetD8Async)"))
     }
 
-    /// Copies the GPU data back to the host.
+    /// Copies host `data` (same dtype and length) into this memory.
+    pub fn upload_into(&mut self, data: &CpuData) -> Result<()> {
+        const OP: &str = "copying host to GPU";
+        self.check_same(OP, data.dtype(), data.len())?;
+        if self.is_empty() {
+            return Ok(());
+        }
+        let e = driver_err(OP);
+        match (self, data) {
+            (CudaData::F32(d), CpuData::F32(v)) => upload(d, v).map_err(e),
+            (CudaData::F16(d), CpuData::F16(v)) => upload(d, v).map_err(e),
+            (CudaData::BF16(d), CpuData::BF16(v)) => upload(d, v).map_err(e),
+            (CudaData::U8(d), CpuData::U8(v)) => upload(d, v).map_err(e),
+            (CudaData::U32(d), CpuData::U32(v)) => upload(d, v).map_err(e),
+            (CudaData::I64(d), CpuData::I64(v)) => upload(d, v).map_err(e),
+            _ => unreachable!("dtypes checked equal above"),
+        }
+    }
+
+    fn check_same(&self, op: &'static str, dtype: DType, len: usize) -> Result<()> {
+        if dtype != self.dtype() || len != self.len() {
+            return Err(CoreError::invalid(
+                op,
+                format!(
+                    "{len} elements of {dtype} cannot fill GPU memory of {} elements of {}",
+                    self.len(),
+                    self.dtype()
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Copies the GPU data back to the host (waits for the GPU's stream).
     pub fn download(&self, ordinal: usize) -> Result<CpuData> {
-        let stream = cuda_context(ordinal)?.default_stream();
+        if self.is_empty() {
+            // No driver call for an empty slice (its address is null).
+            return Ok(CpuData::from_empty(self.dtype()));
+        }
+        let stream = crate::cuda::stream(ordinal)?;
         let e = driver_err("copying GPU to host");
         Ok(match self {
-            CudaData::F32(s) => CpuData::F32(stream.clone_dtoh(s).map_err(e)?.into()),
-            CudaData::F16(s) => CpuData::F16(stream.clone_dtoh(s).map_err(e)?.into()),
-            CudaData::BF16(s) => CpuData::BF16(stream.clone_dtoh(s).map_err(e)?.into()),
-            CudaData::U8(s) => CpuData::U8(stream.clone_dtoh(s).map_err(e)?.into()),
-            CudaData::U32(s) => CpuData::U32(stream.clone_dtoh(s).map_err(e)?.into()),
-            CudaData::I64(s) => CpuData::I64(stream.clone_dtoh(s).map_err(e)?.into()),
+            CudaData::F32(s) => CpuData::F32(stream.clone_dtoh(&**s).map_err(e)?.into()),
+            CudaData::F16(s) => CpuData::F16(stream.clone_dtoh(&**s).map_err(e)?.into()),
+            CudaData::BF16(s) => CpuData::BF16(stream.clone_dtoh(&**s).map_err(e)?.into()),
+            CudaData::U8(s) => CpuData::U8(stream.clone_dtoh(&**s).map_err(e)?.into()),
+            CudaData::U32(s) => CpuData::U32(stream.clone_dtoh(&**s).map_err(e)?.into()),
+            CudaData::I64(s) => CpuData::I64(stream.clone_dtoh(&**s).map_err(e)?.into()),
         })
     }
-}
 
-impl CudaData {
     /// The device address (CUdeviceptr) of the first element. Kernels reach a view's first
     /// element at `device_ptr() + offset * element size`; see [`crate::DataRead::cuda_ptr`].
     pub fn device_ptr(&self) -> u64 {
-        use cudarc::driver::DevicePtr;
         fn base<T>(s: &CudaSlice<T>) -> u64 {
             // Every launch goes to the one stream of the slice's GPU (`cuda::stream`), the one
             // the slice was allocated on, so no cross-stream event is needed: the guard
-            // `device_ptr` returns records nothing in single-stream mode.
+            // `device_ptr` returns records nothing without event tracking.
             let (ptr, _sync) = s.device_ptr(s.stream());
             ptr
         }
-        match self {
-            CudaData::F32(s) => base(s),
-            CudaData::F16(s) => base(s),
-            CudaData::BF16(s) => base(s),
-            CudaData::U8(s) => base(s),
-            CudaData::U32(s) => base(s),
-            CudaData::I64(s) => base(s),
-        }
+        each_dtype!(self, s => base(s))
     }
+}
+
+/// Host to device on the slice's stream.
+fn upload<T: cudarc::driver::DeviceRepr>(
+    dst: &mut CudaSlice<T>,
+    src: &[T],
+) -> std::result::Result<(), cudarc::driver::DriverError> {
+    let stream: Arc<CudaStream> = dst.stream().clone();
+    stream.memcpy_htod(src, dst)
 }

@@ -2,12 +2,16 @@
 
 mod cpu;
 mod cuda;
+mod cuda_segment;
+mod device_slice;
 mod element;
 mod host_buf;
 mod host_segment;
 
 pub use cpu::CpuData;
 pub use cuda::{CudaData, cuda_context, cuda_device_count};
+pub use cuda_segment::{CudaBacking, CudaSegment};
+pub use device_slice::DeviceSlice;
 pub use element::Element;
 pub use host_buf::HostBuf;
 pub use host_segment::{HostBacking, HostSegment};
@@ -45,18 +49,19 @@ impl Storage {
         (len * dtype.size_in_bytes()) as u64
     }
 
-    /// A zero-filled storage (no data on Meta). On the CPU its bytes are a block of the CPU
-    /// tracker's caching allocator, zero-filled unless the block is fresh from the system. An
-    /// error when `len` elements of `dtype` exceed the address space, or when the host is out
-    /// of memory.
+    /// A zero-filled storage (no data on Meta). On the CPU and on a GPU its bytes are a block
+    /// of the device tracker's caching allocator, zero-filled unless the block is fresh from
+    /// the system (on a GPU with `cuMemsetD8Async`). An error when `len` elements of `dtype`
+    /// exceed the address space, or when the device is out of memory
+    /// ([`CoreError::CudaOutOfMemory`] on a GPU).
     pub fn zeros(dtype: DType, len: usize, device: Device, kind: MemoryKind) -> Result<Storage> {
         Self::new(dtype, len, device, kind, true)
     }
 
     /// A storage its user overwrites entirely before reading it (no data on Meta). On the CPU
-    /// its block is not zero-filled: it holds zeros (fresh from the system) or values earlier
-    /// tensors wrote, never uninitialised memory (segments start zeroed and only plain values
-    /// are ever written into them). On a GPU it is zero-filled. Errors as [`Storage::zeros`].
+    /// and on a GPU its block is not zero-filled: it holds zeros (fresh from the system) or
+    /// values earlier tensors wrote, never uninitialised memory (segments start zeroed and only
+    /// plain values are ever written into them). Errors as [`Storage::zeros`].
     pub fn for_overwrite(dtype: DType, len: usize, device: Device, kind: MemoryKind) -> Result<Storage> {
         Self::new(dtype, len, device, kind, false)
     }
@@ -83,9 +88,47 @@ impl Storage {
                 });
             }
             Device::Meta(_) => StorageData::Meta,
-            Device::Cuda(ordinal) => StorageData::Cuda(CudaData::zeros(ordinal, dtype, len)?),
+            Device::Cuda(ordinal) => {
+                return Self::gpu(dtype, len, ordinal, kind, |data, fresh| match zero && !fresh {
+                    true => data.fill_zero(),
+                    false => Ok(()),
+                });
+            }
         };
         Self::from_parts(data, dtype, len, device, kind)
+    }
+
+    /// A storage on GPU `ordinal` whose bytes are a block of that GPU tracker's caching
+    /// allocator, prepared by `fill` (given the data and whether the block is known to be all
+    /// zero). A failed `fill` gives the block back and records the free.
+    fn gpu(
+        dtype: DType,
+        len: usize,
+        ordinal: usize,
+        kind: MemoryKind,
+        fill: impl FnOnce(&mut CudaData, bool) -> Result<()>,
+    ) -> Result<Storage> {
+        let device = Device::Cuda(ordinal);
+        let tracker = MemoryTracker::current(device);
+        let (allocation, block) = tracker.allocate_device(Self::bytes_for(dtype, len), kind)?;
+        let fresh = block.as_ref().is_none_or(|b| b.is_zeroed());
+        let mut data = CudaData::in_block(ordinal, dtype, len, block)?;
+        fill(&mut data, fresh)?;
+        Ok(Storage {
+            dtype,
+            len,
+            device,
+            data: RwLock::new(StorageData::Cuda(data)),
+            allocation,
+        })
+    }
+
+    /// A storage on GPU `ordinal` holding a copy of host `data`, in a block of that GPU's
+    /// caching allocator. An error when the GPU is out of memory or the copy fails.
+    pub fn upload(data: &CpuData, ordinal: usize, kind: MemoryKind) -> Result<Storage> {
+        Self::gpu(data.dtype(), data.len(), ordinal, kind, |gpu, _| {
+            gpu.upload_into(data)
+        })
     }
 
     /// A CPU storage whose data `fill` builds in its caching-allocator block (`None` for an
@@ -117,15 +160,8 @@ impl Storage {
         })
     }
 
-    /// Wraps device memory of GPU `ordinal` (e.g. the output of a CUDA kernel) and records its
-    /// allocation on that GPU's tracker. The data must have been allocated on that GPU.
-    pub fn from_cuda(data: CudaData, ordinal: usize, kind: MemoryKind) -> Result<Storage> {
-        let (dtype, len) = (data.dtype(), data.len());
-        Self::from_parts(StorageData::Cuda(data), dtype, len, Device::Cuda(ordinal), kind)
-    }
-
-    /// Wraps data already on `device` (Meta or CUDA; CPU data lives in allocator blocks, see
-    /// [`Storage::from_cpu`]) and records its allocation.
+    /// Wraps Meta data (none) on `device` and records its allocation. CPU and GPU data live in
+    /// blocks of their tracker's allocator: see [`Storage::from_cpu`] and [`Storage::upload`].
     pub(crate) fn from_parts(
         data: StorageData,
         dtype: DType,

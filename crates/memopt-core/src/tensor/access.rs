@@ -178,8 +178,9 @@ pub struct KernelBuffer<T: Element> {
 
 impl<T: Element> KernelBuffer<T> {
     /// `len` elements on `device` for op `op`, recorded with `kind`, starting as `init` says:
-    /// zero-filled for [`Init::Zeroed`]; on the CPU, an [`Init::Overwritten`] buffer is a
-    /// recycled block as it is (stale values, never uninitialised memory). No data on Meta.
+    /// zero-filled for [`Init::Zeroed`]; on the CPU and on a GPU, an [`Init::Overwritten`]
+    /// buffer is a recycled block as it is (stale values, never uninitialised memory). No data
+    /// on Meta.
     pub fn new(op: &'static str, device: Device, len: usize, kind: MemoryKind, init: Init) -> Result<Self> {
         let storage = match init {
             Init::Zeroed => Storage::zeros(T::DTYPE, len, device, kind)?,

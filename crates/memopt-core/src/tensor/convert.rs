@@ -2,7 +2,7 @@
 
 use super::Tensor;
 use crate::memory::MemoryKind;
-use crate::storage::{CpuData, CudaData, Element, Storage, StorageData};
+use crate::storage::{CpuData, Element, Storage, StorageData};
 use crate::{CoreError, DType, Device, Result};
 use std::sync::Arc;
 
@@ -46,13 +46,7 @@ impl Tensor {
             Device::Cpu => Storage::from_cpu(&self.host_data("to_dtype")?.convert(0..n, dtype), kind),
             Device::Cuda(ordinal) => {
                 let host = self.host_data("to_dtype")?.convert(0..n, dtype);
-                Storage::from_parts(
-                    StorageData::Cuda(upload_staged(ordinal, host)?),
-                    dtype,
-                    n,
-                    self.device(),
-                    kind,
-                )
+                upload_staged(ordinal, host, kind)
             }
         }?;
         Ok(Tensor::from_storage(Arc::new(storage), self.shape().clone())?.with_spike_flag(self.is_spike()))
@@ -76,13 +70,7 @@ impl Tensor {
             Device::Cpu => Storage::from_cpu(&self.host_data("to_device")?, kind),
             Device::Cuda(ordinal) => {
                 let host = self.host_data("to_device")?;
-                Storage::from_parts(
-                    StorageData::Cuda(upload_staged(ordinal, host)?),
-                    dtype,
-                    n,
-                    device,
-                    kind,
-                )
+                upload_staged(ordinal, host, kind)
             }
         }?;
         Ok(Tensor::from_storage(Arc::new(storage), self.shape().clone())?.with_spike_flag(self.is_spike()))
@@ -99,13 +87,15 @@ impl Tensor {
     }
 }
 
-/// Uploads a host copy to GPU `ordinal`. The copy is staging: while it lives it is tracked on the
-/// CPU as workspace, so a device move's host bytes show in the CPU's figures.
-pub(crate) fn upload_staged(ordinal: usize, host: CpuData) -> Result<CudaData> {
+/// Uploads a host copy to GPU `ordinal` into a block of its caching allocator, recorded with
+/// `kind`. The copy is staging: while it lives it is tracked on the CPU as workspace, so a
+/// device move's host bytes show in the CPU's figures.
+pub(crate) fn upload_staged(ordinal: usize, host: CpuData, kind: MemoryKind) -> Result<Storage> {
     let staging = Storage::from_cpu(&host, MemoryKind::Workspace)?;
+    drop(host);
     let guard = staging.read();
     match &*guard {
-        StorageData::Cpu(d) => CudaData::upload(ordinal, d),
+        StorageData::Cpu(d) => Storage::upload(d, ordinal, kind),
         _ => Err(CoreError::invalid("upload", "host staging holds no host data")),
     }
 }

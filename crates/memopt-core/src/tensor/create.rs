@@ -40,10 +40,7 @@ impl Tensor {
         let storage = match device {
             Device::Cpu => Storage::from_cpu(&T::into_cpu(data), kind),
             Device::Meta(_) => Storage::from_parts(StorageData::Meta, T::DTYPE, len, device, kind),
-            Device::Cuda(ordinal) => {
-                let gpu = super::convert::upload_staged(ordinal, T::into_cpu(data))?;
-                Storage::from_parts(StorageData::Cuda(gpu), T::DTYPE, len, device, kind)
-            }
+            Device::Cuda(ordinal) => super::convert::upload_staged(ordinal, T::into_cpu(data), kind),
         }?;
         Tensor::from_storage(Arc::new(storage), shape)
     }

@@ -1,5 +1,6 @@
-//! The timing profiler: per-module forward, backward and recompute wall time, median over runs
-//! after warm-up. CPU wall time for now; CUDA events once a GPU backend runs steps.
+//! The timing profiler: per-module forward, backward and recompute time, median over runs after
+//! warm-up: host wall time on the CPU, GPU time from CUDA events on a GPU (recorded on the
+//! GPU's stream at every scope transition, read back once the step's work is done).
 
 mod profiler;
 mod recorder;

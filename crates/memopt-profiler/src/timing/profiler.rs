@@ -52,19 +52,26 @@ impl TimingProfiler {
         let mut order: Vec<(String, Phase)> = Vec::new();
         let mut samples: HashMap<(String, Phase), (Vec<f64>, u64)> = HashMap::new();
         let mut steps = Vec::with_capacity(self.runs);
+        let device = session.model().device();
         for run in 0..self.runs {
-            let recorder = TimingRecorder::start();
+            let recorder = TimingRecorder::start(device)?;
             let t0 = Instant::now();
             let stepped = session.step();
-            steps.push(t0.elapsed().as_secs_f64() * 1e3);
-            let times = recorder.finish();
+            let host_ms = t0.elapsed().as_secs_f64() * 1e3;
+            let times = recorder.finish()?;
             stepped?;
+            // On a GPU the step is the GPU's time from the first mark to the last (the host
+            // only queues kernels); on the CPU, the host's.
+            steps.push(match device {
+                Device::Cuda(_) => times.span.as_secs_f64() * 1e3,
+                _ => host_ms,
+            });
             for KeyTime {
                 path,
                 phase,
                 time,
                 visits,
-            } in times
+            } in times.keys
             {
                 if phase == Phase::Setup {
                     continue;

@@ -10,9 +10,15 @@ pub trait SegmentMemory: Send + Sync + Debug {
     /// First byte of the segment in this process's address space, for host memory; `None` for
     /// memory the host cannot address.
     fn host_ptr(&self) -> Option<NonNull<u8>>;
+
+    /// Device address (CUdeviceptr) of the segment's first byte, for GPU memory; `None` for
+    /// memory a GPU cannot address.
+    fn device_ptr(&self) -> Option<u64> {
+        None
+    }
 }
 
-/// Provides segments to a caching allocator: real memory (host, and GPU in a later issue) or
+/// Provides segments to a caching allocator: real memory (host pages, GPU memory) or
 /// none at all (Meta replays the allocator's arithmetic with no memory behind it).
 pub trait SegmentBacking: Send + Debug {
     /// A new segment of `bytes` bytes, all zero when it has memory; `Ok(None)` when this backing

@@ -12,6 +12,16 @@
 //! | a small block is split when at least 512 B remain; a large one when more than 1 MiB remains | | `should_split` |
 //!
 //! A request of 0 bytes takes no block (PyTorch returns a null pointer for it).
+//!
+//! Every device follows these rules, the CPU included: they are the CUDA allocator's, and the
+//! CUDA pool (`cuMemAlloc` segments, `storage/cuda_segment.rs`) applies them as they are, so
+//! `Meta(Cuda)` and `Meta(Cpu)` make the same allocator decisions; what differs per target is
+//! only the workspace ops ask for (`backend/target.rs`). Not modelled, because memopt does not
+//! use them: PyTorch's per-stream pools (memopt runs one stream per GPU), expandable segments,
+//! `max_split_size_mb`, `roundup_power2_divisions`, and its release of only the smallest cached
+//! segments that satisfy a failed `cudaMalloc` (memopt gives every cached free segment back,
+//! then retries once). Memory outside the pool (context, modules, cuBLAS handles) is measured,
+//! not predicted.
 
 /// Every block is a multiple of this many bytes (PyTorch `kMinBlockSize`).
 pub const MIN_BLOCK_SIZE: u64 = 512;

@@ -1,0 +1,55 @@
+//! `--device` is spelled and checked alike in every command that runs or plans a step: a bad
+//! spelling is a usage error naming the valid ones, a GPU that is not there is an error naming
+//! it (and what is valid here), and the planning commands accept `cuda[:N]` on any machine.
+
+mod common;
+
+use common::*;
+
+#[test]
+fn every_command_spells_and_checks_the_device_alike() {
+    let svg = temp("device-flag.svg");
+    let svg = svg.to_str().expect("utf-8 temp path");
+    for args in [
+        vec!["profile", "-m", "spiking-mlp"],
+        vec!["train", "-m", "spiking-mlp", "--steps", "1"],
+        vec!["optimize", "-m", "spiking-mlp"],
+        vec!["bench", "-m", "spiking-mlp", "--steps", "1"],
+        vec!["plot", "-m", "spiking-mlp", "-o", svg],
+    ] {
+        let mut bad = args.clone();
+        bad.extend(["--device", "tpu:0"]);
+        let e = fails(&bad, 2);
+        assert!(e.contains("tpu:0") && e.contains("cuda:N"), "{args:?}: {e}");
+    }
+    // Commands that run steps need the GPU to exist.
+    let no_gpu = !matches!(memopt_core::cuda_device_count(), Ok(n) if n > 7);
+    if no_gpu {
+        for args in [
+            vec!["profile", "-m", "spiking-mlp", "--device", "cuda:7"],
+            vec!["train", "-m", "spiking-mlp", "--steps", "1", "--device", "cuda:7"],
+            vec!["optimize", "-m", "spiking-mlp", "--verify", "--device", "cuda:7"],
+            vec!["bench", "-m", "spiking-mlp", "--steps", "1", "--device", "cuda:7"],
+        ] {
+            let e = fails(&args, 1);
+            assert!(e.contains("--device cuda:7"), "{args:?}: {e}");
+        }
+    }
+    // Planning and charting need no GPU.
+    let text = ok(&[
+        "plot",
+        "-m",
+        "spiking-mlp",
+        "--baseline-only",
+        "--device",
+        "cuda",
+        "-o",
+        svg,
+    ]);
+    assert!(text.contains("wrote"), "{text}");
+    let e = fails(
+        &["bench", "-m", "spiking-mlp", "--steps", "1", "--device", "meta"],
+        2,
+    );
+    assert!(e.contains("real steps"), "{e}");
+}

@@ -1,0 +1,130 @@
+//! GPU memory through the caching allocator, on a GPU (skipped with the reason elsewhere; a
+//! failure under MEMOPT_REQUIRE_GPU=1): tensors are blocks of `cuMemAlloc` segments, the
+//! driver's used memory grows by exactly the segments reserved, zero-filled buffers are zero
+//! even in recycled blocks, moves and copies keep values, a request larger than the GPU is a
+//! typed out-of-memory error that leaves the tracker as it was, and a sequence of allocations
+//! gives the same figures on the GPU as on Meta with the CUDA target.
+
+mod gpu_common;
+
+use gpu_common::{GPU, gpu_or_skip, values};
+use memopt_core::cuda::device_memory;
+use memopt_core::storage::StorageData;
+use memopt_core::{CoreError, DType, Device, MemoryKind, MemoryTracker, Target, Tensor};
+
+const MIB: u64 = 1 << 20;
+
+/// Whether `t`'s GPU memory lies inside one of the pool's segments: its address is a
+/// 512-byte multiple (every block is), and the pool reserves at least its bytes.
+fn in_pool(t: &Tensor, tracker: &MemoryTracker) -> bool {
+    match &*t.storage().read() {
+        StorageData::Cuda(d) => d.device_ptr() % 512 == 0 && tracker.reserved_bytes() >= d.bytes(),
+        _ => false,
+    }
+}
+
+#[test]
+fn gpu_tensors_are_blocks_of_cuda_segments() {
+    if !gpu_or_skip("gpu_tensors_are_blocks_of_cuda_segments") {
+        return;
+    }
+    let tracker = MemoryTracker::new(GPU);
+    let _installed = MemoryTracker::install(tracker.clone());
+    // Warm up the context (and whatever the driver loads on a first memset) before measuring.
+    drop(Tensor::zeros([16], DType::F32, GPU, MemoryKind::Workspace).unwrap());
+    assert_eq!(tracker.empty_cache(), 2 * MIB);
+    let before = device_memory(0).unwrap();
+
+    // 3 MiB of f32: a 20 MiB large segment; 100 B: a 2 MiB small one.
+    let data = values(3 << 18, 7, 4.0);
+    let a = Tensor::from_vec(data.clone(), [3 << 18], GPU, MemoryKind::Activation).unwrap();
+    let b = Tensor::zeros([25], DType::F32, GPU, MemoryKind::Activation).unwrap();
+    assert!(in_pool(&a, &tracker) && in_pool(&b, &tracker));
+    assert_eq!(tracker.reserved_bytes(), 22 * MIB);
+    let after = device_memory(0).unwrap();
+    assert_eq!(
+        after.used_bytes() - before.used_bytes(),
+        22 * MIB,
+        "the driver's used memory grows by the segments reserved ({before:?} -> {after:?})"
+    );
+    assert_eq!(a.to_vec::<f32>().unwrap(), data);
+    assert_eq!(b.to_vec::<f32>().unwrap(), vec![0.0; 25]);
+
+    // A recycled block: zeros are zero, a copy on the GPU keeps the values.
+    drop(a);
+    let z = Tensor::zeros([3 << 18], DType::F32, GPU, MemoryKind::Activation).unwrap();
+    assert!(z.to_vec::<f32>().unwrap().iter().all(|&v| v == 0.0));
+    assert_eq!(tracker.reserved_bytes(), 22 * MIB);
+    let x = Tensor::from_vec(data.clone(), [3 << 18], GPU, MemoryKind::Activation).unwrap();
+    let copy = x.deep_copy(MemoryKind::Activation).unwrap();
+    assert_eq!(copy.to_vec::<f32>().unwrap(), data);
+    drop((x, copy, z, b));
+    assert_eq!(tracker.empty_cache(), tracker.stats().reserved_peak);
+    let emptied = device_memory(0).unwrap();
+    assert_eq!(
+        emptied.used_bytes(),
+        before.used_bytes(),
+        "empty_cache gives every segment back"
+    );
+}
+
+#[test]
+fn a_request_larger_than_the_gpu_is_a_typed_error_that_changes_nothing() {
+    if !gpu_or_skip("a_request_larger_than_the_gpu_is_a_typed_error_that_changes_nothing") {
+        return;
+    }
+    let tracker = MemoryTracker::new(GPU);
+    let _installed = MemoryTracker::install(tracker.clone());
+    let held = Tensor::zeros([1000], DType::F32, GPU, MemoryKind::Parameter).unwrap();
+    let total = device_memory(0).unwrap().total_bytes;
+    let before = tracker.stats();
+    let elements = (total / 4 + 1) as usize;
+    let e = Tensor::zeros([elements], DType::F32, GPU, MemoryKind::Activation).unwrap_err();
+    match &e {
+        CoreError::CudaOutOfMemory {
+            device,
+            bytes,
+            held,
+            reserved,
+            ..
+        } => {
+            assert_eq!(*device, GPU);
+            assert_eq!(*bytes, elements as u64 * 4);
+            assert_eq!((*held, *reserved), (before.current, before.reserved));
+        }
+        other => panic!("expected CudaOutOfMemory, got {other}"),
+    }
+    assert_eq!(tracker.stats(), before, "a refused allocation records nothing");
+    assert_eq!(held.to_vec::<f32>().unwrap().len(), 1000);
+}
+
+#[test]
+fn gpu_and_meta_cuda_trackers_agree_on_an_allocation_sequence() {
+    if !gpu_or_skip("gpu_and_meta_cuda_trackers_agree_on_an_allocation_sequence") {
+        return;
+    }
+    let figures = |device: Device| {
+        let tracker = MemoryTracker::new(device);
+        let _installed = MemoryTracker::install(tracker.clone());
+        let mut live = Vec::new();
+        for (i, n) in [1usize, 300, 70_000, 3 << 18, 5 << 20, 17, 1 << 20, 9 << 18]
+            .into_iter()
+            .enumerate()
+        {
+            live.push(Tensor::zeros([n], DType::F32, device, MemoryKind::Activation).unwrap());
+            if i % 3 == 2 {
+                live.remove(0);
+            }
+        }
+        let s = tracker.stats();
+        drop(live);
+        (
+            s.peak,
+            s.allocated_peak,
+            s.reserved_peak,
+            s.segments,
+            tracker.empty_cache(),
+        )
+    };
+    assert_eq!(figures(GPU), figures(Device::Meta(Target::Cuda)));
+}

@@ -251,15 +251,19 @@ fn shapes_that_do_not_fit_name_the_layer_and_the_shape_it_needs() {
 #[test]
 fn model_files_are_bounded_regular_files() {
     use memopt_checkpoint::zoo::custom::{MAX_DESCRIPTION_BYTES, MAX_LAYERS};
-    let dir = std::env::temp_dir().join(format!("memopt-custom-files-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    // Removed with everything in it when dropped, also when the test fails.
+    let tmp = tempfile::Builder::new()
+        .prefix("memopt-custom-files-")
+        .tempdir()
+        .unwrap();
+    let dir = tmp.path();
     let json = r#"{"name": "bom", "input": {"time_steps": 2, "sample": [4], "classes": 3},
                    "layers": [{"type": "linear", "out": 3}]}"#;
     let bom = dir.join("bom.json");
     std::fs::write(&bom, format!("\u{feff}{json}")).unwrap();
     assert_eq!(CustomModel::from_file(&bom).unwrap().name(), "bom");
     let err = |path: &std::path::Path| CustomModel::from_file(path).unwrap_err().to_string();
-    let e = err(&dir);
+    let e = err(dir);
     assert!(e.contains("is a directory"), "{e}");
     if std::path::Path::new("/dev/zero").exists() {
         let e = err(std::path::Path::new("/dev/zero"));
@@ -282,7 +286,6 @@ fn model_files_are_bounded_regular_files() {
     .unwrap();
     let e = err(&many);
     assert!(e.contains(&format!("at most {MAX_LAYERS}")), "{e}");
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 /// A kernel so large that its weights per output channel overflow is a clean error on every

@@ -53,9 +53,13 @@ const MODEL: &str = r#"{
 
 #[test]
 fn frames_then_train_save_resume_and_eval() {
-    let root = std::env::temp_dir().join(format!("memopt-cli-data-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&root);
-    let raw = write_raw(&root);
+    // Removed with everything in it when dropped, also when the test fails.
+    let tmp = tempfile::Builder::new()
+        .prefix("memopt-cli-data-")
+        .tempdir()
+        .unwrap();
+    let root = tmp.path();
+    let raw = write_raw(root);
     let model = root.join("tiny.json");
     std::fs::write(&model, MODEL).unwrap();
     let s = |p: &Path| p.to_str().unwrap().to_string();
@@ -188,7 +192,11 @@ fn dvs128_frames_follow_spikingjelly_s_train_and_test_lists() {
     let labels = std::fs::read_to_string(fixtures.join("dvs128_labels.csv")).unwrap();
     // One gesture per line after the header: the count of samples each recording gives.
     let samples = labels.lines().skip(1).filter(|l| !l.trim().is_empty()).count();
-    let root = std::env::temp_dir().join(format!("memopt-cli-dvs128-{}", std::process::id()));
+    let tmp = tempfile::Builder::new()
+        .prefix("memopt-cli-dvs128-")
+        .tempdir()
+        .unwrap();
+    let root = tmp.path();
     let raw = root.join("DvsGesture");
     std::fs::create_dir_all(&raw).unwrap();
     for user in ["user01_fluorescent", "user24_led"] {
@@ -224,5 +232,4 @@ fn dvs128_frames_follow_spikingjelly_s_train_and_test_lists() {
         count("train", "user24_led") + count("test", "user01_fluorescent"),
         0
     );
-    std::fs::remove_dir_all(&root).ok();
 }

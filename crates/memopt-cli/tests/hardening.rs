@@ -5,7 +5,7 @@
 
 use clap::Parser;
 use memopt_cli::{Cli, CliError};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 /// Runs a command line in process; returns its stdout or its error.
 fn run(args: &[&str]) -> Result<String, CliError> {
@@ -35,10 +35,13 @@ fn meta_profile(args: &[&str]) -> Result<String, CliError> {
     run(&all)
 }
 
-fn dir(test: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("memopt-hardening-{}-{test}", std::process::id()));
-    std::fs::create_dir_all(&d).expect("temp dir");
-    d
+/// A fresh directory for `test`, removed with everything in it when dropped (also when the test
+/// fails).
+fn dir(test: &str) -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix(&format!("memopt-hardening-{test}-"))
+        .tempdir()
+        .expect("temp dir")
 }
 
 fn s(p: &Path) -> &str {
@@ -95,7 +98,8 @@ fn steps_over_the_memory_limit_are_refused_before_they_run() {
     }
     // The suggested command fits: its plan's reserved peak is within the limit, and a step
     // under it runs inside that limit.
-    let d = dir("oom-plan");
+    let scratch = dir("oom-plan");
+    let d = scratch.path();
     let plan = d.join("plan.json");
     let mut optimize = vec!["optimize", "--budget", &below, "--json", "--out", s(&plan)];
     optimize.extend(MODEL);
@@ -124,7 +128,8 @@ fn steps_over_the_memory_limit_are_refused_before_they_run() {
 
 #[test]
 fn the_probe_reads_cgroup_files_and_meminfo() {
-    let d = dir("probe");
+    let scratch = dir("probe");
+    let d = scratch.path();
     let mount = d.join("cgroup");
     std::fs::create_dir_all(mount.join("user.slice/app")).unwrap();
     std::fs::write(mount.join("user.slice/memory.max"), "6442450944\n").unwrap();
@@ -149,11 +154,12 @@ fn the_probe_reads_cgroup_files_and_meminfo() {
 
 #[test]
 fn inputs_are_bounded_regular_utf8_files() {
-    let d = dir("inputs");
+    let scratch = dir("inputs");
+    let d = scratch.path();
     // A device, a directory, an oversized file: errors naming the file, found before reading.
     let e = error(&["train", "-m", "spiking-mlp", "--plan", "/dev/zero"]);
     assert!(e.contains("/dev/zero") && e.contains("not a regular file"), "{e}");
-    let e = failure(meta_profile(&["-m", s(&d)]));
+    let e = failure(meta_profile(&["-m", s(d)]));
     assert!(e.contains("is a directory"), "{e}");
     let big = d.join("big.json");
     std::fs::File::create(&big)
@@ -216,7 +222,8 @@ fn plan_and_chart(out: &Path, svg: &Path) -> Result<String, CliError> {
 
 #[test]
 fn outputs_are_written_only_when_the_whole_command_succeeds() {
-    let d = dir("outputs");
+    let scratch = dir("outputs");
+    let d = scratch.path();
     let plan = d.join("plan.json");
     std::fs::write(&plan, "old plan").unwrap();
     // The chart cannot be written (no such directory): found before any work, plan untouched.
@@ -254,7 +261,7 @@ fn outputs_are_written_only_when_the_whole_command_succeeds() {
     plan_and_chart(&plan, &chart).unwrap();
     assert!(std::fs::read_to_string(&plan).unwrap().contains("\"version\""));
     assert!(std::fs::read_to_string(&chart).unwrap().starts_with("<svg"));
-    let names: Vec<String> = std::fs::read_dir(&d)
+    let names: Vec<String> = std::fs::read_dir(d)
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
         .collect();
@@ -283,7 +290,8 @@ fn byte_counts_and_shapes_never_wrap() {
         );
     }
     // A flatten of a sample larger than the address space names the layer.
-    let d = dir("shapes");
+    let scratch = dir("shapes");
+    let d = scratch.path();
     let model = d.join("huge.json");
     std::fs::write(
         &model,
@@ -352,7 +360,8 @@ fn counts_must_be_positive_and_budgets_representable() {
 
 #[test]
 fn control_characters_in_names_are_escaped() {
-    let d = dir("names");
+    let scratch = dir("names");
+    let d = scratch.path();
     let model = d.join("evil.json");
     std::fs::write(
         &model,

@@ -2,7 +2,7 @@
 //! in order (a later example may read a file an earlier one wrote), from a fresh directory
 //! outside the repository (so relative model paths must work from anywhere).
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 fn memopt(dir: &Path, args: &[&str]) -> std::process::Output {
@@ -43,21 +43,24 @@ fn examples(help: &str) -> Vec<Vec<String>> {
         .collect()
 }
 
-fn scratch_dir() -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("memopt-help-examples-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("a scratch directory");
-    dir
+/// A fresh directory, removed with everything in it when dropped (also when the test fails).
+fn scratch_dir() -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix("memopt-help-examples-")
+        .tempdir()
+        .expect("a scratch directory")
 }
 
 #[test]
 fn every_help_example_runs_from_any_directory() {
-    let dir = scratch_dir();
-    let top = memopt(&dir, &["--help"]);
+    let scratch = scratch_dir();
+    let dir = scratch.path();
+    let top = memopt(dir, &["--help"]);
     assert!(top.status.success());
     let top = String::from_utf8(top.stdout).expect("utf-8 help");
     let mut helps = vec![("memopt --help".to_string(), top.clone())];
     for c in subcommands(&top) {
-        let o = memopt(&dir, &[c.as_str(), "--help"]);
+        let o = memopt(dir, &[c.as_str(), "--help"]);
         assert!(o.status.success(), "memopt {c} --help failed");
         helps.push((
             format!("memopt {c} --help"),
@@ -70,7 +73,7 @@ fn every_help_example_runs_from_any_directory() {
         for args in examples(help) {
             let refs: Vec<&str> = args.iter().map(String::as_str).collect();
             let started = std::time::Instant::now();
-            let o = memopt(&dir, &refs);
+            let o = memopt(dir, &refs);
             let stderr = String::from_utf8_lossy(&o.stderr);
             assert!(
                 o.status.success(),
@@ -92,5 +95,4 @@ fn every_help_example_runs_from_any_directory() {
     // The files the examples say they write exist.
     assert!(dir.join("plan.json").is_file());
     assert!(dir.join("memory.svg").is_file());
-    let _ = std::fs::remove_dir_all(&dir);
 }

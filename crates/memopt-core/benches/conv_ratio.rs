@@ -13,7 +13,7 @@
 mod common;
 
 use common::{Layer, VGG};
-use memopt_core::kernels::{GradNeeds, conv2d, conv2d_backward};
+use memopt_core::kernels::{Conv2dBackward, GradNeeds, conv2d, conv2d_backward};
 use memopt_core::stats::median;
 use std::hint::black_box;
 use std::time::Instant;
@@ -61,12 +61,23 @@ fn main() {
     for round in 0..rounds {
         let t_gemm_fwd = best_of(reps, || (0..count).for_each(|_| fwd.run()));
         let t_conv_fwd = best_of(reps, || {
-            black_box(conv2d(&t.x, &t.w, Some(&t.b), &t.p).unwrap());
+            black_box(conv2d(&t.x, &t.w, Some(&t.b), &t.p, 1).unwrap());
         });
         let t_gemm_gw = best_of(reps, || (0..count).for_each(|_| gw.run()));
         let t_gemm_gx = best_of(reps, || (0..count).for_each(|_| gx.run()));
         let t_conv_bwd = best_of(reps, || {
-            black_box(conv2d_backward(&t.grad, &t.x, &t.w, true, &t.p, GradNeeds::ALL).unwrap());
+            black_box(
+                conv2d_backward(Conv2dBackward {
+                    grad: &t.grad,
+                    x: &t.x,
+                    w: &t.w,
+                    has_bias: true,
+                    params: &t.p,
+                    needs: GradNeeds::ALL,
+                    acc: None,
+                })
+                .unwrap(),
+            );
         });
         let gemm_fwd = gflops(layer.forward_flops(), t_gemm_fwd);
         let conv_fwd = gflops(layer.forward_flops(), t_conv_fwd);

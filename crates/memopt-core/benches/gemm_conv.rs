@@ -11,7 +11,7 @@ mod common;
 
 use common::{Layer, VGG};
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use memopt_core::kernels::{GradNeeds, conv2d, conv2d_backward, matmul};
+use memopt_core::kernels::{Conv2dBackward, GradNeeds, conv2d, conv2d_backward, matmul};
 use std::hint::black_box;
 
 /// Late-block layer: 6x6 images, 320 of them.
@@ -52,12 +52,24 @@ fn conv(c: &mut Criterion) {
         group.sample_size(10);
         group.throughput(Throughput::Elements(layer.forward_flops()));
         group.bench_function(format!("forward {layer}"), |bench| {
-            bench.iter(|| black_box(conv2d(&t.x, &t.w, Some(&t.b), &t.p).unwrap()))
+            bench.iter(|| black_box(conv2d(&t.x, &t.w, Some(&t.b), &t.p, 1).unwrap()))
         });
         group.throughput(Throughput::Elements(layer.backward_flops()));
         group.bench_function(format!("backward {layer}"), |bench| {
-            bench
-                .iter(|| black_box(conv2d_backward(&t.grad, &t.x, &t.w, true, &t.p, GradNeeds::ALL).unwrap()))
+            bench.iter(|| {
+                black_box(
+                    conv2d_backward(Conv2dBackward {
+                        grad: &t.grad,
+                        x: &t.x,
+                        w: &t.w,
+                        has_bias: true,
+                        params: &t.p,
+                        needs: GradNeeds::ALL,
+                        acc: None,
+                    })
+                    .unwrap(),
+                )
+            })
         });
         group.finish();
     }

@@ -95,8 +95,12 @@ mod tests {
 
     #[test]
     fn only_small_regular_utf8_files_are_read() {
-        let dir = std::env::temp_dir().join(format!("memopt-input-file-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        // Removed with everything in it when dropped, also when the test fails.
+        let tmp = tempfile::Builder::new()
+            .prefix("memopt-input-file-")
+            .tempdir()
+            .unwrap();
+        let dir = tmp.path();
         let ok = dir.join("ok.json");
         std::fs::write(&ok, "\u{feff}{}").unwrap();
         assert_eq!(read_bounded_text(&ok, 16).unwrap(), "{}");
@@ -105,7 +109,7 @@ mod tests {
             Err(InputFileError::TooLarge { len: 5, max: 2 })
         ));
         assert!(matches!(
-            read_bounded_text(&dir, 16),
+            read_bounded_text(dir, 16),
             Err(InputFileError::Directory)
         ));
         assert!(matches!(
@@ -124,6 +128,5 @@ mod tests {
                 Err(InputFileError::NotRegular)
             ));
         }
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

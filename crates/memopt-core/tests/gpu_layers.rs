@@ -227,16 +227,29 @@ fn convolution_and_linear_match_within_gemm_tolerance() {
         let (x, gx) = twin(&values(xd.iter().product(), 1, 1.0), &xd);
         let (w, gw) = pair(values(wd.iter().product(), 2, 0.5), &wd);
         let (b, gb) = pair(values(wd[0], 3, 0.5), &[wd[0]]);
-        let y = conv2d_steps(&x, &w, Some(&b), &p, steps).unwrap();
-        assert_close(
-            &what,
-            &y,
-            &conv2d_steps(&gx, &gw, Some(&gb), &p, steps).unwrap(),
-            1e-5,
-        );
+        let y = conv2d(&x, &w, Some(&b), &p, steps).unwrap();
+        assert_close(&what, &y, &conv2d(&gx, &gw, Some(&gb), &p, steps).unwrap(), 1e-5);
         let (g, gg) = pair(values(y.elem_count(), 4, 1.0), y.dims());
-        let r = conv2d_backward(&g, &x, &w, true, &p, GradNeeds::ALL).unwrap();
-        let gr = conv2d_backward(&gg, &gx, &gw, true, &p, GradNeeds::ALL).unwrap();
+        let r = conv2d_backward(Conv2dBackward {
+            grad: &g,
+            x: &x,
+            w: &w,
+            has_bias: true,
+            params: &p,
+            needs: GradNeeds::ALL,
+            acc: None,
+        })
+        .unwrap();
+        let gr = conv2d_backward(Conv2dBackward {
+            grad: &gg,
+            x: &gx,
+            w: &gw,
+            has_bias: true,
+            params: &p,
+            needs: GradNeeds::ALL,
+            acc: None,
+        })
+        .unwrap();
         assert_weight_grads(&what, [&r.x, &r.w, &r.b], [&gr.x, &gr.w, &gr.b]);
     }
     for (m, k, n, steps) in [(1usize, 1usize, 1usize, 1usize), (6, 33, 10, 3), (40, 128, 11, 4)] {
@@ -244,16 +257,27 @@ fn convolution_and_linear_match_within_gemm_tolerance() {
         let (x, gx) = twin(&values(m * k, 5, 1.0), &[m, k]);
         let (w, gw) = pair(values(n * k, 6, 0.5), &[n, k]);
         let (b, gb) = pair(values(n, 7, 0.5), &[n]);
-        let y = linear_steps(&x, &w, Some(&b), steps).unwrap();
-        assert_close(
-            &what,
-            &y,
-            &linear_steps(&gx, &gw, Some(&gb), steps).unwrap(),
-            1e-5,
-        );
+        let y = linear(&x, &w, Some(&b), steps).unwrap();
+        assert_close(&what, &y, &linear(&gx, &gw, Some(&gb), steps).unwrap(), 1e-5);
         let (g, gg) = pair(values(m * n, 8, 1.0), &[m, n]);
-        let r = linear_backward(&g, &x, &w, true, GradNeeds::ALL).unwrap();
-        let gr = linear_backward(&gg, &gx, &gw, true, GradNeeds::ALL).unwrap();
+        let r = linear_backward(LinearBackward {
+            grad: &g,
+            x: &x,
+            w: &w,
+            has_bias: true,
+            needs: GradNeeds::ALL,
+            acc: None,
+        })
+        .unwrap();
+        let gr = linear_backward(LinearBackward {
+            grad: &gg,
+            x: &gx,
+            w: &gw,
+            has_bias: true,
+            needs: GradNeeds::ALL,
+            acc: None,
+        })
+        .unwrap();
         assert_weight_grads(&what, [&r.x, &r.w, &r.b], [&gr.x, &gr.w, &gr.b]);
     }
 }

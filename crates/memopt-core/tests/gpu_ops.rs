@@ -218,8 +218,24 @@ fn optimizer_steps_are_bit_identical() {
         let (m, gm) = twin(&vec![0.0; n], &[n]);
         let (v, gv) = twin(&vec![0.0; n], &[n]);
         for step in 1..=3 {
-            adam_step(&p, &g, &m, &v, &cfg, step).unwrap();
-            adam_step(&gp, &gg, &gm, &gv, &cfg, step).unwrap();
+            adam_step(AdamStep {
+                param: &p,
+                grad: &g,
+                m: &m,
+                v: &v,
+                cfg: &cfg,
+                step,
+            })
+            .unwrap();
+            adam_step(AdamStep {
+                param: &gp,
+                grad: &gg,
+                m: &gm,
+                v: &gv,
+                cfg: &cfg,
+                step,
+            })
+            .unwrap();
         }
         assert_identical(&format!("adam n={n}"), &p, &gp);
         assert_identical(&format!("adam m n={n}"), &m, &gm);

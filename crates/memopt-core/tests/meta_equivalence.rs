@@ -70,7 +70,7 @@ fn step(device: Device) -> Trace {
         let (y, bn, spikes, pooled, idx, logits_seq, logits) = {
             let y = {
                 let _m = enter_module("conv");
-                kernels::conv2d_steps(&x, &conv_w, None, &pad1, t).unwrap()
+                kernels::conv2d(&x, &conv_w, None, &pad1, t).unwrap()
             };
             let bn = {
                 let _m = enter_module("bn");
@@ -98,7 +98,7 @@ fn step(device: Device) -> Trace {
             let (pooled, idx) =
                 kernels::max_pool2d(&sn.spikes.reshape([t * n, 4, 8, 8]).unwrap(), &pool).unwrap();
             let flat = pooled.reshape([t, n, 64]).unwrap();
-            let logits_seq = kernels::linear_steps(&flat, &fc_w, None, t).unwrap();
+            let logits_seq = kernels::linear(&flat, &fc_w, None, t).unwrap();
             let logits = kernels::mean_dim(&logits_seq, 0).unwrap();
             (y, bn, sn, pooled, idx, logits_seq, logits)
         };
@@ -115,10 +115,17 @@ fn step(device: Device) -> Trace {
             bias: None,
             time_steps: t,
         };
-        let g_flat =
-            kernels::linear_backward_acc(&g_seq, &pooled.reshape([t, n, 64]).unwrap(), &fc_w, acc, true)
-                .unwrap()
-                .unwrap();
+        let g_flat = kernels::linear_backward(kernels::LinearBackward {
+            grad: &g_seq,
+            x: &pooled.reshape([t, n, 64]).unwrap(),
+            w: &fc_w,
+            has_bias: false,
+            needs: GradNeeds::ALL,
+            acc: Some(acc),
+        })
+        .unwrap()
+        .x
+        .unwrap();
         drop((logits_seq, g_seq));
         let g_spikes = kernels::max_pool2d_backward(
             &g_flat.reshape([t * n, 4, 4, 4]).unwrap(),
@@ -147,18 +154,19 @@ fn step(device: Device) -> Trace {
             needs: GradNeeds::ALL,
         })
         .unwrap();
-        let g_conv = kernels::conv2d_backward(
-            g_y.x.as_ref().unwrap(),
-            &x,
-            &conv_w,
-            false,
-            &pad1,
-            GradNeeds {
+        let g_conv = kernels::conv2d_backward(kernels::Conv2dBackward {
+            grad: g_y.x.as_ref().unwrap(),
+            x: &x,
+            w: &conv_w,
+            has_bias: false,
+            params: &pad1,
+            needs: GradNeeds {
                 input: false,
                 weight: true,
                 bias: false,
             },
-        )
+            acc: None,
+        })
         .unwrap();
         drop(_bwd);
 

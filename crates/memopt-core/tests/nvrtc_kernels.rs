@@ -6,8 +6,8 @@
 
 use memopt_core::cuda::launchers::kernel_tables;
 use memopt_core::cuda::{
-    KernelSource, KernelTable, compile_cubin, compile_kernel_source, kernel_sources, nvrtc_or_skip,
-    nvrtc_version,
+    KernelSource, KernelTable, check_signatures_against_ptx, compile_cubin, compile_kernel_source,
+    kernel_sources, nvrtc_or_skip, nvrtc_version, ptx_entries,
 };
 
 /// Names of the `extern "C" __global__` functions a source defines, read from its text
@@ -68,73 +68,6 @@ fn defined_kernels(src: &KernelSource) -> Vec<String> {
 /// multiply-add; they are compared with the CPU within 1e-5 relative, not bit for bit.
 const USES_LIBM: [&str; 3] = ["ew_sigmoid", "ce_blocks", "ce_backward"];
 
-/// Each `.entry` of the PTX with its body (up to the next entry).
-fn entries(ptx: &str) -> Vec<(&str, &str)> {
-    let mut out = Vec::new();
-    let mut rest = ptx;
-    while let Some(at) = rest.find(".entry ") {
-        let after = &rest[at + 7..];
-        let name_end = after.find('(').unwrap_or(after.len());
-        let next = after.find(".entry ").unwrap_or(after.len());
-        out.push((&after[..name_end], &after[..next]));
-        rest = &after[next..];
-    }
-    out
-}
-
-/// The parameter types of an `.entry` header (`(.param .u64 k_param_0, .param .align 8 .b8
-/// k_param_1[88])`), without their names: `.u64`, `.align 8 .b8 [88]`.
-fn ptx_params(entry: &str) -> Vec<String> {
-    let open = entry.find('(').map_or(entry.len(), |i| i + 1);
-    let close = entry[open..].find(')').map_or(entry.len(), |i| open + i);
-    entry[open..close]
-        .split(',')
-        .map(str::trim)
-        .filter(|p| !p.is_empty())
-        .map(|p| {
-            let words: Vec<&str> = p.split_whitespace().skip(1).collect();
-            let (name, types) = words.split_last().expect("a .param has a type and a name");
-            let size = name.find('[').map_or("", |i| &name[i..]);
-            let types = types.join(" ");
-            if size.is_empty() {
-                types
-            } else {
-                format!("{types} {size}")
-            }
-        })
-        .collect()
-}
-
-/// Every kernel of `table`'s source has a signature, and each signature's kinds are the
-/// `.param` list of the kernel's `.entry` in `ptx`: a launch (typed by the table) can pass
-/// neither the wrong number nor the wrong kind of arguments.
-fn check_signatures(table: &KernelTable, ptx: &str) {
-    let src = table.source;
-    let mut with_signature: Vec<&str> = table.signatures.iter().map(|s| s.kernel).collect();
-    let mut declared = src.kernels.to_vec();
-    with_signature.sort();
-    declared.sort();
-    assert_eq!(
-        with_signature, declared,
-        "{}: kernels with a launch signature vs declared",
-        src.name
-    );
-    let entries = entries(ptx);
-    for sig in table.signatures {
-        let (_, body) = entries
-            .iter()
-            .find(|(name, _)| *name == sig.kernel)
-            .unwrap_or_else(|| panic!("{}: no .entry {}", src.name, sig.kernel));
-        let want: Vec<String> = sig.params.iter().map(|p| p.1.ptx_type()).collect();
-        let got = ptx_params(body);
-        assert_eq!(
-            want, got,
-            "{}: {} launches with {:?}, the PTX takes {got:?}",
-            src.name, sig.kernel, sig.params
-        );
-    }
-}
-
 /// Compiles one source to PTX and for sm_90 and checks it (including its launch signatures
 /// against the PTX); returns its kernel count.
 fn check_source(src: &KernelSource, table: &KernelTable) -> usize {
@@ -153,11 +86,11 @@ fn check_source(src: &KernelSource, table: &KernelTable) -> usize {
     // compile_kernel_source fails unless the PTX defines every declared kernel.
     let ptx = compile_kernel_source(src).unwrap_or_else(|e| panic!("{e}"));
     let text = ptx.to_src();
-    check_signatures(table, &text);
+    check_signatures_against_ptx(table, &text).unwrap_or_else(|e| panic!("{e}"));
     // --fmad=false: no contraction of a * b + c (the CPU rounds twice). Only kernels that
     // call CUDA's exp/log (not bit-identical to the CPU's libm anyway) contain the fused
     // operations of those library functions.
-    for (name, body) in entries(&text) {
+    for (name, body) in ptx_entries(&text) {
         if USES_LIBM.contains(&name) {
             continue;
         }

@@ -29,7 +29,7 @@ fn linear_adds_the_targets_gemm_workspace() {
         let device = Device::Meta(target);
         let (x, w) = (meta(&[m, k], device), meta(&[n, k], device));
         let peak = extra_peak(device, |_| {
-            kernels::linear(&x, &w, None).unwrap();
+            kernels::linear(&x, &w, None, 1).unwrap();
         });
         let out = (m * n * 4) as u64;
         assert_eq!(peak, out + target.gemm_workspace_bytes() as u64, "{target}");
@@ -52,7 +52,7 @@ fn conv_im2col_chunks_follow_the_target() {
         let device = Device::Meta(target);
         let (x, w) = (meta(&[b, c, hw, hw], device), meta(&[co, c, 3, 3], device));
         let peak = extra_peak(device, |_| {
-            kernels::conv2d(&x, &w, None, &p).unwrap();
+            kernels::conv2d(&x, &w, None, &p, 1).unwrap();
         });
         let pixels = hw * hw;
         let images = target.conv_chunk_columns().div_ceil(pixels).clamp(1, b);

@@ -33,14 +33,12 @@ fn linear_accumulates_identically_in_time_chunks() {
         bias: Some(b_acc),
         time_steps: steps,
     };
-    let gx = kernels::linear_backward_acc(&g, &x, &w, acc(&aw, &ab, t), true)
-        .unwrap()
-        .unwrap();
+    let gx = linear_acc(&g, &x, &w, acc(&aw, &ab, t), true).unwrap().unwrap();
 
     let (cw, cb) = (zeros(&[o, k]), zeros(&[o]));
     let split = 4;
     let part = |v: &Tensor, s, l| v.narrow0(s, l).unwrap();
-    let gx2 = kernels::linear_backward_acc(
+    let gx2 = linear_acc(
         &part(&g, split, t - split),
         &part(&x, split, t - split),
         &w,
@@ -49,7 +47,7 @@ fn linear_accumulates_identically_in_time_chunks() {
     )
     .unwrap()
     .unwrap();
-    let gx1 = kernels::linear_backward_acc(
+    let gx1 = linear_acc(
         &part(&g, 0, split),
         &part(&x, 0, split),
         &w,
@@ -65,7 +63,15 @@ fn linear_accumulates_identically_in_time_chunks() {
         gx.to_vec_f32().unwrap()
     );
 
-    let plain = kernels::linear_backward(&g, &x, &w, true, GradNeeds::ALL).unwrap();
+    let plain = kernels::linear_backward(kernels::LinearBackward {
+        grad: &g,
+        x: &x,
+        w: &w,
+        has_bias: true,
+        needs: GradNeeds::ALL,
+        acc: None,
+    })
+    .unwrap();
     close(&aw, plain.w.as_ref().unwrap());
     close(&ab, plain.b.as_ref().unwrap());
     close(&gx, plain.x.as_ref().unwrap());
@@ -82,7 +88,7 @@ fn conv_accumulates_identically_in_time_chunks() {
     };
     let x = rand(&[t * n, c, h, h], &mut rng);
     let w = rand(&[co, c, 3, 3], &mut rng);
-    let y = kernels::conv2d(&x, &w, None, &p).unwrap();
+    let y = kernels::conv2d(&x, &w, None, &p, 1).unwrap();
     let g = rand(y.dims(), &mut rng);
     let acc = |w_acc, b_acc, steps| WeightGradAcc {
         weight: Some(w_acc),
@@ -90,14 +96,12 @@ fn conv_accumulates_identically_in_time_chunks() {
         time_steps: steps,
     };
     let (aw, ab) = (zeros(w.dims()), zeros(&[co]));
-    let gx = kernels::conv2d_backward_acc(&g, &x, &w, &p, acc(&aw, &ab, t), true)
-        .unwrap()
-        .unwrap();
+    let gx = conv_acc(&g, &x, &w, &p, acc(&aw, &ab, t), true).unwrap().unwrap();
 
     let (cw, cb) = (zeros(w.dims()), zeros(&[co]));
     let split = 2;
     let part = |v: &Tensor, s: usize, l: usize| v.narrow0(s * n, l * n).unwrap();
-    let gx2 = kernels::conv2d_backward_acc(
+    let gx2 = conv_acc(
         &part(&g, split, t - split),
         &part(&x, split, t - split),
         &w,
@@ -107,7 +111,7 @@ fn conv_accumulates_identically_in_time_chunks() {
     )
     .unwrap()
     .unwrap();
-    let gx1 = kernels::conv2d_backward_acc(
+    let gx1 = conv_acc(
         &part(&g, 0, split),
         &part(&x, 0, split),
         &w,
@@ -124,7 +128,16 @@ fn conv_accumulates_identically_in_time_chunks() {
         gx.to_vec_f32().unwrap()
     );
 
-    let plain = kernels::conv2d_backward(&g, &x, &w, true, &p, GradNeeds::ALL).unwrap();
+    let plain = kernels::conv2d_backward(kernels::Conv2dBackward {
+        grad: &g,
+        x: &x,
+        w: &w,
+        has_bias: true,
+        params: &p,
+        needs: GradNeeds::ALL,
+        acc: None,
+    })
+    .unwrap();
     close(&aw, plain.w.as_ref().unwrap());
     close(&ab, plain.b.as_ref().unwrap());
     close(&gx, plain.x.as_ref().unwrap());
@@ -141,9 +154,7 @@ fn accumulator_errors_name_the_problem() {
         bias: None,
         time_steps: 4,
     };
-    let e = kernels::linear_backward_acc(&g, &x, &w, bad_steps, true)
-        .unwrap_err()
-        .to_string();
+    let e = linear_acc(&g, &x, &w, bad_steps, true).unwrap_err().to_string();
     assert!(e.contains("time_steps = 4") && e.contains("divide"), "{e}");
     let wrong = zeros(&[4, 3]);
     let bad_shape = WeightGradAcc {
@@ -151,14 +162,62 @@ fn accumulator_errors_name_the_problem() {
         bias: None,
         time_steps: 2,
     };
-    let e = kernels::linear_backward_acc(&g, &x, &w, bad_shape, true)
-        .unwrap_err()
-        .to_string();
+    let e = linear_acc(&g, &x, &w, bad_shape, true).unwrap_err().to_string();
     assert!(e.contains("accumulator") && e.contains("[3, 4]"), "{e}");
     let aliased = WeightGradAcc {
         weight: Some(&w),
         bias: None,
         time_steps: 1,
     };
-    assert!(kernels::linear_backward_acc(&g, &x, &w, aliased, true).is_err());
+    assert!(linear_acc(&g, &x, &w, aliased, true).is_err());
+}
+
+/// The input gradient of [`kernels::linear_backward`] with the accumulators `acc`.
+fn linear_acc(
+    grad: &Tensor,
+    x: &Tensor,
+    w: &Tensor,
+    acc: WeightGradAcc<'_>,
+    input: bool,
+) -> memopt_core::Result<Option<Tensor>> {
+    let needs = GradNeeds {
+        input,
+        weight: false,
+        bias: false,
+    };
+    let args = kernels::LinearBackward {
+        grad,
+        x,
+        w,
+        has_bias: false,
+        needs,
+        acc: Some(acc),
+    };
+    Ok(kernels::linear_backward(args)?.x)
+}
+
+/// The input gradient of [`kernels::conv2d_backward`] with the accumulators `acc`.
+fn conv_acc(
+    grad: &Tensor,
+    x: &Tensor,
+    w: &Tensor,
+    params: &Conv2dParams,
+    acc: WeightGradAcc<'_>,
+    input: bool,
+) -> memopt_core::Result<Option<Tensor>> {
+    let needs = GradNeeds {
+        input,
+        weight: false,
+        bias: false,
+    };
+    let args = kernels::Conv2dBackward {
+        grad,
+        x,
+        w,
+        has_bias: false,
+        params,
+        needs,
+        acc: Some(acc),
+    };
+    Ok(kernels::conv2d_backward(args)?.x)
 }

@@ -169,30 +169,33 @@ fn spikingjelly_frame_cache_and_train_test_split_are_read_as_spikingjelly_reads_
     assert_eq!(as_i64(test), ints(&ev, "split_test"));
 }
 
-fn truncated_copy(file: &str, cut: usize) -> PathBuf {
+/// A copy of the fixture `file` without its last `cut` bytes, in `dir`.
+fn truncated_copy(dir: &tempfile::TempDir, file: &str, cut: usize) -> PathBuf {
     let bytes = std::fs::read(fixture(file)).unwrap();
-    let dir = std::env::temp_dir().join(format!("memopt-data-trunc-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join(file);
+    let path = dir.path().join(file);
     std::fs::write(&path, &bytes[..bytes.len() - cut]).unwrap();
     path
 }
 
 #[test]
 fn a_truncated_last_event_is_an_error_naming_the_file_and_byte_offset() {
-    let p = truncated_copy("nmnist.bin", 2);
+    let dir = tempfile::Builder::new()
+        .prefix("memopt-data-trunc-")
+        .tempdir()
+        .unwrap();
+    let p = truncated_copy(&dir, "nmnist.bin", 2);
     let e = EventFormat::AtisBin.read(&p).unwrap_err().to_string();
     assert!(
         e.contains("nmnist.bin") && e.contains("at byte 3495") && e.contains("truncated event"),
         "{e}"
     );
-    let p = truncated_copy("cifar10dvs.aedat", 3);
+    let p = truncated_copy(&dir, "cifar10dvs.aedat", 3);
     let e = EventFormat::Aedat2.read(&p).unwrap_err().to_string();
     assert!(
         e.contains("cifar10dvs.aedat") && e.contains("truncated event"),
         "{e}"
     );
-    let p = truncated_copy("dvs128.aedat", 5);
+    let p = truncated_copy(&dir, "dvs128.aedat", 5);
     let e = EventFormat::Aedat3.read(&p).unwrap_err().to_string();
     assert!(
         e.contains("dvs128.aedat") && e.contains("truncated packet"),
@@ -204,15 +207,17 @@ fn a_truncated_last_event_is_an_error_naming_the_file_and_byte_offset() {
 
 #[test]
 fn written_npz_reads_back_and_split_by_time_with_an_empty_frame_is_an_error() {
-    let dir = std::env::temp_dir().join(format!("memopt-data-npz-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = tempfile::Builder::new()
+        .prefix("memopt-data-npz-")
+        .tempdir()
+        .unwrap();
     let ev = read(EventFormat::AtisBin, "nmnist.bin");
     let spec = FrameSpec::Number {
         frames: 4,
         split_by: SplitBy::Number,
     };
     let f = integrate(&ev, spec, 34, 34).unwrap();
-    let path = dir.join("f.npz");
+    let path = dir.path().join("f.npz");
     let a = NpyArray {
         shape: f.dims.to_vec(),
         data: memopt_data::npy::NpyData::F64(f.data.iter().map(|&v| f64::from(v)).collect()),

@@ -12,12 +12,15 @@ use memopt_core::{Device, MemoryKind, Philox, Tensor};
 use memopt_data::npy::NpyArray;
 use memopt_data::npz;
 use memopt_data::weights::{WeightsInfo, load_model, save_model};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-fn temp(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("memopt-data-weights-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir.join(name)
+/// A fresh temporary directory, removed with everything in it when dropped (also when the test
+/// fails).
+fn temp_dir() -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix("memopt-data-weights-")
+        .tempdir()
+        .unwrap()
 }
 
 /// Module paths run one after the other (`flatten` = `torch.flatten(x, 2)` in the forward).
@@ -82,9 +85,10 @@ fn max_rel(a: &[f32], b: &[f32]) -> f32 {
 
 #[test]
 fn spikingjelly_outputs_are_reproduced_from_the_exchanged_weights() {
+    let dir = temp_dir();
     for (name, stem, spec) in sj_models::cases() {
         let seeded = sj_models::seeded_model(name, &spec);
-        let file = temp(&format!("{stem}.safetensors"));
+        let file = dir.path().join(format!("{stem}.safetensors"));
         save_model(&file, &seeded, &WeightsInfo::default()).unwrap();
         drop(seeded);
         // a model with other weights, then the file: everything must come from the file
@@ -149,7 +153,8 @@ fn a_file_of_another_architecture_is_rejected_with_the_mismatches_and_nothing_lo
         classes: 10,
     };
     let vgg16 = memopt_checkpoint::zoo::build("cifar10dvs-vgg", &small(16), Device::Cpu, 1).unwrap();
-    let file = temp("vgg16.safetensors");
+    let dir = temp_dir();
+    let file = dir.path().join("vgg16.safetensors");
     save_model(&file, &vgg16, &WeightsInfo::default()).unwrap();
     // same architecture at another input size: only the classifier differs
     let vgg32 = memopt_checkpoint::zoo::build("cifar10dvs-vgg", &small(32), Device::Cpu, 2).unwrap();
@@ -181,8 +186,8 @@ fn a_file_of_another_architecture_is_rejected_with_the_mismatches_and_nothing_lo
     assert!(e.contains("more"), "{e}");
     assert_eq!(snapshot(&mlp), before);
     // not a safetensors file
-    std::fs::write(temp("junk.safetensors"), b"not weights").unwrap();
-    let e = load_model(&temp("junk.safetensors"), &mlp)
+    std::fs::write(dir.path().join("junk.safetensors"), b"not weights").unwrap();
+    let e = load_model(&dir.path().join("junk.safetensors"), &mlp)
         .unwrap_err()
         .to_string();
     assert!(

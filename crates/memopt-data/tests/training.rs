@@ -47,11 +47,10 @@ fn write_dataset(root: &Path) {
     }
 }
 
-fn dataset() -> Arc<Dataset> {
-    let root: PathBuf = std::env::temp_dir().join(format!("memopt-nmnist-{}", std::process::id()));
-    if !root.exists() {
-        write_dataset(&root);
-    }
+/// The dataset, written into `dir`.
+fn dataset(dir: &tempfile::TempDir) -> Arc<Dataset> {
+    let root: PathBuf = dir.path().join("nmnist");
+    write_dataset(&root);
     let source = SampleSource::Events {
         format: EventFormat::AtisBin,
         spec: FrameSpec::Number {
@@ -131,7 +130,12 @@ fn epochs(
 
 #[test]
 fn loss_falls_and_a_resumed_run_continues_bit_identically() {
-    let data = dataset();
+    // Removed with everything in it when dropped, also when the test fails.
+    let dir = tempfile::Builder::new()
+        .prefix("memopt-nmnist-")
+        .tempdir()
+        .unwrap();
+    let data = dataset(&dir);
     assert_eq!(data.len(), CLASSES * PER_CLASS);
     let (train, test) = split_train_test(&data.labels(), CLASSES, 0.75).unwrap();
     assert_eq!(
@@ -167,7 +171,7 @@ fn loss_falls_and_a_resumed_run_continues_bit_identically() {
     let first = model(1);
     let mut first_tr = trainer(&first);
     epochs(&first, &mut first_tr, &data, &train, &test, 0..2);
-    let file = std::env::temp_dir().join(format!("memopt-resume-{}.safetensors", std::process::id()));
+    let file = dir.path().join("resume.safetensors");
     save_training(&file, &first, &first_tr, &WeightsInfo::default()).unwrap();
     let resumed = model(99);
     let mut resumed_tr = trainer(&resumed);

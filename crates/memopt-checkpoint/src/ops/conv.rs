@@ -18,7 +18,7 @@ pub fn conv2d<'m>(
     p: &Conv2dParams,
     time_steps: usize,
 ) -> Result<Var> {
-    let y = kernels::conv2d_steps(x.tensor(), w.tensor(), b.map(Var::tensor), p, time_steps)?;
+    let y = kernels::conv2d(x.tensor(), w.tensor(), b.map(Var::tensor), p, time_steps)?;
     let slots = [Some(x), Some(w), b];
     if !cx.slots_need_grad(&slots) {
         return Ok(Var::constant(y));
@@ -49,18 +49,24 @@ impl<'m> Backward<'m, 3> for ConvBackward {
         let (x, w) = (self.x.tensor(), self.w.tensor());
         let [x_slot, w_slot, b_slot] = g.inputs;
         let (wt, bt) = weight_bias_targets(cx, w_slot, b_slot, w)?;
-        let gx = kernels::conv2d_backward_acc(
-            &grad,
+        let gx = kernels::conv2d_backward(kernels::Conv2dBackward {
+            grad: &grad,
             x,
             w,
-            &self.params,
-            kernels::WeightGradAcc {
+            has_bias: b_slot.needs_grad,
+            params: &self.params,
+            needs: kernels::GradNeeds {
+                input: x_slot.needs_grad,
+                weight: w_slot.needs_grad,
+                bias: b_slot.needs_grad,
+            },
+            acc: Some(kernels::WeightGradAcc {
                 weight: wt.as_ref().map(GradTarget::acc),
                 bias: bt.as_ref().map(GradTarget::acc),
                 time_steps: self.time_steps,
-            },
-            x_slot.needs_grad,
-        )?;
+            }),
+        })?
+        .x;
         Ok(layer_grads(gx, wt, bt))
     }
 }

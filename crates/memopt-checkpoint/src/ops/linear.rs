@@ -10,7 +10,7 @@ use memopt_core::{Tensor, kernels};
 /// into the rows (1 for non-temporal input): weight gradients accumulate one time step at a
 /// time, last first, so chunked recomputation adds in the same order.
 pub fn linear<'m>(cx: &mut Cx<'m>, x: &Var, w: &Var, b: Option<&Var>, time_steps: usize) -> Result<Var> {
-    let y = kernels::linear_steps(x.tensor(), w.tensor(), b.map(Var::tensor), time_steps)?;
+    let y = kernels::linear(x.tensor(), w.tensor(), b.map(Var::tensor), time_steps)?;
     let slots = [Some(x), Some(w), b];
     if !cx.slots_need_grad(&slots) {
         return Ok(Var::constant(y));
@@ -39,17 +39,23 @@ impl<'m> Backward<'m, 3> for LinearBackward {
         let (x, w) = (self.x.tensor(), self.w.tensor());
         let [x_slot, w_slot, b_slot] = g.inputs;
         let (wt, bt) = weight_bias_targets(cx, w_slot, b_slot, w)?;
-        let gx = kernels::linear_backward_acc(
-            &grad,
+        let gx = kernels::linear_backward(kernels::LinearBackward {
+            grad: &grad,
             x,
             w,
-            kernels::WeightGradAcc {
+            has_bias: b_slot.needs_grad,
+            needs: kernels::GradNeeds {
+                input: x_slot.needs_grad,
+                weight: w_slot.needs_grad,
+                bias: b_slot.needs_grad,
+            },
+            acc: Some(kernels::WeightGradAcc {
                 weight: wt.as_ref().map(GradTarget::acc),
                 bias: bt.as_ref().map(GradTarget::acc),
                 time_steps: self.time_steps,
-            },
-            x_slot.needs_grad,
-        )?;
+            }),
+        })?
+        .x;
         Ok(layer_grads(gx, wt, bt))
     }
 }

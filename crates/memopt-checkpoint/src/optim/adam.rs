@@ -52,7 +52,14 @@ impl Optimizer for Adam {
             let (Some(g), Some((m, v))) = (grads.get(p.id()), self.moments.get(&p.id())) else {
                 continue;
             };
-            kernels::adam_step(p.tensor(), g, m, v, &self.cfg, self.step)?;
+            kernels::adam_step(kernels::AdamStep {
+                param: p.tensor(),
+                grad: g,
+                m,
+                v,
+                cfg: &self.cfg,
+                step: self.step,
+            })?;
         }
         Ok(())
     }

@@ -4,7 +4,7 @@
 #![allow(dead_code)]
 
 use serde_json::Value;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 /// The shipped custom-model example.
@@ -51,11 +51,34 @@ pub fn fails(args: &[&str], code: i32) -> String {
     stderr
 }
 
-/// A fresh path in the temp directory.
-pub fn temp(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("memopt-cli-test-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    dir.join(name)
+/// A path named `name` in a fresh temporary directory that is removed, with everything in it,
+/// when this is dropped (also when the test fails). Derefs to the path.
+pub struct TempPath {
+    _dir: tempfile::TempDir,
+    path: PathBuf,
+}
+
+impl std::ops::Deref for TempPath {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl AsRef<Path> for TempPath {
+    fn as_ref(&self) -> &Path {
+        &self.path
+    }
+}
+
+/// A fresh path named `name` (nothing is created there), valid while the result is held.
+pub fn temp(name: &str) -> TempPath {
+    let dir = tempfile::Builder::new()
+        .prefix("memopt-cli-test-")
+        .tempdir()
+        .expect("temp dir");
+    let path = dir.path().join(name);
+    TempPath { _dir: dir, path }
 }
 
 pub fn s(p: &std::path::Path) -> &str {

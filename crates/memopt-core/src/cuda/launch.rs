@@ -5,7 +5,8 @@
 //! kernel (`ew_add(a: Ptr, b: Ptr, out: Ptr, n: U64);`), so the Rust compiler checks the count
 //! and kinds of the arguments at every launch site, and the same line is the signature table
 //! that CI checks against the `.param` list NVRTC's PTX gives each `.entry`
-//! (`tests/nvrtc_kernels.rs`). A launch also re-checks the arguments against the table.
+//! (`tests/nvrtc_kernels.rs`, with [`super::check_signatures_against_ptx`]). A launch also
+//! re-checks the arguments against the table.
 
 use super::params::{ConvGeom, NeuronBackwardConsts, PoolGeom};
 use super::{KernelSource, cuda_function};

@@ -32,6 +32,7 @@ mod launch;
 pub mod launchers;
 mod nvrtc;
 mod params;
+mod ptx_check;
 pub mod sources;
 
 pub use cache::{cuda_function, loaded_module_count};
@@ -51,6 +52,7 @@ pub use nvrtc::{
     NVRTC_OPTIONS, compile_cubin, compile_kernel_source, compile_ptx, nvrtc_available, nvrtc_version,
 };
 pub use params::{ConvGeom, NeuronBackwardConsts, PoolGeom};
+pub use ptx_check::{check_signatures_against_ptx, ptx_entries, ptx_entry_params};
 pub use sources::kernel_sources;
 
 /// A CUDA C translation unit compiled at run time, and the `extern "C"` kernels it defines.

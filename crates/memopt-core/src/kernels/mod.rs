@@ -45,9 +45,9 @@ impl GradNeeds {
 }
 
 /// Accumulators for the weight and bias gradients of a layer whose batch folds `time_steps`
-/// time steps (`[T*N, ...]` rows or images). The `_acc` backward kernels add each time step's
-/// contribution into them, last time step first, so that recomputing the time steps in chunks
-/// performs the same floating-point additions in the same order as one whole pass.
+/// time steps (`[T*N, ...]` rows or images). [`linear_backward`] and [`conv2d_backward`] given
+/// accumulators add each time step's contribution into them, last time step first, so that
+/// recomputing the time steps in chunks performs the same floating-point additions in the same order as one whole pass.
 #[derive(Debug, Clone, Copy)]
 pub struct WeightGradAcc<'a> {
     /// Weight gradient accumulator (same shape as the weight), if wanted.

@@ -213,18 +213,36 @@ fn lerp(start: f32, end: f32, weight: f32) -> f32 {
     }
 }
 
+/// The arguments of [`adam_step`].
+#[derive(Debug, Clone, Copy)]
+pub struct AdamStep<'a> {
+    /// The parameter, updated in place.
+    pub param: &'a Tensor,
+    /// Its gradient.
+    pub grad: &'a Tensor,
+    /// The first moment buffer (zeros before the first step), updated in place.
+    pub m: &'a Tensor,
+    /// The second moment buffer (zeros before the first step), updated in place.
+    pub v: &'a Tensor,
+    /// Learning rate, betas, eps and weight decay.
+    pub cfg: &'a AdamConfig,
+    /// The step number, counted from 1.
+    pub step: u64,
+}
+
 /// One Adam step on `param` in place (PyTorch semantics, step counted from 1): `g = grad +
 /// weight_decay * param`; `m = lerp(m, g, 1 - beta1)`; `v = beta2 * v + (1 - beta2) * g^2`;
 /// `param -= lr / (1 - beta1^step) * m / (sqrt(v) / sqrt(1 - beta2^step) + eps)`. `m` and `v` are
 /// the moment buffers (zeros before the first step). No allocation.
-pub fn adam_step(
-    param: &Tensor,
-    grad: &Tensor,
-    m: &Tensor,
-    v: &Tensor,
-    cfg: &AdamConfig,
-    step: u64,
-) -> Result<()> {
+pub fn adam_step(args: AdamStep<'_>) -> Result<()> {
+    let AdamStep {
+        param,
+        grad,
+        m,
+        v,
+        cfg,
+        step,
+    } = args;
     const OP: &str = "adam_step";
     nonneg(OP, "lr", cfg.lr)?;
     nonneg(OP, "eps", cfg.eps)?;
@@ -423,7 +441,7 @@ mod tests {
                 .collect();
             let (param, m, v) = (cpu(&p0, &[n]), cpu(&vec![0.0; n], &[n]), cpu(&vec![0.0; n], &[n]));
             for (s, g) in grads.iter().enumerate() {
-                adam_step(&param, &cpu(g, &[n]), &m, &v, &cfg, s as u64 + 1).unwrap();
+                crate::kernels::testkit::adam_step_with(&param, &cpu(g, &[n]), &m, &v, &cfg, s as u64 + 1).unwrap();
             }
             let (want_p, want_m, want_v) = adam_reference(&p0, &grads, &cfg);
             assert_close(&m.to_vec_f32().unwrap(), &want_m, 1e-5, 1e-7, "m");
@@ -444,7 +462,7 @@ mod tests {
             eps: 1e-8,
             weight_decay: 0.0,
         };
-        adam_step(&p, &cpu(&[3.0, -0.5], &[2]), &m, &v, &cfg, 1).unwrap();
+        crate::kernels::testkit::adam_step_with(&p, &cpu(&[3.0, -0.5], &[2]), &m, &v, &cfg, 1).unwrap();
         assert_close(&p.to_vec_f32().unwrap(), &[0.99, 1.01], 1e-6, 0.0, "param");
     }
 
@@ -486,7 +504,7 @@ mod tests {
                     eps: 1e-8,
                     weight_decay: 0.0,
                 };
-                adam_step(&p, &g, &m, &v, &adam, 3).unwrap();
+                crate::kernels::testkit::adam_step_with(&p, &g, &m, &v, &adam, 3).unwrap();
                 assert_eq!(
                     tracker.stats().events,
                     before,
@@ -550,15 +568,31 @@ mod tests {
             weight_decay: 0.0,
         };
         let (m, v) = (cpu(&[0.0; 4], &[4]), cpu(&[0.0; 4], &[4]));
-        assert!(e(adam_step(&p, &g, &m, &v, &adam, 0)).contains("step counts from 1"));
         assert!(
-            e(adam_step(&p, &g, &m, &m, &adam, 1)).contains("second moment and first moment share storage")
+            e(crate::kernels::testkit::adam_step_with(&p, &g, &m, &v, &adam, 0))
+                .contains("step counts from 1")
         );
         assert!(
-            e(adam_step(&p, &g, &m, &v, &AdamConfig { beta1: 1.0, ..adam }, 1))
-                .contains("beta1 must be in [0, 1)")
+            e(crate::kernels::testkit::adam_step_with(&p, &g, &m, &m, &adam, 1))
+                .contains("second moment and first moment share storage")
+        );
+        assert!(
+            e(crate::kernels::testkit::adam_step_with(
+                &p,
+                &g,
+                &m,
+                &v,
+                &AdamConfig { beta1: 1.0, ..adam },
+                1
+            ))
+            .contains("beta1 must be in [0, 1)")
         );
         let meta = tensor(vec![0f32; 4], &[4], Device::META);
-        assert!(e(adam_step(&p, &g, &meta, &v, &adam, 1)).contains("different devices"));
+        assert!(
+            e(crate::kernels::testkit::adam_step_with(
+                &p, &g, &meta, &v, &adam, 1
+            ))
+            .contains("different devices")
+        );
     }
 }

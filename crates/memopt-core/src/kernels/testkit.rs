@@ -158,3 +158,60 @@ pub fn batch_norm_train_with<'a>(
         eps,
     })
 }
+
+/// [`crate::kernels::conv2d_backward`] with positional arguments and no accumulators.
+pub fn conv2d_backward_with(
+    grad: &Tensor,
+    x: &Tensor,
+    w: &Tensor,
+    has_bias: bool,
+    params: &crate::kernels::Conv2dParams,
+    needs: crate::kernels::GradNeeds,
+) -> crate::Result<crate::kernels::Conv2dGrads> {
+    crate::kernels::conv2d_backward(crate::kernels::Conv2dBackward {
+        grad,
+        x,
+        w,
+        has_bias,
+        params,
+        needs,
+        acc: None,
+    })
+}
+
+/// [`crate::kernels::linear_backward`] with positional arguments and no accumulators.
+pub fn linear_backward_with(
+    grad: &Tensor,
+    x: &Tensor,
+    w: &Tensor,
+    has_bias: bool,
+    needs: crate::kernels::GradNeeds,
+) -> crate::Result<crate::kernels::LinearGrads> {
+    crate::kernels::linear_backward(crate::kernels::LinearBackward {
+        grad,
+        x,
+        w,
+        has_bias,
+        needs,
+        acc: None,
+    })
+}
+
+/// [`crate::kernels::adam_step`] with positional arguments.
+pub fn adam_step_with(
+    param: &Tensor,
+    grad: &Tensor,
+    m: &Tensor,
+    v: &Tensor,
+    cfg: &crate::kernels::AdamConfig,
+    step: u64,
+) -> crate::Result<()> {
+    crate::kernels::adam_step(crate::kernels::AdamStep {
+        param,
+        grad,
+        m,
+        v,
+        cfg,
+        step,
+    })
+}

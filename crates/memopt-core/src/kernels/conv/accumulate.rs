@@ -9,13 +9,13 @@ use crate::kernels::WeightGradAcc;
 use crate::memory::MemoryKind;
 use crate::{KernelBuffer, Result, Tensor};
 
-/// Backward of [`super::conv2d_steps`] for a batch `[T*N, C, H, W]` folding `acc.time_steps`
+/// [`super::conv2d_backward`] with accumulators: backward of [`super::conv2d`] for a batch `[T*N, C, H, W]` folding `acc.time_steps`
 /// time steps. Adds the weight and bias gradients into the accumulators of `acc`, time step
 /// `T-1` first and `0` last (each step's images in order), and returns the input gradient when
 /// `input` is set (a new [`MemoryKind::Gradient`] tensor). Images are grouped only within a
 /// time step, so splitting the time steps into chunks processed last-chunk-first gives
 /// bit-identical results. Workspace is tracked and freed before returning.
-pub fn conv2d_backward_acc(
+pub(super) fn conv2d_backward_acc(
     grad: &Tensor,
     x: &Tensor,
     w: &Tensor,

@@ -17,11 +17,10 @@ mod params;
 #[cfg(test)]
 mod tests;
 
-pub use accumulate::conv2d_backward_acc;
 pub use params::Conv2dParams;
 
-use super::GradNeeds;
 use super::matmul::{GemmPar, check_f32_same_device};
+use super::{GradNeeds, WeightGradAcc};
 use crate::backend::{Compute, Init, compute, gemm_workspace};
 use crate::cuda::CudaPtr;
 use crate::cuda::gemm::workspace_of;
@@ -111,17 +110,13 @@ impl Workspace {
 }
 
 /// `x [B, C, H, W]` convolved with `w [Co, C / groups, kh, kw]`, plus `b [Co]`, giving
-/// `[B, Co, Ho, Wo]` (PyTorch's `conv2d`). The im2col buffer is tracked as
+/// `[B, Co, Ho, Wo]` (PyTorch's `conv2d`). The batch folds `time_steps` time steps
+/// (`[T*N, C, H, W]`; 1 for a plain batch): images are grouped for the GEMMs only within a time
+/// step, so every GEMM has the same shape whether the time steps run together or in chunks, and
+/// the results are bit-identical either way. The im2col buffer is tracked as
 /// [`MemoryKind::Workspace`] and freed before returning; the output is an
 /// [`MemoryKind::Activation`].
-pub fn conv2d(x: &Tensor, w: &Tensor, b: Option<&Tensor>, p: &Conv2dParams) -> Result<Tensor> {
-    conv2d_steps(x, w, b, p, 1)
-}
-
-/// [`conv2d`] on a batch `[T*N, C, H, W]` folding `time_steps` time steps: images are grouped
-/// for the GEMMs only within a time step, so every GEMM has the same shape whether the time
-/// steps run together or in chunks, and the results are bit-identical either way.
-pub fn conv2d_steps(
+pub fn conv2d(
     x: &Tensor,
     w: &Tensor,
     b: Option<&Tensor>,
@@ -228,12 +223,57 @@ pub struct Conv2dGrads {
     pub b: Option<Tensor>,
 }
 
-/// Backward of [`conv2d`]: `grad [B, Co, Ho, Wo]` is the gradient of its output, `x` and `w` its
-/// input and weight. Computes (and allocates, in the order x, w, b, as
-/// [`MemoryKind::Gradient`]) only the gradients `needs` asks for; the bias gradient only when
-/// `has_bias`. The im2col buffer (needed for the input or weight gradient) is tracked as
-/// [`MemoryKind::Workspace`] and freed before returning.
-pub fn conv2d_backward(
+/// The arguments of [`conv2d_backward`].
+#[derive(Debug, Clone, Copy)]
+pub struct Conv2dBackward<'a> {
+    /// Gradient of the output, `[B, Co, Ho, Wo]`.
+    pub grad: &'a Tensor,
+    /// The forward's input, `[B, C, H, W]`.
+    pub x: &'a Tensor,
+    /// The forward's weight, `[Co, C / groups, kh, kw]`.
+    pub w: &'a Tensor,
+    /// Whether the forward had a bias (only then is a bias gradient computed).
+    pub has_bias: bool,
+    /// The forward's stride, padding, dilation and groups.
+    pub params: &'a Conv2dParams,
+    /// The gradients wanted. With `acc`, only `needs.input` is consulted.
+    pub needs: GradNeeds,
+    /// `None`: the weight and bias gradients are new tensors. `Some`: the batch folds
+    /// `acc.time_steps` time steps and the weight and bias gradients are added into the
+    /// accumulators of `acc`, time step `T-1` first and `0` last (each step's images in order),
+    /// so that recomputing the time steps in chunks, last chunk first, gives bit-identical
+    /// results; the returned `w` and `b` are then `None`.
+    pub acc: Option<WeightGradAcc<'a>>,
+}
+
+/// Backward of [`conv2d`]. Computes (and allocates, in the order x, w, b, as
+/// [`MemoryKind::Gradient`]) only the gradients `args.needs` asks for, the bias gradient only
+/// when `args.has_bias`; with `args.acc`, adds the weight and bias gradients into its
+/// accumulators instead (see [`Conv2dBackward::acc`]). The im2col buffer (needed for the input
+/// or weight gradient) is tracked as [`MemoryKind::Workspace`] and freed before returning.
+pub fn conv2d_backward(args: Conv2dBackward<'_>) -> Result<Conv2dGrads> {
+    let Conv2dBackward {
+        grad,
+        x,
+        w,
+        has_bias,
+        params,
+        needs,
+        acc,
+    } = args;
+    if let Some(acc) = acc {
+        let gx = accumulate::conv2d_backward_acc(grad, x, w, params, acc, needs.input)?;
+        return Ok(Conv2dGrads {
+            x: gx,
+            w: None,
+            b: None,
+        });
+    }
+    whole_backward(grad, x, w, has_bias, params, needs)
+}
+
+/// [`conv2d_backward`] without accumulators.
+fn whole_backward(
     grad: &Tensor,
     x: &Tensor,
     w: &Tensor,

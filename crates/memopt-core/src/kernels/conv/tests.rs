@@ -182,7 +182,7 @@ fn check_against_reference(case: &Case, needs: GradNeeds) {
         w.to_vec_f32().unwrap(),
         b.to_vec_f32().unwrap(),
     );
-    let out = conv2d(&x, &w, case.bias.then_some(&b), &case.p).unwrap();
+    let out = conv2d(&x, &w, case.bias.then_some(&b), &case.p, 1).unwrap();
     assert_eq!(out.dims(), &case.out_dims());
     assert_eq!(out.kind(), MemoryKind::Activation);
     let want = case.reference(&xv, &wv, case.bias.then_some(bv.as_slice()));
@@ -190,7 +190,8 @@ fn check_against_reference(case: &Case, needs: GradNeeds) {
 
     let grad = tensor(&case.out_dims(), case.seed ^ 3, Device::Cpu);
     let gv = grad.to_vec_f32().unwrap();
-    let got = conv2d_backward(&grad, &x, &w, case.bias, &case.p, needs).unwrap();
+    let got =
+        crate::kernels::testkit::conv2d_backward_with(&grad, &x, &w, case.bias, &case.p, needs).unwrap();
     let [gx, gw, gb] = case.reference_backward(&gv, &xv, &wv);
     assert_eq!(got.x.is_some(), needs.input);
     assert_eq!(got.w.is_some(), needs.weight);
@@ -239,11 +240,11 @@ proptest! {
         let (x, w, b) = case.tensors(Device::Cpu);
         let r = tensor(&case.out_dims(), case.seed ^ 7, Device::Cpu).to_vec_f32().unwrap();
         let loss = |x: &Tensor, w: &Tensor, b: &Tensor| -> f64 {
-            let out = conv2d(x, w, Some(b), &case.p).unwrap().to_vec_f32().unwrap();
+            let out = conv2d(x, w, Some(b), &case.p, 1).unwrap().to_vec_f32().unwrap();
             out.iter().zip(&r).map(|(&o, &r)| o as f64 * r as f64).sum()
         };
         let grad = Tensor::from_vec(r.clone(), case.out_dims(), Device::Cpu, MemoryKind::Input).unwrap();
-        let g = conv2d_backward(&grad, &x, &w, true, &case.p, GradNeeds::ALL).unwrap();
+        let g = crate::kernels::testkit::conv2d_backward_with(&grad, &x, &w, true, &case.p, GradNeeds::ALL).unwrap();
         let eps = 0.25;
         let fx = central_differences(&x, eps, |x| loss(x, &w, &b));
         let fw = central_differences(&w, eps, |w| loss(&x, w, &b));
@@ -306,8 +307,9 @@ fn large_images_use_one_image_per_chunk_and_parallel_gemms() {
 fn results_do_not_depend_on_the_thread_count() {
     let run = |c: &Case| {
         let (x, w, b) = c.tensors(Device::Cpu);
-        let out = conv2d(&x, &w, Some(&b), &c.p).unwrap();
-        let g = conv2d_backward(&out, &x, &w, true, &c.p, GradNeeds::ALL).unwrap();
+        let out = conv2d(&x, &w, Some(&b), &c.p, 1).unwrap();
+        let g =
+            crate::kernels::testkit::conv2d_backward_with(&out, &x, &w, true, &c.p, GradNeeds::ALL).unwrap();
         let v = |t: Option<Tensor>| t.unwrap().to_vec_f32().unwrap();
         (out.to_vec_f32().unwrap(), v(g.x), v(g.w), v(g.b))
     };
@@ -337,10 +339,11 @@ fn meta_matches_cpu_shapes_and_events() {
     ] {
         let run = |dev: Device| {
             let (x, w, b) = c.tensors(dev);
-            let out = conv2d(&x, &w, Some(&b), &c.p).unwrap();
+            let out = conv2d(&x, &w, Some(&b), &c.p, 1).unwrap();
             assert_eq!(out.dims(), &c.out_dims());
             for needs in all_needs {
-                let g = conv2d_backward(&out, &x, &w, true, &c.p, needs).unwrap();
+                let g =
+                    crate::kernels::testkit::conv2d_backward_with(&out, &x, &w, true, &c.p, needs).unwrap();
                 assert_eq!(
                     g.x.map(|t| t.dims().to_vec()),
                     needs.input.then(|| x.dims().to_vec())
@@ -382,13 +385,13 @@ fn workspace_is_sized_by_shapes_and_freed_before_return() {
     let tracker = MemoryTracker::new(Device::Cpu);
     let _guard = MemoryTracker::install(tracker.clone());
     let (x, w, b) = c.tensors(Device::Cpu);
-    let out = conv2d(&x, &w, Some(&b), &c.p).unwrap();
+    let out = conv2d(&x, &w, Some(&b), &c.p, 1).unwrap();
     let ws = tracker.stats().kind(MemoryKind::Workspace);
     assert_eq!(ws.current, 0);
     // 144 pixels per image: 8 images (capped by the batch) of 16 * 9 rows, and the staging.
     assert_eq!(g.images_per_chunk(), 8);
     assert_eq!(ws.peak, 4 * (16 * 9 * 8 * 144 + 32 * 8 * 144) as u64);
-    conv2d_backward(&out, &x, &w, true, &c.p, GradNeeds::ALL).unwrap();
+    crate::kernels::testkit::conv2d_backward_with(&out, &x, &w, true, &c.p, GradNeeds::ALL).unwrap();
     assert_eq!(tracker.stats().kind(MemoryKind::Workspace).current, 0);
 }
 
@@ -396,9 +399,9 @@ fn workspace_is_sized_by_shapes_and_freed_before_return() {
 fn empty_batch_gives_empty_results() {
     let c = case([0, 4, 6, 6], 4, 3, params(1, 1, 1, 1));
     let (x, w, b) = c.tensors(Device::Cpu);
-    let out = conv2d(&x, &w, Some(&b), &c.p).unwrap();
+    let out = conv2d(&x, &w, Some(&b), &c.p, 1).unwrap();
     assert_eq!(out.dims(), &[0, 4, 6, 6]);
-    let g = conv2d_backward(&out, &x, &w, true, &c.p, GradNeeds::ALL).unwrap();
+    let g = crate::kernels::testkit::conv2d_backward_with(&out, &x, &w, true, &c.p, GradNeeds::ALL).unwrap();
     assert_eq!(g.w.unwrap().to_vec_f32().unwrap(), vec![0.0; 4 * 4 * 9]);
     assert_eq!(g.b.unwrap().to_vec_f32().unwrap(), vec![0.0; 4]);
 }
@@ -409,12 +412,12 @@ fn empty_images_with_padding_see_only_zeros() {
     let mut c = case([2, 2, 0, 3], 3, 1, params(1, 1, 1, 1));
     c.w = 3;
     let (x, w, b) = c.tensors(Device::Cpu);
-    let out = conv2d(&x, &w, Some(&b), &c.p).unwrap();
+    let out = conv2d(&x, &w, Some(&b), &c.p, 1).unwrap();
     assert_eq!(out.dims(), &[2, 3, 2, 5]);
     let bv = b.to_vec_f32().unwrap();
     let want: Vec<f64> = (0..60).map(|i| bv[(i / 10) % 3] as f64).collect();
     assert_close("conv2d", &out.to_vec_f32().unwrap(), &want, 0.0);
-    let g = conv2d_backward(&out, &x, &w, true, &c.p, GradNeeds::ALL).unwrap();
+    let g = crate::kernels::testkit::conv2d_backward_with(&out, &x, &w, true, &c.p, GradNeeds::ALL).unwrap();
     assert_eq!(g.x.unwrap().elem_count(), 0);
     assert_eq!(g.w.unwrap().to_vec_f32().unwrap(), vec![0.0; 6]);
 }
@@ -440,7 +443,7 @@ fn errors_name_the_problem() {
     let w = tensor(&[6, 2, 3, 3], 0, dev);
     let ok = params(1, 0, 1, 2);
     let err = |x: &Tensor, w: &Tensor, b: Option<&Tensor>, p: Conv2dParams| {
-        conv2d(x, w, b, &p).unwrap_err().to_string()
+        conv2d(x, w, b, &p, 1).unwrap_err().to_string()
     };
     let checks: Vec<(String, &str)> = vec![
         (err(&tensor(&[4, 5, 5], 0, dev), &w, None, ok), "rank 4 [batch"),
@@ -498,13 +501,20 @@ fn errors_name_the_problem() {
         );
     }
     let bad_grad = tensor(&[1, 6, 3, 4], 0, dev);
-    let e = conv2d_backward(&bad_grad, &x, &w, true, &ok, GradNeeds::ALL)
+    let e = crate::kernels::testkit::conv2d_backward_with(&bad_grad, &x, &w, true, &ok, GradNeeds::ALL)
         .unwrap_err()
         .to_string();
     assert!(e.contains("conv2d_backward") && e.contains("[1, 6, 3, 3]"), "{e}");
-    let e = conv2d_backward(&bad_grad, &x, &w, true, &params(1, 0, 1, 4), GradNeeds::ALL)
-        .unwrap_err()
-        .to_string();
+    let e = crate::kernels::testkit::conv2d_backward_with(
+        &bad_grad,
+        &x,
+        &w,
+        true,
+        &params(1, 0, 1, 4),
+        GradNeeds::ALL,
+    )
+    .unwrap_err()
+    .to_string();
     assert!(e.contains("groups 4 must divide"), "{e}");
     let e = Conv2dParams::default()
         .output_hw(2, 2, 3, 3)

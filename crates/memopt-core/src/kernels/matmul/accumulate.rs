@@ -9,11 +9,11 @@ use crate::kernels::WeightGradAcc;
 use crate::memory::MemoryKind;
 use crate::{KernelBuffer, Result, Tensor};
 
-/// Backward of [`super::linear`] whose rows fold `acc.time_steps` time steps (`[T, N, K]` or
+/// [`super::linear_backward`] with accumulators: backward of [`super::linear`] whose rows fold `acc.time_steps` time steps (`[T, N, K]` or
 /// `[T*N, K]` inputs). Adds the weight and bias gradients into the accumulators of `acc`, time
 /// step `T-1` first, and returns the input gradient when `input` is set (one GEMM per time
 /// step). Recomputing the time steps in chunks, last chunk first, gives bit-identical results.
-pub fn linear_backward_acc(
+pub(super) fn linear_backward_acc(
     grad: &Tensor,
     x: &Tensor,
     w: &Tensor,

@@ -7,13 +7,12 @@ mod gemm;
 #[cfg(test)]
 pub(crate) mod tests;
 
-pub use accumulate::linear_backward_acc;
 #[cfg(test)]
 pub(crate) use gemm::GEMM_PAR_MIN_MACS;
 pub(crate) use gemm::{GemmPar, MatRef, gemm_f32};
 
-use super::GradNeeds;
 use super::par::PAR_THRESHOLD;
+use super::{GradNeeds, WeightGradAcc};
 use crate::backend::{Compute, Init, compute, gemm_workspace};
 use crate::cuda::gemm::{GpuMat, gemm, workspace_of};
 use crate::cuda::grid_for;
@@ -144,15 +143,11 @@ fn with_last(x: &Tensor, n: usize) -> Vec<usize> {
 }
 
 /// `x [.., K] w^T + b`: x's leading dimensions are flattened to M rows, `w` is `[N, K]` (PyTorch
-/// layout), `b` is `[N]`; the result is `[.., N]`.
-pub fn linear(x: &Tensor, w: &Tensor, b: Option<&Tensor>) -> Result<Tensor> {
-    linear_steps(x, w, b, 1)
-}
-
-/// [`linear`] whose rows fold `time_steps` time steps (`[T, N, K]` or `[T*N, K]`): one GEMM per
-/// time step, so every GEMM has the same shape whether the time steps run together or in
-/// chunks, and the results are bit-identical either way.
-pub fn linear_steps(x: &Tensor, w: &Tensor, b: Option<&Tensor>, time_steps: usize) -> Result<Tensor> {
+/// layout), `b` is `[N]`; the result is `[.., N]`. The rows fold `time_steps` time steps
+/// (`[T, N, K]` or `[T*N, K]`; 1 for a plain batch): one GEMM per time step, so every GEMM has
+/// the same shape whether the time steps run together or in chunks, and the results are
+/// bit-identical either way.
+pub fn linear(x: &Tensor, w: &Tensor, b: Option<&Tensor>, time_steps: usize) -> Result<Tensor> {
     const OP: &str = "linear";
     check_f32_same_device(OP, &[x, w])?;
     if let Some(b) = b {
@@ -239,10 +234,53 @@ pub struct LinearGrads {
     pub b: Option<Tensor>,
 }
 
-/// Backward of [`linear`]: `grad [.., N]` is the gradient of its output. Computes (and
-/// allocates, in the order x, w, b, as [`MemoryKind::Gradient`]) only the gradients `needs` asks
-/// for; the bias gradient only when `has_bias`.
-pub fn linear_backward(
+/// The arguments of [`linear_backward`].
+#[derive(Debug, Clone, Copy)]
+pub struct LinearBackward<'a> {
+    /// Gradient of the output, `[.., N]`.
+    pub grad: &'a Tensor,
+    /// The forward's input, `[.., K]`.
+    pub x: &'a Tensor,
+    /// The forward's weight, `[N, K]`.
+    pub w: &'a Tensor,
+    /// Whether the forward had a bias (only then is a bias gradient computed).
+    pub has_bias: bool,
+    /// The gradients wanted. With `acc`, only `needs.input` is consulted.
+    pub needs: GradNeeds,
+    /// `None`: the weight and bias gradients are new tensors. `Some`: the rows fold
+    /// `acc.time_steps` time steps and the weight and bias gradients are added into the
+    /// accumulators of `acc`, time step `T-1` first, so that recomputing the time steps in
+    /// chunks, last chunk first, gives bit-identical results; the returned `w` and `b` are then
+    /// `None`.
+    pub acc: Option<WeightGradAcc<'a>>,
+}
+
+/// Backward of [`linear`]. Computes (and allocates, in the order x, w, b, as
+/// [`MemoryKind::Gradient`]) only the gradients `args.needs` asks for, the bias gradient only
+/// when `args.has_bias`; with `args.acc`, adds the weight and bias gradients into its
+/// accumulators instead (see [`LinearBackward::acc`]).
+pub fn linear_backward(args: LinearBackward<'_>) -> Result<LinearGrads> {
+    let LinearBackward {
+        grad,
+        x,
+        w,
+        has_bias,
+        needs,
+        acc,
+    } = args;
+    if let Some(acc) = acc {
+        let gx = accumulate::linear_backward_acc(grad, x, w, acc, needs.input)?;
+        return Ok(LinearGrads {
+            x: gx,
+            w: None,
+            b: None,
+        });
+    }
+    whole_backward(grad, x, w, has_bias, needs)
+}
+
+/// [`linear_backward`] without accumulators.
+fn whole_backward(
     grad: &Tensor,
     x: &Tensor,
     w: &Tensor,

@@ -129,7 +129,7 @@ proptest! {
         let x = tensor(&xd, seed, Device::Cpu);
         let w = tensor(&[n, k], seed ^ 1, Device::Cpu);
         let b = tensor(&[n], seed ^ 2, Device::Cpu);
-        let out = linear(&x, &w, bias.then_some(&b)).unwrap();
+        let out = linear(&x, &w, bias.then_some(&b), 1).unwrap();
         let mut od = lead_dims(m, split);
         od.push(n);
         prop_assert_eq!(out.dims(), od.as_slice());
@@ -140,7 +140,7 @@ proptest! {
         let grad = tensor(&od, seed ^ 3, Device::Cpu);
         let gv = grad.to_vec_f32().unwrap();
         let needs = GradNeeds { input: needs.0, weight: needs.1, bias: needs.2 };
-        let gr = linear_backward(&grad, &x, &w, bias, needs).unwrap();
+        let gr = crate::kernels::testkit::linear_backward_with(&grad, &x, &w, bias, needs).unwrap();
         prop_assert_eq!(gr.x.is_some(), needs.input);
         prop_assert_eq!(gr.w.is_some(), needs.weight);
         prop_assert_eq!(gr.b.is_some(), needs.bias && bias);
@@ -162,9 +162,9 @@ proptest! {
     }
 }
 
-/// L = sum(linear(x, w, b) * r), in f64.
+/// L = sum(linear(x, w, b, 1) * r), in f64.
 fn linear_loss(x: &Tensor, w: &Tensor, b: &Tensor, r: &[f32]) -> f64 {
-    let out = linear(x, w, Some(b)).unwrap().to_vec_f32().unwrap();
+    let out = linear(x, w, Some(b), 1).unwrap().to_vec_f32().unwrap();
     out.iter().zip(r).map(|(&o, &r)| o as f64 * r as f64).sum()
 }
 
@@ -195,7 +195,7 @@ fn linear_backward_matches_finite_differences() {
     );
     let r = tensor(&[2, 3, 4], 14, Device::Cpu);
     let rv = r.to_vec_f32().unwrap();
-    let g = linear_backward(&r, &x, &w, true, GradNeeds::ALL).unwrap();
+    let g = crate::kernels::testkit::linear_backward_with(&r, &x, &w, true, GradNeeds::ALL).unwrap();
     let eps = 0.25;
     let fx = central_differences(&x, eps, |x| linear_loss(x, &w, &b, &rv));
     let fw = central_differences(&w, eps, |w| linear_loss(&x, w, &b, &rv));
@@ -214,7 +214,7 @@ fn meta_matches_cpu_shapes_and_events() {
         let x = tensor(&[3, 7, 9], 3, dev);
         let w = tensor(&[5, 9], 4, dev);
         let bias = tensor(&[5], 5, dev);
-        let y = linear(&x, &w, Some(&bias)).unwrap();
+        let y = linear(&x, &w, Some(&bias), 1).unwrap();
         assert_eq!(y.dims(), &[3, 7, 5]);
         for needs in [
             GradNeeds::ALL,
@@ -229,7 +229,7 @@ fn meta_matches_cpu_shapes_and_events() {
                 bias: true,
             },
         ] {
-            let g = linear_backward(&y, &x, &w, true, needs).unwrap();
+            let g = crate::kernels::testkit::linear_backward_with(&y, &x, &w, true, needs).unwrap();
             assert_eq!(g.x.map(|t| t.dims().to_vec()), needs.input.then(|| vec![3, 7, 9]));
             assert_eq!(g.w.map(|t| t.dims().to_vec()), needs.weight.then(|| vec![5, 9]));
             assert_eq!(g.b.map(|t| t.dims().to_vec()), needs.bias.then(|| vec![5]));
@@ -262,21 +262,24 @@ fn errors_name_the_problem() {
     assert!(matches!(e, CoreError::DeviceMismatch { .. }), "{e}");
 
     let (x, w) = (tensor(&[4, 3], 0, cpu), tensor(&[5, 3], 0, cpu));
-    let e = linear(&tensor(&[4, 2], 0, cpu), &w, None)
+    let e = linear(&tensor(&[4, 2], 0, cpu), &w, None, 1)
         .unwrap_err()
         .to_string();
     assert!(e.contains("linear") && e.contains("[.., 3]"), "{e}");
-    let e = linear(&x, &tensor(&[15], 0, cpu), None).unwrap_err().to_string();
+    let e = linear(&x, &tensor(&[15], 0, cpu), None, 1)
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("rank 2"), "{e}");
-    let e = linear(&x, &w, Some(&tensor(&[4], 0, cpu)))
+    let e = linear(&x, &w, Some(&tensor(&[4], 0, cpu)), 1)
         .unwrap_err()
         .to_string();
     assert!(e.contains("bias of shape [5]"), "{e}");
-    let e = linear(&tensor(&[], 0, cpu), &w, None).unwrap_err().to_string();
+    let e = linear(&tensor(&[], 0, cpu), &w, None, 1).unwrap_err().to_string();
     assert!(e.contains("[.., 3]"), "{e}");
-    let e = linear_backward(&tensor(&[4, 4], 0, cpu), &x, &w, true, GradNeeds::ALL)
-        .unwrap_err()
-        .to_string();
+    let e =
+        crate::kernels::testkit::linear_backward_with(&tensor(&[4, 4], 0, cpu), &x, &w, true, GradNeeds::ALL)
+            .unwrap_err()
+            .to_string();
     assert!(e.contains("linear_backward") && e.contains("[4, 5]"), "{e}");
 }
 
@@ -287,8 +290,8 @@ fn results_do_not_depend_on_the_thread_count() {
     let w = tensor(&[130, 257], 2, Device::Cpu);
     let g = tensor(&[300, 130], 3, Device::Cpu);
     let run = || {
-        let y = linear(&x, &w, None).unwrap().to_vec_f32().unwrap();
-        let gr = linear_backward(&g, &x, &w, true, GradNeeds::ALL).unwrap();
+        let y = linear(&x, &w, None, 1).unwrap().to_vec_f32().unwrap();
+        let gr = crate::kernels::testkit::linear_backward_with(&g, &x, &w, true, GradNeeds::ALL).unwrap();
         let v = |t: Option<Tensor>| t.unwrap().to_vec_f32().unwrap();
         (y, v(gr.x), v(gr.w), v(gr.b))
     };

@@ -3,6 +3,7 @@
 //! [`MemoryKind`] and the [`Scope`] (module path and [`Phase`]) it happened in.
 
 mod allocation;
+mod block;
 pub mod caching;
 mod event;
 mod kind;
@@ -11,6 +12,7 @@ mod scope;
 mod tracker;
 
 pub use allocation::{Allocation, AllocationId};
+pub use block::{DeviceBlock, HostBlock};
 pub use event::{MemoryAction, MemoryEvent};
 pub use kind::MemoryKind;
 pub use module_path::ModulePath;
@@ -18,7 +20,4 @@ pub use scope::{
     Phase, PhaseGuard, Scope, ScopeEvent, ScopeGuard, ScopeListener, ScopeListenerGuard, ScopeTransition,
     add_scope_listener, current_scope, enter_module, enter_phase, enter_scope,
 };
-pub use tracker::{
-    DeviceBlock, HostBlock, KindStats, MemoryStats, MemorySubscriber, MemoryTracker, Subscription,
-    TrackerGuard,
-};
+pub use tracker::{KindStats, MemoryStats, MemorySubscriber, MemoryTracker, Subscription, TrackerGuard};

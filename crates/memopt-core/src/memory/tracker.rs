@@ -1,11 +1,11 @@
 //! The per-device memory tracker.
 
-use super::caching::{BlockId, CachingAllocator, Grant, NoBacking, SegmentBacking, SegmentMemory};
+use super::block::{BlockLease, DeviceBlock, HostBlock};
+use super::caching::{BlockId, CachingAllocator, Grant, NoBacking, SegmentBacking};
 use super::{Allocation, AllocationId, MemoryAction, MemoryEvent, MemoryKind, current_scope};
 use crate::storage::{CudaBacking, HostBacking};
 use crate::{CoreError, Device, Result};
 use std::cell::RefCell;
-use std::ptr::NonNull;
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::Instant;
 
@@ -103,86 +103,6 @@ impl TrackerState {
         let k = &mut self.by_kind[kind.index()];
         k.current -= requested;
         k.allocated -= allocated;
-    }
-}
-
-/// One block of a tracker's caching allocator, owned by the buffer that uses it: dropping the
-/// lease gives the block back to the allocator's cache (its segment stays reserved). Because
-/// the buffer owns the block (not the tracker entry), no two live buffers can ever share bytes.
-#[derive(Debug)]
-struct BlockLease {
-    bytes: u64,
-    zeroed: bool,
-    tracker: Arc<MemoryTracker>,
-    block: BlockId,
-    // Keeps the segment's memory alive while the block is used; dropped after the block is
-    // returned.
-    segment: Arc<dyn SegmentMemory>,
-    offset: u64,
-}
-
-impl Drop for BlockLease {
-    fn drop(&mut self) {
-        self.tracker.lock().allocator.free(self.block);
-    }
-}
-
-/// A block of host memory from the CPU tracker's caching allocator, owned by the buffer that
-/// uses it: dropping it gives the block back to the allocator's cache.
-#[derive(Debug)]
-pub struct HostBlock {
-    ptr: NonNull<u8>,
-    lease: BlockLease,
-}
-
-// SAFETY: the block's bytes belong to this lease alone (the allocator hands a block out once
-// until it is freed, which only this lease's drop does), like a `Vec`'s buffer.
-unsafe impl Send for HostBlock {}
-// SAFETY: `HostBlock` gives no access to the bytes through `&self` beyond the pointer value.
-unsafe impl Sync for HostBlock {}
-
-impl HostBlock {
-    /// First byte of the block; valid for [`HostBlock::bytes`] bytes, aligned to 512 bytes.
-    pub fn ptr(&self) -> NonNull<u8> {
-        self.ptr
-    }
-
-    /// Size of the block in bytes (at least the bytes requested).
-    pub fn bytes(&self) -> u64 {
-        self.lease.bytes
-    }
-
-    /// Whether every byte is known to be zero (the block was never handed out before).
-    pub fn is_zeroed(&self) -> bool {
-        self.lease.zeroed
-    }
-}
-
-/// A block of GPU memory from a CUDA tracker's caching allocator, owned by the buffer that uses
-/// it: dropping it gives the block back to the allocator's cache. Work queued on the GPU's one
-/// stream that still uses the block runs before any later use of it, which is queued after.
-#[derive(Debug)]
-pub struct DeviceBlock {
-    ptr: u64,
-    lease: BlockLease,
-}
-
-impl DeviceBlock {
-    /// Device address (CUdeviceptr) of the block's first byte; valid for
-    /// [`DeviceBlock::bytes`] bytes, aligned to 512 bytes.
-    pub fn device_ptr(&self) -> u64 {
-        self.ptr
-    }
-
-    /// Size of the block in bytes (at least the bytes requested).
-    pub fn bytes(&self) -> u64 {
-        self.lease.bytes
-    }
-
-    /// Whether every byte is known to be zero (its segment was zeroed when reserved and the
-    /// block was never handed out since).
-    pub fn is_zeroed(&self) -> bool {
-        self.lease.zeroed
     }
 }
 
@@ -330,13 +250,10 @@ impl MemoryTracker {
         let Some(lease) = lease else {
             return Ok((allocation, None));
         };
-        let Some(base) = lease.segment.host_ptr() else {
-            return Err(self.no_memory("host", "cpu"));
-        };
-        // SAFETY: `offset + size` lies within the segment (allocator invariant), so the offset
-        // pointer stays inside the mapping and is non-null.
-        let ptr = unsafe { NonNull::new_unchecked(base.as_ptr().add(lease.offset as usize)) };
-        Ok((allocation, Some(HostBlock { ptr, lease })))
+        match lease.into_host() {
+            Some(block) => Ok((allocation, Some(block))),
+            None => Err(self.no_memory("host", "cpu")),
+        }
     }
 
     /// Like [`MemoryTracker::allocate_host`], for a buffer in GPU memory from a CUDA tracker's
@@ -351,12 +268,10 @@ impl MemoryTracker {
         let Some(lease) = lease else {
             return Ok((allocation, None));
         };
-        let Some(base) = lease.segment.device_ptr() else {
-            return Err(self.no_memory("GPU", "cuda"));
-        };
-        // The block lies within the segment (allocator invariant), whose addresses fit u64.
-        let ptr = base + lease.offset;
-        Ok((allocation, Some(DeviceBlock { ptr, lease })))
+        match lease.into_device() {
+            Some(block) => Ok((allocation, Some(block))),
+            None => Err(self.no_memory("GPU", "cuda")),
+        }
     }
 
     /// Records an allocation whose block the returned lease owns (`None` for 0 bytes); an
@@ -381,7 +296,7 @@ impl MemoryTracker {
             ),
             (None, _) => (None, false),
             (Some(block), None) => {
-                self.lock().allocator.free(block);
+                self.free_block(block);
                 (None, true)
             }
         };
@@ -393,6 +308,11 @@ impl MemoryTracker {
             return Err(self.no_memory("host or GPU", "cpu or cuda"));
         }
         Ok((allocation, lease))
+    }
+
+    /// Gives `block` back to the allocator's cache (its segment stays reserved).
+    pub(super) fn free_block(&self, block: BlockId) {
+        self.lock().allocator.free(block);
     }
 
     fn no_memory(&self, what: &str, which: &str) -> CoreError {

@@ -99,6 +99,24 @@ pub enum CoreError {
         /// Size of the refused allocation, in bytes.
         bytes: u64,
     },
+    /// The caching allocator would pass its reserve limit (the memory a device has for this
+    /// process, [`crate::MemoryTracker::set_reserve_limit`]) even after releasing every cached
+    /// free segment, as PyTorch's allocator does when a device is full.
+    #[error(
+        "out of memory on {device}: cannot allocate {bytes} bytes: a new segment of {segment_bytes} bytes would take the caching allocator's reserved bytes from {reserved} past its reserve limit of {limit} bytes (its cached free segments were already released); plan with a larger budget, a smaller batch or fewer time steps"
+    )]
+    ReserveLimit {
+        /// Device whose allocator refused.
+        device: Device,
+        /// Size of the refused request, in bytes.
+        bytes: u64,
+        /// Size of the segment it would have reserved, in bytes.
+        segment_bytes: u64,
+        /// Bytes held in segments when it refused (live blocks only: the cache was released).
+        reserved: u64,
+        /// The reserve limit, in bytes.
+        limit: u64,
+    },
     /// A GPU could not provide a segment for an allocation: names the bytes asked and what
     /// memopt already holds on that GPU, so the user sees whether the step or something
     /// outside it filled the device.
@@ -160,7 +178,9 @@ impl CoreError {
     pub fn is_out_of_memory(&self) -> bool {
         matches!(
             self,
-            CoreError::OutOfMemory { .. } | CoreError::CudaOutOfMemory { .. }
+            CoreError::OutOfMemory { .. }
+                | CoreError::CudaOutOfMemory { .. }
+                | CoreError::ReserveLimit { .. }
         )
     }
 

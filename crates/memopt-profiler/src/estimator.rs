@@ -81,6 +81,27 @@ impl Estimator {
         })
     }
 
+    /// [`Self::peaks`] on a device whose caching allocator may hold at most `limit` bytes in
+    /// segments ([`MemoryTracker::set_reserve_limit`]: at the limit it releases its cached
+    /// segments and retries, as PyTorch's does on a full device). `Ok(None)` when the step does
+    /// not fit the limit; the estimator stays usable either way.
+    pub fn peaks_within(&mut self, plan: &Plan, limit: u64) -> Result<Option<AllocatorLevels>> {
+        self.tracker.set_reserve_limit(Some(limit));
+        let peaks = self.peaks(plan);
+        self.tracker.set_reserve_limit(None);
+        match peaks {
+            // The setup (parameters, optimizer state, batch) ran without the limit: a setup
+            // that reserved more than the limit does not fit either.
+            Ok(levels) => Ok((levels.reserved_bytes <= limit).then_some(levels)),
+            Err(e) if e.is_out_of_memory() => {
+                self.tracker.empty_cache();
+                self.check_no_leak()?;
+                Ok(None)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
     /// The full memory report of one step under `plan`: the same report
     /// [`crate::profile_memory`] gives on the CPU (times aside), computed on Meta.
     pub fn report(&mut self, plan: &Plan) -> Result<MemoryReport> {

@@ -28,7 +28,8 @@ pub enum SearchError {
         /// The peak the budget bounds.
         kind: crate::strategy::BudgetKind,
         /// The least peak (of `kind`) of the plans tried, the least-peak plan among them, in
-        /// bytes.
+        /// bytes; for a reserved budget, the least device (reserve limit, in 2 MiB steps) the
+        /// least-peak plan fits, its caching allocator releasing its cache there.
         best: u64,
         /// How many entries that least-peak plan has.
         best_plan_entries: usize,

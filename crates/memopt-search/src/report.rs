@@ -49,6 +49,11 @@ pub struct BudgetFit {
     pub kind: BudgetKind,
     /// Candidate plans whose exact peak was checked with a Meta step before one fitted.
     pub candidates_checked: usize,
+    /// When the plan fits a reserved budget only because the caching allocator releases its
+    /// cached segments at the budget (as PyTorch's does on a full device): the reserved peak
+    /// the plan would reach with no limit, in bytes. The planned peaks are those under the limit.
+    #[serde(default)]
+    pub unbounded_reserved_bytes: Option<u64>,
 }
 
 impl PlanReport {

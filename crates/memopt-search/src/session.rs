@@ -162,6 +162,13 @@ impl PlanningSession {
         Ok(self.estimator.peaks(plan)?)
     }
 
+    /// The exact peaks of `plan` on a device of `limit` bytes: its caching allocator releases
+    /// its cached segments at the limit and retries, as PyTorch's does on a full device
+    /// ([`memopt_core::MemoryTracker::set_reserve_limit`]); `None` when the step does not fit.
+    pub fn exact_peaks_within(&mut self, plan: &Plan, limit: u64) -> Result<Option<AllocatorLevels>> {
+        Ok(self.estimator.peaks_within(plan, limit)?)
+    }
+
     /// The requested peak of `plan` in bytes: from the chain model when it expresses the plan and is exact,
     /// otherwise from a Meta step.
     pub fn peak(&mut self, plan: &Plan) -> Result<u64> {

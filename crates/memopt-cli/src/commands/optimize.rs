@@ -304,6 +304,14 @@ pub fn run(args: &OptimizeArgs, out: &mut dyn Write) -> Result<()> {
             b.kind.of(&report.planned_peaks),
             b.candidates_checked
         )?;
+        if let Some(unbounded) = b.unbounded_reserved_bytes {
+            out!(
+                out,
+                "                                it fits a device of {} because the caching allocator releases its cached segments there and retries, as PyTorch's does on a full device (with no limit it would reserve {})",
+                bytes(b.bytes),
+                bytes(unbounded)
+            )?;
+        }
     }
     out!(
         out,

@@ -481,6 +481,20 @@ impl MemoryTracker {
         self.lock().reserved_peak
     }
 
+    /// Bounds the bytes this tracker's caching allocator holds in segments, as a device of
+    /// `limit` bytes would (`None`: unbounded, the default): at the limit it releases its cached
+    /// free segments and retries, as PyTorch's allocator does when the device is full, and an
+    /// allocation that still does not fit fails with [`CoreError::ReserveLimit`]. Meta replays
+    /// the rule exactly, so a step that fits a limit on Meta fits it on the device.
+    pub fn set_reserve_limit(&self, limit: Option<u64>) {
+        self.lock().allocator.set_reserve_limit(limit);
+    }
+
+    /// The reserve limit in bytes, if one is set ([`Self::set_reserve_limit`]).
+    pub fn reserve_limit(&self) -> Option<u64> {
+        self.lock().allocator.reserve_limit()
+    }
+
     /// Gives every cached segment without an allocated block back to the device (PyTorch's
     /// `torch.cuda.empty_cache`) and returns the bytes released. The allocator's decisions
     /// after this depend only on the buffers alive, so a step measured from an emptied cache

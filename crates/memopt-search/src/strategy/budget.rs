@@ -153,9 +153,9 @@ impl Strategy for BudgetStrategy {
     fn plan(&self, session: &mut PlanningSession) -> Result<PlanReport> {
         let started = Instant::now();
         let limit = self.budget.bytes(self.kind.of(&session.baseline_peaks()))?;
-        let (plan, checked) = if session.chain_is_exact() {
-            let (plan, _, checked) = fastest_fitting(session, self.kind, limit)?;
-            (plan, checked)
+        let (plan, fitted, checked) = if session.chain_is_exact() {
+            let (plan, fitted, checked) = fastest_fitting(session, self.kind, limit)?;
+            (plan, Some(fitted), checked)
         } else {
             let kind = self.kind;
             let front = session.exact_front()?;
@@ -164,7 +164,7 @@ impl Strategy for BudgetStrategy {
                 .filter(|c| kind.of(&c.peaks) <= limit)
                 .min_by(|a, b| a.extra_ms.total_cmp(&b.extra_ms).then(a.peak.cmp(&b.peak)));
             match fitting {
-                Some(c) => (c.plan.clone(), front.len()),
+                Some(c) => (c.plan.clone(), None, front.len()),
                 None => {
                     let best = front
                         .iter()
@@ -180,6 +180,15 @@ impl Strategy for BudgetStrategy {
             }
         };
         let mut report = session.report_timed(&self.name(), plan, started, None)?;
+        let mut unbounded_reserved_bytes = None;
+        if let Some(fitted) = fitted
+            && self.kind.of(&report.planned_peaks) > limit
+        {
+            // It fits because the allocator releases its cache at the budget: report the
+            // peaks under the limit, and the unbounded reserved peak beside them.
+            unbounded_reserved_bytes = Some(report.planned_peaks.reserved_bytes);
+            report.planned_peaks = fitted;
+        }
         let peak = self.kind.of(&report.planned_peaks);
         if peak > limit {
             return Err(SearchError::Internal(format!(
@@ -193,6 +202,7 @@ impl Strategy for BudgetStrategy {
             bytes: limit,
             kind: self.kind,
             candidates_checked: checked,
+            unbounded_reserved_bytes,
         });
         Ok(report)
     }

@@ -53,7 +53,10 @@ impl std::fmt::Display for BudgetKind {
 const ONE_BY_ONE: usize = 16;
 
 /// The fastest plan the chain model proposes whose exact peak of `kind` (a Meta step) is at
-/// most `limit` bytes, with its exact peaks and the number of candidates checked.
+/// most `limit` bytes, with its exact peaks and the number of candidates checked. A reserved
+/// budget is the memory of a device: a plan also fits when its step stays within `limit`
+/// because the caching allocator releases its cached segments there (see `check`), and its
+/// peaks are then the ones under that limit.
 ///
 /// Reserved bytes are never below allocated ones, nor allocated below requested ones, so
 /// only plans whose requested peak (the chain model's exact figure) fits can fit. The search
@@ -77,15 +80,21 @@ pub(crate) fn fastest_fitting(
         let Some((requested, plan)) = candidate else {
             // Nothing left below the target: the least-peak plan is the best there is.
             let best = plan_of(&min_peak(session.chain())?.plan);
-            let peaks = session.exact_peaks(&best)?;
+            let (peaks, fitted) = check(session, kind, limit, &best)?;
             checked += 1;
-            if kind.of(&peaks) <= limit {
+            if let Some(fitted) = fitted {
                 // A step down by the overshoot can pass it by: the least-peak plan fits.
-                return Ok((best, peaks, checked));
+                return Ok((best, fitted, checked));
             }
             let (peak, entries) = match least {
                 Some((p, n)) if p < kind.of(&peaks) => (p, n),
                 _ => (kind.of(&peaks), best.entries.len()),
+            };
+            // On a reserved budget, the least device the least-peak plan fits is what to ask for.
+            let peak = if kind == BudgetKind::Reserved {
+                peak.min(least_fitting_limit(session, &best, &peaks)?)
+            } else {
+                peak
             };
             return Err(SearchError::Infeasible {
                 budget: limit,
@@ -94,12 +103,12 @@ pub(crate) fn fastest_fitting(
                 best_plan_entries: entries,
             });
         };
-        let peaks = session.exact_peaks(&plan)?;
+        let (peaks, fitted) = check(session, kind, limit, &plan)?;
         checked += 1;
-        let peak = kind.of(&peaks);
-        if peak <= limit {
-            return Ok((plan, peaks, checked));
+        if let Some(fitted) = fitted {
+            return Ok((plan, fitted, checked));
         }
+        let peak = kind.of(&peaks);
         if least.is_none_or(|(p, _)| peak < p) {
             least = Some((peak, plan.entries.len()));
         }
@@ -111,6 +120,48 @@ pub(crate) fn fastest_fitting(
         }
         .unwrap_or(0);
     }
+}
+
+/// The exact peaks of `plan` with no reserve limit, and its peaks when it fits `limit`: as it
+/// is, or, for a reserved budget, on a device of `limit` bytes whose caching allocator releases
+/// its cached segments at the limit and retries (as PyTorch's does on a full device; Meta
+/// replays the rule, [`PlanningSession::exact_peaks_within`]).
+fn check(
+    session: &mut PlanningSession,
+    kind: BudgetKind,
+    limit: u64,
+    plan: &Plan,
+) -> Result<(AllocatorLevels, Option<AllocatorLevels>)> {
+    let peaks = session.exact_peaks(plan)?;
+    if kind.of(&peaks) <= limit {
+        return Ok((peaks, Some(peaks)));
+    }
+    if kind == BudgetKind::Reserved {
+        return Ok((peaks, session.exact_peaks_within(plan, limit)?));
+    }
+    Ok((peaks, None))
+}
+
+/// Every segment the caching allocator reserves is a whole number of these bytes (2 MiB small
+/// segments, 20 MiB large ones, own-size segments rounded to 2 MiB), so a reserve limit only
+/// matters in these steps.
+const SEGMENT_UNIT: u64 = 2 << 20;
+
+/// The least reserve limit, in whole [`SEGMENT_UNIT`]s, on which `plan` (whose unbounded peaks
+/// are `peaks`) fits: bisection between its allocated peak (no limit below it can fit) and its
+/// unbounded reserved peak (which fits), about log2 of their gap in MiB Meta steps.
+fn least_fitting_limit(session: &mut PlanningSession, plan: &Plan, peaks: &AllocatorLevels) -> Result<u64> {
+    let mut fits = peaks.reserved_bytes.div_ceil(SEGMENT_UNIT);
+    let mut fails = (peaks.allocated_bytes / SEGMENT_UNIT).saturating_sub(1);
+    while fits - fails > 1 {
+        let mid = fails + (fits - fails) / 2;
+        if session.exact_peaks_within(plan, mid * SEGMENT_UNIT)?.is_some() {
+            fits = mid;
+        } else {
+            fails = mid;
+        }
+    }
+    Ok((fits * SEGMENT_UNIT).min(peaks.reserved_bytes))
 }
 
 fn plan_of(chosen: &[crate::chain::Chosen<'_>]) -> Plan {

@@ -64,6 +64,7 @@ pub struct CachingAllocator {
     next_serial: u64,
     free: [FreeSet; 2],
     reserved: u64,
+    reserve_limit: Option<u64>,
 }
 
 impl CachingAllocator {
@@ -79,7 +80,29 @@ impl CachingAllocator {
             next_serial: 0,
             free: [FreeSet::new(), FreeSet::new()],
             reserved: 0,
+            reserve_limit: None,
         }
+    }
+
+    /// Bounds the bytes held in segments, as a device of `limit` bytes would (`None`: no bound,
+    /// the default). A new segment that would pass the limit first makes the allocator release
+    /// every cached free segment and try again, as PyTorch's allocator does when `cudaMalloc`
+    /// fails; when the live segments alone leave no room the request fails with
+    /// [`CoreError::ReserveLimit`]. The rule is arithmetic on sizes only, so Meta replays it
+    /// exactly: a plan checked on Meta under a limit runs under it on the device.
+    pub fn set_reserve_limit(&mut self, limit: Option<u64>) {
+        self.reserve_limit = limit;
+    }
+
+    /// The reserve limit in bytes, if one is set.
+    pub fn reserve_limit(&self) -> Option<u64> {
+        self.reserve_limit
+    }
+
+    /// Whether `bytes` more would pass the reserve limit.
+    fn over_limit(&self, bytes: u64) -> bool {
+        self.reserve_limit
+            .is_some_and(|limit| self.reserved.checked_add(bytes).is_none_or(|r| r > limit))
     }
 
     /// Bytes held in segments now.
@@ -141,7 +164,19 @@ impl CachingAllocator {
     }
 
     /// A new segment of `bytes` bytes for `pool`, as one free block (not yet in a free set).
-    fn reserve_segment(&mut self, pool: PoolKind, bytes: u64) -> Result<usize> {
+    fn reserve_segment(&mut self, pool: PoolKind, bytes: u64, request: u64) -> Result<usize> {
+        if self.over_limit(bytes) {
+            self.empty_cache();
+            if self.over_limit(bytes) {
+                return Err(CoreError::ReserveLimit {
+                    device: self.device,
+                    bytes: request,
+                    segment_bytes: bytes,
+                    reserved: self.reserved,
+                    limit: self.reserve_limit.unwrap_or(u64::MAX),
+                });
+            }
+        }
         let memory = match self.backing.reserve(bytes) {
             Ok(m) => m,
             // Like PyTorch, give the cached free segments back and try once more.
@@ -202,7 +237,7 @@ impl CachingAllocator {
                     device: self.device,
                     bytes,
                 })?;
-                self.reserve_segment(pool, seg_bytes)?
+                self.reserve_segment(pool, seg_bytes, bytes)?
             }
         };
         let block_size = self.block(id).size;
@@ -354,6 +389,40 @@ mod tests {
         assert_eq!(a.empty_cache(), LARGE_BUFFER);
         assert_eq!(a.malloc(0).unwrap().size, 0);
         assert_eq!(a.reserved(), 0);
+    }
+
+    #[test]
+    fn a_reserve_limit_releases_the_cache_then_refuses() {
+        let mut a = meta();
+        a.set_reserve_limit(Some(40 << 20));
+        // 12 MiB requests get own-size segments
+        let x = a.malloc(12 << 20).unwrap();
+        let y = a.malloc(12 << 20).unwrap();
+        assert_eq!(a.reserved(), 24 << 20);
+        a.free(x.block.unwrap());
+        // 25 MiB fits no cached block; a 26 MiB segment would pass the limit, so the cached
+        // segment of x is released first and the new one fits
+        let z = a.malloc(25 << 20).unwrap();
+        assert_eq!(a.reserved(), 38 << 20);
+        assert_eq!(a.segment_count(), 2);
+        // without the limit the cache would have been kept
+        let mut unbounded = meta();
+        let x2 = unbounded.malloc(12 << 20).unwrap();
+        let _y2 = unbounded.malloc(12 << 20).unwrap();
+        unbounded.free(x2.block.unwrap());
+        let _z2 = unbounded.malloc(25 << 20).unwrap();
+        assert_eq!(unbounded.reserved(), 50 << 20);
+        // live segments alone leave no room: a clear error, nothing changed
+        let err = a.malloc(30 << 20).unwrap_err();
+        assert!(err.is_out_of_memory());
+        let msg = err.to_string();
+        assert!(msg.contains("reserve limit of 41943040 bytes"), "{msg}");
+        assert_eq!(a.reserved(), 38 << 20);
+        a.free(y.block.unwrap());
+        a.free(z.block.unwrap());
+        a.set_reserve_limit(None);
+        assert_eq!(a.reserve_limit(), None);
+        assert!(a.malloc(30 << 20).is_ok());
     }
 
     #[test]

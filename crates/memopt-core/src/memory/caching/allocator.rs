@@ -165,7 +165,9 @@ impl CachingAllocator {
 
     /// A new segment of `bytes` bytes for `pool`, as one free block (not yet in a free set).
     fn reserve_segment(&mut self, pool: PoolKind, bytes: u64, request: u64) -> Result<usize> {
-        if self.over_limit(bytes) {
+        if let Some(limit) = self.reserve_limit
+            && self.over_limit(bytes)
+        {
             self.empty_cache();
             if self.over_limit(bytes) {
                 return Err(CoreError::ReserveLimit {
@@ -173,7 +175,7 @@ impl CachingAllocator {
                     bytes: request,
                     segment_bytes: bytes,
                     reserved: self.reserved,
-                    limit: self.reserve_limit.unwrap_or(u64::MAX),
+                    limit,
                 });
             }
         }

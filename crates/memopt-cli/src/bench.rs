@@ -2,6 +2,7 @@
 //! measured and predicted overhead, planning time. Shared by `memopt bench` and the whole-model
 //! tables of `cargo xtask bench`.
 
+use crate::calibration::CalibrationArgs;
 use crate::error::Result;
 use crate::format::bytes;
 use crate::selection::Selection;
@@ -11,7 +12,7 @@ use memopt_checkpoint::Plan;
 use memopt_core::Device;
 use memopt_profiler::{PlanCheck, Quantity, plan_is_data_dependent};
 use memopt_search::{
-    Budget, BudgetStrategy, MaxOverhead, Memonger, MinMemory, Pipeline, PlanReport, PlanningSession, Strategy,
+    Budget, BudgetStrategy, MaxOverhead, Memonger, MinMemory, Pipeline, PlanReport, Strategy,
 };
 use serde::{Deserialize, Serialize};
 use std::time::Instant;
@@ -90,10 +91,11 @@ pub fn bench(
     timed_steps: usize,
     budget: Option<Budget>,
     device: Device,
+    calibration: &CalibrationArgs,
 ) -> Result<BenchReport> {
     let workload = &selection.workload;
     let started = Instant::now();
-    let mut session = PlanningSession::new(workload)?;
+    let mut session = calibration.session(workload, device)?;
     let session_setup_ms = started.elapsed().as_secs_f64() * 1e3;
     let baseline_peaks = session.baseline_peaks();
     let least = MinMemory.plan(&mut session)?;

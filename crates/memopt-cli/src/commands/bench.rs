@@ -1,6 +1,7 @@
 //! `memopt bench`: every strategy side by side for one model.
 
 use crate::bench::{bench, ms};
+use crate::calibration::CalibrationArgs;
 use crate::device_arg::{DEVICE_VALUES, parse_device};
 use crate::error::{CliError, Result};
 use crate::format::bytes;
@@ -46,6 +47,9 @@ pub struct BenchArgs {
     /// The memory limit checked before the steps (against the baseline, the largest).
     #[command(flatten)]
     pub limit: MemoryLimitArgs,
+    /// The cost model's calibration (the predicted column).
+    #[command(flatten)]
+    pub calibration: CalibrationArgs,
 }
 
 /// Benches.
@@ -75,7 +79,7 @@ pub fn run(args: &BenchArgs, out: &mut dyn Write) -> Result<()> {
         device,
         &args.model.command_line(),
     )?;
-    let report = bench(&sel, args.steps, budget, device)?;
+    let report = bench(&sel, args.steps, budget, device, &args.calibration)?;
     // How the device is named in the text: "CPU" as before, else `cuda:N`.
     let on = match device {
         memopt_core::Device::Cpu => "CPU".to_string(),

@@ -15,7 +15,8 @@ use crate::tree::plan_tree;
 use memopt_checkpoint::Plan;
 use memopt_core::Target;
 use memopt_profiler::{PlanCheck, Quantity, plan_is_data_dependent};
-use memopt_search::{AllocatorLevels, BudgetFit, PipelineSummary, PlanningSession};
+use crate::calibration::CalibrationArgs;
+use memopt_search::{AllocatorLevels, BudgetFit, PipelineSummary};
 use serde::Serialize;
 use std::io::Write;
 use std::path::PathBuf;
@@ -83,6 +84,9 @@ pub struct OptimizeArgs {
     /// The memory limit checked before the --verify steps.
     #[command(flatten)]
     pub limit: MemoryLimitArgs,
+    /// The cost model's calibration.
+    #[command(flatten)]
+    pub calibration: CalibrationArgs,
 }
 
 /// What `--verify` measured.
@@ -133,6 +137,9 @@ pub struct OptimizeJson {
     pub budget: Option<BudgetFit>,
     /// Predicted extra time, as a fraction of the baseline step time (0.18 = 18% slower).
     pub predicted_overhead: f64,
+    /// The calibration file the prediction used (absent: the uncalibrated guess).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub calibration: Option<PathBuf>,
     /// Time the strategy took, in ms.
     pub planning_ms: f64,
     /// Time to build the planning session (every segment measured on Meta), in ms.
@@ -173,7 +180,7 @@ pub fn run(args: &OptimizeArgs, out: &mut dyn Write) -> Result<()> {
     sel.workload.target = device.target();
     let workload = &sel.workload;
     let started = Instant::now();
-    let mut session = PlanningSession::new(workload)?;
+    let mut session = args.calibration.session(workload, device)?;
     let setup_ms = started.elapsed().as_secs_f64() * 1e3;
     let report = strategy.plan(&mut session).map_err(explain)?;
     if let Some(path) = &args.out {
@@ -237,6 +244,7 @@ pub fn run(args: &OptimizeArgs, out: &mut dyn Write) -> Result<()> {
             planned_peaks: report.planned_peaks,
             budget: report.budget,
             predicted_overhead: report.predicted_overhead,
+            calibration: args.calibration.calibration.clone(),
             planning_ms: report.planning_ms,
             setup_ms,
             plan: report.plan.clone(),
@@ -315,8 +323,12 @@ pub fn run(args: &OptimizeArgs, out: &mut dyn Write) -> Result<()> {
     }
     out!(
         out,
-        "predicted overhead  {:>12}  of the baseline step time",
-        percent(report.predicted_overhead)
+        "predicted overhead  {:>12}  of the baseline step time ({})",
+        percent(report.predicted_overhead),
+        match &args.calibration.calibration {
+            Some(p) => format!("calibrated by {}", p.display()),
+            None => "uncalibrated: memopt calibrate measures this device".into(),
+        }
     )?;
     out!(
         out,

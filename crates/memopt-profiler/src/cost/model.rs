@@ -38,6 +38,14 @@ pub struct TypeFactors {
     pub forward: f64,
     /// Measured over predicted backward time.
     pub backward: f64,
+    /// Measured recomputation time over predicted forward time (a recomputation runs without
+    /// a tape and without updating running statistics, so it can differ from the forward).
+    #[serde(default = "one")]
+    pub recompute: f64,
+}
+
+fn one() -> f64 {
+    1.0
 }
 
 impl Default for TypeFactors {
@@ -45,6 +53,7 @@ impl Default for TypeFactors {
         TypeFactors {
             forward: 1.0,
             backward: 1.0,
+            recompute: 1.0,
         }
     }
 }
@@ -75,6 +84,10 @@ pub struct CostModel {
     pub param_bytes: u64,
     /// Per-module forward costs, parents before children.
     pub modules: Vec<ModuleCostEntry>,
+    /// Bytes per second at which saved inputs are compressed, copied and restored (`None`:
+    /// `throughput.bytes_per_s`).
+    #[serde(default)]
+    pub saved_input_bytes_per_s: Option<f64>,
 }
 
 /// Whether `path` is `ancestor` or below it.
@@ -96,6 +109,7 @@ impl CostModel {
             optimizer_ms: None,
             param_bytes,
             modules,
+            saved_input_bytes_per_s: None,
         })
     }
 
@@ -109,6 +123,27 @@ impl CostModel {
 
     fn entry_forward_ms(&self, e: &ModuleCostEntry) -> f64 {
         self.raw_ms(e) * self.factors_of(e).forward
+    }
+
+    /// The forward time of `e` the throughputs alone predict, in milliseconds.
+    pub(super) fn raw_forward_ms(&self, e: &ModuleCostEntry) -> f64 {
+        self.raw_ms(e)
+    }
+
+    fn entry_recompute_ms(&self, e: &ModuleCostEntry) -> f64 {
+        self.raw_ms(e) * self.factors_of(e).recompute
+    }
+
+    /// Predicted forward and backward time of all leaf modules, in milliseconds.
+    pub(super) fn leaves_ms(&self) -> (f64, f64) {
+        self.modules
+            .iter()
+            .filter(|e| e.leaf)
+            .fold((0.0, 0.0), |(f, b), e| (f + self.entry_forward_ms(e), b + self.entry_backward_ms(e)))
+    }
+
+    fn saved_input_bytes_per_s(&self) -> f64 {
+        self.saved_input_bytes_per_s.unwrap_or(self.throughput.bytes_per_s)
     }
 
     fn entry_backward_ms(&self, e: &ModuleCostEntry) -> f64 {
@@ -148,9 +183,14 @@ impl CostModel {
             }
     }
 
-    /// Predicted recompute time of the module at `path` (one more forward), in milliseconds.
+    /// Predicted recompute time of the module at `path` (one more forward, times each type's
+    /// recompute factor), in milliseconds.
     pub fn recompute_ms(&self, path: &str) -> f64 {
-        self.forward_ms(path)
+        self.modules
+            .iter()
+            .filter(|e| within(&e.path, path))
+            .map(|e| self.entry_recompute_ms(e))
+            .sum()
     }
 
     /// Predicted optimizer update, in milliseconds: measured when calibrated, otherwise five
@@ -186,14 +226,20 @@ impl CostModel {
                     .iter()
                     .filter(|(paths, _)| paths.iter().any(|p| within(&m.path, p)))
                     .count();
-                times as f64 * self.entry_forward_ms(m)
+                times as f64 * self.entry_recompute_ms(m)
             })
             .sum();
-        let transfer: u64 = targets
+        recompute + 1e3 * self.plan_saved_input_bytes(plan) as f64 / self.saved_input_bytes_per_s()
+    }
+
+    /// Bytes `plan` moves to save and restore its entries' inputs (compression, decompression
+    /// and host copies).
+    pub fn plan_saved_input_bytes(&self, plan: &Plan) -> u64 {
+        plan.entries
             .iter()
-            .filter_map(|(paths, policy)| paths.first().map(|p| self.saved_input_traffic(p, *policy)))
-            .sum();
-        recompute + 1e3 * transfer as f64 / self.throughput.bytes_per_s
+            .filter(|e| e.policy.recomputes())
+            .filter_map(|e| self.covered(e).first().map(|p| self.saved_input_traffic(p, e.policy)))
+            .sum()
     }
 
     /// The module paths a plan entry covers: its module, or the children of its run.
@@ -259,7 +305,8 @@ impl CostModel {
 
     /// Fits the per-type factors, the time outside modules and the optimizer time to a
     /// measurement: each type's factor makes its leaves' summed prediction equal their summed
-    /// median time (forward and backward separately).
+    /// median time (forward and backward separately); recomputation is predicted at the
+    /// forward's factor until [`CostModel::calibrate_recompute`] measures it.
     pub fn calibrate(&mut self, timing: &TimingReport) {
         let mut sums: BTreeMap<String, [f64; 4]> = BTreeMap::new();
         for e in self.modules.iter().filter(|e| e.leaf) {
@@ -274,23 +321,14 @@ impl CostModel {
             let f = self.factors.entry(ty).or_default();
             if mf > 0.0 && pf > 0.0 {
                 f.forward = mf / pf;
+                // Until a recomputation is measured, it is predicted to take a forward's time.
+                f.recompute = f.forward;
             }
             if mb > 0.0 && pb > 0.0 {
                 f.backward = mb / pb;
             }
         }
-        let leaves_fwd: f64 = self
-            .modules
-            .iter()
-            .filter(|e| e.leaf)
-            .map(|e| self.entry_forward_ms(e))
-            .sum();
-        let leaves_bwd: f64 = self
-            .modules
-            .iter()
-            .filter(|e| e.leaf)
-            .map(|e| self.entry_backward_ms(e))
-            .sum();
+        let (leaves_fwd, leaves_bwd) = self.leaves_ms();
         self.forward_overhead_ms = (timing.median_ms("", Phase::Forward) - leaves_fwd).max(0.0);
         self.backward_overhead_ms = (timing.median_ms("", Phase::Backward) - leaves_bwd).max(0.0);
         if timing.module("", Phase::Optimizer).is_some() {

@@ -1,10 +1,10 @@
 //! The cost model's predictions are positive and grow with the work, plans cost what they
-//! recompute, and calibration by the timing profiler brings predictions close to measurements.
+//! recompute, and a calibration measured on this machine predicts a measured overhead.
 
 use memopt_checkpoint::{InputSpec, Plan, Policy, zoo};
 use memopt_compress::CompressorKind;
-use memopt_core::{Device, Phase};
-use memopt_profiler::cost::Throughput;
+use memopt_core::Device;
+use memopt_profiler::cost::{Calibration, Throughput};
 use memopt_profiler::{CostModel, TimingProfiler, Workload};
 
 fn vgg(t: usize, n: usize) -> CostModel {
@@ -104,55 +104,52 @@ fn plans_cost_their_recomputation_and_compression() {
     assert!(overhead > 0.0 && overhead < 1.0, "{overhead}");
 }
 
-fn within(pred: f64, measured: f64, tol: f64) -> bool {
-    (pred - measured).abs() <= tol * measured
-}
-
-/// Calibrated on one measurement, the model predicts another (the same workload timed again,
-/// and the same workload with a checkpoint) within 50%: shared CI cores are noisy, so the bound
-/// is generous, but an uncalibrated guess is typically off by several times.
+/// Calibrated on this machine (a measurement of its own), the model predicts the overhead of a
+/// plan it was not calibrated on, measured in turns with the baseline on one model so that the
+/// machine's load reaches both alike: the overhead is a ratio of steps of the same rounds, and
+/// the workload's steps (about 3 GFLOP of GEMMs) are long against the clock's and the
+/// scheduler's noise. The bound (10 points) is far inside what a model that misprices
+/// recomputation gets wrong: without recomputation priced the prediction would be 0 against a
+/// measured overhead of about 20%. Exact arithmetic of the fit is tested with known timings in
+/// `calibration.rs`; this is the check that it holds on a real machine.
 #[test]
-fn calibration_brings_predictions_close_to_measurements() {
+fn calibration_predicts_the_measured_overhead_of_another_plan() {
     let spec = InputSpec {
         time_steps: 8,
         sample: vec![512],
         classes: 10,
     };
     let workload = Workload::zoo("toy-if", spec, 32);
-    let profiler = TimingProfiler::new(1, 5);
+    let run = Calibration::measure(&workload, Device::Cpu, TimingProfiler::new(1, 5)).unwrap();
+    let c = &run.calibration;
+    assert!(c.factors.contains_key("Linear") && c.factors.contains_key("IFNode"), "{c:?}");
+    assert!(c.codecs.contains_key("bit_spike"), "the spike inputs' packing is timed: {c:?}");
     let mut model = CostModel::from_workload(&workload, Throughput::cpu_default()).unwrap();
-    let first = profiler
-        .profile(&workload, &Plan::store_all(), Device::Cpu)
+    assert!(c.apply(&mut model).unmeasured_types.is_empty());
+    // Blocks 1 and 2 recompute (4 leaves each, not one by one as calibrated), their spike
+    // inputs bit-packed.
+    let plan = Plan::from_entries([("1", Policy::CHECKPOINT), ("2", Policy::CHECKPOINT)]);
+    let reports = TimingProfiler::new(1, 9)
+        .profile_plans(&workload, &[Plan::store_all(), plan.clone()], Device::Cpu)
         .unwrap();
-    model.calibrate(&first);
-    assert!(model.factors.contains_key("Linear") && model.factors.contains_key("IFNode"));
-    assert!(model.optimizer_ms.is_some());
-    let plan = Plan::from_entries([("1", Policy::CHECKPOINT)]);
-    let second = profiler.profile(&workload, &plan, Device::Cpu).unwrap();
-    let (fwd, bwd) = (
-        second.median_ms("", Phase::Forward),
-        second.median_ms("", Phase::Backward),
+    let ratios: Vec<f64> = reports[1]
+        .step_samples_ms
+        .iter()
+        .zip(&reports[0].step_samples_ms)
+        .map(|(p, b)| p / b - 1.0)
+        .collect();
+    let measured = memopt_profiler::timing::median(&ratios);
+    let predicted = model.plan_overhead(&plan);
+    eprintln!(
+        "checkpointing blocks 1 and 2 of {}: predicted {:+.1}%, measured {:+.1}%",
+        workload.describe(),
+        predicted * 100.0,
+        measured * 100.0
     );
     assert!(
-        within(model.forward_ms(""), fwd, 0.5),
-        "forward {} vs {fwd} ms",
-        model.forward_ms("")
-    );
-    assert!(
-        within(model.backward_ms(""), bwd, 0.5),
-        "backward {} vs {bwd} ms",
-        model.backward_ms("")
-    );
-    let rec = second.median_ms("1", Phase::Recompute);
-    assert!(
-        within(model.recompute_ms("1"), rec, 0.5),
-        "recompute {} vs {rec} ms",
-        model.recompute_ms("1")
-    );
-    let step = model.baseline_step_ms() + model.plan_extra_ms(&plan);
-    assert!(
-        within(step, second.step_ms, 0.5),
-        "step {step} vs {} ms",
-        second.step_ms
+        (predicted - measured).abs() <= 0.10,
+        "predicted overhead {:+.1}%, measured {:+.1}% (per round: {ratios:?})",
+        predicted * 100.0,
+        measured * 100.0
     );
 }

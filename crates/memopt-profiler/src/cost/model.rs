@@ -31,21 +31,19 @@ impl Throughput {
     }
 }
 
-/// Multipliers fitted per module type by [`CostModel::calibrate`] (1 when not calibrated).
+/// Multipliers fitted per module type by [`CostModel::calibrate`] and
+/// [`CostModel::calibrate_recompute`] (1 when not calibrated).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct TypeFactors {
     /// Measured over predicted forward time.
     pub forward: f64,
     /// Measured over predicted backward time.
     pub backward: f64,
-    /// Measured recomputation time over predicted forward time (a recomputation runs without
-    /// a tape and without updating running statistics, so it can differ from the forward).
-    #[serde(default = "one")]
+    /// Measured recomputation time over predicted forward time (a recomputation runs with a
+    /// tape but without updating running statistics, inside backward, so it can differ from
+    /// the forward).
     pub recompute: f64,
-}
-
-fn one() -> f64 {
-    1.0
 }
 
 impl Default for TypeFactors {
@@ -59,11 +57,15 @@ impl Default for TypeFactors {
 }
 
 /// Predicts step time without running: each module's forward time is
-/// `flops / flops_per_s + bytes / bytes_per_s` times its type's factor, its backward time
-/// `backward_ratio` times that (times the backward factor), a recomputation costs one more
-/// forward, and compression moves the saved input and its payload once each way.
-/// [`CostModel::calibrate`] fits the factors and the time outside modules (loss, glue,
-/// optimizer) to a [`TimingReport`].
+/// `flops / flops_per_s + bytes / bytes_per_s` times its type's forward factor, its backward
+/// time `backward_ratio` times that raw figure times the backward factor, a recomputation the
+/// raw figure times the recompute factor, and a checkpoint's saved input costs its packing and
+/// unpacking ([`CostModel::saved_input_ms`]). Uncalibrated, every factor is 1 and packing is
+/// priced by bytes moved. [`CostModel::calibrate`] fits the forward and backward factors and
+/// the time outside modules (loss, glue, optimizer) to a [`TimingReport`] of a step storing
+/// everything, [`CostModel::calibrate_recompute`] the recompute factors to one that checkpoints
+/// leaves, [`CostModel::calibrate_codecs`] the compressors' speeds; a saved
+/// [`super::Calibration`] carries them to other workloads on the same device.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CostModel {
     /// What the costs are of.
@@ -84,10 +86,21 @@ pub struct CostModel {
     pub param_bytes: u64,
     /// Per-module forward costs, parents before children.
     pub modules: Vec<ModuleCostEntry>,
-    /// Bytes per second at which saved inputs are compressed, copied and restored (`None`:
-    /// `throughput.bytes_per_s`).
+    /// Measured packing and unpacking speed per compressor (by [`CompressorKind::name`]);
+    /// a compressor not in it is priced by the bytes it moves at `throughput.bytes_per_s`.
     #[serde(default)]
-    pub saved_input_bytes_per_s: Option<f64>,
+    pub codecs: BTreeMap<String, CodecSpeed>,
+}
+
+/// How fast a compressor packs and unpacks on a device, in bytes of the unpacked tensor per
+/// second (measured by [`crate::TimingProfiler::profile_codec`]).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CodecSpeed {
+    /// Unpacked bytes packed per second.
+    pub compress_bytes_per_s: f64,
+    /// Unpacked bytes restored per second.
+    pub decompress_bytes_per_s: f64,
 }
 
 /// Whether `path` is `ancestor` or below it.
@@ -109,7 +122,7 @@ impl CostModel {
             optimizer_ms: None,
             param_bytes,
             modules,
-            saved_input_bytes_per_s: None,
+            codecs: BTreeMap::new(),
         })
     }
 
@@ -140,10 +153,6 @@ impl CostModel {
             .iter()
             .filter(|e| e.leaf)
             .fold((0.0, 0.0), |(f, b), e| (f + self.entry_forward_ms(e), b + self.entry_backward_ms(e)))
-    }
-
-    fn saved_input_bytes_per_s(&self) -> f64 {
-        self.saved_input_bytes_per_s.unwrap_or(self.throughput.bytes_per_s)
     }
 
     fn entry_backward_ms(&self, e: &ModuleCostEntry) -> f64 {
@@ -229,17 +238,11 @@ impl CostModel {
                 times as f64 * self.entry_recompute_ms(m)
             })
             .sum();
-        recompute + 1e3 * self.plan_saved_input_bytes(plan) as f64 / self.saved_input_bytes_per_s()
-    }
-
-    /// Bytes `plan` moves to save and restore its entries' inputs (compression, decompression
-    /// and host copies).
-    pub fn plan_saved_input_bytes(&self, plan: &Plan) -> u64 {
-        plan.entries
+        let saved: f64 = targets
             .iter()
-            .filter(|e| e.policy.recomputes())
-            .filter_map(|e| self.covered(e).first().map(|p| self.saved_input_traffic(p, e.policy)))
-            .sum()
+            .filter_map(|(paths, policy)| paths.first().map(|p| self.saved_input_ms(p, *policy)))
+            .sum();
+        recompute + saved
     }
 
     /// The module paths a plan entry covers: its module, or the children of its run.
@@ -272,8 +275,42 @@ impl CostModel {
         self.plan_extra_ms(plan) / self.baseline_step_ms().max(f64::MIN_POSITIVE)
     }
 
-    /// Bytes moved to save and restore `path`'s inputs under `policy`.
-    fn saved_input_traffic(&self, path: &str, policy: Policy) -> u64 {
+    /// Predicted time to save and restore `path`'s inputs under `policy`, in milliseconds:
+    /// packing and unpacking at the measured speed of the compressor when the model has one
+    /// ([`CostModel::codecs`]), otherwise the bytes moved ([`Self::saved_input_traffic`]) at
+    /// `throughput.bytes_per_s`; an offloaded payload is copied out and back at
+    /// `throughput.bytes_per_s`.
+    pub fn saved_input_ms(&self, path: &str, policy: Policy) -> f64 {
+        let (compressor, offload) = match policy {
+            Policy::Store => return 0.0,
+            Policy::Checkpoint { compressor, .. } => (compressor, false),
+            Policy::Offload { compressor } => (compressor, true),
+        };
+        let Some(speed) = self.codecs.get(compressor.name()) else {
+            return 1e3 * self.saved_input_traffic(path, policy) as f64 / self.throughput.bytes_per_s;
+        };
+        let Some(entry) = self.modules.iter().find(|m| m.path == path) else {
+            return 0.0;
+        };
+        entry
+            .inputs
+            .iter()
+            .map(|x| {
+                if compressor.requires_binary() && !x.is_spike {
+                    // Kept as it is (null compressor): no work, but an offload copies it.
+                    return if offload { 2e3 * x.bytes() as f64 / self.throughput.bytes_per_s } else { 0.0 };
+                }
+                let bytes = x.bytes() as f64;
+                let codec = 1e3 * (bytes / speed.compress_bytes_per_s + bytes / speed.decompress_bytes_per_s);
+                let payload = compressor.build().packed_size(&x.shape, x.dtype).upper_bound();
+                codec + if offload { 2e3 * payload as f64 / self.throughput.bytes_per_s } else { 0.0 }
+            })
+            .sum()
+    }
+
+    /// Bytes moved to save and restore `path`'s inputs under `policy` (the uncalibrated
+    /// pricing of [`Self::saved_input_ms`]).
+    pub fn saved_input_traffic(&self, path: &str, policy: Policy) -> u64 {
         let (compressor, offload) = match policy {
             Policy::Store => return 0,
             Policy::Checkpoint { compressor, .. } => (compressor, false),
@@ -304,9 +341,10 @@ impl CostModel {
     }
 
     /// Fits the per-type factors, the time outside modules and the optimizer time to a
-    /// measurement: each type's factor makes its leaves' summed prediction equal their summed
-    /// median time (forward and backward separately); recomputation is predicted at the
-    /// forward's factor until [`CostModel::calibrate_recompute`] measures it.
+    /// measurement of a step storing everything: each type's factor makes its leaves' summed
+    /// prediction equal their summed median time (forward and backward separately);
+    /// recomputation is predicted at the forward's factor until
+    /// [`CostModel::calibrate_recompute`] measures it.
     pub fn calibrate(&mut self, timing: &TimingReport) {
         let mut sums: BTreeMap<String, [f64; 4]> = BTreeMap::new();
         for e in self.modules.iter().filter(|e| e.leaf) {
@@ -318,15 +356,21 @@ impl CostModel {
             s[3] += raw * self.backward_ratio;
         }
         for (ty, [mf, pf, mb, pb]) in sums {
-            let f = self.factors.entry(ty).or_default();
-            if mf > 0.0 && pf > 0.0 {
-                f.forward = mf / pf;
-                // Until a recomputation is measured, it is predicted to take a forward's time.
-                f.recompute = f.forward;
+            // A type whose forward was not seen keeps its factors (1 when never calibrated).
+            if !(mf > 0.0 && pf > 0.0) {
+                continue;
             }
-            if mb > 0.0 && pb > 0.0 {
-                f.backward = mb / pb;
-            }
+            let forward = mf / pf;
+            self.factors.insert(
+                ty,
+                TypeFactors {
+                    forward,
+                    backward: if pb > 0.0 { mb / pb } else { forward },
+                    // Until a recomputation is measured (`calibrate_recompute`), it is
+                    // predicted to take a forward's time.
+                    recompute: forward,
+                },
+            );
         }
         let (leaves_fwd, leaves_bwd) = self.leaves_ms();
         self.forward_overhead_ms = (timing.median_ms("", Phase::Forward) - leaves_fwd).max(0.0);

@@ -10,7 +10,7 @@ use crate::steps::run_steps;
 use crate::strategy::explain;
 use memopt_checkpoint::Plan;
 use memopt_core::Device;
-use memopt_profiler::timing::median;
+use memopt_profiler::timing::{median, quartiles};
 use memopt_profiler::{PlanCheck, Quantity, TimingProfiler, plan_is_data_dependent};
 use memopt_search::{
     Budget, BudgetStrategy, MaxOverhead, Memonger, MinMemory, Pipeline, PlanReport, SearchError, Strategy,
@@ -21,8 +21,8 @@ use std::time::Instant;
 /// One strategy's figures.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct BenchRow {
-    /// `baseline` (store everything), `pipeline`, `memonger`, `budget`, `max-overhead` or
-    /// `min-memory`.
+    /// `baseline` (store everything), `pipeline`, `memonger`, `budget`, `max-overhead`,
+    /// `min-memory`, or `plan file` (a plan given to the bench).
     pub strategy: String,
     /// Its setting (`level 4`, `20%`, the budget in MiB, ...).
     pub setting: String,
@@ -45,6 +45,10 @@ pub struct BenchRow {
     /// Measured extra time over the baseline step, as a fraction (0.18 = 18% slower): the
     /// median over rounds of this row's step over the baseline's step of the same round, less 1.
     pub overhead: f64,
+    /// The lower and upper quartiles of those per-round overheads, as fractions: how far the
+    /// middle half of the rounds spread (noise of the machine, not of the plan).
+    #[serde(default)]
+    pub overhead_quartiles: (f64, f64),
     /// The cost model's predicted extra time (the model the strategies planned with), as a
     /// fraction.
     pub predicted_overhead: f64,
@@ -109,6 +113,9 @@ pub struct OverheadGap {
     pub overhead: f64,
     /// Predicted less measured, in percentage points (positive: the model overestimates).
     pub points: f64,
+    /// Whether the prediction lies within the quartiles of the row's per-round overheads:
+    /// then the gap is no larger than the machine's noise.
+    pub within_noise: bool,
 }
 
 impl OverheadGap {
@@ -123,19 +130,22 @@ impl OverheadGap {
                     predicted_overhead: p,
                     overhead: r.overhead,
                     points: (p - r.overhead) * 100.0,
+                    within_noise: (r.overhead_quartiles.0..=r.overhead_quartiles.1).contains(&p),
                 })
             })
             .max_by(|a, b| a.points.abs().total_cmp(&b.points.abs()))
     }
 
-    /// `memonger: predicted +33.0%, measured +5.0% (+28.0 points)`.
+    /// `memonger: predicted +33.0%, measured +5.0% (+28.0 points, outside the middle half of
+    /// its rounds)`.
     pub fn describe(&self) -> String {
         format!(
-            "{}: predicted {:+.1}%, measured {:+.1}% ({:+.1} points)",
+            "{}: predicted {:+.1}%, measured {:+.1}% ({:+.1} points, {} the middle half of its rounds)",
             self.strategy,
             self.predicted_overhead * 100.0,
             self.overhead * 100.0,
-            self.points
+            self.points,
+            if self.within_noise { "within" } else { "outside" }
         )
     }
 }
@@ -149,13 +159,15 @@ impl OverheadGap {
 /// baseline's (always feasible: the budget search ends with the min-memory plan) unless
 /// `budget` is given; a budget no plan meets rejects that row with the reason. A candidate
 /// whose steps run out of device memory is rejected likewise and the others are still
-/// measured; the baseline must fit.
+/// measured; the baseline must fit. Each of `plan_files` (a name, and a plan read from it)
+/// adds a row after the strategies', strategy `plan file`, setting the name.
 pub fn bench(
     selection: &Selection,
     timed_steps: usize,
     budget: Option<Budget>,
     device: Device,
     calibration: Option<&LoadedCalibration>,
+    plan_files: &[(String, Plan)],
 ) -> Result<BenchReport> {
     let workload = &selection.workload;
     let started = Instant::now();
@@ -195,6 +207,10 @@ pub fn bench(
         }
     }
     planned.push(("min-memory".into(), "least peak reachable".into(), Ok(least)));
+    for (name, plan) in plan_files {
+        let r = session.report("plan file", plan.clone())?;
+        planned.push(("plan file".into(), name.clone(), Ok(r)));
+    }
 
     let base = run_steps(workload, &Plan::store_all(), device, 0)?;
     let mut rows = vec![BenchRow {
@@ -207,6 +223,7 @@ pub fn bench(
         step_ms_min: 0.0,
         step_ms_max: 0.0,
         overhead: 0.0,
+        overhead_quartiles: (0.0, 0.0),
         predicted_overhead: 0.0,
         predicted_overhead_uncalibrated: uncalibrated.as_ref().map(|_| 0.0),
         planning_ms: 0.0,
@@ -229,6 +246,7 @@ pub fn bench(
                 step_ms_min: 0.0,
                 step_ms_max: 0.0,
                 overhead: 0.0,
+                overhead_quartiles: (0.0, 0.0),
                 predicted_overhead: r.map_or(0.0, |r| r.predicted_overhead),
                 predicted_overhead_uncalibrated: r.and_then(|r| uncalibrated.as_ref().map(|u| u.plan_overhead(&r.plan))),
                 planning_ms: r.map_or(0.0, |r| r.planning_ms),
@@ -271,6 +289,7 @@ pub fn bench(
             step_ms_min: 0.0,
             step_ms_max: 0.0,
             overhead: 0.0,
+            overhead_quartiles: (0.0, 0.0),
             predicted_overhead: r.predicted_overhead,
             predicted_overhead_uncalibrated: uncalibrated.as_ref().map(|u| u.plan_overhead(&r.plan)),
             planning_ms: r.planning_ms,
@@ -288,8 +307,9 @@ pub fn bench(
         row.step_ms = report.step_ms;
         row.step_ms_min = samples.iter().copied().fold(f64::INFINITY, f64::min);
         row.step_ms_max = samples.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-        let ratios: Vec<f64> = samples.iter().zip(&base_ms).map(|(p, b)| p / b.max(1e-9)).collect();
-        row.overhead = median(&ratios) - 1.0;
+        let overheads: Vec<f64> = samples.iter().zip(&base_ms).map(|(p, b)| p / b.max(1e-9) - 1.0).collect();
+        row.overhead = median(&overheads);
+        row.overhead_quartiles = quartiles(&overheads);
     }
     let largest_gap = OverheadGap::largest(&rows, |r| Some(r.predicted_overhead));
     let largest_gap_uncalibrated = uncalibrated

@@ -23,12 +23,14 @@ gradients, running statistics, neuron states, updated parameters) are bit-identi
 baseline's (same). Each plan's first step runs on a fresh model (peak and values); then every
 round runs one step of each plan in turn on one model, and a row's overhead is the median
 over rounds of its step over the baseline's step of the same round, so a change in the
-machine's load reaches every row alike. The summary names the row with the largest gap.
+machine's load reaches every row alike; `middle half` gives the quartiles of a row's per-round
+overheads (the machine's noise). The summary names the row with the largest gap, and whether
+its prediction lies within that middle half.
 With --calibration FILE (made by `memopt calibrate` on this device) the strategies plan with
 the calibrated cost model, and each row also shows the uncalibrated prediction of the same
 plan (column `uncalib.`): before and after, on the same plans and measurements.
 The budget row asks for the midpoint between the least reachable peak and the baseline unless
---budget is given.";
+--budget is given. --plan FILE adds a row for a plan made elsewhere (another size, say).";
 
 /// Options of `memopt bench`.
 #[derive(Debug, Clone, clap::Args)]
@@ -58,6 +60,11 @@ pub struct BenchArgs {
     /// The cost model's calibration (the predicted column).
     #[command(flatten)]
     pub calibration: CalibrationArgs,
+    /// Also bench this plan (from `memopt optimize --out`; repeatable): a row `plan file` after
+    /// the strategies'. A plan made for another size still runs here (plans name module
+    /// paths), with a warning; its peak and overheads are this size's.
+    #[arg(long = "plan", value_name = "FILE")]
+    pub plans: Vec<std::path::PathBuf>,
 }
 
 /// Benches.
@@ -88,7 +95,12 @@ pub fn run(args: &BenchArgs, out: &mut dyn Write) -> Result<()> {
         &args.model.command_line(),
     )?;
     let calibration = args.calibration.load(device)?;
-    let report = bench(&sel, args.steps, budget, device, calibration.as_ref())?;
+    let plans = args
+        .plans
+        .iter()
+        .map(|p| Ok((p.display().to_string(), super::read_plan_for(p, &sel)?)))
+        .collect::<Result<Vec<_>>>()?;
+    let report = bench(&sel, args.steps, budget, device, calibration.as_ref(), &plans)?;
     // How the device is named in the text: "CPU" as before, else `cuda:N`.
     let on = match device {
         memopt_core::Device::Cpu => "CPU".to_string(),
@@ -114,7 +126,7 @@ pub fn run(args: &BenchArgs, out: &mut dyn Write) -> Result<()> {
     let uncalib = |v: String| if calibrated { format!(" {v:>9}") } else { String::new() };
     out!(
         out,
-        "{:<13} {:<28} {:>11} {:>7} {:>10} {:>17} {:>9} {:>9} {:>7}{} {:>9} {:>7} {:>6}",
+        "{:<13} {:<28} {:>11} {:>7} {:>10} {:>17} {:>9} {:>15} {:>9} {:>7}{} {:>9} {:>7} {:>6}",
         "strategy",
         "setting",
         "peak",
@@ -122,6 +134,7 @@ pub fn run(args: &BenchArgs, out: &mut dyn Write) -> Result<()> {
         "step ms",
         "range ms",
         "overhead",
+        "middle half",
         "predicted",
         "gap",
         uncalib("uncalib.".into()),
@@ -143,7 +156,7 @@ pub fn run(args: &BenchArgs, out: &mut dyn Write) -> Result<()> {
         }
         out!(
             out,
-            "{:<13} {:<28} {:>11} {:>6.2}x {:>10} {:>17} {:>+8.1}% {:>+8.1}% {:>+7.1}{} {:>9.2} {:>7} {:>6}",
+            "{:<13} {:<28} {:>11} {:>6.2}x {:>10} {:>17} {:>+8.1}% {:>15} {:>+8.1}% {:>+7.1}{} {:>9.2} {:>7} {:>6}",
             r.strategy,
             r.setting,
             bytes(r.peak_bytes),
@@ -151,6 +164,11 @@ pub fn run(args: &BenchArgs, out: &mut dyn Write) -> Result<()> {
             ms(r.step_ms),
             format!("{}-{}", ms(r.step_ms_min), ms(r.step_ms_max)),
             r.overhead * 100.0,
+            format!(
+                "{:+.1}..{:+.1}%",
+                r.overhead_quartiles.0 * 100.0,
+                r.overhead_quartiles.1 * 100.0
+            ),
             r.predicted_overhead * 100.0,
             (r.predicted_overhead - r.overhead) * 100.0,
             uncalib(format!("{:+.1}%", r.predicted_overhead_uncalibrated.unwrap_or(0.0) * 100.0)),
@@ -159,7 +177,10 @@ pub fn run(args: &BenchArgs, out: &mut dyn Write) -> Result<()> {
             if r.bit_identical { "same" } else { "DIFFER" }
         )?;
     }
-    out!(out, "(gap: predicted less measured overhead, in points)")?;
+    out!(
+        out,
+        "(middle half: the quartiles of the per-round overheads, the machine's noise; gap: predicted less measured overhead, in points)"
+    )?;
     if let Some(g) = &report.largest_gap {
         out!(
             out,

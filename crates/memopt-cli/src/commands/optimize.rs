@@ -15,7 +15,7 @@ use crate::tree::plan_tree;
 use memopt_checkpoint::Plan;
 use memopt_core::Target;
 use crate::calibration::{CalibrationArgs, CostModelSource, planning_session};
-use memopt_profiler::timing::median;
+use memopt_profiler::timing::{median, quartiles};
 use memopt_profiler::{PlanCheck, Quantity, TimingProfiler, plan_is_data_dependent};
 use memopt_search::{AllocatorLevels, BudgetFit, PipelineSummary};
 use serde::Serialize;
@@ -73,7 +73,8 @@ pub struct OptimizeArgs {
     /// steps, which need that device to exist.
     #[arg(long, default_value = "cpu", value_name = DEVICE_VALUES)]
     pub device: String,
-    /// Timed steps per run of --verify (after the first, which gives the peak and gradients).
+    /// Timed rounds of --verify, each a baseline step and a planned step in turn on one model
+    /// (after each plan's first step on a fresh model, which gives the peak and values).
     #[arg(long, default_value_t = 2, value_name = "N", value_parser = crate::selection::whole, allow_hyphen_values = true)]
     pub steps: usize,
     /// Print JSON (stable field names) instead of text.
@@ -106,6 +107,9 @@ pub struct Verification {
     /// median over --steps rounds, each a baseline step and a planned step in turn on one
     /// model, of the planned over the baseline step, less 1.
     pub measured_overhead: f64,
+    /// The lower and upper quartiles of the per-round overheads, as fractions (the machine's
+    /// noise).
+    pub measured_overhead_quartiles: (f64, f64),
     /// Whether every parameter gradient of the first step is bit-identical to the baseline's.
     pub grads_identical: bool,
     /// The library's verdict ([`PlanCheck`]): planned and measured peaks, values compared and
@@ -207,7 +211,7 @@ pub fn run(args: &OptimizeArgs, out: &mut dyn Write) -> Result<()> {
             [b, p] => (b.step_samples_ms.clone(), p.step_samples_ms.clone()),
             _ => (Vec::new(), Vec::new()),
         };
-        let ratios: Vec<f64> = plan_ms.iter().zip(&base_ms).map(|(p, b)| p / b.max(1e-9)).collect();
+        let overheads: Vec<f64> = plan_ms.iter().zip(&base_ms).map(|(p, b)| p / b.max(1e-9) - 1.0).collect();
         let check = PlanCheck::compare(
             &base.record,
             &planned.record,
@@ -219,7 +223,8 @@ pub fn run(args: &OptimizeArgs, out: &mut dyn Write) -> Result<()> {
             baseline_measured_peak_bytes: base.peak_bytes(),
             baseline_step_ms: median(&base_ms),
             planned_step_ms: median(&plan_ms),
-            measured_overhead: median(&ratios) - 1.0,
+            measured_overhead: median(&overheads),
+            measured_overhead_quartiles: quartiles(&overheads),
             grads_identical: !check.mismatches.iter().any(|m| m.quantity == Quantity::Gradient),
             check,
         })
@@ -397,10 +402,14 @@ pub fn run(args: &OptimizeArgs, out: &mut dyn Write) -> Result<()> {
         )?;
         out!(
             out,
-            "  step time         {:>9.2} ms  baseline {:.2} ms ({} measured)",
+            "  step time         {:>9.2} ms  baseline {:.2} ms ({} measured, middle half of {} rounds {}..{}; {} predicted)",
             v.planned_step_ms,
             v.baseline_step_ms,
-            percent(v.measured_overhead)
+            percent(v.measured_overhead),
+            args.steps,
+            percent(v.measured_overhead_quartiles.0),
+            percent(v.measured_overhead_quartiles.1),
+            percent(report.predicted_overhead)
         )?;
         out!(
             out,

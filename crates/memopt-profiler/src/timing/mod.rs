@@ -9,4 +9,4 @@ mod report;
 
 pub use codec::CodecTiming;
 pub use profiler::TimingProfiler;
-pub use report::{ModuleTiming, TimingReport, median};
+pub use report::{ModuleTiming, TimingReport, median, quartiles};

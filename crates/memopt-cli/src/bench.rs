@@ -202,7 +202,9 @@ pub fn bench(
         let name = s.name().to_string();
         match s.plan(&mut session) {
             Ok(r) => planned.push((name, setting, Ok(r))),
-            Err(e @ SearchError::Infeasible { .. }) => planned.push((name, setting, Err(explain(e).to_string()))),
+            Err(e @ SearchError::Infeasible { .. }) => {
+                planned.push((name, setting, Err(explain(e).to_string())))
+            }
             Err(e) => return Err(explain(e)),
         }
     }
@@ -248,7 +250,8 @@ pub fn bench(
                 overhead: 0.0,
                 overhead_quartiles: (0.0, 0.0),
                 predicted_overhead: r.map_or(0.0, |r| r.predicted_overhead),
-                predicted_overhead_uncalibrated: r.and_then(|r| uncalibrated.as_ref().map(|u| u.plan_overhead(&r.plan))),
+                predicted_overhead_uncalibrated: r
+                    .and_then(|r| uncalibrated.as_ref().map(|u| u.plan_overhead(&r.plan))),
                 planning_ms: r.map_or(0.0, |r| r.planning_ms),
                 entries: r.map_or(0, |r| r.plan.entries.len()),
                 grads_identical: false,
@@ -301,13 +304,20 @@ pub fn bench(
         timed.push(r.plan);
     }
     let reports = TimingProfiler::new(1, timed_steps.max(1)).profile_plans(workload, &timed, device)?;
-    let base_ms = reports.first().map(|r| r.step_samples_ms.clone()).unwrap_or_default();
+    let base_ms = reports
+        .first()
+        .map(|r| r.step_samples_ms.clone())
+        .unwrap_or_default();
     for (row, report) in rows.iter_mut().filter(|r| r.rejected.is_none()).zip(&reports) {
         let samples = &report.step_samples_ms;
         row.step_ms = report.step_ms;
         row.step_ms_min = samples.iter().copied().fold(f64::INFINITY, f64::min);
         row.step_ms_max = samples.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-        let overheads: Vec<f64> = samples.iter().zip(&base_ms).map(|(p, b)| p / b.max(1e-9) - 1.0).collect();
+        let overheads: Vec<f64> = samples
+            .iter()
+            .zip(&base_ms)
+            .map(|(p, b)| p / b.max(1e-9) - 1.0)
+            .collect();
         row.overhead = median(&overheads);
         row.overhead_quartiles = quartiles(&overheads);
     }
@@ -340,7 +350,10 @@ impl BenchReport {
         let base = self.rows.first().map_or(1, |r| r.peak_bytes).max(1);
         for r in &self.rows {
             if let Some(why) = &r.rejected {
-                s.push_str(&format!("| {} | {} | rejected: {why} |||||||||||\n", r.strategy, r.setting));
+                s.push_str(&format!(
+                    "| {} | {} | rejected: {why} |||||||||||\n",
+                    r.strategy, r.setting
+                ));
                 continue;
             }
             s.push_str(&format!(
@@ -364,7 +377,10 @@ impl BenchReport {
             ));
         }
         if let Some(g) = &self.largest_gap {
-            s.push_str(&format!("\nlargest gap between predicted and measured overhead: {}\n", g.describe()));
+            s.push_str(&format!(
+                "\nlargest gap between predicted and measured overhead: {}\n",
+                g.describe()
+            ));
         }
         s
     }

@@ -101,7 +101,10 @@ impl CalibrationArgs {
 }
 
 /// The cost model of `workload`, calibrated by `calibration` when given, and what it came from.
-pub fn cost_model(workload: &Workload, calibration: Option<&LoadedCalibration>) -> Result<(CostModel, CostModelSource)> {
+pub fn cost_model(
+    workload: &Workload,
+    calibration: Option<&LoadedCalibration>,
+) -> Result<(CostModel, CostModelSource)> {
     let mut cost = CostModel::from_workload(workload, Throughput::cpu_default())?;
     let source = match calibration {
         None => CostModelSource {
@@ -124,5 +127,8 @@ pub fn planning_session(
     calibration: Option<&LoadedCalibration>,
 ) -> Result<(PlanningSession, CostModelSource)> {
     let (cost, source) = cost_model(workload, calibration)?;
-    Ok((PlanningSession::with(workload, OptionSpace::default(), cost)?, source))
+    Ok((
+        PlanningSession::with(workload, OptionSpace::default(), cost)?,
+        source,
+    ))
 }

@@ -212,7 +212,10 @@ fn calibration_fits_known_factors_and_reproduces_the_measured_steps() {
     );
     // A plan it was not measured on: a nested checkpoint recomputes its inside once per
     // enclosing entry, and packs each entry's input once.
-    let nested = Plan::from_entries([("features.1", Policy::CHECKPOINT), ("features", Policy::CHECKPOINT)]);
+    let nested = Plan::from_entries([
+        ("features.1", Policy::CHECKPOINT),
+        ("features", Policy::CHECKPOINT),
+    ]);
     let recompute = |path: &str| -> f64 {
         m.modules
             .iter()
@@ -220,8 +223,15 @@ fn calibration_fits_known_factors_and_reproduces_the_measured_steps() {
             .map(|e| truth(&e.module_type).2 * raw_ms(&m, e))
             .sum()
     };
-    let expected = recompute("features") + recompute("features.1") + packing_ms(&m, "features") + packing_ms(&m, "features.1");
-    assert!(close(fresh.plan_extra_ms(&nested), expected), "{} vs {expected}", fresh.plan_extra_ms(&nested));
+    let expected = recompute("features")
+        + recompute("features.1")
+        + packing_ms(&m, "features")
+        + packing_ms(&m, "features.1");
+    assert!(
+        close(fresh.plan_extra_ms(&nested), expected),
+        "{} vs {expected}",
+        fresh.plan_extra_ms(&nested)
+    );
     // Before calibration the same plan is priced by the throughput guess, which is not the truth.
     assert!(!close(m.plan_extra_ms(&nested), expected));
 }
@@ -232,11 +242,15 @@ fn the_fit_refuses_measurements_that_cannot_calibrate() {
     let (measured, _) = measurement(&m);
     let mut wrong_baseline = measured.clone();
     wrong_baseline.baseline.plan = Plan::from_entries([("features.1", Policy::CHECKPOINT)]);
-    let e = Calibration::fit(&m, &wrong_baseline, Device::Cpu, host()).unwrap_err().to_string();
+    let e = Calibration::fit(&m, &wrong_baseline, Device::Cpu, host())
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("must store everything"), "{e}");
     let mut nothing_recomputed = measured.clone();
     nothing_recomputed.checkpointed = measured.baseline.clone();
-    let e = Calibration::fit(&m, &nothing_recomputed, Device::Cpu, host()).unwrap_err().to_string();
+    let e = Calibration::fit(&m, &nothing_recomputed, Device::Cpu, host())
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("recomputed none"), "{e}");
 }
 
@@ -277,13 +291,25 @@ fn a_calibration_applies_only_to_its_device_and_host() {
     cpu.check_applies(Device::META, &here).unwrap();
     let err = |r: memopt_profiler::Result<()>| r.unwrap_err().to_string();
     let e = err(cpu.check_applies(Device::Meta(Target::Cuda), &here));
-    assert!(e.contains("measured on cpu") && e.contains("memopt calibrate --device cuda:N"), "{e}");
+    assert!(
+        e.contains("measured on cpu") && e.contains("memopt calibrate --device cuda:N"),
+        "{e}"
+    );
     let e = err(cpu.check_applies(Device::Cuda(0), &here));
-    assert!(e.contains("measured on cpu") && e.contains("--device cuda:0"), "{e}");
-    let more_threads = HostIdentity { threads: 16, ..host() };
+    assert!(
+        e.contains("measured on cpu") && e.contains("--device cuda:0"),
+        "{e}"
+    );
+    let more_threads = HostIdentity {
+        threads: 16,
+        ..host()
+    };
     let e = err(cpu.check_applies(Device::Cpu, &more_threads));
     assert!(e.contains("2 threads") && e.contains("16 threads"), "{e}");
-    let dev_build = HostIdentity { build: "dev".into(), ..host() };
+    let dev_build = HostIdentity {
+        build: "dev".into(),
+        ..host()
+    };
     assert!(err(cpu.check_applies(Device::Cpu, &dev_build)).contains("dev build"));
     // A GPU calibration: its ordinal and build, not the host CPU.
     let gpu = Calibration::fit(&m, &measured, Device::Cuda(1), host()).unwrap();
@@ -297,14 +323,19 @@ fn a_calibration_applies_only_to_its_device_and_host() {
 fn bad_calibration_files_are_refused_with_the_reason() {
     let m = model(&vgg(2));
     let (measured, _) = measurement(&m);
-    let good = Calibration::fit(&m, &measured, Device::Cpu, host()).unwrap().to_json();
+    let good = Calibration::fit(&m, &measured, Device::Cpu, host())
+        .unwrap()
+        .to_json();
     let err = |text: &str| Calibration::from_json(text).unwrap_err().to_string();
     let replaced = |from: &str, to: &str| {
         assert!(good.contains(from), "{from} not in {good}");
         good.replacen(from, to, 1)
     };
     assert!(err(&replaced("\"format\": 1", "\"format\": 2")).contains("format 2 is not supported"));
-    assert!(err(&replaced("\"backward_ratio\": 2.0", "\"backward_ratio\": -2.0")).contains("backward_ratio is -2"));
+    assert!(
+        err(&replaced("\"backward_ratio\": 2.0", "\"backward_ratio\": -2.0"))
+            .contains("backward_ratio is -2")
+    );
     let e = err(&replaced("\"forward_outside\": ", "\"forward_outside\": -"));
     assert!(e.contains("forward_outside"), "{e}");
     let e = err(&replaced("\"format\": 1,", "\"format\": 1, \"extra\": 1,"));
@@ -315,7 +346,10 @@ fn bad_calibration_files_are_refused_with_the_reason() {
     assert!(err(&replaced("\"device\": \"cpu\"", "\"device\": \"tpu\"")).contains("unknown device 'tpu'"));
     assert!(err(&replaced("\"bit_spike\":", "\"zip\":")).contains("codecs.zip: no such compressor"));
     assert!(err(&replaced("\"threads\": 2", "\"threads\": 0")).contains("host.threads is 0"));
-    let e = err(&replaced("\"compress_bytes_per_s\": ", "\"compress_bytes_per_s\": -"));
+    let e = err(&replaced(
+        "\"compress_bytes_per_s\": ",
+        "\"compress_bytes_per_s\": -",
+    ));
     assert!(e.contains("compress_bytes_per_s") && e.contains("above 0"), "{e}");
     // A factor's field missing.
     let e = err(&replaced("\"recompute\": ", "\"recompute_\": "));
@@ -334,17 +368,24 @@ fn calibrated_packing_prices_spike_inputs_only() {
     let entry = |path: &str, compressor| PlanEntry {
         path: path.into(),
         children: None,
-        policy: Policy::Checkpoint { compressor, chunks: 1 },
+        policy: Policy::Checkpoint {
+            compressor,
+            chunks: 1,
+        },
     };
     // features.2 takes spikes: BitSpike costs its measured packing; features.0 takes the
     // (non-spike) input frames, kept as they are.
     let spikes = entry("features.2", CompressorKind::BitSpike);
-    assert!(close(cal.saved_input_ms(&spikes.path, spikes.policy), packing_ms(&m, "features.2")));
+    assert!(close(
+        cal.saved_input_ms(&spikes.path, spikes.policy),
+        packing_ms(&m, "features.2")
+    ));
     assert!(cal.saved_input_ms(&spikes.path, spikes.policy) > 0.0);
     let frames = entry("features.0", CompressorKind::BitSpike);
     assert_eq!(cal.saved_input_ms(&frames.path, frames.policy), 0.0);
     // A compressor the calibration did not time is priced by bytes moved, as uncalibrated.
     let sparse = entry("features.2", CompressorKind::Sparse);
-    let guess = 1e3 * cal.saved_input_traffic(&sparse.path, sparse.policy) as f64 / cal.throughput.bytes_per_s;
+    let guess =
+        1e3 * cal.saved_input_traffic(&sparse.path, sparse.policy) as f64 / cal.throughput.bytes_per_s;
     assert!(close(cal.saved_input_ms(&sparse.path, sparse.policy), guess) && guess > 0.0);
 }

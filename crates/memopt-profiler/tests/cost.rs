@@ -123,8 +123,14 @@ fn calibration_predicts_the_measured_overhead_of_another_plan() {
     let workload = Workload::zoo("toy-if", spec, 32);
     let run = Calibration::measure(&workload, Device::Cpu, TimingProfiler::new(1, 5)).unwrap();
     let c = &run.calibration;
-    assert!(c.factors.contains_key("Linear") && c.factors.contains_key("IFNode"), "{c:?}");
-    assert!(c.codecs.contains_key("bit_spike"), "the spike inputs' packing is timed: {c:?}");
+    assert!(
+        c.factors.contains_key("Linear") && c.factors.contains_key("IFNode"),
+        "{c:?}"
+    );
+    assert!(
+        c.codecs.contains_key("bit_spike"),
+        "the spike inputs' packing is timed: {c:?}"
+    );
     let mut model = CostModel::from_workload(&workload, Throughput::cpu_default()).unwrap();
     assert!(c.apply(&mut model).unmeasured_types.is_empty());
     // Blocks 1 and 2 recompute (4 leaves each, not one by one as calibrated), their spike

@@ -137,7 +137,10 @@ fn codecs_are_timed_on_the_shape_asked() {
     let t = TimingProfiler::new(1, 3)
         .profile_codec(CompressorKind::BitSpike, &[4, 8, 64, 32], Device::Cpu)
         .unwrap();
-    assert_eq!((t.compressor, t.shape.as_slice()), (CompressorKind::BitSpike, &[4, 8, 64, 32][..]));
+    assert_eq!(
+        (t.compressor, t.shape.as_slice()),
+        (CompressorKind::BitSpike, &[4, 8, 64, 32][..])
+    );
     assert_eq!(t.input_bytes, 4 * 8 * 64 * 32 * 4);
     assert!(t.compress_ms > 0.0 && t.decompress_ms > 0.0, "{t:?}");
     let err = TimingProfiler::new(0, 0)

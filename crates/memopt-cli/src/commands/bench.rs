@@ -123,7 +123,13 @@ pub fn run(args: &BenchArgs, out: &mut dyn Write) -> Result<()> {
         report.session_setup_ms,
         report.timed_steps.max(1)
     )?;
-    let uncalib = |v: String| if calibrated { format!(" {v:>9}") } else { String::new() };
+    let uncalib = |v: String| {
+        if calibrated {
+            format!(" {v:>9}")
+        } else {
+            String::new()
+        }
+    };
     out!(
         out,
         "{:<13} {:<28} {:>11} {:>7} {:>10} {:>17} {:>9} {:>15} {:>9} {:>7}{} {:>9} {:>7} {:>6}",
@@ -150,7 +156,11 @@ pub fn run(args: &BenchArgs, out: &mut dyn Write) -> Result<()> {
                 "{:<13} {:<28} {:>11} rejected: {why}",
                 r.strategy,
                 r.setting,
-                if r.peak_bytes > 0 { bytes(r.peak_bytes) } else { "-".into() }
+                if r.peak_bytes > 0 {
+                    bytes(r.peak_bytes)
+                } else {
+                    "-".into()
+                }
             )?;
             continue;
         }
@@ -171,7 +181,10 @@ pub fn run(args: &BenchArgs, out: &mut dyn Write) -> Result<()> {
             ),
             r.predicted_overhead * 100.0,
             (r.predicted_overhead - r.overhead) * 100.0,
-            uncalib(format!("{:+.1}%", r.predicted_overhead_uncalibrated.unwrap_or(0.0) * 100.0)),
+            uncalib(format!(
+                "{:+.1}%",
+                r.predicted_overhead_uncalibrated.unwrap_or(0.0) * 100.0
+            )),
             r.planning_ms,
             r.entries,
             if r.bit_identical { "same" } else { "DIFFER" }
@@ -190,7 +203,11 @@ pub fn run(args: &BenchArgs, out: &mut dyn Write) -> Result<()> {
         )?;
     }
     if let Some(g) = &report.largest_gap_uncalibrated {
-        out!(out, "largest gap, uncalibrated predictions of the same plans: {}", g.describe())?;
+        out!(
+            out,
+            "largest gap, uncalibrated predictions of the same plans: {}",
+            g.describe()
+        )?;
     }
     let mismatched: Vec<&str> = report
         .rows

@@ -67,8 +67,12 @@ pub fn run(args: &CalibrateArgs, out: &mut dyn Write) -> Result<()> {
     let mut sel = args.model.resolve(Some(DEFAULT_MODEL))?;
     sel.workload.target = device.target();
     let workload = &sel.workload;
-    args.limit
-        .check(workload, &[&Plan::store_all()], device, &args.model.command_line())?;
+    args.limit.check(
+        workload,
+        &[&Plan::store_all()],
+        device,
+        &args.model.command_line(),
+    )?;
     let run = Calibration::measure(workload, device, TimingProfiler::new(1, args.steps))?;
     let c = &run.calibration;
     let json = c.to_json();
@@ -142,7 +146,13 @@ pub fn run(args: &CalibrateArgs, out: &mut dyn Write) -> Result<()> {
             )?;
         }
     }
-    out!(out, "\n{:<34} {:>11} {:>12}", "step", "measured ms", "predicted ms")?;
+    out!(
+        out,
+        "\n{:<34} {:>11} {:>12}",
+        "step",
+        "measured ms",
+        "predicted ms"
+    )?;
     out!(
         out,
         "{:<34} {:>11.1} {:>12.1}",

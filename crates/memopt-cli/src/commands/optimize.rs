@@ -1,6 +1,7 @@
 //! `memopt optimize`: plan, print the plan as a tree, optionally verify it with real steps.
 
 use super::chart;
+use crate::calibration::{CalibrationArgs, CostModelSource, planning_session};
 use crate::device_arg::{DEVICE_VALUES, parse_device, parse_planning_device};
 use crate::error::{CliError, Result};
 use crate::files::Outputs;
@@ -14,7 +15,6 @@ use crate::strategy::{StrategyArgs, explain};
 use crate::tree::plan_tree;
 use memopt_checkpoint::Plan;
 use memopt_core::Target;
-use crate::calibration::{CalibrationArgs, CostModelSource, planning_session};
 use memopt_profiler::timing::{median, quartiles};
 use memopt_profiler::{PlanCheck, Quantity, TimingProfiler, plan_is_data_dependent};
 use memopt_search::{AllocatorLevels, BudgetFit, PipelineSummary};
@@ -205,13 +205,20 @@ pub fn run(args: &OptimizeArgs, out: &mut dyn Write) -> Result<()> {
         let base = run_steps(workload, &Plan::store_all(), device, 0)?;
         let planned = run_steps(workload, &report.plan, device, 0)?;
         // Step times in turns on one model, so that the machine's load reaches both alike.
-        let timed = TimingProfiler::new(1, args.steps)
-            .profile_plans(workload, &[Plan::store_all(), report.plan.clone()], device)?;
+        let timed = TimingProfiler::new(1, args.steps).profile_plans(
+            workload,
+            &[Plan::store_all(), report.plan.clone()],
+            device,
+        )?;
         let (base_ms, plan_ms) = match timed.as_slice() {
             [b, p] => (b.step_samples_ms.clone(), p.step_samples_ms.clone()),
             _ => (Vec::new(), Vec::new()),
         };
-        let overheads: Vec<f64> = plan_ms.iter().zip(&base_ms).map(|(p, b)| p / b.max(1e-9) - 1.0).collect();
+        let overheads: Vec<f64> = plan_ms
+            .iter()
+            .zip(&base_ms)
+            .map(|(p, b)| p / b.max(1e-9) - 1.0)
+            .collect();
         let check = PlanCheck::compare(
             &base.record,
             &planned.record,

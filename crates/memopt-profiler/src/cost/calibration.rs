@@ -162,7 +162,9 @@ impl Calibration {
 
     /// The device measured.
     pub fn measured_device(&self) -> Result<Device> {
-        self.device.parse::<Device>().map_err(|e| invalid(format!("device: {e}")))
+        self.device
+            .parse::<Device>()
+            .map_err(|e| invalid(format!("device: {e}")))
     }
 
     /// Checks every figure: speeds finite and above 0, factors and ratios finite and 0 or more.
@@ -171,14 +173,18 @@ impl Calibration {
             if v.is_finite() && v > 0.0 {
                 Ok(())
             } else {
-                Err(invalid(format!("{what} is {v}; it must be a finite number above 0")))
+                Err(invalid(format!(
+                    "{what} is {v}; it must be a finite number above 0"
+                )))
             }
         };
         let non_negative = |what: &str, v: f64| {
             if v.is_finite() && v >= 0.0 {
                 Ok(())
             } else {
-                Err(invalid(format!("{what} is {v}; it must be a finite number, 0 or above")))
+                Err(invalid(format!(
+                    "{what} is {v}; it must be a finite number, 0 or above"
+                )))
             }
         };
         let device = self.measured_device()?;
@@ -200,13 +206,22 @@ impl Calibration {
         non_negative("backward_outside", self.backward_outside)?;
         non_negative("optimizer_ms_per_byte", self.optimizer_ms_per_byte)?;
         for (name, c) in &self.codecs {
-            if !memopt_compress::CompressorKind::ALL.iter().any(|k| k.name() == name) {
+            if !memopt_compress::CompressorKind::ALL
+                .iter()
+                .any(|k| k.name() == name)
+            {
                 return Err(invalid(format!(
                     "codecs.{name}: no such compressor; valid: bit_spike, u8, sparse, f16, bf16, null"
                 )));
             }
-            positive(&format!("codecs.{name}.compress_bytes_per_s"), c.compress_bytes_per_s)?;
-            positive(&format!("codecs.{name}.decompress_bytes_per_s"), c.decompress_bytes_per_s)?;
+            positive(
+                &format!("codecs.{name}.compress_bytes_per_s"),
+                c.compress_bytes_per_s,
+            )?;
+            positive(
+                &format!("codecs.{name}.decompress_bytes_per_s"),
+                c.decompress_bytes_per_s,
+            )?;
         }
         if self.host.threads == 0 {
             return Err(invalid("host.threads is 0; it must be at least 1".into()));
@@ -268,7 +283,11 @@ impl Calibration {
         model.backward_ratio = self.backward_ratio;
         model.factors = self.factors.clone();
         let mut unmeasured = Vec::new();
-        for e in model.modules.iter().filter(|e| e.leaf && (e.flops > 0 || e.bytes > 0)) {
+        for e in model
+            .modules
+            .iter()
+            .filter(|e| e.leaf && (e.flops > 0 || e.bytes > 0))
+        {
             if !model.factors.contains_key(&e.module_type) {
                 unmeasured.push(e.module_type.clone());
             }

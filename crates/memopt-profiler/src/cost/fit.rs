@@ -11,7 +11,7 @@
 //! The fit ([`Calibration::fit`]) is arithmetic on those reports, separate from the timing, so
 //! that tests can give it known times and check that it recovers the factors exactly.
 
-use super::calibration::{Calibration, HostIdentity, MeasuredOn, CALIBRATION_FORMAT};
+use super::calibration::{CALIBRATION_FORMAT, Calibration, HostIdentity, MeasuredOn};
 use super::model::{CodecSpeed, CostModel, Throughput, TypeFactors};
 use crate::Result;
 use crate::error::ProfilerError;
@@ -119,7 +119,12 @@ impl Calibration {
     /// the parameter bytes; a codec's speed is the bytes it packed over its median time.
     /// Errors when the baseline is not a plan storing everything or the checkpointed steps
     /// recomputed nothing.
-    pub fn fit(model: &CostModel, m: &CalibrationMeasurement, device: Device, host: HostIdentity) -> Result<Calibration> {
+    pub fn fit(
+        model: &CostModel,
+        m: &CalibrationMeasurement,
+        device: Device,
+        host: HostIdentity,
+    ) -> Result<Calibration> {
         if !m.baseline.plan.entries.is_empty() {
             return Err(ProfilerError::Invalid(format!(
                 "a calibration's baseline must store everything; its plan has {} entries",
@@ -219,7 +224,11 @@ impl CostModel {
         let recomputed = recomputed_paths(timing);
         let mut sums: BTreeMap<String, [f64; 2]> = BTreeMap::new();
         let mut leaves = 0;
-        for e in self.modules.iter().filter(|e| e.leaf && recomputed.contains(&e.path)) {
+        for e in self
+            .modules
+            .iter()
+            .filter(|e| e.leaf && recomputed.contains(&e.path))
+        {
             let Some(t) = timing.module(&e.path, Phase::Recompute) else {
                 continue;
             };

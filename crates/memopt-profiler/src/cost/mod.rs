@@ -9,5 +9,7 @@ mod model;
 
 pub use calibration::{Applied, CALIBRATION_FORMAT, Calibration, HostIdentity, MeasuredOn};
 pub use collect::{InputInfo, ModuleCostEntry};
-pub use fit::{CalibrationMeasurement, CalibrationRun, TIMED_CODECS, every_leaf_checkpointed, largest_spike_input};
+pub use fit::{
+    CalibrationMeasurement, CalibrationRun, TIMED_CODECS, every_leaf_checkpointed, largest_spike_input,
+};
 pub use model::{CodecSpeed, CostModel, Throughput, TypeFactors};

@@ -152,7 +152,9 @@ impl CostModel {
         self.modules
             .iter()
             .filter(|e| e.leaf)
-            .fold((0.0, 0.0), |(f, b), e| (f + self.entry_forward_ms(e), b + self.entry_backward_ms(e)))
+            .fold((0.0, 0.0), |(f, b), e| {
+                (f + self.entry_forward_ms(e), b + self.entry_backward_ms(e))
+            })
     }
 
     fn entry_backward_ms(&self, e: &ModuleCostEntry) -> f64 {
@@ -298,12 +300,21 @@ impl CostModel {
             .map(|x| {
                 if compressor.requires_binary() && !x.is_spike {
                     // Kept as it is (null compressor): no work, but an offload copies it.
-                    return if offload { 2e3 * x.bytes() as f64 / self.throughput.bytes_per_s } else { 0.0 };
+                    return if offload {
+                        2e3 * x.bytes() as f64 / self.throughput.bytes_per_s
+                    } else {
+                        0.0
+                    };
                 }
                 let bytes = x.bytes() as f64;
                 let codec = 1e3 * (bytes / speed.compress_bytes_per_s + bytes / speed.decompress_bytes_per_s);
                 let payload = compressor.build().packed_size(&x.shape, x.dtype).upper_bound();
-                codec + if offload { 2e3 * payload as f64 / self.throughput.bytes_per_s } else { 0.0 }
+                codec
+                    + if offload {
+                        2e3 * payload as f64 / self.throughput.bytes_per_s
+                    } else {
+                        0.0
+                    }
             })
             .sum()
     }

@@ -45,7 +45,12 @@ impl TimingProfiler {
     /// discarded rounds, then the median of `runs` (CUDA events on a GPU, host time elsewhere).
     /// The tensors live in a tracker of their own, so nothing of this shows in the caller's
     /// memory figures.
-    pub fn profile_codec(&self, compressor: CompressorKind, shape: &[usize], device: Device) -> Result<CodecTiming> {
+    pub fn profile_codec(
+        &self,
+        compressor: CompressorKind,
+        shape: &[usize],
+        device: Device,
+    ) -> Result<CodecTiming> {
         if self.runs == 0 {
             return Err(crate::ProfilerError::Invalid(
                 "the timing profiler needs at least one run".into(),

@@ -165,7 +165,12 @@ impl TimingProfiler {
     /// memory pool is shared: each plan's steps start with the blocks the previous plan left
     /// cached, as steps of a training loop do. Errors when `plans` is empty or a plan does not
     /// apply to the model.
-    pub fn profile_plans(&self, workload: &Workload, plans: &[Plan], device: Device) -> Result<Vec<TimingReport>> {
+    pub fn profile_plans(
+        &self,
+        workload: &Workload,
+        plans: &[Plan],
+        device: Device,
+    ) -> Result<Vec<TimingReport>> {
         self.check_runs()?;
         let Some(first) = plans.first() else {
             return Err(ProfilerError::Invalid(

@@ -6,6 +6,8 @@
 //! times) follows from its command line alone, on any machine. A file measured on another
 //! device, CPU, thread count or build is refused with what differs; a model with module types
 //! the file never measured is priced at its overall factors, and the reports say which types.
+//! `train` runs a plan it is given and predicts nothing, so it takes no calibration; a plan's
+//! predicted overhead is `optimize`'s, with the calibration `optimize` was given.
 
 use crate::error::{CliError, Result};
 use crate::files::read_input;

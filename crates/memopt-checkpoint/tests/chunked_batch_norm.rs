@@ -49,7 +49,10 @@ fn assert_exact(build: &dyn Fn(Device) -> Model, plan: &Plan, n: usize) {
     let mut model = build(Device::Cpu);
     model.apply_plan(plan).unwrap();
     let got = fingerprint(&model, 2, n);
-    assert!(!got.buffers.is_empty(), "the model has BatchNorm running statistics");
+    assert!(
+        !got.buffers.is_empty(),
+        "the model has BatchNorm running statistics"
+    );
     assert_eq!(got, baseline, "plan {}", plan.to_json());
 }
 

@@ -36,7 +36,11 @@ fn chunked_batch_norm_segments_price_their_passes() {
     let fwd = |p: &str| m.forward_ms(p);
     let bwd = |p: &str| m.backward_ms(p);
     // features.1 = proj_bn (conv `0`, BatchNorm `1`) and neuron.
-    let (conv, bn, sn) = ("features.1.proj_bn.0", "features.1.proj_bn.1", "features.1.neuron");
+    let (conv, bn, sn) = (
+        "features.1.proj_bn.0",
+        "features.1.proj_bn.1",
+        "features.1.neuron",
+    );
     let passes = fwd(conv) + fwd(bn) + fwd("features.1") + bwd(bn) + bwd(sn);
     assert!(passes > fwd("features.1"));
     let extra = m.plan_extra_ms(&checkpoint("features.1", 2)) - m.plan_extra_ms(&checkpoint("features.1", 1));

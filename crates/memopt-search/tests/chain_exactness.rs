@@ -2,8 +2,8 @@
 //! (which equals the CPU's to the byte), for storing everything and for random plans (time
 //! chunks of segments with training BatchNorm included).
 
-use memopt_checkpoint::optim::Sgd;
 use memopt_checkpoint::module::find_module;
+use memopt_checkpoint::optim::Sgd;
 use memopt_checkpoint::{Batch, Model, Plan, PlanEntry, StepOptions, Target, Trainer, zoo};
 use memopt_core::kernels::SgdConfig;
 use memopt_core::{DType, Device, MemoryKind, MemoryTracker, ModulePath, Philox, Tensor};
@@ -72,7 +72,11 @@ fn contains_batch_norm(model: &Model, e: &PlanEntry) -> bool {
         .modules()
         .iter()
         .filter(|m| m.type_name.starts_with("BatchNorm"))
-        .any(|m| paths.iter().any(|p| ModulePath::from(m.path.as_str()).is_under(p)))
+        .any(|m| {
+            paths
+                .iter()
+                .any(|p| ModulePath::from(m.path.as_str()).is_under(p))
+        })
 }
 
 fn check(name: &str, n: usize, samples: usize) {
@@ -119,7 +123,10 @@ fn check(name: &str, n: usize, samples: usize) {
         "{name}: the sampled plans assign policies ({checked_entries})"
     );
     assert!(chunked > 0, "{name}: some sampled plans chunk time");
-    let has_bn = model.modules().iter().any(|m| m.type_name.starts_with("BatchNorm"));
+    let has_bn = model
+        .modules()
+        .iter()
+        .any(|m| m.type_name.starts_with("BatchNorm"));
     assert!(
         chunked_bn > 0 || !has_bn,
         "{name}: some sampled plans chunk segments with training BatchNorm"

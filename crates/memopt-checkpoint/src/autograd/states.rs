@@ -46,7 +46,8 @@ impl StateStore {
     /// Replaces the states at or below any of `prefixes` with `states` (a chunked segment
     /// starting another pass over its chunks from its entry states).
     pub(crate) fn restore_under(&mut self, prefixes: &[ModulePath], states: &[(ModulePath, Var)]) {
-        self.map.retain(|p, _| !prefixes.iter().any(|prefix| p.is_under(prefix)));
+        self.map
+            .retain(|p, _| !prefixes.iter().any(|prefix| p.is_under(prefix)));
         for (p, v) in states {
             self.map.insert(p.clone(), v.clone());
         }

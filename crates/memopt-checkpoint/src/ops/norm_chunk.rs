@@ -66,7 +66,8 @@ fn normalize_chunk<'m>(
     let [Some(x), weight, bias] = slots else {
         return Err(CheckpointError::Autograd("batch_norm needs its input".into()));
     };
-    let y = kernels::batch_norm_normalize(x.tensor(), weight.map(Var::tensor), bias.map(Var::tensor), &stats)?;
+    let y =
+        kernels::batch_norm_normalize(x.tensor(), weight.map(Var::tensor), bias.map(Var::tensor), &stats)?;
     let target = cx.is_recording() && cx.batch_stats.is_grad_target(&path);
     if !target && !cx.slots_need_grad(&slots) {
         return Ok(Var::constant(y));
@@ -104,7 +105,8 @@ impl<'m> Backward<'m, 3> for ChunkBatchNormBackward {
         let grad = g.take_output_or_zeros(0, self.x.tensor())?;
         let [x, weight, bias] = g.inputs;
         if cx.batch_stats.is_grad_target(&self.path) {
-            cx.batch_stats.add_grad_sums(&grad, self.x.tensor(), &self.stats.mean)?;
+            cx.batch_stats
+                .add_grad_sums(&grad, self.x.tensor(), &self.stats.mean)?;
             return Ok([None, None, None]);
         }
         let want_params = (weight.needs_grad || bias.needs_grad) && !cx.batch_stats.in_grad_pass();
@@ -119,13 +121,15 @@ impl<'m> Backward<'m, 3> for ChunkBatchNormBackward {
             }
         };
         let gx = if x.needs_grad {
-            Some(kernels::batch_norm_backward_input(kernels::BatchNormBackwardInput {
-                grad_y: grad.into(),
-                x: self.x.tensor(),
-                weight: self.weight.as_ref().map(SavedTensor::tensor),
-                stats: &self.stats,
-                sums,
-            })?)
+            Some(kernels::batch_norm_backward_input(
+                kernels::BatchNormBackwardInput {
+                    grad_y: grad.into(),
+                    x: self.x.tensor(),
+                    weight: self.weight.as_ref().map(SavedTensor::tensor),
+                    stats: &self.stats,
+                    sums,
+                },
+            )?)
         } else {
             None
         };

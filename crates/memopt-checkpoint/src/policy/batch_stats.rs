@@ -175,7 +175,9 @@ impl BatchStats {
             }
         }
         pass.sums = Some(kernels::batch_norm_stat_sums(x, pass.sums.take())?);
-        Ok(CheckpointError::StatisticsPass { path: path.to_string() })
+        Ok(CheckpointError::StatisticsPass {
+            path: path.to_string(),
+        })
     }
 
     /// Ends the statistics pass: the BatchNorm that stopped its chunks and its statistics
@@ -231,7 +233,9 @@ impl BatchStats {
     /// and marks the target reached (the tape stops after it).
     pub(crate) fn add_grad_sums(&mut self, g: &Tensor, x: &Tensor, mean: &Tensor) -> Result<()> {
         let Some(pass) = self.grad_pass.as_mut() else {
-            return Err(CheckpointError::Autograd("no gradient-sums pass is in progress".into()));
+            return Err(CheckpointError::Autograd(
+                "no gradient-sums pass is in progress".into(),
+            ));
         };
         pass.sums = Some(kernels::batch_norm_grad_sums(g, x, mean, pass.sums.take())?);
         pass.reached = true;
@@ -257,7 +261,10 @@ impl BatchStats {
             return Ok(());
         };
         let Some(given) = self.given.get_mut(&target) else {
-            return Err(internal(&target, "gradient sums for a BatchNorm without statistics".into()));
+            return Err(internal(
+                &target,
+                "gradient sums for a BatchNorm without statistics".into(),
+            ));
         };
         if let Some(s) = &sums
             && s.count() != given.stats.count
@@ -284,9 +291,16 @@ impl BatchStats {
     /// The gradient sums of the BatchNorm at `path` and whether its weight and bias gradients
     /// are still to be returned (they are then marked returned: once per step, in the last
     /// pass).
-    pub(crate) fn grad_sums(&mut self, path: &ModulePath, want_params: bool) -> Result<(&BatchNormGradSums, bool)> {
+    pub(crate) fn grad_sums(
+        &mut self,
+        path: &ModulePath,
+        want_params: bool,
+    ) -> Result<(&BatchNormGradSums, bool)> {
         let Some(given) = self.given.get_mut(path) else {
-            return Err(internal(path, "backward of a chunked BatchNorm without statistics".into()));
+            return Err(internal(
+                path,
+                "backward of a chunked BatchNorm without statistics".into(),
+            ));
         };
         let params = want_params && !given.params_done;
         given.params_done |= params;

@@ -212,7 +212,16 @@ fn run_chunks<'m>(
         chunk_passes::statistics_passes(cx, (segment, path), state_prefixes, inputs, spans, rng_entry)?;
     let paths = || batch_norms.iter().map(|(p, _)| p);
     cx.batch_stats.reset_counts(paths());
-    let ran = chunk_outputs(cx, segment, state_prefixes, inputs, spans, rng_entry, compressor, host);
+    let ran = chunk_outputs(
+        cx,
+        segment,
+        state_prefixes,
+        inputs,
+        spans,
+        rng_entry,
+        compressor,
+        host,
+    );
     let checked = ran.and_then(|r| cx.batch_stats.check_counts(paths()).map(|()| r));
     cx.batch_stats.take_back(paths().cloned());
     let (saves, outputs) = checked?;

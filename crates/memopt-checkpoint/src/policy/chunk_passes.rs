@@ -70,7 +70,15 @@ pub(super) fn statistics_passes<'m>(
     let mut ran = Ok(());
     for _ in 0..pending {
         cx.batch_stats.begin_stats_pass();
-        ran = statistics_pass(cx, segment, path, (state_prefixes, &entry), inputs, spans, rng_entry);
+        ran = statistics_pass(
+            cx,
+            segment,
+            path,
+            (state_prefixes, &entry),
+            inputs,
+            spans,
+            rng_entry,
+        );
         if ran.is_err() {
             cx.batch_stats.abandon_stats_pass();
             break;
@@ -218,13 +226,25 @@ pub(super) fn backward_chunks<'m>(
         cx.batch_stats.set_reached(false);
         let (inputs, states, rng) = match chunk {
             ChunkData::Kept(c) => (
-                c.inputs.iter().map(|s| s.restore_kept()).collect::<Result<Vec<_>>>()?,
-                c.states.iter().map(|(p, s)| (p.clone(), s.tensor().clone())).collect(),
+                c.inputs
+                    .iter()
+                    .map(|s| s.restore_kept())
+                    .collect::<Result<Vec<_>>>()?,
+                c.states
+                    .iter()
+                    .map(|(p, s)| (p.clone(), s.tensor().clone()))
+                    .collect(),
                 c.rng,
             ),
             ChunkData::Owned(c) => (
-                c.inputs.into_iter().map(|s| s.restore()).collect::<Result<Vec<_>>>()?,
-                c.states.into_iter().map(|(p, s)| (p, s.tensor().clone())).collect::<Vec<_>>(),
+                c.inputs
+                    .into_iter()
+                    .map(|s| s.restore())
+                    .collect::<Result<Vec<_>>>()?,
+                c.states
+                    .into_iter()
+                    .map(|(p, s)| (p, s.tensor().clone()))
+                    .collect::<Vec<_>>(),
                 c.rng,
             ),
         };
@@ -255,7 +275,11 @@ pub(super) fn backward_chunks<'m>(
             rc.segment.forward(cx, xs)
         };
         let tape = cx.tape.take().ok_or_else(|| {
-            pass_error(rc.path, rc.segment, "the recompute tape disappeared during the chunk's forward".into())
+            pass_error(
+                rc.path,
+                rc.segment,
+                "the recompute tape disappeared during the chunk's forward".into(),
+            )
         })?;
         let ys = ys?;
         let mut seeds = Vec::new();

@@ -205,9 +205,9 @@ impl CostModel {
         let passes: f64 = chunked
             .iter()
             .filter(|paths| {
-                !chunked.iter().any(|outer| {
-                    outer != *paths && paths.iter().all(|p| outer.iter().any(|o| within(p, o)))
-                })
+                !chunked
+                    .iter()
+                    .any(|outer| outer != *paths && paths.iter().all(|p| outer.iter().any(|o| within(p, o))))
             })
             .map(|paths| self.batch_norm_passes_ms(paths))
             .sum();

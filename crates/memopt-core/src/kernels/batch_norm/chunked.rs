@@ -84,12 +84,20 @@ impl BatchNormGradSums {
 
 /// `[rows, C]` zeroed f64 sums (as i64 bits) for op `op`, kind workspace.
 fn zeroed_sums(op: &'static str, device: Device, rows: usize, c: usize) -> Result<Tensor> {
-    KernelBuffer::<i64>::new(op, device, rows * c, MemoryKind::Workspace, Init::Zeroed)?.into_tensor([rows, c])
+    KernelBuffer::<i64>::new(op, device, rows * c, MemoryKind::Workspace, Init::Zeroed)?
+        .into_tensor([rows, c])
 }
 
 /// Checks that `sums` (of `channels` channels, on `sums_t`'s device) fit `x`, and returns the
 /// values per channel once `x` is added to `count`.
-fn check_part(op: &'static str, x: &Tensor, l: Layout, sums_t: &Tensor, channels: usize, count: usize) -> Result<usize> {
+fn check_part(
+    op: &'static str,
+    x: &Tensor,
+    l: Layout,
+    sums_t: &Tensor,
+    channels: usize,
+    count: usize,
+) -> Result<usize> {
     x.expect_same_device(op, sums_t)?;
     if channels != l.c {
         return Err(CoreError::shape(
@@ -101,7 +109,11 @@ fn check_part(op: &'static str, x: &Tensor, l: Layout, sums_t: &Tensor, channels
     count.checked_add(l.per_channel()).ok_or_else(|| {
         CoreError::invalid(
             op,
-            format!("values per channel overflow: {count} + {} of x {}", l.per_channel(), x.shape()),
+            format!(
+                "values per channel overflow: {count} + {} of x {}",
+                l.per_channel(),
+                x.shape()
+            ),
         )
     })
 }
@@ -171,7 +183,11 @@ fn check_vector(op: &'static str, name: &str, t: &Tensor, device: Device, c: usi
         });
     }
     if t.dims() != [c] {
-        return Err(CoreError::shape(op, format!("{name} of shape [{c}] (one value per channel)"), t.shape()));
+        return Err(CoreError::shape(
+            op,
+            format!("{name} of shape [{c}] (one value per channel)"),
+            t.shape(),
+        ));
     }
     Ok(())
 }
@@ -191,7 +207,11 @@ pub fn batch_norm_stats_finish(
     let c = sums.channels;
     check_eps(OP, eps)?;
     check_momentum(OP, momentum)?;
-    check_values_per_channel(OP, sums.count, &format!("{} values per channel over its parts", sums.count))?;
+    check_values_per_channel(
+        OP,
+        sums.count,
+        &format!("{} values per channel over its parts", sums.count),
+    )?;
     let dev = sums.device();
     if let Some(r) = &running {
         check_vector(OP, "running mean", r.mean, dev, c)?;
@@ -287,7 +307,11 @@ fn check_grad(op: &'static str, grad_y: &Tensor, x: &Tensor) -> Result<()> {
     x.expect_same_device(op, grad_y)?;
     grad_y.expect_dtype(op, DType::F32)?;
     if grad_y.shape() != x.shape() {
-        return Err(CoreError::shape(op, format!("grad_y of x's shape {}", x.shape()), grad_y.shape()));
+        return Err(CoreError::shape(
+            op,
+            format!("grad_y of x's shape {}", x.shape()),
+            grad_y.shape(),
+        ));
     }
     Ok(())
 }
@@ -312,7 +336,11 @@ pub fn batch_norm_grad_sums(
         Some(p) => check_part(OP, x, l, &p.sums, p.channels, p.count)?,
         None => l.per_channel(),
     };
-    let (gr, xr, mr) = (grad_y.read::<f32>(OP)?, x.read::<f32>(OP)?, save_mean.read::<f32>(OP)?);
+    let (gr, xr, mr) = (
+        grad_y.read::<f32>(OP)?,
+        x.read::<f32>(OP)?,
+        save_mean.read::<f32>(OP)?,
+    );
     let dev = x.device();
     let sums_t = match previous {
         Some(p) => p.sums,

@@ -3,11 +3,11 @@
 //! problem.
 
 use super::*;
+use crate::MemoryKind;
 use crate::kernels::GradNeeds;
 use crate::kernels::testkit::{
     assert_meta_matches_cpu, batch_norm_backward_with, batch_norm_train_with, cpu, tensor, values,
 };
-use crate::MemoryKind;
 use proptest::prelude::*;
 
 /// `B` split at the sorted, deduplicated `cuts` (each in `1..B`) into consecutive parts.
@@ -51,15 +51,20 @@ fn run_chunked(x: &Tensor, g: &Tensor, w: &Tensor, b: &Tensor, split: &[std::ops
     }
     let sums = sums.unwrap();
     assert_eq!(sums.count(), x.elem_count() / c);
-    let stats = batch_norm_stats_finish(&sums, Some(RunningStats { mean: &rm, var: &rv }), 0.1, 1e-5).unwrap();
+    let stats =
+        batch_norm_stats_finish(&sums, Some(RunningStats { mean: &rm, var: &rv }), 0.1, 1e-5).unwrap();
     let mut y = Vec::new();
     for r in split {
-        let part = batch_norm_normalize(&x.narrow0(r.start, r.len()).unwrap(), Some(w), Some(b), &stats).unwrap();
+        let part =
+            batch_norm_normalize(&x.narrow0(r.start, r.len()).unwrap(), Some(w), Some(b), &stats).unwrap();
         y.extend(bits(&part));
     }
     let mut gsums = None;
     for r in split.iter().rev() {
-        let (gp, xp) = (g.narrow0(r.start, r.len()).unwrap(), x.narrow0(r.start, r.len()).unwrap());
+        let (gp, xp) = (
+            g.narrow0(r.start, r.len()).unwrap(),
+            x.narrow0(r.start, r.len()).unwrap(),
+        );
         gsums = Some(batch_norm_grad_sums(&gp, &xp, &stats.mean, gsums).unwrap());
     }
     let gsums = gsums.unwrap();
@@ -67,7 +72,11 @@ fn run_chunked(x: &Tensor, g: &Tensor, w: &Tensor, b: &Tensor, split: &[std::ops
     let mut gx = vec![Vec::new(); split.len()];
     for (i, r) in split.iter().enumerate().rev() {
         // A handed-over copy, so the in-place path runs too.
-        let gp = g.narrow0(r.start, r.len()).unwrap().deep_copy(MemoryKind::Gradient).unwrap();
+        let gp = g
+            .narrow0(r.start, r.len())
+            .unwrap()
+            .deep_copy(MemoryKind::Gradient)
+            .unwrap();
         let part = batch_norm_backward_input(BatchNormBackwardInput {
             grad_y: gp.into(),
             x: &x.narrow0(r.start, r.len()).unwrap(),
@@ -140,7 +149,10 @@ fn one_pass_statistics_stay_accurate_far_from_zero() {
         let var = vals.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / vals.len() as f64;
         let got = out.save_invstd.to_vec_f32().unwrap()[ch] as f64;
         let want = 1.0 / var.sqrt();
-        assert!((got - want).abs() <= 1e-5 * want, "channel {ch}: invstd {got} vs {want}");
+        assert!(
+            (got - want).abs() <= 1e-5 * want,
+            "channel {ch}: invstd {got} vs {want}"
+        );
     }
 }
 
@@ -152,14 +164,30 @@ fn meta_records_the_same_events_as_cpu() {
         let x = tensor(values(n, 1), &dims, dev);
         let g = tensor(values(n, 2), &dims, dev);
         let w = tensor(vec![1.5f32; 3], &[3], dev);
-        let (rm, rv) = (tensor(vec![0.0f32; 3], &[3], dev), tensor(vec![1.0f32; 3], &[3], dev));
+        let (rm, rv) = (
+            tensor(vec![0.0f32; 3], &[3], dev),
+            tensor(vec![1.0f32; 3], &[3], dev),
+        );
         let first = batch_norm_stat_sums(&x.narrow0(0, 3).unwrap(), None).unwrap();
         let sums = batch_norm_stat_sums(&x.narrow0(3, 1).unwrap(), Some(first)).unwrap();
-        let stats = batch_norm_stats_finish(&sums, Some(RunningStats { mean: &rm, var: &rv }), 0.1, 1e-5).unwrap();
+        let stats =
+            batch_norm_stats_finish(&sums, Some(RunningStats { mean: &rm, var: &rv }), 0.1, 1e-5).unwrap();
         drop(sums);
         let y = batch_norm_normalize(&x.narrow0(1, 2).unwrap(), Some(&w), None, &stats).unwrap();
-        let last = batch_norm_grad_sums(&g.narrow0(2, 2).unwrap(), &x.narrow0(2, 2).unwrap(), &stats.mean, None).unwrap();
-        let gsums = batch_norm_grad_sums(&g.narrow0(0, 2).unwrap(), &x.narrow0(0, 2).unwrap(), &stats.mean, Some(last)).unwrap();
+        let last = batch_norm_grad_sums(
+            &g.narrow0(2, 2).unwrap(),
+            &x.narrow0(2, 2).unwrap(),
+            &stats.mean,
+            None,
+        )
+        .unwrap();
+        let gsums = batch_norm_grad_sums(
+            &g.narrow0(0, 2).unwrap(),
+            &x.narrow0(0, 2).unwrap(),
+            &stats.mean,
+            Some(last),
+        )
+        .unwrap();
         let pg = batch_norm_param_grads(&gsums, &stats.invstd, true, false).unwrap();
         let lent = batch_norm_backward_input(BatchNormBackwardInput {
             grad_y: (&g.narrow0(0, 2).unwrap()).into(),
@@ -192,12 +220,17 @@ fn errors_name_the_problem() {
     let sums = batch_norm_stat_sums(&x, None).unwrap();
     let other = cpu(&values(16, 2), &[2, 2, 4]);
     let msg = batch_norm_stat_sums(&other, Some(sums)).unwrap_err().to_string();
-    assert!(msg.contains("the sums' 3 channels") && msg.contains("[2, 2, 4]"), "{msg}");
+    assert!(
+        msg.contains("the sums' 3 channels") && msg.contains("[2, 2, 4]"),
+        "{msg}"
+    );
     let empty = cpu(&[], &[0, 3, 4]);
     let msg = batch_norm_stat_sums(&empty, None).unwrap_err().to_string();
     assert!(msg.contains("first part of a batch needs a sample"), "{msg}");
     let one = batch_norm_stat_sums(&cpu(&[1.0, 2.0, 3.0], &[1, 3]), None).unwrap();
-    let msg = batch_norm_stats_finish(&one, None, 0.1, 1e-5).unwrap_err().to_string();
+    let msg = batch_norm_stats_finish(&one, None, 0.1, 1e-5)
+        .unwrap_err()
+        .to_string();
     assert!(msg.contains("more than 1 value per channel"), "{msg}");
     let sums = batch_norm_stat_sums(&x, None).unwrap();
     let stats = batch_norm_stats_finish(&sums, None, 0.1, 1e-5).unwrap();
@@ -226,6 +259,8 @@ fn errors_name_the_problem() {
         msg.contains("cover 4 values per channel, the statistics 8") && msg.contains("every part"),
         "{msg}"
     );
-    let msg = batch_norm_normalize(&other, None, None, &stats).unwrap_err().to_string();
+    let msg = batch_norm_normalize(&other, None, None, &stats)
+        .unwrap_err()
+        .to_string();
     assert!(msg.contains("mean of shape [2]"), "{msg}");
 }

@@ -33,7 +33,14 @@ pub(super) struct TrainPtrs {
 /// The shift, the per-plane pairs and their fold: `sums` is `[shift | s1 | s2]` (`3 * C` f64),
 /// `part` holds `2 * planes` f64. `fresh`: the shift is set from `x` and the fold starts from
 /// zero (a whole batch, or the first part of one).
-fn shifted_sums(gpu: CudaBackend, l: Layout, fresh: bool, x: CudaPtr, sums: CudaPtr, part: CudaPtr) -> Result<()> {
+fn shifted_sums(
+    gpu: CudaBackend,
+    l: Layout,
+    fresh: bool,
+    x: CudaPtr,
+    sums: CudaPtr,
+    part: CudaPtr,
+) -> Result<()> {
     let [b, c, s, planes] = [l.b, l.c, l.s, l.planes()].map(|v| v as u64);
     let shift = sums;
     let s1 = shift.offset(l.c, F64);
@@ -62,7 +69,21 @@ fn finish(
     let s2 = s1.offset(c, F64);
     let (rm, rv) = running.unwrap_or((NULL, NULL));
     let c = c as u64;
-    k::bn_finish(gpu, grid_for(c), sums, s1, s2, c, m, eps, mean, invstd, rm, rv, momentum)
+    k::bn_finish(
+        gpu,
+        grid_for(c),
+        sums,
+        s1,
+        s2,
+        c,
+        m,
+        eps,
+        mean,
+        invstd,
+        rm,
+        rv,
+        momentum,
+    )
 }
 
 /// Training-mode forward on `gpu` (see [`super::batch_norm_train`]).
@@ -74,7 +95,14 @@ pub(super) fn train(gpu: CudaBackend, l: Layout, (momentum, eps): (f32, f32), p:
     shifted_sums(gpu, l, true, p.x, sums, p.ws)?;
     // m >= 2 (checked by the caller), so the unbiasing factor is finite.
     let m = l.per_channel() as f64;
-    finish(gpu, l.c, (m, momentum, eps), sums, (p.save_mean, p.save_invstd), p.running)?;
+    finish(
+        gpu,
+        l.c,
+        (m, momentum, eps),
+        sums,
+        (p.save_mean, p.save_invstd),
+        p.running,
+    )?;
     normalize(
         gpu,
         l,
@@ -90,7 +118,14 @@ pub(super) fn train(gpu: CudaBackend, l: Layout, (momentum, eps): (f32, f32), p:
 }
 
 /// Adds the part `x` to the statistics sums (see [`super::batch_norm_stat_sums`]).
-pub(super) fn stat_sums(gpu: CudaBackend, l: Layout, fresh: bool, x: CudaPtr, sums: CudaPtr, part: CudaPtr) -> Result<()> {
+pub(super) fn stat_sums(
+    gpu: CudaBackend,
+    l: Layout,
+    fresh: bool,
+    x: CudaPtr,
+    sums: CudaPtr,
+    part: CudaPtr,
+) -> Result<()> {
     if l.c == 0 {
         return Ok(());
     }
@@ -130,7 +165,19 @@ pub(super) fn normalize(gpu: CudaBackend, l: Layout, p: NormalizePtrs) -> Result
     }
     let [c, s, planes] = [l.c, l.s, l.planes()].map(|v| v as u64);
     let (w, bias) = (p.weight.unwrap_or(NULL), p.bias.unwrap_or(NULL));
-    k::bn_normalize(gpu, grid_for(n), p.x, planes, s, c, p.mean, p.invstd, w, bias, p.y)
+    k::bn_normalize(
+        gpu,
+        grid_for(n),
+        p.x,
+        planes,
+        s,
+        c,
+        p.mean,
+        p.invstd,
+        w,
+        bias,
+        p.y,
+    )
 }
 
 /// Device addresses of an evaluation-mode forward.
@@ -183,7 +230,17 @@ fn grad_pairs(
     }
     let dot = sums.offset(l.c, F64);
     k::bn_backward_plane_sums(gpu, grid_for(planes * 8), g, x, planes, s, c, mean, part)?;
-    k::bn_fold_pairs(gpu, grid_for(c), part, b, c, DESCENDING, u64::from(fresh), sums, dot)
+    k::bn_fold_pairs(
+        gpu,
+        grid_for(c),
+        part,
+        b,
+        c,
+        DESCENDING,
+        u64::from(fresh),
+        sums,
+        dot,
+    )
 }
 
 /// Adds the part `(g, x)` to the gradient sums (see [`super::batch_norm_grad_sums`]).
@@ -214,7 +271,16 @@ pub(super) fn param_grads(
     }
     let dot = sums.offset(c, F64);
     let c = c as u64;
-    k::bn_param_grads(gpu, grid_for(c), sums, dot, c, invstd, gw.unwrap_or(NULL), gb.unwrap_or(NULL))
+    k::bn_param_grads(
+        gpu,
+        grid_for(c),
+        sums,
+        dot,
+        c,
+        invstd,
+        gw.unwrap_or(NULL),
+        gb.unwrap_or(NULL),
+    )
 }
 
 /// Device addresses of a backward. `ws` is the f64 workspace of `2 * planes + 2 * C` values

@@ -27,11 +27,11 @@ pub use chunked::{
 };
 
 use super::accum::F64Workspace;
-use sums::Fold;
 use crate::backend::{Compute, Init, compute};
 use crate::memory::MemoryKind;
 use crate::{CoreError, KernelBuffer, Result, Tensor};
 use rayon::prelude::*;
+use sums::Fold;
 
 /// Running statistics of a BatchNorm layer, `[C]` each: updated in place by
 /// [`batch_norm_train`], read by [`batch_norm_eval`].
@@ -246,7 +246,13 @@ pub fn batch_norm_train(args: BatchNormTrain<'_>) -> Result<BatchNormOutput> {
     check_eps(OP, eps)?;
     check_momentum(OP, momentum)?;
     if let Some(r) = &running {
-        check_running(OP, r, x, l.c, &[("x", Some(x)), ("the weight", weight), ("the bias", bias)])?;
+        check_running(
+            OP,
+            r,
+            x,
+            l.c,
+            &[("x", Some(x)), ("the weight", weight), ("the bias", bias)],
+        )?;
     }
     let m = l.per_channel();
     check_values_per_channel(OP, m, &x.shape().to_string())?;

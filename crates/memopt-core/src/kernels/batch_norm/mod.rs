@@ -12,6 +12,7 @@
 
 mod backward;
 mod chunked;
+mod chunked_backward;
 #[cfg(test)]
 mod chunked_tests;
 mod cuda;
@@ -21,9 +22,11 @@ mod tests;
 
 pub use backward::{BatchNormBackward, BatchNormGrads, batch_norm_backward};
 pub use chunked::{
-    BatchNormBackwardInput, BatchNormGradSums, BatchNormStatSums, BatchNormStats, batch_norm_backward_input,
-    batch_norm_grad_sums, batch_norm_normalize, batch_norm_param_grads, batch_norm_stat_sums,
-    batch_norm_stats_finish,
+    BatchNormStatSums, BatchNormStats, batch_norm_normalize, batch_norm_stat_sums, batch_norm_stats_finish,
+};
+pub use chunked_backward::{
+    BatchNormBackwardInput, BatchNormGradSums, batch_norm_backward_input, batch_norm_grad_sums,
+    batch_norm_param_grads,
 };
 
 use super::accum::F64Workspace;

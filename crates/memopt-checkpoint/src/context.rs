@@ -1,7 +1,9 @@
 //! The forward context: the tape (when recording), the RNG, the mode, neuron states, the
 //! memory policies in force and the parameter gradients of the step.
 
-use crate::autograd::{Backward, BackwardOp, Gradients, SavedTensor, StateStore, Tape, Typed, Var, VarId};
+use crate::autograd::{
+    Backward, BackwardOp, Gradients, SavedLayerInput, SavedTensor, StateStore, Tape, Typed, Var, VarId,
+};
 use crate::module::Module;
 use crate::module::call_observer::{self, ModuleCall, ValueInfo};
 use crate::param::{Param, ParamId};
@@ -172,6 +174,12 @@ impl<'m> Cx<'m> {
         SavedTensor::new(t)
     }
 
+    /// Keeps a convolution's or linear layer's input `x` for its weight gradient, as it is held:
+    /// packed spikes stay packed (see [`SavedLayerInput`]).
+    pub fn save_layer_input(&self, x: &Var) -> SavedLayerInput {
+        SavedLayerInput::of(x)
+    }
+
     /// [`Cx::needs_grad`] over an op's input slots, absent optional inputs as `None`.
     pub fn slots_need_grad(&self, slots: &[Option<&Var>]) -> bool {
         self.tape.is_some() && slots.iter().flatten().any(|v| v.requires_grad())
@@ -199,6 +207,23 @@ impl<'m> Cx<'m> {
     ) -> Var {
         let mut v = self.record(op, inputs, vec![output]);
         v.pop().expect("record returns one value per output")
+    }
+
+    /// [`Cx::record1`] for an output that is a value rather than a tensor (packed spikes stay
+    /// packed); returns it with its tape id, or unchanged when no input needs a gradient.
+    pub(crate) fn record_value<const N: usize>(
+        &mut self,
+        op: impl Backward<'m, N> + 'm,
+        inputs: [Option<&Var>; N],
+        output: Var,
+    ) -> Var {
+        let ids: Vec<Option<VarId>> = inputs.iter().map(|v| v.and_then(Var::id)).collect();
+        let Some(tape) = self.tape.as_mut().filter(|_| ids.iter().any(Option::is_some)) else {
+            return output;
+        };
+        let id = VarId::fresh();
+        tape.push(Box::new(Typed(op)), ids, vec![id], current_scope());
+        output.with_id(id)
     }
 
     /// [`Cx::record`] from the slots' tape ids, for an op that consumed an input's value.
@@ -258,9 +283,9 @@ impl<'m> Cx<'m> {
         if !call_observer::observing() {
             return self.dispatch(path, module, inputs, policy);
         }
-        let infos: Vec<ValueInfo> = inputs.iter().map(|v| ValueInfo::of(v.tensor())).collect();
+        let infos: Vec<ValueInfo> = inputs.iter().map(ValueInfo::of_value).collect();
         let outputs = self.dispatch(path.clone(), module, inputs, policy)?;
-        let out_infos: Vec<ValueInfo> = outputs.iter().map(|v| ValueInfo::of(v.tensor())).collect();
+        let out_infos: Vec<ValueInfo> = outputs.iter().map(ValueInfo::of_value).collect();
         call_observer::notify(&ModuleCall {
             path: &path,
             phase: current_scope().phase(),
@@ -343,7 +368,7 @@ impl<'m> Cx<'m> {
     /// [`Cx::grads`]; returns the gradients of the leaves created with `requires_grad`.
     pub fn backward(&mut self, loss: &Var) -> Result<HashMap<VarId, Tensor>> {
         let id = loss.expect_id("the loss")?;
-        if loss.tensor().elem_count() != 1 {
+        if loss.shape().elem_count() != 1 {
             return Err(CheckpointError::Autograd(format!(
                 "backward needs a scalar loss, got shape {}",
                 loss.shape()

@@ -1,5 +1,8 @@
 //! A tensor kept by the tape for backward.
 
+use super::Var;
+use super::var::Value;
+use memopt_compress::PackedSpikes;
 use memopt_core::{MemoryKind, Tensor};
 
 /// A tensor an op keeps for its backward. Saving re-tags activations as
@@ -19,5 +22,26 @@ impl SavedTensor {
     /// The saved tensor.
     pub fn tensor(&self) -> &Tensor {
         &self.0
+    }
+}
+
+/// What a convolution or linear layer keeps of its input for the weight gradient: the tensor,
+/// or f32 spikes kept bit-packed ([`PackedSpikes`], payload of kind
+/// [`MemoryKind::Packed`]), which the stepwise backward kernels read one time step at a time.
+#[derive(Debug, Clone)]
+pub enum SavedLayerInput {
+    /// The tensor (re-tagged saved-for-backward when it was an activation).
+    Tensor(SavedTensor),
+    /// Bit-packed spikes (shared with the value they came from).
+    Packed(PackedSpikes),
+}
+
+impl SavedLayerInput {
+    /// Keeps `x` as it is held: packed spikes stay packed, a tensor is saved as a tensor.
+    pub(crate) fn of(x: &Var) -> SavedLayerInput {
+        match x.value() {
+            Value::Packed(p) => SavedLayerInput::Packed(p.clone()),
+            Value::Dense(t) => SavedLayerInput::Tensor(SavedTensor::new(t)),
+        }
     }
 }

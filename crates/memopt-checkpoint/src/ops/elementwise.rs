@@ -7,7 +7,7 @@ use memopt_core::{Tensor, kernels};
 
 /// `a + b` (same shapes). Saves nothing.
 pub fn add<'m>(cx: &mut Cx<'m>, a: &Var, b: &Var) -> Result<Var> {
-    let y = kernels::add(a.tensor(), b.tensor())?;
+    let y = kernels::add(&*a.tensor()?, &*b.tensor()?)?;
     if !cx.needs_grad(&[a, b]) {
         return Ok(Var::constant(y));
     }
@@ -31,13 +31,14 @@ impl<'m> Backward<'m, 2> for AddBackward {
 
 /// `a * b` (same shapes). Saves both operands.
 pub fn mul<'m>(cx: &mut Cx<'m>, a: &Var, b: &Var) -> Result<Var> {
-    let y = kernels::mul(a.tensor(), b.tensor())?;
+    let (at, bt) = (a.tensor()?, b.tensor()?);
+    let y = kernels::mul(&at, &bt)?;
     if !cx.needs_grad(&[a, b]) {
         return Ok(Var::constant(y));
     }
     let op = MulBackward {
-        a: cx.save(a.tensor()),
-        b: cx.save(b.tensor()),
+        a: cx.save(&at),
+        b: cx.save(&bt),
     };
     Ok(cx.record1(op, [Some(a), Some(b)], y))
 }
@@ -70,7 +71,7 @@ impl<'m> Backward<'m, 2> for MulBackward {
 
 /// `x * s`. Saves nothing.
 pub fn scale<'m>(cx: &mut Cx<'m>, x: &Var, s: f32) -> Result<Var> {
-    let y = kernels::scale(x.tensor(), s)?;
+    let y = kernels::scale(&*x.tensor()?, s)?;
     if !cx.needs_grad(&[x]) {
         return Ok(Var::constant(y));
     }
@@ -90,7 +91,7 @@ impl<'m> Backward<'m, 1> for ScaleBackward {
 
 /// `max(x, 0)`. Saves its output.
 pub fn relu<'m>(cx: &mut Cx<'m>, x: &Var) -> Result<Var> {
-    let y = kernels::relu(x.tensor())?;
+    let y = kernels::relu(&*x.tensor()?)?;
     if !cx.needs_grad(&[x]) {
         return Ok(Var::constant(y));
     }
@@ -114,7 +115,7 @@ impl<'m> Backward<'m, 1> for ReluBackward {
 
 /// The logistic function. Saves its output.
 pub fn sigmoid<'m>(cx: &mut Cx<'m>, x: &Var) -> Result<Var> {
-    let y = kernels::sigmoid(x.tensor())?;
+    let y = kernels::sigmoid(&*x.tensor()?)?;
     if !cx.needs_grad(&[x]) {
         return Ok(Var::constant(y));
     }

@@ -86,7 +86,7 @@ fn chunk_spans(
         ));
     };
     let t = first.dims().first().copied().unwrap_or(0);
-    if t == 0 || first.tensor().rank() == 0 {
+    if t == 0 || first.dims().is_empty() {
         return Err(module_error(
             path,
             segment,
@@ -166,7 +166,9 @@ pub(crate) fn forward<'m>(
     let mut node_inputs: Vec<Option<VarId>> = inputs.iter().map(Var::id).collect();
     node_inputs.extend(entry.iter().map(|(_, v)| v.id()));
     let mut node_outputs = outputs;
-    node_outputs.extend(finals.iter().map(|(_, v)| v.tensor().clone()));
+    for (_, v) in &finals {
+        node_outputs.push(v.tensor()?.into_owned());
+    }
     let op = CheckpointBackward {
         segment,
         path: path.clone(),
@@ -211,32 +213,32 @@ fn run_chunks<'m>(
             cx.rng.set_state(rng_entry);
         }
         let rng = cx.rng.state();
-        let xs: Vec<Tensor> = if chunked {
+        let xs: Vec<Var> = if chunked {
             inputs
                 .iter()
-                .map(|v| v.tensor().narrow0(span.start, span.len()))
-                .collect::<memopt_core::Result<_>>()?
+                .map(|v| v.narrow0(span.start, span.len()))
+                .collect::<Result<_>>()?
         } else {
-            inputs.iter().map(|v| v.tensor().clone()).collect()
+            inputs.iter().map(Var::as_constant).collect()
         };
         let states = cx
             .states
             .under_any(state_prefixes)
             .into_iter()
-            .map(|(p, v)| (p, cx.save(v.tensor())))
-            .collect::<Vec<_>>();
+            .map(|(p, v)| Ok((p, cx.save(&*v.tensor()?))))
+            .collect::<Result<Vec<_>>>()?;
         let saved = xs
             .iter()
             .map(|x| SavedInput::save(x, compressor, host))
             .collect::<Result<Vec<_>>>()?;
-        let ys = segment.forward(cx, xs.into_iter().map(Var::constant).collect())?;
+        let ys = segment.forward(cx, xs)?;
         saves.push(ChunkSave {
             inputs: saved,
             states,
             rng,
         });
         if !chunked {
-            outputs = ys.into_iter().map(Var::into_tensor).collect();
+            outputs = ys.into_iter().map(Var::into_tensor).collect::<Result<_>>()?;
             continue;
         }
         if outputs.is_empty() {
@@ -244,15 +246,15 @@ fn run_chunks<'m>(
             for y in &ys {
                 let full = Tensor::zeros(
                     y.shape().with_dim0(t),
-                    y.tensor().dtype(),
-                    y.tensor().device(),
+                    y.dtype(),
+                    y.device(),
                     MemoryKind::Activation,
                 )?;
                 outputs.push(full.with_spike_flag(y.is_spike()));
             }
         }
         for (full, y) in outputs.iter().zip(&ys) {
-            kernels::assign(&full.narrow0(span.start, span.len())?, y.tensor())?;
+            kernels::assign(&full.narrow0(span.start, span.len())?, &*y.tensor()?)?;
         }
     }
     Ok((saves, outputs))
@@ -310,15 +312,9 @@ impl<'m> CheckpointBackward<'m> {
             let mut xs = Vec::with_capacity(chunk.inputs.len());
             let mut x_ids = Vec::with_capacity(chunk.inputs.len());
             for (saved, needs) in chunk.inputs.into_iter().zip(&input_needs) {
-                let t = saved.restore()?;
-                if *needs {
-                    let id = tape.input_leaf();
-                    xs.push(Var::tracked(t, id));
-                    x_ids.push(Some(id));
-                } else {
-                    xs.push(Var::constant(t));
-                    x_ids.push(None);
-                }
+                let id = needs.then(|| tape.input_leaf());
+                xs.push(saved.restore(id)?);
+                x_ids.push(id);
             }
             let mut state_ids = Vec::with_capacity(chunk.states.len());
             for (p, saved) in chunk.states {

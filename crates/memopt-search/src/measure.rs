@@ -91,7 +91,7 @@ pub fn measure(model: &Model, site: &Site, policy: Policy, first: bool) -> Resul
         .states()
         .under("")
         .iter()
-        .map(|(_, v)| v.tensor().view_bytes())
+        .map(|(_, v)| v.held_bytes())
         .sum();
     let shapes: Vec<(VarId, memopt_core::Shape)> = outputs
         .iter()
@@ -147,7 +147,7 @@ pub fn measure_loss(model_output: &Site, n: usize, device: Device) -> Result<Fig
     };
     // The loss value is held by the trainer until the whole backward pass is done, like a
     // neuron state.
-    let loss_bytes = loss.tensor().view_bytes();
+    let loss_bytes = loss.held_bytes();
     let forward_peak = tracker.peak_bytes();
     let kept = tracker.current_bytes() - loss_bytes;
     tracker.reset_peak();

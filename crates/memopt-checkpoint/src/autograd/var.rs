@@ -168,6 +168,15 @@ impl Var {
         self.shape().dims()
     }
 
+    /// Bytes the value holds: its tensor's view, or the whole payload of packed spikes (shared by
+    /// every view of it).
+    pub fn held_bytes(&self) -> u64 {
+        match &self.value {
+            Value::Dense(t) => t.view_bytes(),
+            Value::Packed(p) => p.payload().view_bytes(),
+        }
+    }
+
     /// Element type of the value (f32 for packed spikes, which unpack to f32).
     pub fn dtype(&self) -> DType {
         match &self.value {

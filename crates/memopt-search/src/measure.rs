@@ -87,12 +87,7 @@ pub fn measure(model: &Model, site: &Site, policy: Policy, first: bool) -> Resul
         }
     };
     let forward_peak = tracker.peak_bytes();
-    let states: u64 = cx
-        .states()
-        .under("")
-        .iter()
-        .map(|(_, v)| v.held_bytes())
-        .sum();
+    let states: u64 = cx.states().under("").iter().map(|(_, v)| v.held_bytes()).sum();
     let shapes: Vec<(VarId, memopt_core::Shape)> = outputs
         .iter()
         .filter_map(|v| v.id().map(|id| (id, v.shape().clone())))

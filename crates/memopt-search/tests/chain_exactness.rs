@@ -2,14 +2,15 @@
 //! (which equals the CPU's to the byte), for storing everything and for random plans.
 
 use memopt_checkpoint::optim::Sgd;
-use memopt_checkpoint::{Batch, Model, Plan, StepOptions, Target, Trainer, zoo};
+use memopt_checkpoint::{Batch, Model, Plan, PlanEntry, Policy, StepOptions, Target, Trainer, zoo};
+use memopt_compress::CompressorKind;
 use memopt_core::kernels::SgdConfig;
 use memopt_core::{DType, Device, MemoryKind, MemoryTracker, Philox, Tensor};
 use memopt_profiler::cost::Throughput;
 use memopt_profiler::{CostModel, Workload};
 use memopt_search::builder::{OptionSpace, chain_model};
 use memopt_search::chain::{ChainModel, Chosen, plan_entries};
-use memopt_search::sites::discover;
+use memopt_search::sites::{Site, discover};
 
 fn sgd() -> SgdConfig {
     SgdConfig {
@@ -55,6 +56,38 @@ fn meta_model(name: &str) -> Model {
     zoo::build(name, &spec, Device::META, 0).unwrap()
 }
 
+/// The site at `path` in the tree under `site`.
+fn find<'a>(site: &'a Site, path: &str) -> Option<&'a Site> {
+    if site.path == path && site.run.is_none() {
+        return Some(site);
+    }
+    site.parts.iter().find_map(|p| find(p, path))
+}
+
+/// Whether `entry`'s segment reads its saved input bit-packed, one time step at a time: it is
+/// checkpointed with BitSpike, its input is spikes and its first layer (in registration order,
+/// which is forward order in the zoo) is a convolution or a linear layer.
+fn reads_packed(model: &Model, root: &Site, entry: &PlanEntry) -> bool {
+    let Policy::Checkpoint {
+        compressor: CompressorKind::BitSpike,
+        ..
+    } = entry.policy
+    else {
+        return false;
+    };
+    let (Some(site), Some(module)) = (find(root, &entry.path), model.module(&entry.path)) else {
+        return false;
+    };
+    let (input, mut layer) = match entry.children {
+        Some([start, end]) => (&site.parts[start].inputs[0], module.children_in(start, end)[0].1),
+        None => (&site.inputs[0], module),
+    };
+    while let Some((_, first)) = layer.children().into_iter().next() {
+        layer = first;
+    }
+    input.is_spike && matches!(layer.type_name(), "Conv2d" | "Linear")
+}
+
 fn check(name: &str, n: usize, samples: usize) {
     let (store_peak, base) = exact(name, n, &Plan::store_all());
     let model = meta_model(name);
@@ -73,7 +106,7 @@ fn check(name: &str, n: usize, samples: usize) {
     // Plans drawn at random from the (huge) plan space, with a fixed seed.
     let mut rng = Philox::new(7);
     let mut pick = |n: usize| (rng.next_uniform() * n as f32) as usize % n;
-    let (mut checked_entries, mut chunked, mut runs) = (0, 0, 0);
+    let (mut checked_entries, mut chunked, mut runs, mut packed) = (0, 0, 0, 0);
     for _ in 0..samples {
         let p = chain.pick_plan(&mut pick);
         let entries = plan_entries(&p);
@@ -89,7 +122,12 @@ fn check(name: &str, n: usize, samples: usize) {
         checked_entries += entries.len();
         chunked += entries.iter().filter(|e| e.policy.chunks() > 1).count();
         runs += entries.iter().filter(|e| e.children.is_some()).count();
+        packed += entries.iter().filter(|e| reads_packed(&model, &root, e)).count();
     }
+    assert!(
+        packed > 0,
+        "{name}: some sampled plans checkpoint a segment that reads its input packed"
+    );
     assert!(
         checked_entries >= samples / 2,
         "{name}: the sampled plans assign policies ({checked_entries})"

@@ -226,7 +226,13 @@ impl CostModel {
         self.plan_extra_ms(plan) / self.baseline_step_ms().max(f64::MIN_POSITIVE)
     }
 
-    /// Bytes moved to save and restore `path`'s inputs under `policy`.
+    /// Bytes moved to save and restore `path`'s inputs under `policy`. Compressing reads the
+    /// input and writes the payload; each decompression reads the payload and writes the input.
+    /// Bit-packed f32 spikes are read packed by a segment whose first layer is a convolution or
+    /// a linear layer: it unpacks them one time step at a time twice, in the recomputation and
+    /// for the weight gradient, instead of once whole. (Later readers of the same input, a
+    /// residual identity or a downsampling convolution, unpack it once or twice more; the
+    /// per-module costs do not show which module reads which value, so they are not counted.)
     fn saved_input_traffic(&self, path: &str, policy: Policy) -> u64 {
         let (compressor, offload) = match policy {
             Policy::Store => return 0,
@@ -236,6 +242,11 @@ impl CostModel {
         let Some(entry) = self.modules.iter().find(|m| m.path == path) else {
             return 0;
         };
+        // Modules come parents first, in model order: the first leaf at or below `path` is the
+        // segment's first layer.
+        let first_layer = self.modules.iter().find(|m| m.leaf && within(&m.path, path));
+        let layer_reads_packed =
+            first_layer.is_some_and(|m| matches!(m.module_type.as_str(), "Conv2d" | "Linear"));
         entry
             .inputs
             .iter()
@@ -249,8 +260,11 @@ impl CostModel {
                 let (payload, codec) = if kind == CompressorKind::Null {
                     (x.bytes(), 0)
                 } else {
-                    // compress: read input, write payload; decompress: the reverse.
-                    (payload, 2 * (x.bytes() + payload))
+                    let packed_reads = kind == CompressorKind::BitSpike
+                        && x.dtype == memopt_core::DType::F32
+                        && layer_reads_packed;
+                    let unpacks = if packed_reads { 2 } else { 1 };
+                    (payload, (1 + unpacks) * (x.bytes() + payload))
                 };
                 codec + if offload { 2 * payload } else { 0 }
             })

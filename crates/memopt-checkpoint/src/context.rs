@@ -33,6 +33,9 @@ pub struct Cx<'m> {
     /// How many chunked segments enclose the current call (see [`Cx::in_time_chunk`]).
     pub(crate) time_chunk_depth: usize,
     pub(crate) states: StateStore,
+    /// Whether convolution and linear layers keep spike inputs bit-packed for backward (inside
+    /// a module under [`Policy::StorePacked`]).
+    packs_saved_spikes: bool,
     policies: &'m PolicyTable,
     grads: Gradients,
 }
@@ -54,6 +57,7 @@ impl<'m> Cx<'m> {
             recompute_depth: 0,
             time_chunk_depth: 0,
             states: StateStore::default(),
+            packs_saved_spikes: false,
             policies,
             grads: Gradients::default(),
         }
@@ -174,10 +178,24 @@ impl<'m> Cx<'m> {
         SavedTensor::new(t)
     }
 
-    /// Keeps a convolution's or linear layer's input `x` for its weight gradient, as it is held:
-    /// packed spikes stay packed (see [`SavedLayerInput`]).
-    pub fn save_layer_input(&self, x: &Var) -> SavedLayerInput {
-        SavedLayerInput::of(x)
+    /// Keeps a convolution's or linear layer's input `x` for its weight gradient (see
+    /// [`SavedLayerInput`]): packed spikes stay packed; f32 spikes are packed inside a module
+    /// under [`Policy::StorePacked`]; anything else is kept as it is.
+    pub fn save_layer_input(&self, x: &Var) -> Result<SavedLayerInput> {
+        SavedLayerInput::of(x, self.packs_saved_spikes)
+    }
+
+    /// Whether convolution and linear layers keep spike inputs bit-packed for backward here.
+    pub fn packs_saved_spikes(&self) -> bool {
+        self.packs_saved_spikes
+    }
+
+    /// Runs `f` with [`Cx::packs_saved_spikes`] set to `packs`, restoring it afterwards.
+    pub(crate) fn with_packed_saves<T>(&mut self, packs: bool, f: impl FnOnce(&mut Self) -> T) -> T {
+        let outer = std::mem::replace(&mut self.packs_saved_spikes, packs);
+        let r = f(self);
+        self.packs_saved_spikes = outer;
+        r
     }
 
     /// [`Cx::needs_grad`] over an op's input slots, absent optional inputs as `None`.
@@ -306,6 +324,7 @@ impl<'m> Cx<'m> {
     ) -> Result<Vec<Var>> {
         match policy {
             None | Some(Policy::Store) => module.forward(self, inputs),
+            Some(Policy::StorePacked) => self.with_packed_saves(true, |cx| module.forward(cx, inputs)),
             Some(policy @ (Policy::Checkpoint { .. } | Policy::Offload { .. })) => {
                 crate::policy::checkpoint::forward(self, path, Segment::Module(module), inputs, policy)
             }

@@ -262,3 +262,75 @@ fn a_packed_residual_identity_is_added_one_time_step_at_a_time_and_stays_exact()
     m.apply_plan(&plan).unwrap();
     assert_eq!(fingerprint(&m, 2, N), store);
 }
+
+/// Bytes held when the forward pass ends (the last forward event).
+#[derive(Default)]
+struct EndOfForward(Mutex<u64>);
+
+impl MemorySubscriber for EndOfForward {
+    fn on_event(&self, e: &MemoryEvent) {
+        if e.scope.phase() == Phase::Forward {
+            *self.0.lock().unwrap() = e.current_bytes;
+        }
+    }
+}
+
+/// (bytes held at the end of the forward pass, step peak) under `plan`.
+fn end_of_forward(plan: &Plan, device: Device) -> (u64, u64) {
+    let tracker = MemoryTracker::new(device);
+    let _installed = MemoryTracker::install(tracker.clone());
+    let probe = Arc::new(EndOfForward::default());
+    let _sub = tracker.subscribe(probe.clone());
+    let mut m = model(device);
+    m.apply_plan(plan).unwrap();
+    trainer(&m)
+        .step(&m, &batch(&m, N, 0), StepOptions::default())
+        .unwrap();
+    let held = *probe.0.lock().unwrap();
+    (held, tracker.peak_bytes())
+}
+
+#[test]
+fn storing_packed_keeps_a_layers_spike_input_at_one_bit_per_value_and_stays_exact() {
+    let store = end_of_forward(&Plan::store_all(), Device::Cpu);
+    let packed_plan = Plan::from_entries([("block", Policy::StorePacked)]);
+    let packed = end_of_forward(&packed_plan, Device::Cpu);
+    assert_eq!(
+        store,
+        end_of_forward(&Plan::store_all(), Device::META),
+        "Meta predicts the CPU"
+    );
+    assert_eq!(
+        packed,
+        end_of_forward(&packed_plan, Device::META),
+        "Meta predicts the CPU"
+    );
+    // block.conv's input (sn0's spikes) is kept as its payload instead of as f32.
+    let values = (T * N * C * HW * HW) as u64;
+    assert_eq!(store.0 - packed.0, 4 * values - values.div_ceil(8));
+    assert!(
+        packed.1 < store.1,
+        "step peaks: stored packed {}, stored {}",
+        packed.1,
+        store.1
+    );
+    let baseline = fingerprint(&model(Device::Cpu), 2, N);
+    for plan in [
+        packed_plan,
+        Plan::from_entries([("", Policy::StorePacked)]),
+        // Inside a recomputation the layers keep packing.
+        Plan::from_entries([("", Policy::StorePacked), ("block", Policy::CHECKPOINT)]),
+        Plan {
+            entries: vec![PlanEntry {
+                path: "block".into(),
+                children: Some([1, 3]),
+                policy: Policy::StorePacked,
+            }],
+            ..Plan::store_all()
+        },
+    ] {
+        let mut m = model(Device::Cpu);
+        m.apply_plan(&plan).unwrap();
+        assert_eq!(fingerprint(&m, 2, N), baseline, "{plan:?}");
+    }
+}

@@ -18,8 +18,9 @@ const LOSSLESS: [CompressorKind; 4] = [
     CompressorKind::Sparse,
 ];
 
-/// A random valid plan: each module gets store, checkpoint (random lossless compressor and, where
-/// the segment allows it, random chunks) or offload, from the random choices in `picks`.
+/// A random valid plan: each module gets store, store with packed spike inputs, checkpoint
+/// (random lossless compressor and, where the segment allows it, random chunks) or offload,
+/// from the random choices in `picks`.
 fn random_plan(model: &Model, picks: &[u32]) -> Plan {
     random_plan_with(model, picks, &LOSSLESS)
 }
@@ -35,9 +36,10 @@ fn random_plan_with(model: &Model, picks: &[u32], compressors: &[CompressorKind]
         .zip(picks.iter().cycle())
     {
         let compressor = compressors[(r / 8) as usize % compressors.len()];
-        let policy = match r % 4 {
+        let policy = match r % 5 {
             0 => continue,
             1 => Policy::Offload { compressor },
+            4 => Policy::StorePacked,
             _ => {
                 let chunks = 1 + (r as usize / 32) % t;
                 let chunked = Policy::Checkpoint { compressor, chunks };
@@ -175,11 +177,17 @@ fn nested_chunked_checkpoints_everywhere_are_exact() {
     let build = || tiny_conv_snn(Device::Cpu, 9, 4);
     let baseline = fingerprint(&build(), 2, 2);
     let mut model = build();
-    let picks: Vec<u32> = (0..64).map(|i| 2 + 8 + 32 * 3 + 4 * (i % 2)).collect();
+    // 107 and 108: checkpoint (r % 5 in 2..=3) with BitSpike ((r / 8) % 4 == 1) and 4 chunks
+    // (1 + (r / 32) % 4) wherever the segment allows chunks.
+    let picks: Vec<u32> = (0..64).map(|i| 107 + (i % 2)).collect();
     let plan = random_plan(&model, &picks);
     assert!(
         plan.entries.iter().any(|e| e.policy.chunks() > 1),
         "some module is chunked"
+    );
+    assert!(
+        plan.entries.iter().all(|e| e.policy.recomputes()),
+        "every entry checkpoints: {plan:?}"
     );
     model.apply_plan(&plan).unwrap();
     assert_eq!(fingerprint(&model, 2, 2), baseline);

@@ -2,8 +2,9 @@
 
 use super::Var;
 use super::var::Value;
+use crate::Result;
 use memopt_compress::PackedSpikes;
-use memopt_core::{MemoryKind, Tensor};
+use memopt_core::{DType, MemoryKind, Tensor};
 
 /// A tensor an op keeps for its backward. Saving re-tags activations as
 /// [`MemoryKind::SavedForBackward`] (parameters, inputs and buffers keep their kind); the tensor
@@ -37,11 +38,15 @@ pub enum SavedLayerInput {
 }
 
 impl SavedLayerInput {
-    /// Keeps `x` as it is held: packed spikes stay packed, a tensor is saved as a tensor.
-    pub(crate) fn of(x: &Var) -> SavedLayerInput {
-        match x.value() {
+    /// Keeps `x`: packed spikes stay packed; with `pack`, an f32 tensor with the spike flag is
+    /// packed into a new payload; any other tensor is saved as it is.
+    pub(crate) fn of(x: &Var, pack: bool) -> Result<SavedLayerInput> {
+        Ok(match x.value() {
             Value::Packed(p) => SavedLayerInput::Packed(p.clone()),
+            Value::Dense(t) if pack && t.is_spike() && t.dtype() == DType::F32 => {
+                SavedLayerInput::Packed(PackedSpikes::pack(t)?)
+            }
             Value::Dense(t) => SavedLayerInput::Tensor(SavedTensor::new(t)),
-        }
+        })
     }
 }

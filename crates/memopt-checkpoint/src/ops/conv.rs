@@ -30,7 +30,7 @@ pub fn conv2d<'m>(
         return Ok(Var::constant(y));
     }
     let op = ConvBackward {
-        x: cx.save_layer_input(x),
+        x: cx.save_layer_input(x)?,
         w: cx.save(&wt),
         params: *p,
         time_steps,

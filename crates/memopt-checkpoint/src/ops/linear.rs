@@ -22,7 +22,7 @@ pub fn linear<'m>(cx: &mut Cx<'m>, x: &Var, w: &Var, b: Option<&Var>, time_steps
         return Ok(Var::constant(y));
     }
     let op = LinearBackward {
-        x: cx.save_layer_input(x),
+        x: cx.save_layer_input(x)?,
         w: cx.save(&wt),
         time_steps,
     };

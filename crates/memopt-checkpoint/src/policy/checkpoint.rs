@@ -37,6 +37,9 @@ struct CheckpointBackward<'m> {
     final_states: Vec<ModulePath>,
     /// Number of regular outputs.
     n_out: usize,
+    /// Whether the forward ran where layers keep spike inputs packed (the recomputation does
+    /// too).
+    packs_saved_spikes: bool,
 }
 
 /// The time spans of the chunks: `[0..T]` for one chunk; otherwise k nearly equal spans, the
@@ -137,6 +140,7 @@ pub(crate) fn forward<'m>(
         Policy::Checkpoint { compressor, chunks } => (compressor, chunks, false),
         Policy::Offload { compressor } => (compressor, 1, true),
         Policy::Store => return segment.forward(cx, inputs),
+        Policy::StorePacked => return cx.with_packed_saves(true, |cx| segment.forward(cx, inputs)),
     };
     let spans = chunk_spans(cx, &path, &segment, &inputs, chunks)?;
     let state_prefixes = segment.state_prefixes(&path);
@@ -176,6 +180,7 @@ pub(crate) fn forward<'m>(
         chunks: saves,
         spans,
         input_needs: inputs.iter().map(Var::requires_grad).collect(),
+        packs_saved_spikes: cx.packs_saved_spikes(),
         entry_states: entry.into_iter().map(|(p, _)| p).collect(),
         final_states: finals.iter().map(|(p, _)| p.clone()).collect(),
         n_out,
@@ -271,7 +276,9 @@ impl<'m> BackwardOp<'m> for CheckpointBackward<'m> {
         let chunked = self.chunks.len() > 1;
         cx.enter_recompute();
         cx.time_chunk_depth += usize::from(chunked);
-        let result = self.recompute_backward(cx, grads.outputs);
+        let result = cx.with_packed_saves(self.packs_saved_spikes, |cx| {
+            self.recompute_backward(cx, grads.outputs)
+        });
         cx.time_chunk_depth -= usize::from(chunked);
         cx.leave_recompute();
         cx.states = outer_states;
@@ -296,6 +303,7 @@ impl<'m> CheckpointBackward<'m> {
             entry_states,
             final_states,
             n_out,
+            packs_saved_spikes: _,
         } = self;
         let state_grads = out_grads.split_off(n_out);
         let mut carry: BTreeMap<ModulePath, Tensor> = final_states

@@ -128,6 +128,26 @@ fn packed_reads_cost_a_second_unpack() {
     assert!(close(got, want), "features.2: {got} ms, want {want} ms");
 }
 
+#[test]
+fn storing_packed_costs_packing_and_unpacking_the_layers_spike_inputs() {
+    let m = vgg(4, 2);
+    let extra = |path: &str| m.plan_extra_ms(&Plan::from_entries([(path, Policy::StorePacked)]));
+    // features.1's convolution takes spikes: packed in forward, unpacked in backward.
+    let x = &m
+        .modules
+        .iter()
+        .find(|e| e.path == "features.1.proj_bn.0")
+        .unwrap()
+        .inputs[0];
+    assert!(x.is_spike);
+    let payload = (x.shape.elem_count() as u64).div_ceil(8);
+    let want = 1e3 * (2 * (x.bytes() + payload)) as f64 / m.throughput.bytes_per_s;
+    let got = extra("features.1");
+    assert!((got - want).abs() <= 1e-9 * want, "{got} ms, want {want} ms");
+    // features.2's convolution takes average-pooled spikes, which are not spikes: nothing to pack.
+    assert_eq!(extra("features.2"), 0.0);
+}
+
 fn within(pred: f64, measured: f64, tol: f64) -> bool {
     (pred - measured).abs() <= tol * measured
 }

@@ -168,9 +168,10 @@ impl CostModel {
 
     /// Predicted extra time of `plan` over the baseline, in milliseconds: every module runs one
     /// more forward per recomputing plan entry at or above it (nested checkpoints recompute
-    /// their inside once per enclosing segment), and each entry's saved input is compressed and
-    /// decompressed (and, when offloaded, copied out and back) once. An entry naming a run of
-    /// children covers those children; its saved input is the first one's.
+    /// their inside once per enclosing segment), each entry's saved input is compressed and
+    /// decompressed (and, when offloaded, copied out and back), and under
+    /// [`Policy::StorePacked`] the layers' spike inputs are packed and unpacked once. An entry
+    /// naming a run of children covers those children; its saved input is the first one's.
     pub fn plan_extra_ms(&self, plan: &Plan) -> f64 {
         let targets: Vec<(Vec<String>, Policy)> = plan
             .entries
@@ -193,7 +194,27 @@ impl CostModel {
             .iter()
             .filter_map(|(paths, policy)| paths.first().map(|p| self.saved_input_traffic(p, *policy)))
             .sum();
-        recompute + 1e3 * transfer as f64 / self.throughput.bytes_per_s
+        let packed_stores: u64 = plan
+            .entries
+            .iter()
+            .filter(|e| e.policy == Policy::StorePacked)
+            .map(|e| self.packed_store_traffic(&self.covered(e)))
+            .sum();
+        recompute + 1e3 * (transfer + packed_stores) as f64 / self.throughput.bytes_per_s
+    }
+
+    /// Bytes moved by [`Policy::StorePacked`] over `paths`: every convolution and linear layer
+    /// below them whose input is f32 spikes packs it in forward (reads it, writes the payload)
+    /// and unpacks it one time step at a time in backward (the reverse).
+    fn packed_store_traffic(&self, paths: &[String]) -> u64 {
+        self.modules
+            .iter()
+            .filter(|m| m.leaf && matches!(m.module_type.as_str(), "Conv2d" | "Linear"))
+            .filter(|m| paths.iter().any(|p| within(&m.path, p)))
+            .filter_map(|m| m.inputs.first())
+            .filter(|x| x.is_spike && x.dtype == memopt_core::DType::F32)
+            .map(|x| 2 * (x.bytes() + (x.shape.elem_count() as u64).div_ceil(8)))
+            .sum()
     }
 
     /// The module paths a plan entry covers: its module, or the children of its run.
@@ -235,7 +256,7 @@ impl CostModel {
     /// per-module costs do not show which module reads which value, so they are not counted.)
     fn saved_input_traffic(&self, path: &str, policy: Policy) -> u64 {
         let (compressor, offload) = match policy {
-            Policy::Store => return 0,
+            Policy::Store | Policy::StorePacked => return 0,
             Policy::Checkpoint { compressor, .. } => (compressor, false),
             Policy::Offload { compressor } => (compressor, true),
         };

@@ -106,7 +106,7 @@ fn check(name: &str, n: usize, samples: usize) {
     // Plans drawn at random from the (huge) plan space, with a fixed seed.
     let mut rng = Philox::new(7);
     let mut pick = |n: usize| (rng.next_uniform() * n as f32) as usize % n;
-    let (mut checked_entries, mut chunked, mut runs, mut packed) = (0, 0, 0, 0);
+    let (mut checked_entries, mut chunked, mut runs, mut packed, mut stored_packed) = (0, 0, 0, 0, 0);
     for _ in 0..samples {
         let p = chain.pick_plan(&mut pick);
         let entries = plan_entries(&p);
@@ -123,7 +123,12 @@ fn check(name: &str, n: usize, samples: usize) {
         chunked += entries.iter().filter(|e| e.policy.chunks() > 1).count();
         runs += entries.iter().filter(|e| e.children.is_some()).count();
         packed += entries.iter().filter(|e| reads_packed(&model, &root, e)).count();
+        stored_packed += entries.iter().filter(|e| e.policy == Policy::StorePacked).count();
     }
+    assert!(
+        stored_packed > 0,
+        "{name}: some sampled plans store layers' spike inputs packed"
+    );
     assert!(
         packed > 0,
         "{name}: some sampled plans checkpoint a segment that reads its input packed"

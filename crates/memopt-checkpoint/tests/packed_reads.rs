@@ -244,8 +244,7 @@ fn a_packed_residual_identity_is_added_one_time_step_at_a_time_and_stays_exact()
         trainer(&m)
             .step(&m, &batch(&m, N, 0), StepOptions::default())
             .unwrap();
-        let peak = *probe.0.lock().unwrap();
-        peak
+        *probe.0.lock().unwrap()
     };
     let (packed, unpacked) = (run(Device::Cpu, false), run(Device::Cpu, true));
     assert_eq!(packed, run(Device::META, false), "Meta predicts the CPU");

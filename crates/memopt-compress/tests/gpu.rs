@@ -192,8 +192,11 @@ fn gpu_packed_spikes_and_stepwise_layers_match_the_cpu() {
                 let x = tensor(&v, &[t * n, c, hw, hw], DType::F32, device).with_spike_flag(true);
                 let p = PackedSpikes::pack(&x).unwrap();
                 let slice = p.narrow0(n, n).unwrap().unpack().unwrap();
-                let w = kernels::scale(&tensor(&spikes(4 * c * 9, 2), &[4, c, 3, 3], DType::F32, device), 0.3)
-                    .unwrap();
+                let w = kernels::scale(
+                    &tensor(&spikes(4 * c * 9, 2), &[4, c, 3, 3], DType::F32, device),
+                    0.3,
+                )
+                .unwrap();
                 let params = Conv2dParams {
                     padding: [1, 1],
                     ..Conv2dParams::default()

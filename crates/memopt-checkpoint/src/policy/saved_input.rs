@@ -66,8 +66,16 @@ impl SavedInput {
     /// (their payload recorded as packed memory when it had to be brought back); anything else
     /// is decompressed (recorded as an activation when it had to be recreated).
     pub(crate) fn restore(self, id: Option<VarId>) -> Result<Var> {
-        let packed = match (self.kept, self.home) {
-            (Kept::Spikes(s), None) => return Ok(Var::packed(s, id)),
+        self.restore_kept(id)
+    }
+
+    /// [`SavedInput::restore`], keeping the saved payload (for a segment that recomputes a
+    /// chunk more than once: chunked BatchNorm passes). Packed spikes kept on their device share
+    /// their payload with the restored value.
+    pub(crate) fn restore_kept(&self, id: Option<VarId>) -> Result<Var> {
+        let moved;
+        let packed = match (&self.kept, self.home) {
+            (Kept::Spikes(s), None) => return Ok(Var::packed(s.clone(), id)),
             (Kept::Spikes(s), Some(device)) => {
                 return Ok(Var::packed(s.to_device(device, MemoryKind::Packed)?, id));
             }
@@ -78,7 +86,8 @@ impl SavedInput {
                 } else {
                     MemoryKind::Packed
                 };
-                p.to_device(device, kind)?
+                moved = p.to_device(device, kind)?;
+                &moved
             }
         };
         let t = packed.decompress()?;

@@ -25,7 +25,7 @@
 
 use super::checkpoint::ChunkSave;
 use super::segment::Segment;
-use crate::autograd::{Tape, Var};
+use crate::autograd::{Tape, Var, VarId};
 use crate::context::Cx;
 use crate::{CheckpointError, Result};
 use memopt_core::kernels::{self, BatchNormStats};
@@ -121,7 +121,7 @@ fn statistics_pass<'m>(
         cx.rng.set_state(rng_entry);
         let xs = inputs
             .iter()
-            .map(|v| Ok(Var::constant(v.tensor().narrow0(span.start, span.len())?)))
+            .map(|v| v.narrow0(span.start, span.len()))
             .collect::<Result<Vec<_>>>()?;
         match segment.forward(cx, xs) {
             Err(CheckpointError::StatisticsPass { .. }) => {}
@@ -224,22 +224,32 @@ pub(super) fn backward_chunks<'m>(
     let mut input_grads: Vec<Option<Tensor>> = vec![None; rc.input_needs.len()];
     for (span, chunk) in rc.spans.iter().zip(chunks).rev() {
         cx.batch_stats.set_reached(false);
-        let (inputs, states, rng) = match chunk {
+        // Inputs wanting a gradient become leaves of the chunk's tape (not in the segment's
+        // own gradient-sums pass, whose inputs are constants); bit-packed spikes stay packed.
+        let mut tape = Tape::new();
+        let x_ids: Vec<Option<VarId>> = rc
+            .input_needs
+            .iter()
+            .map(|needs| (*needs && !sums_pass).then(|| tape.input_leaf()))
+            .collect();
+        let (xs, states, rng) = match chunk {
             ChunkData::Kept(c) => (
                 c.inputs
                     .iter()
-                    .map(|s| s.restore_kept())
+                    .zip(&x_ids)
+                    .map(|(s, id)| s.restore_kept(*id))
                     .collect::<Result<Vec<_>>>()?,
                 c.states
                     .iter()
                     .map(|(p, s)| (p.clone(), s.tensor().clone()))
-                    .collect(),
+                    .collect::<Vec<_>>(),
                 c.rng,
             ),
             ChunkData::Owned(c) => (
                 c.inputs
                     .into_iter()
-                    .map(|s| s.restore())
+                    .zip(&x_ids)
+                    .map(|(s, id)| s.restore(*id))
                     .collect::<Result<Vec<_>>>()?,
                 c.states
                     .into_iter()
@@ -250,19 +260,6 @@ pub(super) fn backward_chunks<'m>(
         };
         cx.rng.set_state(rng);
         cx.states.clear();
-        let mut tape = Tape::new();
-        let mut xs = Vec::with_capacity(inputs.len());
-        let mut x_ids = Vec::with_capacity(inputs.len());
-        for (t, needs) in inputs.into_iter().zip(rc.input_needs) {
-            if *needs && !sums_pass {
-                let id = tape.input_leaf();
-                xs.push(Var::tracked(t, id));
-                x_ids.push(Some(id));
-            } else {
-                xs.push(Var::constant(t));
-                x_ids.push(None);
-            }
-        }
         let mut state_ids = Vec::with_capacity(states.len());
         for (p, t) in states {
             let id = tape.input_leaf();
@@ -320,8 +317,8 @@ pub(super) fn backward_chunks<'m>(
 /// that has one), or moves them there when the segment is not chunked.
 fn assemble_input_grads(
     input_grads: &mut [Option<Tensor>],
-    x_ids: Vec<Option<crate::autograd::VarId>>,
-    leaf_grads: &mut std::collections::HashMap<crate::autograd::VarId, Tensor>,
+    x_ids: Vec<Option<VarId>>,
+    leaf_grads: &mut std::collections::HashMap<VarId, Tensor>,
     span: &Range<usize>,
     spans: &[Range<usize>],
     chunked: bool,

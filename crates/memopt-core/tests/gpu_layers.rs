@@ -1,8 +1,8 @@
 //! BatchNorm, pooling, convolution, linear layers and the multi-step neurons on the GPU against
 //! the CPU kernels, through the public op API, on random inputs, odd sizes and views. Spikes,
 //! BatchNorm, pooling and neuron results must be bit-identical (their arithmetic is add, mul,
-//! div and sqrt in the CPU's order), except the PLIF parameter's gradient (summed per 1024
-//! neurons on CUDA, 8192 on the CPU: within 1e-5); GEMM-based results (cuBLAS sums in another order) within
+//! div and sqrt in the CPU's order; the PLIF parameter's gradient is summed in the same blocks of
+//! `PLIF_PARTIAL_NEURONS` on both); GEMM-based results (cuBLAS sums in another order) within
 //! 1e-5 of the output's magnitude. Each test skips with the reason when there is no GPU, and
 //! fails under MEMOPT_REQUIRE_GPU=1.
 
@@ -106,6 +106,96 @@ fn batch_norm_train_eval_and_backward_are_bit_identical() {
             &format!("{what} grad x in place"),
             r.x.as_ref().unwrap(),
             gi.x.as_ref().unwrap(),
+        );
+    }
+}
+
+/// The chunked entry points on the GPU, over parts of a batch, against the whole-batch CPU
+/// kernels: the same bits (statistics, running statistics, outputs, gradients).
+#[test]
+fn chunked_batch_norm_on_the_gpu_matches_the_whole_batch_on_the_cpu() {
+    if !gpu_or_skip("chunked_batch_norm_on_the_gpu_matches_the_whole_batch_on_the_cpu") {
+        return;
+    }
+    let dims = [6usize, 5, 7, 9];
+    let parts = [0..1, 1..4, 4..6];
+    let n: usize = dims.iter().product();
+    let c = dims[1];
+    let (x, gx) = twin(&values(n, 11, 3.0), &dims);
+    let (w, gw) = twin(&values(c, 12, 1.0), &[c]);
+    let (b, gb) = twin(&values(c, 13, 1.0), &[c]);
+    let (rm, grm) = twin(&values(c, 14, 0.1), &[c]);
+    let (rv, grv) = pair(vec![1.0f32; c], &[c]);
+    let (g, gg) = twin(&values(n, 15, 1.0), &dims);
+    let o = batch_norm_train(BatchNormTrain {
+        x: &x,
+        weight: Some(&w),
+        bias: Some(&b),
+        running: Some(RunningStats { mean: &rm, var: &rv }),
+        momentum: 0.1,
+        eps: 1e-5,
+    })
+    .unwrap();
+    let r = batch_norm_backward(BatchNormBackward {
+        grad_y: (&g).into(),
+        x: &x,
+        weight: Some(&w),
+        save_mean: &o.save_mean,
+        save_invstd: &o.save_invstd,
+        needs: GradNeeds::ALL,
+    })
+    .unwrap();
+    let part = |t: &Tensor, p: &std::ops::Range<usize>| t.narrow0(p.start, p.len()).unwrap();
+    let mut sums = None;
+    for p in &parts {
+        sums = Some(batch_norm_stat_sums(&part(&gx, p), sums).unwrap());
+    }
+    let stats = batch_norm_stats_finish(
+        sums.as_ref().unwrap(),
+        Some(RunningStats {
+            mean: &grm,
+            var: &grv,
+        }),
+        0.1,
+        1e-5,
+    )
+    .unwrap();
+    assert_identical("chunked mean", &o.save_mean, &stats.mean);
+    assert_identical("chunked invstd", &o.save_invstd, &stats.invstd);
+    assert_identical("chunked running mean", &rm, &grm);
+    assert_identical("chunked running var", &rv, &grv);
+    let mut gsums = None;
+    for p in parts.iter().rev() {
+        let y = batch_norm_normalize(&part(&gx, p), Some(&gw), Some(&gb), &stats).unwrap();
+        assert_identical(&format!("chunked y {p:?}"), &part(&o.y, p), &y);
+        gsums = Some(batch_norm_grad_sums(&part(&gg, p), &part(&gx, p), &stats.mean, gsums).unwrap());
+    }
+    let gsums = gsums.unwrap();
+    let pg = batch_norm_param_grads(&gsums, &stats.invstd, true, true).unwrap();
+    assert_identical(
+        "chunked grad weight",
+        r.weight.as_ref().unwrap(),
+        pg.weight.as_ref().unwrap(),
+    );
+    assert_identical(
+        "chunked grad bias",
+        r.bias.as_ref().unwrap(),
+        pg.bias.as_ref().unwrap(),
+    );
+    for p in &parts {
+        let owned = part(&gg, p).deep_copy(memopt_core::MemoryKind::Gradient).unwrap();
+        let gi = batch_norm_backward_input(BatchNormBackwardInput {
+            grad_y: owned.into(),
+            x: &part(&gx, p),
+            weight: Some(&gw),
+            stats: &stats,
+            sums: &gsums,
+        })
+        .unwrap();
+        assert_identical(
+            &format!("chunked grad x {p:?}"),
+            &part(r.x.as_ref().unwrap(), p),
+            &gi,
         );
     }
 }
@@ -221,6 +311,8 @@ fn convolution_and_linear_match_within_gemm_tolerance() {
         ([3, 4, 11, 11], [6, 2, 3, 3], conv([2, 2], [1, 0], [1, 1], 2), 3),
         ([4, 2, 8, 8], [5, 2, 1, 1], conv([1, 1], [0, 0], [1, 1], 1), 4),
         ([2, 2, 10, 9], [3, 2, 3, 2], conv([1, 2], [2, 1], [2, 1], 1), 1),
+        // A training step's first VGG layer: 8 images of 1024 pixels, two CUDA im2col chunks.
+        ([8, 2, 32, 32], [16, 2, 3, 3], conv([1, 1], [1, 1], [1, 1], 1), 4),
     ];
     for (xd, wd, p, steps) in cases {
         let what = format!("conv2d x {xd:?} w {wd:?} {p:?}");
@@ -307,7 +399,7 @@ fn neurons_forward_and_backward_are_bit_identical() {
     configs.push(plif);
     for cfg in &configs {
         let is_plif = matches!(cfg.kind, NeuronKind::Plif { .. });
-        // 8193 neurons: two PLIF chunks, the second of one neuron.
+        // 8193 neurons: nine PLIF partial blocks (two CPU chunks), the last of one neuron.
         for (t, inner) in [(1usize, 1usize), (4, 33), (10, 8193)] {
             let what = format!("{cfg:?} T={t} n={inner}");
             let (x, gx) = twin(&values(t * inner, 1, 2.0), &[t, inner]);

@@ -5,7 +5,7 @@
 
 use memopt_checkpoint::{InputSpec, Plan, PlanEntry, Policy};
 use memopt_compress::CompressorKind;
-use memopt_core::{Device, Phase, Target};
+use memopt_core::{DType, Device, Phase, Target};
 use memopt_profiler::cost::{
     CALIBRATION_FORMAT, Calibration, CalibrationMeasurement, HostIdentity, ModuleCostEntry, Throughput,
     every_leaf_checkpointed,
@@ -103,10 +103,24 @@ fn baseline(m: &CostModel) -> TimingReport {
 fn packing_ms(m: &CostModel, path: &str) -> f64 {
     let (pack, unpack) = codec_truth(CompressorKind::BitSpike);
     let e = m.modules.iter().find(|e| e.path == path).unwrap();
+    // A segment whose first layer is a convolution or a linear layer reads packed f32 spikes
+    // packed: it unpacks them twice (in the recomputation and for the weight gradient).
+    let first_layer = m
+        .modules
+        .iter()
+        .find(|l| l.leaf && memopt_core::ModulePath::from(l.path.as_str()).is_under(path));
+    let reads_packed = first_layer.is_some_and(|l| matches!(l.module_type.as_str(), "Conv2d" | "Linear"));
     e.inputs
         .iter()
         .filter(|x| x.is_spike)
-        .map(|x| 1e3 * x.bytes() as f64 * (1.0 / pack + 1.0 / unpack))
+        .map(|x| {
+            let unpacks = if reads_packed && x.dtype == DType::F32 {
+                2.0
+            } else {
+                1.0
+            };
+            1e3 * x.bytes() as f64 * (1.0 / pack + unpacks / unpack)
+        })
         .sum()
 }
 

@@ -4,7 +4,7 @@
 use memopt_checkpoint::{InputSpec, Plan, Policy, zoo};
 use memopt_compress::CompressorKind;
 use memopt_core::Device;
-use memopt_profiler::cost::{Calibration, Throughput};
+use memopt_profiler::cost::{Calibration, CodecSpeed, Throughput};
 use memopt_profiler::{CostModel, TimingProfiler, Workload};
 
 fn vgg(t: usize, n: usize) -> CostModel {
@@ -102,6 +102,84 @@ fn plans_cost_their_recomputation_and_compression() {
     assert!(m.plan_extra_ms(&run) < m.plan_extra_ms(&nested));
     let overhead = m.plan_overhead(&one);
     assert!(overhead > 0.0 && overhead < 1.0, "{overhead}");
+}
+
+#[test]
+fn packed_reads_cost_a_second_unpack() {
+    let m = vgg(4, 2);
+    // The time a checkpoint of `path` adds beyond its recomputation: the saved input's traffic.
+    let traffic_ms = |path: &str| {
+        let plan = Plan::from_entries([(path, Policy::CHECKPOINT)]);
+        m.plan_extra_ms(&plan) - m.recompute_ms(path)
+    };
+    let ms = |path: &str, passes: u64| {
+        let x = &m.modules.iter().find(|e| e.path == path).unwrap().inputs[0];
+        assert!(x.is_spike, "{path} takes spikes");
+        let payload = (x.shape.elem_count() as u64).div_ceil(8);
+        1e3 * (passes * (x.bytes() + payload)) as f64 / m.throughput.bytes_per_s
+    };
+    let close = |a: f64, b: f64| (a - b).abs() <= 1e-9 * b.abs().max(1.0);
+    // features.1 starts with a convolution: packed once, unpacked one time step at a time in
+    // the recomputation and again for the weight gradient.
+    let (got, want) = (traffic_ms("features.1"), ms("features.1", 3));
+    assert!(close(got, want), "features.1: {got} ms, want {want} ms");
+    // features.2 starts with average pooling, which unpacks its input once, whole.
+    let (got, want) = (traffic_ms("features.2"), ms("features.2", 2));
+    assert!(close(got, want), "features.2: {got} ms, want {want} ms");
+}
+
+#[test]
+fn storing_packed_costs_packing_and_unpacking_the_layers_spike_inputs() {
+    let m = vgg(4, 2);
+    let extra = |path: &str| m.plan_extra_ms(&Plan::from_entries([(path, Policy::StorePacked)]));
+    // features.1's convolution takes spikes: packed in forward, unpacked in backward.
+    let x = &m
+        .modules
+        .iter()
+        .find(|e| e.path == "features.1.proj_bn.0")
+        .unwrap()
+        .inputs[0];
+    assert!(x.is_spike);
+    let payload = (x.shape.elem_count() as u64).div_ceil(8);
+    let want = 1e3 * (2 * (x.bytes() + payload)) as f64 / m.throughput.bytes_per_s;
+    let got = extra("features.1");
+    assert!((got - want).abs() <= 1e-9 * want, "{got} ms, want {want} ms");
+    // features.2's convolution takes average-pooled spikes, which are not spikes: nothing to pack.
+    assert_eq!(extra("features.2"), 0.0);
+}
+
+/// With the bit-packing speeds measured (`profile_codec`), packed reads and
+/// [`Policy::StorePacked`] are priced at those speeds, not at the bytes they move: a checkpoint
+/// of a segment starting with a convolution packs once and unpacks twice, one starting with
+/// pooling unpacks once, and storing packed packs and unpacks each layer's spike input once.
+#[test]
+fn measured_bit_packing_prices_packed_reads_and_stores() {
+    let mut m = vgg(4, 2);
+    let speed = CodecSpeed {
+        compress_bytes_per_s: 3e9,
+        decompress_bytes_per_s: 0.5e9,
+    };
+    m.codecs
+        .insert(CompressorKind::BitSpike.name().to_string(), speed);
+    let bytes = |path: &str| {
+        let x = &m.modules.iter().find(|e| e.path == path).unwrap().inputs[0];
+        assert!(x.is_spike, "{path} takes spikes");
+        x.bytes() as f64
+    };
+    let codec_ms = |b: f64, unpacks: f64| {
+        1e3 * (b / speed.compress_bytes_per_s + unpacks * b / speed.decompress_bytes_per_s)
+    };
+    let close = |a: f64, b: f64| (a - b).abs() <= 1e-9 * b.abs().max(1.0);
+    let traffic_ms = |path: &str| {
+        m.plan_extra_ms(&Plan::from_entries([(path, Policy::CHECKPOINT)])) - m.recompute_ms(path)
+    };
+    let (got, want) = (traffic_ms("features.1"), codec_ms(bytes("features.1"), 2.0));
+    assert!(close(got, want), "features.1: {got} ms, want {want} ms");
+    let (got, want) = (traffic_ms("features.2"), codec_ms(bytes("features.2"), 1.0));
+    assert!(close(got, want), "features.2: {got} ms, want {want} ms");
+    let stored = m.plan_extra_ms(&Plan::from_entries([("features.1", Policy::StorePacked)]));
+    let want = codec_ms(bytes("features.1.proj_bn.0"), 1.0);
+    assert!(close(stored, want), "store_packed: {stored} ms, want {want} ms");
 }
 
 /// Calibrated on this machine (a measurement of its own), the model predicts the overhead of a

@@ -10,7 +10,8 @@ use memopt_core::memory::current_scope;
 /// Batch normalisation of `x [B, C, ...]`. In training mode it normalises with batch statistics
 /// and updates `running` (mean, var) in place — except while recomputing, so the update happens
 /// once per step whatever the memory policy. In eval mode it uses `running` and cannot be
-/// differentiated.
+/// differentiated. Inside a segment that runs its time steps in chunks, the statistics are
+/// still the whole batch's, bit-identical (see `ops/norm_chunk.rs`).
 pub fn batch_norm<'m>(
     cx: &mut Cx<'m>,
     x: &Var,
@@ -22,6 +23,11 @@ pub fn batch_norm<'m>(
 ) -> Result<Var> {
     let slots = [Some(x), weight, bias];
     let needs_grad = cx.slots_need_grad(&slots);
+    let xt = x.tensor()?;
+    let (wt, bt) = (
+        weight.map(Var::tensor).transpose()?,
+        bias.map(Var::tensor).transpose()?,
+    );
     if !cx.is_training() {
         if needs_grad {
             return Err(CheckpointError::Module {
@@ -33,9 +39,9 @@ pub fn batch_norm<'m>(
             });
         }
         let y = kernels::batch_norm_eval(
-            x.tensor(),
-            weight.map(Var::tensor),
-            bias.map(Var::tensor),
+            &xt,
+            wt.as_deref(),
+            bt.as_deref(),
             kernels::RunningStats {
                 mean: running.0,
                 var: running.1,
@@ -44,14 +50,18 @@ pub fn batch_norm<'m>(
         )?;
         return Ok(Var::constant(y));
     }
+    let tensors = (&*xt, wt.as_deref(), bt.as_deref());
+    if let Some(y) = super::norm_chunk::batch_norm_in_chunk(cx, slots, tensors, running, (momentum, eps))? {
+        return Ok(y);
+    }
     let stats = (!cx.is_recomputing()).then_some(RunningStats {
         mean: running.0,
         var: running.1,
     });
     let out = kernels::batch_norm_train(kernels::BatchNormTrain {
-        x: x.tensor(),
-        weight: weight.map(Var::tensor),
-        bias: bias.map(Var::tensor),
+        x: &xt,
+        weight: wt.as_deref(),
+        bias: bt.as_deref(),
         running: stats,
         momentum,
         eps,
@@ -60,8 +70,8 @@ pub fn batch_norm<'m>(
         return Ok(Var::constant(out.y));
     }
     let op = BatchNormBackward {
-        x: cx.save(x.tensor()),
-        weight: weight.map(|w| cx.save(w.tensor())),
+        x: cx.save(&xt),
+        weight: wt.as_deref().map(|w| cx.save(w)),
         mean: cx.save(&out.save_mean),
         invstd: cx.save(&out.save_invstd),
     };

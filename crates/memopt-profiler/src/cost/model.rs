@@ -1,7 +1,7 @@
 //! The time cost model: forward, backward and recompute time per module from FLOPs and bytes,
 //! and the extra time a plan costs.
 
-use super::collect::{ModuleCostEntry, collect};
+use super::collect::{InputInfo, ModuleCostEntry, collect};
 use crate::Result;
 use crate::timing::TimingReport;
 use crate::workload::Workload;
@@ -219,9 +219,12 @@ impl CostModel {
 
     /// Predicted extra time of `plan` over the baseline, in milliseconds: every module runs one
     /// more forward per recomputing plan entry at or above it (nested checkpoints recompute
-    /// their inside once per enclosing segment), and each entry's saved input is compressed and
-    /// decompressed (and, when offloaded, copied out and back) once. An entry naming a run of
-    /// children covers those children; its saved input is the first one's.
+    /// their inside once per enclosing segment), each entry's saved input is compressed and
+    /// decompressed (and, when offloaded, copied out and back), and under
+    /// [`Policy::StorePacked`] the layers' spike inputs are packed and unpacked once. An entry
+    /// naming a run of children covers those children; its saved input is the first one's. A
+    /// segment run in time chunks adds the passes of its training BatchNorms
+    /// (`batch_norm_passes_ms`).
     pub fn plan_extra_ms(&self, plan: &Plan) -> f64 {
         let targets: Vec<(Vec<String>, Policy)> = plan
             .entries
@@ -244,7 +247,94 @@ impl CostModel {
             .iter()
             .filter_map(|(paths, policy)| paths.first().map(|p| self.saved_input_ms(p, *policy)))
             .sum();
-        recompute + saved
+        let packed_stores: f64 = plan
+            .entries
+            .iter()
+            .filter(|e| e.policy == Policy::StorePacked)
+            .map(|e| self.packed_store_ms(&self.covered(e)))
+            .sum();
+        // Chunked segments with training BatchNorm run passes; one nested in another chunked
+        // segment finds the statistics given and runs none.
+        let chunked: Vec<&Vec<String>> = targets
+            .iter()
+            .filter(|(_, policy)| policy.chunks() > 1)
+            .map(|(paths, _)| paths)
+            .collect();
+        let passes: f64 = chunked
+            .iter()
+            .filter(|paths| {
+                !chunked
+                    .iter()
+                    .any(|outer| outer != *paths && paths.iter().all(|p| outer.iter().any(|o| within(p, o))))
+            })
+            .map(|paths| self.batch_norm_passes_ms(paths))
+            .sum();
+        recompute + saved + passes + packed_stores
+    }
+
+    /// Predicted time of [`Policy::StorePacked`] over `paths`, in milliseconds: every
+    /// convolution and linear layer below them whose input is f32 spikes packs it in forward
+    /// and unpacks it one time step at a time in backward, at the measured speed of
+    /// [`CompressorKind::BitSpike`] when the model has one ([`CostModel::codecs`]), otherwise
+    /// the bytes moved ([`Self::packed_store_traffic`]) at `throughput.bytes_per_s`.
+    pub fn packed_store_ms(&self, paths: &[String]) -> f64 {
+        match self.codecs.get(CompressorKind::BitSpike.name()) {
+            Some(speed) => self
+                .packed_store_inputs(paths)
+                .map(|x| {
+                    let bytes = x.bytes() as f64;
+                    1e3 * (bytes / speed.compress_bytes_per_s + bytes / speed.decompress_bytes_per_s)
+                })
+                .sum(),
+            None => 1e3 * self.packed_store_traffic(paths) as f64 / self.throughput.bytes_per_s,
+        }
+    }
+
+    /// The f32 spike inputs of the convolution and linear layers under `paths`: what
+    /// [`Policy::StorePacked`] packs.
+    fn packed_store_inputs<'a>(&'a self, paths: &'a [String]) -> impl Iterator<Item = &'a InputInfo> + 'a {
+        self.modules
+            .iter()
+            .filter(|m| m.leaf && matches!(m.module_type.as_str(), "Conv2d" | "Linear"))
+            .filter(move |m| paths.iter().any(|p| within(&m.path, p)))
+            .filter_map(|m| m.inputs.first())
+            .filter(|x| x.is_spike && x.dtype == memopt_core::DType::F32)
+    }
+
+    /// Bytes moved by [`Policy::StorePacked`] over `paths` (the uncalibrated pricing of
+    /// [`Self::packed_store_ms`]): each packed input is read and its payload written in
+    /// forward, and the reverse in backward.
+    pub fn packed_store_traffic(&self, paths: &[String]) -> u64 {
+        self.packed_store_inputs(paths)
+            .map(|x| 2 * (x.bytes() + (x.shape.elem_count() as u64).div_ceil(8)))
+            .sum()
+    }
+
+    /// The extra passes of a segment (the modules under `paths`) run in time chunks, for its
+    /// training BatchNorms (`memopt_checkpoint`'s `policy/chunk_passes.rs`), in milliseconds:
+    /// per BatchNorm a statistics pass in forward (the leaves up to it, once more) and a
+    /// gradient-sums pass in backward (the whole segment's forward once more, and the backward
+    /// of the BatchNorm and the leaves after it). The forward passes are recomputations and are
+    /// priced at each type's recompute factor, the backward ones at its backward factor. Leaves
+    /// in module order stand for the order in which they run. Zero without BatchNorm.
+    fn batch_norm_passes_ms(&self, paths: &[String]) -> f64 {
+        let leaves: Vec<&ModuleCostEntry> = self
+            .modules
+            .iter()
+            .filter(|m| m.leaf && paths.iter().any(|p| within(&m.path, p)))
+            .collect();
+        let forward: Vec<f64> = leaves.iter().map(|m| self.entry_recompute_ms(m)).collect();
+        let whole: f64 = forward.iter().sum();
+        leaves
+            .iter()
+            .enumerate()
+            .filter(|(_, m)| m.module_type.starts_with("BatchNorm"))
+            .map(|(i, _)| {
+                let statistics: f64 = forward[..=i].iter().sum();
+                let sums: f64 = leaves[i..].iter().map(|m| self.entry_backward_ms(m)).sum();
+                statistics + whole + sums
+            })
+            .sum()
     }
 
     /// The module paths a plan entry covers: its module, or the children of its run.
@@ -281,10 +371,11 @@ impl CostModel {
     /// packing and unpacking at the measured speed of the compressor when the model has one
     /// ([`CostModel::codecs`]), otherwise the bytes moved ([`Self::saved_input_traffic`]) at
     /// `throughput.bytes_per_s`; an offloaded payload is copied out and back at
-    /// `throughput.bytes_per_s`.
+    /// `throughput.bytes_per_s`. Spikes read packed (see [`Self::saved_input_traffic`]) are
+    /// unpacked twice, each time at the measured unpacking speed.
     pub fn saved_input_ms(&self, path: &str, policy: Policy) -> f64 {
         let (compressor, offload) = match policy {
-            Policy::Store => return 0.0,
+            Policy::Store | Policy::StorePacked => return 0.0,
             Policy::Checkpoint { compressor, .. } => (compressor, false),
             Policy::Offload { compressor } => (compressor, true),
         };
@@ -294,6 +385,7 @@ impl CostModel {
         let Some(entry) = self.modules.iter().find(|m| m.path == path) else {
             return 0.0;
         };
+        let layer_reads_packed = self.first_layer_reads_packed(path);
         entry
             .inputs
             .iter()
@@ -307,7 +399,12 @@ impl CostModel {
                     };
                 }
                 let bytes = x.bytes() as f64;
-                let codec = 1e3 * (bytes / speed.compress_bytes_per_s + bytes / speed.decompress_bytes_per_s);
+                let packed_reads = compressor == CompressorKind::BitSpike
+                    && x.dtype == memopt_core::DType::F32
+                    && layer_reads_packed;
+                let unpacks = if packed_reads { 2.0 } else { 1.0 };
+                let codec = 1e3
+                    * (bytes / speed.compress_bytes_per_s + unpacks * bytes / speed.decompress_bytes_per_s);
                 let payload = compressor.build().packed_size(&x.shape, x.dtype).upper_bound();
                 codec
                     + if offload {
@@ -319,17 +416,34 @@ impl CostModel {
             .sum()
     }
 
+    /// Whether the segment at `path` starts with a convolution or a linear layer, which reads
+    /// bit-packed f32 spikes packed. Modules come parents first, in model order: the first leaf
+    /// at or below `path` is the segment's first layer.
+    fn first_layer_reads_packed(&self, path: &str) -> bool {
+        self.modules
+            .iter()
+            .find(|m| m.leaf && within(&m.path, path))
+            .is_some_and(|m| matches!(m.module_type.as_str(), "Conv2d" | "Linear"))
+    }
+
     /// Bytes moved to save and restore `path`'s inputs under `policy` (the uncalibrated
-    /// pricing of [`Self::saved_input_ms`]).
+    /// pricing of [`Self::saved_input_ms`]). Compressing reads the input and writes the
+    /// payload; each decompression reads the payload and writes the input. Bit-packed f32
+    /// spikes are read packed by a segment whose first layer is a convolution or a linear
+    /// layer: it unpacks them one time step at a time twice, in the recomputation and for the
+    /// weight gradient, instead of once whole. (Later readers of the same input, a residual
+    /// identity or a downsampling convolution, unpack it once or twice more; the per-module
+    /// costs do not show which module reads which value, so they are not counted.)
     pub fn saved_input_traffic(&self, path: &str, policy: Policy) -> u64 {
         let (compressor, offload) = match policy {
-            Policy::Store => return 0,
+            Policy::Store | Policy::StorePacked => return 0,
             Policy::Checkpoint { compressor, .. } => (compressor, false),
             Policy::Offload { compressor } => (compressor, true),
         };
         let Some(entry) = self.modules.iter().find(|m| m.path == path) else {
             return 0;
         };
+        let layer_reads_packed = self.first_layer_reads_packed(path);
         entry
             .inputs
             .iter()
@@ -343,8 +457,11 @@ impl CostModel {
                 let (payload, codec) = if kind == CompressorKind::Null {
                     (x.bytes(), 0)
                 } else {
-                    // compress: read input, write payload; decompress: the reverse.
-                    (payload, 2 * (x.bytes() + payload))
+                    let packed_reads = kind == CompressorKind::BitSpike
+                        && x.dtype == memopt_core::DType::F32
+                        && layer_reads_packed;
+                    let unpacks = if packed_reads { 2 } else { 1 };
+                    (payload, (1 + unpacks) * (x.bytes() + payload))
                 };
                 codec + if offload { 2 * payload } else { 0 }
             })

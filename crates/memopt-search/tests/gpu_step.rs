@@ -81,8 +81,8 @@ fn step(workload: &Workload, plan: &Plan, device: Device) -> Step {
 }
 
 /// Differences below this are accepted whatever the values' magnitude (see `first_mismatch`);
-/// gradients of the models here are 1e-6 or larger.
-const ABSOLUTE_FLOOR: f64 = 1e-9;
+/// the gradients that are not zero in exact arithmetic are 1e-5 or larger in these models.
+const ABSOLUTE_FLOOR: f64 = 1e-7;
 
 /// The host values of `t` (none on Meta).
 fn host_values(t: &Tensor, device: Device) -> Vec<f32> {
@@ -101,7 +101,8 @@ fn first_mismatch(c: &[f32], g: &[f32], rel: f64) -> Option<String> {
     }
     // Values that are zero in exact arithmetic (the bias gradient of a convolution before a
     // training-mode BatchNorm) come out as cancellation noise of about 1e-12 whose sign depends
-    // on the GEMMs' summation order: differences below ABSOLUTE_FLOOR are accepted.
+    // on the GEMMs' summation order (seen on an H200: up to 2.2e-8): differences below
+    // ABSOLUTE_FLOOR are accepted.
     let floor = (c.iter().fold(0f64, |m, v| m.max(v.abs() as f64)) * rel).max(ABSOLUTE_FLOOR);
     let bad = |(&a, &b): (&f32, &f32)| {
         let err = (a as f64 - b as f64).abs();
@@ -251,9 +252,52 @@ fn vgg_lif() -> NeuronConfig {
     }
 }
 
-/// One piece of the zoo's layer combinations: its name, whether its input is spikes, and the
-/// layers before the head (each given `Init`), with the head's input features.
-type Piece = (&'static str, bool, fn(&mut Init) -> (Sequential, usize));
+/// One piece of the zoo's layer combinations: its name, whether its input is spikes, the sample
+/// shape `[C, H, W]`, and the layers before the head (each given `Init`), with the head's input
+/// features.
+type Piece = (
+    &'static str,
+    bool,
+    [usize; 3],
+    fn(&mut Init) -> (Sequential, usize),
+);
+
+/// The first `blocks` blocks of the CIFAR10-DVS VGG (`[AvgPool] Conv3x3-BN-LIF`, as the zoo
+/// builds it) on `[2, 48, 48]` samples, with the final average pool when `blocks` is 9, and the
+/// features they give.
+fn vgg_prefix(init: &mut Init, blocks: usize) -> (Sequential, usize) {
+    let plan = [
+        (2, 64, false),
+        (64, 128, false),
+        (128, 256, true),
+        (256, 256, false),
+        (256, 512, true),
+        (512, 512, false),
+        (512, 512, true),
+        (512, 512, false),
+    ];
+    let (mut s, mut side, mut ch) = (Sequential::new(), 48, 2);
+    for &(cin, cout, pool) in plan.iter().take(blocks) {
+        if pool {
+            s = s.push(Pool2d::avg(2, 2, 0));
+            side /= 2;
+        }
+        let p = Conv2dParams {
+            padding: [1, 1],
+            ..Conv2dParams::default()
+        };
+        s = s
+            .push(Conv2d::new(init, cin, cout, 3, p, true).unwrap())
+            .push(BatchNorm::new_2d(init, cout).unwrap())
+            .push(Neuron::new(init, vgg_lif(), 2.0).unwrap());
+        ch = cout;
+    }
+    if blocks > plan.len() {
+        s = s.push(Pool2d::avg(2, 2, 0));
+        side /= 2;
+    }
+    (s, ch * side * side)
+}
 
 /// Small models on `[T=4, N=2, 2, 16, 16]` inputs, each one combination of layers from the zoo
 /// (the CIFAR10-DVS VGG's block, pooling and dropouts), with a head of flatten, an optional
@@ -266,37 +310,41 @@ fn pieces() -> Vec<Piece> {
         };
         Conv2d::new(init, cin, cout, 3, p, true).unwrap()
     }
+    const S: [usize; 3] = [2, 16, 16];
+    const VGG: [usize; 3] = [2, 48, 48];
     vec![
-        ("conv", true, |i| (Sequential::new().push(conv(i, 2, 8)), 8 * 256)),
-        ("conv on values", false, |i| {
+        ("conv", true, S, |i| {
             (Sequential::new().push(conv(i, 2, 8)), 8 * 256)
         }),
-        ("conv-bn", true, |i| {
+        ("conv on values", false, S, |i| {
+            (Sequential::new().push(conv(i, 2, 8)), 8 * 256)
+        }),
+        ("conv-bn", true, S, |i| {
             let s = Sequential::new()
                 .push(conv(i, 2, 8))
                 .push(BatchNorm::new_2d(i, 8).unwrap());
             (s, 8 * 256)
         }),
-        ("lif (VGG)", true, |i| {
+        ("lif (VGG)", true, S, |i| {
             (
                 Sequential::new().push(Neuron::new(i, vgg_lif(), 2.0).unwrap()),
                 2 * 256,
             )
         }),
-        ("conv-bn-lif (VGG block)", true, |i| {
+        ("conv-bn-lif (VGG block)", true, S, |i| {
             let s = Sequential::new()
                 .push(conv(i, 2, 8))
                 .push(BatchNorm::new_2d(i, 8).unwrap())
                 .push(Neuron::new(i, vgg_lif(), 2.0).unwrap());
             (s, 8 * 256)
         }),
-        ("avg-pool", true, |_| {
+        ("avg-pool", true, S, |_| {
             (Sequential::new().push(Pool2d::avg(2, 2, 0)), 2 * 64)
         }),
-        ("max-pool", true, |_| {
+        ("max-pool", true, S, |_| {
             (Sequential::new().push(Pool2d::max(2, 2, 0)), 2 * 64)
         }),
-        ("VGG block, avg-pool, VGG block", true, |i| {
+        ("VGG block, avg-pool, VGG block", true, S, |i| {
             let s = Sequential::new()
                 .push(conv(i, 2, 8))
                 .push(BatchNorm::new_2d(i, 8).unwrap())
@@ -307,13 +355,21 @@ fn pieces() -> Vec<Piece> {
                 .push(Neuron::new(i, vgg_lif(), 2.0).unwrap());
             (s, 8 * 64)
         }),
+        ("VGG at 48x48: block 1", true, VGG, |i| vgg_prefix(i, 1)),
+        ("VGG at 48x48: blocks 1-2", true, VGG, |i| vgg_prefix(i, 2)),
+        ("VGG at 48x48: blocks 1-3", true, VGG, |i| vgg_prefix(i, 3)),
+        ("VGG at 48x48: blocks 1-5", true, VGG, |i| vgg_prefix(i, 5)),
+        ("VGG at 48x48: blocks 1-8", true, VGG, |i| vgg_prefix(i, 8)),
+        ("VGG at 48x48: blocks 1-8, avg-pool", true, VGG, |i| {
+            vgg_prefix(i, 9)
+        }),
     ]
 }
 
 /// The model of `piece` with `dropout` in its head: `Some(true)` a mask per element (the VGG's
 /// classifier), `Some(false)` one mask shared by the time steps.
 fn piece_model(piece: &Piece, dropout: Option<bool>, device: Device, seed: u64) -> Model {
-    let (name, spikes, body) = *piece;
+    let (name, spikes, sample, body) = *piece;
     let mut init = Init::new(device, seed);
     let (features, width) = body(&mut init);
     let mut head = Sequential::new().push(Flatten::new(2));
@@ -328,7 +384,7 @@ fn piece_model(piece: &Piece, dropout: Option<bool>, device: Device, seed: u64) 
         .push_named("head", head);
     let spec = InputSpec {
         time_steps: 4,
-        sample: vec![2, 16, 16],
+        sample: sample.to_vec(),
         classes: 10,
     };
     Model::new(name, Box::new(root), spec, device).with_spike_input(spikes)
@@ -343,6 +399,9 @@ fn pieces_of_the_zoo_step_on_the_gpu_like_the_cpu() {
     let first = pieces()[0];
     cases.push((first, Some(true)));
     cases.push((first, Some(false)));
+    // The whole CIFAR10-DVS VGG, its classifier's dropout included.
+    let whole = *pieces().last().unwrap();
+    cases.push((whole, Some(true)));
     let label = |(p, d): &(Piece, Option<bool>)| format!("{} (head dropout {d:?})", p.0);
     check_each(&cases, label, |&(piece, dropout)| {
         let workload = Workload::custom(

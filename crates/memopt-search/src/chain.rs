@@ -19,6 +19,7 @@ use crate::{Result, SearchError};
 use memopt_checkpoint::{PlanEntry, Policy};
 use memopt_core::ModulePath;
 use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
 
 /// One way to run a segment, with its exact memory figures (bytes) and extra time (ms).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -295,8 +296,7 @@ pub(crate) struct Walk {
     states_done: u64,
     /// Parameter gradients of the segments so far.
     grads_done: u64,
-    /// The largest term so far (or a lower bound of the step's peak that every completion of
-    /// this prefix reaches anyway, see [`crate::dp`]).
+    /// The largest term so far.
     pub max: u64,
 }
 
@@ -376,16 +376,15 @@ impl Walk {
         Ok(())
     }
 
+    /// The totals that depend on the path taken so far (states and gradients of the segments
+    /// before), in bytes: two walks with equal keys have equal futures but for `kept` and `max`.
+    pub(crate) fn path_key(&self) -> (u64, u64) {
+        (self.states_done, self.grads_done)
+    }
+
     /// The peak, including the optimizer update after the backward pass.
     pub(crate) fn finish(&self) -> u64 {
         self.max.max(self.update)
-    }
-
-    /// Lifts `max` to `base + kept + rest`, a lower bound of every later term (see
-    /// [`crate::dp`]); saturating, as a bound beyond `u64::MAX` means no completion fits.
-    pub(crate) fn lift(&mut self, rest: u64) {
-        let bound = self.base.saturating_add(self.kept).saturating_add(rest);
-        self.max = self.max.max(bound);
     }
 }
 
@@ -393,33 +392,35 @@ impl ChainModel {
     /// The chain's choices that make up `plan`, or `None` when the plan uses a policy the chain
     /// did not measure, or assigns policies the chain cannot express (then ask the exact
     /// estimator instead). Modules without an entry are stored; a splittable node with no
-    /// entry of its own is split when an entry targets something inside it.
+    /// entry of its own is split when an entry targets something inside it. Linear in the
+    /// chain's nodes and runs and the plan's entries (strategies call it once per candidate).
     pub fn select(&self, plan: &memopt_checkpoint::Plan) -> Option<Vec<Chosen<'_>>> {
-        let key = |e: &PlanEntry| (e.path.clone(), e.children);
-        let wanted: std::collections::BTreeMap<(String, Option<[usize; 2]>), Policy> =
-            plan.entries.iter().map(|e| (key(e), e.policy)).collect();
+        /// The wanted policies by (path, run of children), borrowed from the plan.
+        type Wanted<'p> = HashMap<(&'p str, Option<[usize; 2]>), Policy>;
+        let mut wanted: Wanted<'_> = HashMap::with_capacity(plan.entries.len());
+        for e in &plan.entries {
+            // A repeated target: the last entry wins, as in a policy table.
+            wanted.insert((e.path.as_str(), e.children), e.policy);
+        }
         let mut used = 0usize;
         fn option_of(seg: &ChainSegment, policy: Policy) -> Option<usize> {
             seg.options.iter().position(|o| o.policy == policy)
         }
-        fn inside(
-            wanted: &std::collections::BTreeMap<(String, Option<[usize; 2]>), Policy>,
-            seg: &ChainSegment,
-        ) -> bool {
-            wanted.keys().any(|(p, c)| {
-                (p == &seg.path && c.is_some()) || ModulePath::from(p.as_str()).is_below(&seg.path)
-            })
+        fn inside(wanted: &Wanted<'_>, seg: &ChainSegment) -> bool {
+            wanted
+                .keys()
+                .any(|(p, c)| (*p == seg.path && c.is_some()) || ModulePath::from(*p).is_below(&seg.path))
         }
         fn go<'a>(
             nodes: &'a [ChainNode],
-            wanted: &std::collections::BTreeMap<(String, Option<[usize; 2]>), Policy>,
+            wanted: &Wanted<'_>,
             used: &mut usize,
             out: &mut Vec<Chosen<'a>>,
         ) -> Option<()> {
             for node in nodes {
                 match node {
                     ChainNode::Segment(s) => {
-                        let policy = wanted.get(&(s.path.clone(), s.children)).copied();
+                        let policy = wanted.get(&(s.path.as_str(), s.children)).copied();
                         *used += usize::from(policy.is_some());
                         out.push(Chosen {
                             segment: s,
@@ -427,23 +428,26 @@ impl ChainModel {
                         });
                     }
                     ChainNode::Splittable { whole, parts, runs } => {
-                        if let Some(&policy) = wanted.get(&(whole.path.clone(), None)) {
+                        if let Some(&policy) = wanted.get(&(whole.path.as_str(), None)) {
                             *used += 1;
                             out.push(Chosen {
                                 segment: whole,
                                 option: option_of(whole, policy)?,
                             });
                         } else if inside(wanted, whole) {
+                            // The wanted runs by their first child (the first in chain order
+                            // when two start at the same child).
+                            let mut run_at: HashMap<usize, (&'a ChainSegment, Policy)> = HashMap::new();
+                            for r in runs.iter().filter(|r| run_bounds(r)[0] < run_bounds(r)[1]) {
+                                if let Some(&policy) = wanted.get(&(r.path.as_str(), r.children)) {
+                                    run_at.entry(run_bounds(r)[0]).or_insert((r, policy));
+                                }
+                            }
                             let mut i = 0;
                             while i < parts.len() {
-                                let run = runs.iter().find(|r| {
-                                    run_bounds(r)[0] == i
-                                        && wanted.contains_key(&(r.path.clone(), r.children))
-                                });
-                                match run {
-                                    Some(r) => {
+                                match run_at.get(&i) {
+                                    Some(&(r, policy)) => {
                                         *used += 1;
-                                        let policy = wanted[&(r.path.clone(), r.children)];
                                         out.push(Chosen {
                                             segment: r,
                                             option: option_of(r, policy)?,

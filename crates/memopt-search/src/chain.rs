@@ -409,7 +409,7 @@ impl ChainModel {
         fn inside(wanted: &Wanted<'_>, seg: &ChainSegment) -> bool {
             wanted
                 .keys()
-                .any(|(p, c)| (*p == seg.path && c.is_some()) || ModulePath::from(*p).is_below(&seg.path))
+                .any(|(p, c)| (*p == seg.path && c.is_some()) || ModulePath::str_is_below(p, &seg.path))
         }
         fn go<'a>(
             nodes: &'a [ChainNode],

@@ -5,10 +5,10 @@
 //! time (strictly descending).
 
 use super::Caps;
-use super::bounds::{NodeReach, Position, Reach, option_ticks};
+use super::bounds::{NodeReach, Reach, Step};
 use super::ticks::Ticks;
 use crate::Result;
-use crate::chain::{ChainNode, ChainSegment, Chosen, add, run_bounds};
+use crate::chain::{Chosen, add};
 use std::rc::Rc;
 
 /// A plan suffix's choices, first first; shared between the suffixes that extend it.
@@ -86,32 +86,6 @@ impl Search {
         };
         Some(window)
     }
-}
-
-/// A segment under one option, placed at a position.
-#[derive(Clone, Copy)]
-struct Step<'a> {
-    chosen: Chosen<'a>,
-    own: u64,
-    kept: u64,
-    ticks: Ticks,
-}
-
-fn steps<'a>(seg: &'a ChainSegment, pos: Position) -> Result<Vec<Step<'a>>> {
-    let ticks = option_ticks(seg)?;
-    (0..seg.options.len())
-        .map(|o| {
-            Ok(Step {
-                chosen: Chosen {
-                    segment: seg,
-                    option: o,
-                },
-                own: pos.own(seg, o)?,
-                kept: seg.options[o].kept,
-                ticks: ticks[o],
-            })
-        })
-        .collect()
 }
 
 /// A front extended by a step (or taken as it is).
@@ -262,65 +236,44 @@ fn merge(a: &[Cand], b: &[Cand], out: &mut Vec<Cand>) {
     }
 }
 
-/// The front at the start of `nodes` (starting at `start`, with their reaches), followed by
-/// the suffixes `after`.
+/// The front at the start of `nodes` (with their reaches), followed by the suffixes `after`.
 fn nodes_front<'a>(
     search: &Search,
-    nodes: &'a [ChainNode],
-    reaches: &[NodeReach],
-    start: Position,
+    nodes: &[NodeReach<'a>],
     after: Vec<Suffix<'a>>,
     bufs: &mut Buffers,
 ) -> Result<Vec<Suffix<'a>>> {
-    let mut positions = Vec::with_capacity(nodes.len());
-    let mut pos = start;
-    for node in nodes {
-        positions.push(pos);
-        pos = pos.after(node.segment())?;
-    }
     let mut front = after;
-    for ((node, reach), pos) in nodes.iter().zip(reaches).zip(positions).rev() {
-        front = node_front(search, node, reach, pos, &front, bufs)?;
+    for node in nodes.iter().rev() {
+        front = node_front(search, node, &front, bufs)?;
     }
     Ok(front)
 }
 
-/// The front at the start of `node` (at `pos`), followed by the suffixes `after`: run whole
-/// under each option, or (a splittable node) as its children and runs of them, position by
-/// position from the last child back.
+/// The front at the start of `node`, followed by the suffixes `after`: run whole under each
+/// option, or (a splittable node) as its children and runs of them, position by position from
+/// the last child back.
 fn node_front<'a>(
     search: &Search,
-    node: &'a ChainNode,
-    reach: &NodeReach,
-    pos: Position,
+    node: &NodeReach<'a>,
     after: &[Suffix<'a>],
     bufs: &mut Buffers,
 ) -> Result<Vec<Suffix<'a>>> {
-    let window = search.window(&reach.start);
+    let window = search.window(&node.start);
     let first_only = search.caps.first_only;
-    let whole_steps = steps(node.segment(), pos)?;
     let mut sources = Vec::new();
-    extend(after, &whole_steps, &mut sources);
+    extend(after, &node.whole, &mut sources);
     let whole = gather(&sources, window.as_ref(), first_only, bufs)?;
-    let ChainNode::Splittable { parts, runs, .. } = node else {
+    let n = node.parts.len();
+    if n == 0 {
         return Ok(whole);
-    };
-    let n = parts.len();
-    let mut at_pos = Vec::with_capacity(n + 1);
-    at_pos.push(pos);
-    for part in parts {
-        let last = at_pos[at_pos.len() - 1];
-        at_pos.push(Position::after(last, part.segment())?);
     }
-    // Runs by their first child; each front is dropped once the last position reading it
-    // (the child before it, or the earliest run ending there) is done.
-    let mut runs_from: Vec<Vec<&'a ChainSegment>> = vec![Vec::new(); n];
+    // Each front is dropped once the last position reading it (the child before it, or the
+    // earliest run ending there) is done.
     let mut last_reader: Vec<usize> = (0..=n).map(|e| e.saturating_sub(1)).collect();
-    for run in runs {
-        let [a, b] = run_bounds(run);
-        if a < b && b <= n {
-            runs_from[a].push(run);
-            last_reader[b] = last_reader[b].min(a);
+    for (i, runs) in node.runs_from.iter().enumerate() {
+        for (end, _) in runs {
+            last_reader[*end] = last_reader[*end].min(i);
         }
     }
     let mut drop_after: Vec<Vec<usize>> = vec![Vec::new(); n];
@@ -336,31 +289,15 @@ fn node_front<'a>(
                 at[e].as_deref().unwrap_or_default()
             }
         };
-        let child = node_front(
-            search,
-            &parts[i],
-            &reach.parts[i],
-            at_pos[i],
-            front_at(i + 1),
-            bufs,
-        )?;
-        let mut run_steps = Vec::new();
-        for run in &runs_from[i] {
-            run_steps.push((run_bounds(run)[1], steps(run, at_pos[i])?));
-        }
+        let child = node_front(search, &node.parts[i], front_at(i + 1), bufs)?;
         let mut sources = vec![Source {
             front: &child,
             step: None,
         }];
-        for (end, st) in &run_steps {
-            extend(front_at(*end), st, &mut sources);
+        for (end, steps) in &node.runs_from[i] {
+            extend(front_at(*end), steps, &mut sources);
         }
-        let here = gather(
-            &sources,
-            search.window(&reach.inner[i]).as_ref(),
-            first_only,
-            bufs,
-        )?;
+        let here = gather(&sources, search.window(&node.inner[i]).as_ref(), first_only, bufs)?;
         drop(sources);
         at[i] = Some(here);
         for &e in &drop_after[i] {
@@ -381,29 +318,15 @@ fn node_front<'a>(
     gather(&sources, window.as_ref(), first_only, bufs)
 }
 
-/// The front of whole plans of a consistent chain within `caps`: each suffix's `c` at the
-/// chain's start (its floor is 0 there, nothing is lifted) with its time and plan.
-pub(super) fn search<'a>(
-    chain: &'a crate::chain::ChainModel,
-    reaches: &[NodeReach],
-    caps: Caps,
-) -> Result<Vec<Suffix<'a>>> {
-    let search = Search {
-        base: chain.base,
-        caps,
-    };
+/// The front of whole plans of a consistent chain (its nodes prepared, [`super::bounds::reach`])
+/// within `caps`: each suffix's `c` at the chain's start (its floor is 0 there, nothing is
+/// lifted) with its time and plan.
+pub(super) fn search<'a>(base: u64, nodes: &[NodeReach<'a>], caps: Caps) -> Result<Vec<Suffix<'a>>> {
+    let search = Search { base, caps };
     let end = Suffix {
         c: 0,
         ticks: 0,
         plan: None,
     };
-    let mut bufs = Buffers::default();
-    nodes_front(
-        &search,
-        &chain.nodes,
-        reaches,
-        Position::start(chain)?,
-        vec![end],
-        &mut bufs,
-    )
+    nodes_front(&search, nodes, vec![end], &mut Buffers::default())
 }

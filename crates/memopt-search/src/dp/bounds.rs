@@ -3,7 +3,7 @@
 //! at least ([`Reach`], from one forward pass), which bounds and lifts the suffixes there.
 
 use super::ticks::Ticks;
-use crate::chain::{ChainModel, ChainNode, ChainSegment, add, run_bounds};
+use crate::chain::{ChainModel, ChainNode, ChainSegment, Chosen, add, run_bounds};
 use crate::{Result, SearchError};
 
 /// Position-dependent totals, in bytes: neuron states and parameter gradients of the whole
@@ -131,23 +131,22 @@ impl Reach {
         }
     }
 
-    /// After `seg` run under any of its options. `M' - K' = max(M - K, base + own) - kept`
-    /// is non-decreasing in `M - K`, so the least over prefixes is reached from the least.
-    fn step(self, seg: &ChainSegment, pos: Position, base: u64, ticks: &[Ticks]) -> Result<Reach> {
+    /// After a segment run under any of its options (`steps`). `M' - K' = max(M - K, base +
+    /// own) - kept` is non-decreasing in `M - K`, so the least over prefixes is reached from
+    /// the least.
+    fn step(self, steps: &[Step<'_>], base: u64) -> Reach {
         let mut next = Reach {
             kept: u64::MAX,
             headroom: i128::MAX,
             ticks: Ticks::MAX,
         };
-        for (o, option) in seg.options.iter().enumerate() {
-            let own = i128::from(base) + i128::from(pos.own(seg, o)?);
-            next.kept = next.kept.min(self.kept.saturating_add(option.kept));
-            next.headroom = next
-                .headroom
-                .min(self.headroom.max(own) - i128::from(option.kept));
-            next.ticks = next.ticks.min(self.ticks.saturating_add(ticks[o]));
+        for s in steps {
+            let own = i128::from(base) + i128::from(s.own);
+            next.kept = next.kept.min(self.kept.saturating_add(s.kept));
+            next.headroom = next.headroom.min(self.headroom.max(own) - i128::from(s.kept));
+            next.ticks = next.ticks.min(self.ticks.saturating_add(s.ticks));
         }
-        Ok(next)
+        next
     }
 
     /// The least of two, bound by bound: a position reached two ways.
@@ -160,15 +159,33 @@ impl Reach {
     }
 }
 
-/// The [`Reach`] of each position of one node: its start, and for a splittable node the start
-/// of each child (`inner[0]` is the node's start) with each child's own.
-pub(super) struct NodeReach {
+/// A segment under one option, placed at its position: what it adds to a suffix.
+#[derive(Clone, Copy)]
+pub(super) struct Step<'a> {
+    /// The choice.
+    pub chosen: Chosen<'a>,
+    /// Its own largest term ([`Position::own`]), in bytes.
+    pub own: u64,
+    /// What it keeps for the backward pass, in bytes.
+    pub kept: u64,
+    /// Its extra time.
+    pub ticks: Ticks,
+}
+
+/// One node of a consistent chain, ready to be searched: the [`Reach`] of each of its
+/// positions (its start, and for a splittable node the start of each child) and each option
+/// of it, its children and its runs as a [`Step`].
+pub(super) struct NodeReach<'a> {
     /// At the node's start.
     pub start: Reach,
+    /// The node run whole, under each option.
+    pub whole: Vec<Step<'a>>,
     /// At the start of each child of a splittable node.
     pub inner: Vec<Reach>,
     /// The children's own.
-    pub parts: Vec<NodeReach>,
+    pub parts: Vec<NodeReach<'a>>,
+    /// The runs starting at each child: where each ends, and its options.
+    pub runs_from: Vec<Vec<(usize, Vec<Step<'a>>)>>,
 }
 
 /// The extra times of every option of a segment, in ticks.
@@ -180,9 +197,27 @@ pub(super) fn option_ticks(seg: &ChainSegment) -> Result<Vec<Ticks>> {
         .collect()
 }
 
-/// The reach of every position of a consistent chain (see [`consistent`]), by one forward
+/// `seg`'s options at `pos`.
+fn steps(seg: &ChainSegment, pos: Position) -> Result<Vec<Step<'_>>> {
+    let ticks = option_ticks(seg)?;
+    (0..seg.options.len())
+        .map(|o| {
+            Ok(Step {
+                chosen: Chosen {
+                    segment: seg,
+                    option: o,
+                },
+                own: pos.own(seg, o)?,
+                kept: seg.options[o].kept,
+                ticks: ticks[o],
+            })
+        })
+        .collect()
+}
+
+/// Every node of a consistent chain (see [`consistent`]) ready to be searched, by one forward
 /// pass over the nodes (and over the DAG of each splittable node's children and runs).
-pub(super) fn reach(chain: &ChainModel) -> Result<Vec<NodeReach>> {
+pub(super) fn reach(chain: &ChainModel) -> Result<Vec<NodeReach<'_>>> {
     let (reaches, _) = reach_nodes(
         &chain.nodes,
         Position::start(chain)?,
@@ -197,17 +232,20 @@ fn reach_nodes(
     mut pos: Position,
     mut at: Reach,
     base: u64,
-) -> Result<(Vec<NodeReach>, Reach)> {
+) -> Result<(Vec<NodeReach<'_>>, Reach)> {
     let mut out = Vec::with_capacity(nodes.len());
     for node in nodes {
         let whole = node.segment();
-        let mut next = at.step(whole, pos, base, &option_ticks(whole)?)?;
+        let whole_steps = steps(whole, pos)?;
+        let mut next = at.step(&whole_steps, base);
         let mut inner = Vec::new();
         let mut part_reaches = Vec::new();
+        let mut runs_from = Vec::new();
         if let ChainNode::Splittable { parts, runs, .. } = node {
             let n = parts.len();
             let mut reached: Vec<Option<Reach>> = vec![None; n + 1];
             reached[0] = Some(at);
+            runs_from = vec![Vec::new(); n];
             let mut p = pos;
             for i in 0..n {
                 let here = reached[i]
@@ -218,11 +256,13 @@ fn reach_nodes(
                 reached[i + 1] = Some(reached[i + 1].map_or(end, |x| x.min(end)));
                 for run in runs.iter().filter(|r| run_bounds(r)[0] == i) {
                     let e = run_bounds(run)[1];
-                    if e > n {
+                    if e <= i || e > n {
                         continue;
                     }
-                    let end = here.step(run, p, base, &option_ticks(run)?)?;
+                    let run_steps = steps(run, p)?;
+                    let end = here.step(&run_steps, base);
                     reached[e] = Some(reached[e].map_or(end, |x| x.min(end)));
+                    runs_from[i].push((e, run_steps));
                 }
                 p = p.after(parts[i].segment())?;
             }
@@ -232,8 +272,10 @@ fn reach_nodes(
         }
         out.push(NodeReach {
             start: at,
+            whole: whole_steps,
             inner,
             parts: part_reaches,
+            runs_from,
         });
         at = next;
         pos = pos.after(whole)?;

@@ -65,7 +65,7 @@
 //! about `layers × options × front`; caps shrink the front to the plans within the limit.
 
 use crate::Result;
-use crate::chain::{ChainModel, Chosen};
+use crate::chain::{ChainModel, ChainNode, ChainSegment, Chosen};
 use backward::Link;
 use std::rc::Rc;
 use ticks::Ticks;
@@ -111,6 +111,34 @@ thread_local! {
     static CREATED: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
 }
 
+/// A chain ready to be searched: its nodes with their positions' reaches and options' steps
+/// when it is consistent (the backward search), `None` otherwise (the forward search).
+struct Prepared<'a> {
+    chain: &'a ChainModel,
+    nodes: Option<Vec<bounds::NodeReach<'a>>>,
+    /// Bytes held during the optimizer update.
+    update: u64,
+}
+
+impl<'a> Prepared<'a> {
+    fn new(chain: &'a ChainModel) -> Result<Self> {
+        Ok(Prepared {
+            chain,
+            nodes: if bounds::consistent(chain)? {
+                Some(bounds::reach(chain)?)
+            } else {
+                None
+            },
+            update: crate::chain::add(
+                "",
+                "the bytes held during the optimizer update",
+                chain.base,
+                chain.param_grads_total()?,
+            )?,
+        })
+    }
+}
+
 /// A plan on a front: its choices as a shared list, or listed.
 enum PlanOf<'a> {
     Linked(Option<Rc<Link<'a>>>),
@@ -131,35 +159,28 @@ pub(crate) struct Front<'a> {
 }
 
 impl<'a> Front<'a> {
-    fn search(chain: &'a ChainModel, caps: Caps) -> Result<Front<'a>> {
-        let mut points: Vec<Point<'a>> = if bounds::consistent(chain)? {
-            let reaches = bounds::reach(chain)?;
-            let update = crate::chain::add(
-                "",
-                "the bytes held during the optimizer update",
-                chain.base,
-                chain.param_grads_total()?,
-            )?;
-            backward::search(chain, &reaches, caps)?
+    fn search(prepared: &Prepared<'a>, caps: Caps) -> Result<Front<'a>> {
+        let chain = prepared.chain;
+        let mut points: Vec<Point<'a>> = match &prepared.nodes {
+            Some(nodes) => backward::search(chain.base, nodes, caps)?
                 .into_iter()
                 .map(|s| {
                     let peak = crate::chain::add("", "the step's peak", chain.base, s.c)?;
                     Ok(Point {
-                        peak: peak.max(update),
+                        peak: peak.max(prepared.update),
                         ticks: s.ticks,
                         plan: PlanOf::Linked(s.plan),
                     })
                 })
-                .collect::<Result<_>>()?
-        } else {
-            forward::search(chain, caps)?
+                .collect::<Result<_>>()?,
+            None => forward::search(chain, caps)?
                 .into_iter()
                 .map(|(peak, ticks, plan)| Point {
                     peak,
                     ticks,
                     plan: PlanOf::Listed(plan),
                 })
-                .collect()
+                .collect(),
         };
         points.retain(|p| p.peak <= caps.peak && p.ticks <= caps.ticks);
         // Sorted by peak, then time: each point kept when faster than every one before it.
@@ -171,17 +192,6 @@ impl<'a> Front<'a> {
             }
         }
         Ok(Front { points: front })
-    }
-
-    /// The front of `chain`'s plans whose peak is at most `budget` bytes.
-    pub(crate) fn within(chain: &'a ChainModel, budget: u64) -> Result<Front<'a>> {
-        Self::search(
-            chain,
-            Caps {
-                peak: budget,
-                ..Caps::NONE
-            },
-        )
     }
 
     fn solution(&self, point: &Point<'a>) -> Solution<'a> {
@@ -221,19 +231,125 @@ impl<'a> Front<'a> {
     }
 }
 
+/// The fastest plans within budgets asked one after another, each search capped in time as
+/// well as in bytes: the front of plans within the budget and within a time cap holds the
+/// fastest plan within the budget whenever that plan's time is within the cap, so the cap
+/// starts at no time at all and doubles (from the least time any option adds) until it does,
+/// or until it covers every plan's time. A fast plan under a generous budget is then found
+/// without the front of every slower plan under it.
+pub(crate) struct FastestWithin<'a> {
+    prepared: Prepared<'a>,
+    /// The least peak of any plan (no budget below it has a plan).
+    least_peak: u64,
+    /// Least time any option adds (the first nonzero cap), and more than any plan takes.
+    step: Ticks,
+    bound: Ticks,
+    /// The last front searched, with its byte budget and time cap.
+    front: Option<(u64, Ticks, Front<'a>)>,
+}
+
+impl<'a> FastestWithin<'a> {
+    pub(crate) fn new(chain: &'a ChainModel) -> Result<Self> {
+        let mut step = Ticks::MAX;
+        let mut bound: Ticks = 0;
+        fn visit(seg: &ChainSegment, step: &mut Ticks, bound: &mut Ticks) -> Result<()> {
+            let ticks = bounds::option_ticks(seg)?;
+            for &t in &ticks {
+                if t > 0 {
+                    *step = (*step).min(t);
+                }
+            }
+            *bound = bound.saturating_add(ticks.into_iter().max().unwrap_or(0));
+            Ok(())
+        }
+        fn walk(nodes: &[ChainNode], step: &mut Ticks, bound: &mut Ticks) -> Result<()> {
+            for node in nodes {
+                visit(node.segment(), step, bound)?;
+                if let ChainNode::Splittable { parts, runs, .. } = node {
+                    walk(parts, step, bound)?;
+                    for run in runs {
+                        visit(run, step, bound)?;
+                    }
+                }
+            }
+            Ok(())
+        }
+        walk(&chain.nodes, &mut step, &mut bound)?;
+        let prepared = Prepared::new(chain)?;
+        Ok(FastestWithin {
+            least_peak: least_peak(&prepared)?,
+            prepared,
+            step,
+            bound,
+            front: None,
+        })
+    }
+
+    /// The plan of least extra time whose predicted peak is at most `budget` bytes (ties:
+    /// lower peak); `None` when no plan fits.
+    pub(crate) fn least_time_within(&mut self, budget: u64) -> Result<Option<Solution<'a>>> {
+        if budget < self.least_peak {
+            return Ok(None);
+        }
+        let mut cap = 0;
+        // The last front answers when it covers this budget (budgets asked one after another
+        // only fall).
+        if let Some((searched, searched_cap, front)) = &self.front
+            && *searched >= budget
+        {
+            if let Some(s) = front.least_time_within(budget) {
+                return Ok(Some(s));
+            }
+            if *searched_cap >= self.bound {
+                return Ok(None);
+            }
+            cap = self.next_cap(*searched_cap);
+        }
+        loop {
+            let caps = Caps {
+                peak: budget,
+                ticks: cap,
+                first_only: false,
+            };
+            let front = Front::search(&self.prepared, caps)?;
+            let found = front.least_time_within(budget);
+            self.front = Some((budget, cap, front));
+            if found.is_some() || cap >= self.bound {
+                return Ok(found);
+            }
+            cap = self.next_cap(cap);
+        }
+    }
+
+    /// The plan of least peak (ties: least time): the front within the least peak.
+    pub(crate) fn min_peak(&self) -> Result<Solution<'a>> {
+        let caps = Caps {
+            peak: self.least_peak,
+            ..Caps::NONE
+        };
+        Front::search(&self.prepared, caps)?.least_peak().ok_or_else(|| {
+            crate::SearchError::Internal("no plan reaches the least peak the chain found".into())
+        })
+    }
+
+    fn next_cap(&self, cap: Ticks) -> Ticks {
+        cap.saturating_mul(2).max(self.step).min(self.bound)
+    }
+}
+
 /// The plan of least extra time whose predicted peak is at most `budget` bytes (ties: lower
 /// peak); `None` when no plan fits.
 pub fn least_time_within(chain: &ChainModel, budget: u64) -> Result<Option<Solution<'_>>> {
-    Ok(Front::within(chain, budget)?.least_time_within(budget))
+    FastestWithin::new(chain)?.least_time_within(budget)
 }
 
 /// The least predicted peak of any plan, in bytes: the search keeping only the least `c`.
-fn least_peak(chain: &ChainModel) -> Result<u64> {
+fn least_peak(prepared: &Prepared<'_>) -> Result<u64> {
     let caps = Caps {
         first_only: true,
         ..Caps::NONE
     };
-    Front::search(chain, caps)?
+    Front::search(prepared, caps)?
         .points
         .first()
         .map(|p| p.peak)
@@ -243,9 +359,7 @@ fn least_peak(chain: &ChainModel) -> Result<u64> {
 /// The plan of least predicted peak (ties: least extra time): the least peak, then the front
 /// capped at it.
 pub fn min_peak(chain: &ChainModel) -> Result<Solution<'_>> {
-    let least = least_peak(chain)?;
-    least_time_within(chain, least)?
-        .ok_or_else(|| crate::SearchError::Internal("no plan reaches the least peak the chain found".into()))
+    FastestWithin::new(chain)?.min_peak()
 }
 
 /// The plan of least predicted peak whose extra time is at most `max_extra_ms` (ties: least
@@ -255,16 +369,18 @@ pub fn min_peak_within_time(chain: &ChainModel, max_extra_ms: f64) -> Result<Sol
         crate::SearchError::InvalidSetting(format!("a time limit is a number of ms >= 0, got {max_extra_ms}"))
     })?;
     let caps = Caps { ticks, ..Caps::NONE };
-    Front::search(chain, caps)?.least_peak().ok_or_else(|| {
-        crate::SearchError::Internal(format!(
-            "no plan takes at most {max_extra_ms} ms more than storing everything, which takes none"
-        ))
-    })
+    Front::search(&Prepared::new(chain)?, caps)?
+        .least_peak()
+        .ok_or_else(|| {
+            crate::SearchError::Internal(format!(
+                "no plan takes at most {max_extra_ms} ms more than storing everything, which takes none"
+            ))
+        })
 }
 
 /// The plans on the Pareto front of (peak, extra time), by increasing peak.
 pub fn pareto_front(chain: &ChainModel) -> Result<Vec<Solution<'_>>> {
-    Ok(Front::search(chain, Caps::NONE)?.solutions())
+    Ok(Front::search(&Prepared::new(chain)?, Caps::NONE)?.solutions())
 }
 
 #[cfg(test)]

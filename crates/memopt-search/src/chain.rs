@@ -406,6 +406,16 @@ impl ChainModel {
         fn option_of(seg: &ChainSegment, policy: Policy) -> Option<usize> {
             seg.options.iter().position(|o| o.policy == policy)
         }
+        /// The index of the first run of children `bounds` (by bisection: the builder lists
+        /// runs in order of their bounds; otherwise one by one).
+        fn find_run(runs: &[ChainSegment], sorted: bool, bounds: [usize; 2]) -> Option<usize> {
+            if sorted {
+                let k = runs.partition_point(|r| run_bounds(r) < bounds);
+                (k < runs.len() && run_bounds(&runs[k]) == bounds).then_some(k)
+            } else {
+                runs.iter().position(|r| run_bounds(r) == bounds)
+            }
+        }
         fn inside(wanted: &Wanted<'_>, seg: &ChainSegment) -> bool {
             wanted
                 .keys()
@@ -437,16 +447,25 @@ impl ChainModel {
                         } else if inside(wanted, whole) {
                             // The wanted runs by their first child (the first in chain order
                             // when two start at the same child).
-                            let mut run_at: HashMap<usize, (&'a ChainSegment, Policy)> = HashMap::new();
-                            for r in runs.iter().filter(|r| run_bounds(r)[0] < run_bounds(r)[1]) {
-                                if let Some(&policy) = wanted.get(&(r.path.as_str(), r.children)) {
-                                    run_at.entry(run_bounds(r)[0]).or_insert((r, policy));
+                            let mut run_at: HashMap<usize, (usize, Policy)> = HashMap::new();
+                            let sorted = runs.is_sorted_by_key(run_bounds);
+                            for (&(path, children), &policy) in wanted {
+                                let Some(bounds) = children.filter(|[a, b]| a < b && path == whole.path)
+                                else {
+                                    continue;
+                                };
+                                if let Some(k) = find_run(runs, sorted, bounds) {
+                                    let at = run_at.entry(bounds[0]).or_insert((k, policy));
+                                    if k < at.0 {
+                                        *at = (k, policy);
+                                    }
                                 }
                             }
                             let mut i = 0;
                             while i < parts.len() {
                                 match run_at.get(&i) {
-                                    Some(&(r, policy)) => {
+                                    Some(&(k, policy)) => {
+                                        let r = &runs[k];
                                         *used += 1;
                                         out.push(Chosen {
                                             segment: r,

@@ -66,8 +66,7 @@
 
 use crate::Result;
 use crate::chain::{ChainModel, ChainNode, ChainSegment, Chosen};
-use backward::Link;
-use std::rc::Rc;
+use backward::Links;
 use ticks::Ticks;
 
 mod backward;
@@ -139,9 +138,9 @@ impl<'a> Prepared<'a> {
     }
 }
 
-/// A plan on a front: its choices as a shared list, or listed.
+/// A plan on a front: its first choice in the front's [`Links`], or listed.
 enum PlanOf<'a> {
-    Linked(Option<Rc<Link<'a>>>),
+    Linked(u32),
     Listed(Vec<Chosen<'a>>),
 }
 
@@ -156,31 +155,39 @@ struct Point<'a> {
 /// (time strictly falling).
 pub(crate) struct Front<'a> {
     points: Vec<Point<'a>>,
+    links: Links<'a>,
 }
 
 impl<'a> Front<'a> {
     fn search(prepared: &Prepared<'a>, caps: Caps) -> Result<Front<'a>> {
         let chain = prepared.chain;
-        let mut points: Vec<Point<'a>> = match &prepared.nodes {
-            Some(nodes) => backward::search(chain.base, nodes, caps)?
-                .into_iter()
-                .map(|s| {
-                    let peak = crate::chain::add("", "the step's peak", chain.base, s.c)?;
-                    Ok(Point {
-                        peak: peak.max(prepared.update),
-                        ticks: s.ticks,
-                        plan: PlanOf::Linked(s.plan),
+        let (mut points, links): (Vec<Point<'a>>, Links<'a>) = match &prepared.nodes {
+            Some(nodes) => {
+                let (front, links) = backward::search(chain.base, nodes, caps)?;
+                let points = front
+                    .into_iter()
+                    .map(|s| {
+                        let peak = crate::chain::add("", "the step's peak", chain.base, s.c)?;
+                        Ok(Point {
+                            peak: peak.max(prepared.update),
+                            ticks: s.ticks,
+                            plan: PlanOf::Linked(s.plan),
+                        })
                     })
-                })
-                .collect::<Result<_>>()?,
-            None => forward::search(chain, caps)?
-                .into_iter()
-                .map(|(peak, ticks, plan)| Point {
-                    peak,
-                    ticks,
-                    plan: PlanOf::Listed(plan),
-                })
-                .collect(),
+                    .collect::<Result<_>>()?;
+                (points, links)
+            }
+            None => (
+                forward::search(chain, caps)?
+                    .into_iter()
+                    .map(|(peak, ticks, plan)| Point {
+                        peak,
+                        ticks,
+                        plan: PlanOf::Listed(plan),
+                    })
+                    .collect(),
+                Links::default(),
+            ),
         };
         points.retain(|p| p.peak <= caps.peak && p.ticks <= caps.ticks);
         // Sorted by peak, then time: each point kept when faster than every one before it.
@@ -191,21 +198,13 @@ impl<'a> Front<'a> {
                 front.push(p);
             }
         }
-        Ok(Front { points: front })
+        Ok(Front { points: front, links })
     }
 
     fn solution(&self, point: &Point<'a>) -> Solution<'a> {
         let plan = match &point.plan {
             PlanOf::Listed(plan) => plan.clone(),
-            PlanOf::Linked(head) => {
-                let mut plan = Vec::new();
-                let mut link = head.as_deref();
-                while let Some(l) = link {
-                    plan.push(l.chosen);
-                    link = l.next.as_deref();
-                }
-                plan
-            }
+            PlanOf::Linked(head) => self.links.plan(*head),
         };
         Solution {
             extra_ms: ChainModel::extra_ms(&plan),

@@ -1,5 +1,5 @@
 //! Building the [`ChainModel`] of a model: its sites, every option of every site measured
-//! exactly (each distinct segment once, see [`crate::segment_key`]), and the loss after the
+//! exactly (each distinct segment once, see `segment_key.rs`), and the loss after the
 //! chain.
 
 use crate::Result;

@@ -8,8 +8,8 @@
 //! **Terms.** By [`crate::chain`], a plan's peak is `max(base, update, max_i base + K(<i) +
 //! own_i)`, where `K(<i)` is what the segments before segment `i` keep, `update = base + P(all)`
 //! and `own_i` is segment `i`'s larger own term under its option, `max(S(<i) + F_i, S(all) +
-//! P(>i) + W_i)` ([`bounds::Position::own`]). When every way through every splittable node
-//! leaves the same states and gradients behind ([`bounds::consistent`]; measured chains do),
+//! P(>i) + W_i)` (`bounds::Position::own`). When every way through every splittable node
+//! leaves the same states and gradients behind (`bounds::consistent`; measured chains do),
 //! `S(<i)` and `P(>i)` depend on the position alone, and so does `own_i` for a given option.
 //!
 //! **1. Suffixes.** A suffix `σ` starting at position `p` has `c(σ)`, the largest over its
@@ -19,7 +19,7 @@
 //! `max(M_π, base + K_π + c(σ), update)` and its time `t(π) + t(σ)`: non-decreasing in `c(σ)` and
 //! in `t(σ)`. So a suffix whose `c` and time are no larger than another's is at least as good
 //! after every prefix, and at each position the search keeps only the suffixes no other one
-//! beats on both (the front, [`backward`]). At the start (`K = 0`, `M = base`) the peak is
+//! beats on both (the front, `backward.rs`). At the start (`K = 0`, `M = base`) the peak is
 //! `max(base + c, update)`, non-decreasing in `c`: the front there, so mapped, is the Pareto
 //! front of (peak, time) over every plan. Every plan dropped on the way is beaten or equalled
 //! on both by a kept one, so every point of the front is reached by a kept plan.
@@ -28,7 +28,7 @@
 //! such prefix and any `c <= H(p) - base`, `base + K_π + c <= M_π`, so `max(M_π, base + K_π + c)
 //! = max(M_π, base + K_π + max(c, H(p) - base))`: lifting every suffix's `c` to at least
 //! `H(p) - base` changes no plan's peak, and the suffixes below it then tie on `c`, so only the
-//! fastest of them stays. `H` comes from one forward pass ([`bounds::Reach`]):
+//! fastest of them stays. `H` comes from one forward pass (`bounds.rs`):
 //! `M' - K' = max(M - K, base + own_o) - kept_o` is non-decreasing in `M - K`, so the least is
 //! reached from the least; where paths join, the lesser. At the start `H = base`: nothing is
 //! lifted there, and the `c` the search ends with is exact.
@@ -39,20 +39,25 @@
 //! `base + K_π + c` (with `c` lifted or not, by 2) and takes `t(π) + t(σ)`; so suffixes with
 //! `base + Kmin(p) + c > B` or `Tmin(p) + t > T` are over the limit in every plan.
 //!
-//! **4. Questions.** The least time within `B`: the front capped at `B`, its last point (the
-//! front is sorted by peak, time strictly falling; of equal times the lower peak). The least
-//! peak: a first pass keeps only the least `c` at each position (the least `c` of what
-//! follows has optimal substructure: `max(own, kept + c)` is non-decreasing in `c`), which is
-//! the least peak; then the front capped at it, its only point being the fastest plan there.
-//! The least peak within `T`: the front capped at `T`, its first point.
+//! **4. Questions.** The least time within `B`: the last point of the front capped at `B`
+//! (sorted by peak, time strictly falling; of equal times the lower peak). Capping it at a
+//! time `T` as well keeps every point with a time up to `T`, so when the front capped at `B`
+//! and `T` has a point, its last one is that answer; `FastestWithin` starts at `T = 0` and
+//! doubles `T` (from the least time an option adds, up to more than any plan takes) until it
+//! has one, so that a fast plan under a generous budget costs the front of the plans at most
+//! about twice as slow, not of every plan under the budget. The least peak: a first pass
+//! keeps only the least `c` at each position (the least `c` of what follows has optimal
+//! substructure: `max(own, kept + c)` is non-decreasing in `c`), which is the least peak; then
+//! the front capped at it, its only point being the fastest plan there. The least peak within
+//! `T`: the first point of the front capped at `T`.
 //!
-//! **5. Times** are whole femtoseconds ([`ticks`]): sums are exact and independent of their
+//! **5. Times** are whole femtoseconds (`ticks.rs`): sums are exact and independent of their
 //! order, so "no larger" above is exact (each option's time is rounded once, by at most
 //! 0.5 fs; reported times are the plan's own `f64` sums).
 //!
 //! **Other chains.** When a splittable node's children or runs hold other states or gradients
 //! than what they replace, positions depend on the path, and the search runs forward over
-//! prefixes instead ([`forward`]), comparing prefixes with equal path totals on kept bytes,
+//! prefixes instead (`forward.rs`), comparing prefixes with equal path totals on kept bytes,
 //! largest term and time (all three: the later terms are `base + K + c`, and `M` stays).
 //!
 //! `dp::tests` checks every entry point against brute force over every plan of random chains

@@ -63,6 +63,13 @@ impl Module for BatchNorm {
         }
     }
 
+    fn config_key(&self) -> Option<String> {
+        Some(format!(
+            "momentum={:?} eps={:?} rank={}",
+            self.momentum, self.eps, self.rank
+        ))
+    }
+
     fn forward<'m>(&'m self, cx: &mut Cx<'m>, inputs: Vec<Var>) -> Result<Vec<Var>> {
         let name = self.type_name();
         let x = one_input(inputs, name)?;

@@ -64,6 +64,10 @@ impl Module for Conv2d {
         "Conv2d"
     }
 
+    fn config_key(&self) -> Option<String> {
+        Some(format!("{:?}", self.params))
+    }
+
     fn forward<'m>(&'m self, cx: &mut Cx<'m>, inputs: Vec<Var>) -> Result<Vec<Var>> {
         let x = one_input(inputs, "Conv2d")?;
         let (x, folded) = fold_time(cx, &x, 4, "Conv2d", "C, H, W")?;

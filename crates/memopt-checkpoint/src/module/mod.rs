@@ -121,6 +121,16 @@ pub trait Module {
         false
     }
 
+    /// This module's own configuration as text: every field that is not a parameter, a buffer
+    /// or a child (a convolution's stride and padding, a neuron's constants, which children a
+    /// block has when they differ in role), so that two modules of the same type with equal
+    /// keys, equal parameter and buffer shapes and children of equal keys compute and allocate
+    /// alike for inputs of equal shapes. Planners then measure such segments once. `None` (the
+    /// default): not described, and every segment containing the module is measured on its own.
+    fn config_key(&self) -> Option<String> {
+        None
+    }
+
     /// The cost of one forward call with these input and output shapes, this module's own work
     /// only (children report theirs through their own calls). Default: a leaf is elementwise
     /// ([`ModuleCost::elementwise`]); a module with children costs nothing itself. Layers with

@@ -53,6 +53,10 @@ impl Module for Neuron {
         }
     }
 
+    fn config_key(&self) -> Option<String> {
+        Some(format!("{:?}", self.cfg))
+    }
+
     fn forward<'m>(&'m self, cx: &mut Cx<'m>, inputs: Vec<Var>) -> Result<Vec<Var>> {
         let x = one_input(inputs, self.type_name())?;
         let w = self.w.as_ref().map(|w| cx.param(w));

@@ -28,6 +28,10 @@ impl Module for Flatten {
         "Flatten"
     }
 
+    fn config_key(&self) -> Option<String> {
+        Some(format!("start_dim={}", self.start_dim))
+    }
+
     fn forward<'m>(&'m self, cx: &mut Cx<'m>, inputs: Vec<Var>) -> Result<Vec<Var>> {
         let x = one_input(inputs, "Flatten")?;
         if x.dims().len() < self.start_dim {
@@ -61,6 +65,10 @@ impl Module for Relu {
         "ReLU"
     }
 
+    fn config_key(&self) -> Option<String> {
+        Some(String::new())
+    }
+
     fn forward<'m>(&'m self, cx: &mut Cx<'m>, inputs: Vec<Var>) -> Result<Vec<Var>> {
         let x = one_input(inputs, "ReLU")?;
         Ok(vec![ops::relu(cx, &x)?])
@@ -91,6 +99,10 @@ impl Dropout {
 impl Module for Dropout {
     fn type_name(&self) -> &'static str {
         "Dropout"
+    }
+
+    fn config_key(&self) -> Option<String> {
+        Some(format!("p={:?} multi_step={}", self.p, self.multi_step))
     }
 
     fn forward<'m>(&'m self, cx: &mut Cx<'m>, inputs: Vec<Var>) -> Result<Vec<Var>> {

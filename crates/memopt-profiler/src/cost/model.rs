@@ -105,7 +105,7 @@ pub struct CodecSpeed {
 
 /// Whether `path` is `ancestor` or below it.
 fn within(path: &str, ancestor: &str) -> bool {
-    ModulePath::from(path).is_under(ancestor)
+    ModulePath::str_is_under(path, ancestor)
 }
 
 impl CostModel {

@@ -194,6 +194,14 @@ impl Module for Residual {
         "Residual"
     }
 
+    fn config_key(&self) -> Option<String> {
+        Some(format!(
+            "shortcut={} after={}",
+            self.shortcut.is_some(),
+            self.after.is_some()
+        ))
+    }
+
     fn forward<'m>(&'m self, cx: &mut Cx<'m>, inputs: Vec<Var>) -> Result<Vec<Var>> {
         let x = one_input(inputs, "Residual")?;
         let b = cx.call1("body", &self.body, x.clone())?;

@@ -90,12 +90,12 @@ fn segment(
     // Offered only where packing changes a figure of storing (a layer there takes spikes).
     let store = options.first().map(|o| (o.forward_peak, o.kept, o.backward_peak));
     if space.store_packed {
-        let f = measure(model, site, Policy::StorePacked, first)?;
+        let f = measurements.of(site, Policy::StorePacked, first)?;
         if store != Some((f.forward_peak, f.kept, f.backward_peak)) {
             options.push(option(
                 Policy::StorePacked,
                 &f,
-                extra_ms(cost, site, Policy::StorePacked),
+                extra_ms(&cost, site, Policy::StorePacked),
             ));
         }
     }

@@ -4,12 +4,14 @@ use super::{GradTarget, layer_grads, weight_bias_targets};
 use crate::Result;
 use crate::autograd::{Backward, BackwardGrads, InputSlot, SavedTensor, Var};
 use crate::context::Cx;
-use memopt_core::Tensor;
 use memopt_core::kernels::{self, Conv2dParams};
+use memopt_core::{DType, Tensor};
 
 /// Convolution of `x [B, C, H, W]` with `w [Co, C/groups, kh, kw]`. `time_steps` is the time
 /// dimension folded into `B` (1 for non-temporal input): weight gradients accumulate one time
-/// step at a time, last first, so chunked recomputation adds in the same order.
+/// step at a time, last first, so chunked recomputation adds in the same order. When the output
+/// is read by no one ([`Cx::take_output_unread`]) and the op records its backward (which keeps
+/// `x` and `w`, not the output), nothing is computed: the output is an unmaterialised stand-in.
 pub fn conv2d<'m>(
     cx: &mut Cx<'m>,
     x: &Var,
@@ -18,8 +20,14 @@ pub fn conv2d<'m>(
     p: &Conv2dParams,
     time_steps: usize,
 ) -> Result<Var> {
-    let y = kernels::conv2d(x.tensor(), w.tensor(), b.map(Var::tensor), p, time_steps)?;
+    let unread = cx.take_output_unread();
     let slots = [Some(x), Some(w), b];
+    let (xt, wt, bt) = (x.tensor(), w.tensor(), b.map(Var::tensor));
+    let y = if unread && cx.slots_need_grad(&slots) {
+        Tensor::unmaterialised(kernels::conv2d_output_shape(xt, wt, bt, p)?, DType::F32, xt.device())?
+    } else {
+        kernels::conv2d(xt, wt, bt, p, time_steps)?
+    };
     if !cx.slots_need_grad(&slots) {
         return Ok(Var::constant(y));
     }

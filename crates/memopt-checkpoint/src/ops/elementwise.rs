@@ -3,11 +3,20 @@
 use crate::Result;
 use crate::autograd::{Backward, BackwardGrads, InputSlot, SavedTensor, Var};
 use crate::context::Cx;
-use memopt_core::{Tensor, kernels};
+use memopt_core::{DType, Tensor, kernels};
 
-/// `a + b` (same shapes). Saves nothing.
+/// `a + b` (same shapes). Saves nothing. When the sum is read by no one
+/// ([`Cx::take_output_unread`]) and the op records its backward, nothing is computed: the sum is
+/// an unmaterialised stand-in.
 pub fn add<'m>(cx: &mut Cx<'m>, a: &Var, b: &Var) -> Result<Var> {
-    let y = kernels::add(a.tensor(), b.tensor())?;
+    let unread = cx.take_output_unread() && cx.needs_grad(&[a, b]);
+    let (at, bt) = (a.tensor(), b.tensor());
+    let valid = at.shape() == bt.shape() && at.dtype() == bt.dtype() && at.device() == bt.device();
+    let y = if unread && valid && at.dtype() == DType::F32 {
+        Tensor::unmaterialised(at.shape().clone(), DType::F32, at.device())?
+    } else {
+        kernels::add(at, bt)?
+    };
     if !cx.needs_grad(&[a, b]) {
         return Ok(Var::constant(y));
     }

@@ -10,7 +10,9 @@ use memopt_core::memory::current_scope;
 /// Batch normalisation of `x [B, C, ...]`. In training mode it normalises with batch statistics
 /// and updates `running` (mean, var) in place — except while recomputing, so the update happens
 /// once per step whatever the memory policy. In eval mode it uses `running` and cannot be
-/// differentiated.
+/// differentiated. When its output is read by no one ([`Cx::take_output_unread`]) and it records
+/// its backward, which keeps `x` and the statistics but not the output, the output is an
+/// unmaterialised stand-in: only the statistics are computed.
 pub fn batch_norm<'m>(
     cx: &mut Cx<'m>,
     x: &Var,
@@ -20,6 +22,7 @@ pub fn batch_norm<'m>(
     momentum: f32,
     eps: f32,
 ) -> Result<Var> {
+    let unread = cx.take_output_unread();
     let slots = [Some(x), weight, bias];
     let needs_grad = cx.slots_need_grad(&slots);
     if !cx.is_training() {
@@ -48,14 +51,19 @@ pub fn batch_norm<'m>(
         mean: running.0,
         var: running.1,
     });
-    let out = kernels::batch_norm_train(kernels::BatchNormTrain {
+    let args = kernels::BatchNormTrain {
         x: x.tensor(),
         weight: weight.map(Var::tensor),
         bias: bias.map(Var::tensor),
         running: stats,
         momentum,
         eps,
-    })?;
+    };
+    let out = if unread && needs_grad {
+        kernels::batch_norm_train_for_backward(args)?
+    } else {
+        kernels::batch_norm_train(args)?
+    };
     if !needs_grad {
         return Ok(Var::constant(out.y));
     }

@@ -4,6 +4,7 @@
 //! is split.
 
 use super::Policy;
+use super::chunk_grads;
 use super::saved_input::SavedInput;
 use super::segment::Segment;
 use crate::autograd::{BackwardGrads, BackwardOp, SavedTensor, Tape, Var, VarId};
@@ -144,6 +145,11 @@ pub(crate) fn forward<'m>(
     let entry = cx.states.under_any(&state_prefixes);
     let host = offload.then(|| cx.host_device());
 
+    let mut node_inputs: Vec<Option<VarId>> = inputs.iter().map(Var::id).collect();
+    let input_needs: Vec<bool> = inputs.iter().map(Var::requires_grad).collect();
+    // The segment's forward gets the inputs themselves: once their (compressed) copies are
+    // saved, the segment's own ops are their last readers and free them when done.
+    let inputs: Vec<Tensor> = inputs.into_iter().map(Var::into_tensor).collect();
     let outer_tape = cx.tape.take();
     let chunked = spans.len() > 1;
     cx.time_chunk_depth += usize::from(chunked);
@@ -151,7 +157,7 @@ pub(crate) fn forward<'m>(
         cx,
         &segment,
         &state_prefixes,
-        &inputs,
+        inputs,
         &spans,
         rng_entry,
         compressor,
@@ -163,7 +169,6 @@ pub(crate) fn forward<'m>(
 
     let finals = cx.states.under_any(&state_prefixes);
     let n_out = outputs.len();
-    let mut node_inputs: Vec<Option<VarId>> = inputs.iter().map(Var::id).collect();
     node_inputs.extend(entry.iter().map(|(_, v)| v.id()));
     let mut node_outputs = outputs;
     node_outputs.extend(finals.iter().map(|(_, v)| v.tensor().clone()));
@@ -173,12 +178,11 @@ pub(crate) fn forward<'m>(
         state_prefixes,
         chunks: saves,
         spans,
-        input_needs: inputs.iter().map(Var::requires_grad).collect(),
+        input_needs,
         entry_states: entry.into_iter().map(|(p, _)| p).collect(),
         final_states: finals.iter().map(|(p, _)| p.clone()).collect(),
         n_out,
     };
-    drop(inputs);
     let mut vars = cx.record_always(Box::new(op), node_inputs, node_outputs);
     let state_vars = vars.split_off(n_out);
     for ((p, _), v) in finals.into_iter().zip(state_vars) {
@@ -190,13 +194,15 @@ pub(crate) fn forward<'m>(
 type ChunkRun = (Vec<ChunkSave>, Vec<Tensor>);
 
 /// The forward of every chunk without recording; chunk outputs are written into full-length
-/// outputs allocated after the first chunk.
+/// outputs allocated after the first chunk. Without chunks the segment's forward receives
+/// `inputs` themselves (after their copies for backward are saved), so that they are freed as
+/// soon as the segment has read them; with chunks they live until the last chunk has run.
 #[allow(clippy::too_many_arguments)]
 fn run_chunks<'m>(
     cx: &mut Cx<'m>,
     segment: &Segment<'m>,
     state_prefixes: &[ModulePath],
-    inputs: &[Var],
+    inputs: Vec<Tensor>,
     spans: &[Range<usize>],
     rng_entry: RngState,
     compressor: memopt_compress::CompressorKind,
@@ -205,19 +211,19 @@ fn run_chunks<'m>(
     let chunked = spans.len() > 1;
     let mut saves = Vec::with_capacity(spans.len());
     let mut outputs: Vec<Tensor> = Vec::new();
+    let mut whole = Some(inputs);
     for span in spans {
         if chunked {
             // Every chunk replays the same random stream: dropout masks are shared over time.
             cx.rng.set_state(rng_entry);
         }
         let rng = cx.rng.state();
-        let xs: Vec<Tensor> = if chunked {
-            inputs
+        let xs: Vec<Tensor> = match whole.as_ref() {
+            Some(inputs) if chunked => inputs
                 .iter()
-                .map(|v| v.tensor().narrow0(span.start, span.len()))
-                .collect::<memopt_core::Result<_>>()?
-        } else {
-            inputs.iter().map(|v| v.tensor().clone()).collect()
+                .map(|t| t.narrow0(span.start, span.len()))
+                .collect::<memopt_core::Result<_>>()?,
+            _ => whole.take().unwrap_or_default(),
         };
         let states = cx
             .states
@@ -329,6 +335,9 @@ impl<'m> CheckpointBackward<'m> {
             cx.tape = Some(tape);
             let ys = {
                 let _recompute = enter_scope(Scope::new(path.clone(), Phase::Recompute));
+                // The outputs serve only as seeds: the ops giving them need not materialise
+                // what their backward does not keep.
+                cx.arm_unread(true);
                 segment.forward(cx, xs)
             };
             let tape = cx.tape.take().expect("the recompute tape was installed above");
@@ -355,25 +364,13 @@ impl<'m> CheckpointBackward<'m> {
             cx.states.clear();
             let mut leaf_grads = cx.backward_tape(tape, seeds)?;
             for (i, id) in x_ids.into_iter().enumerate() {
-                let Some(g) = id.and_then(|id| leaf_grads.remove(&id)) else {
-                    continue;
-                };
+                let g = id.and_then(|id| leaf_grads.remove(&id));
                 if !chunked {
-                    input_grads[i] = Some(g);
+                    input_grads[i] = g;
                     continue;
                 }
-                if input_grads[i].is_none() {
-                    let t = spans.last().map_or(0, |s| s.end);
-                    input_grads[i] = Some(Tensor::zeros(
-                        g.shape().with_dim0(t),
-                        g.dtype(),
-                        g.device(),
-                        MemoryKind::Gradient,
-                    )?);
-                }
-                if let Some(full) = &input_grads[i] {
-                    kernels::assign(&full.narrow0(span.start, span.len())?, &g)?;
-                }
+                let t = spans.last().map_or(0, |s| s.end);
+                chunk_grads::place_input_grad(&mut input_grads[i], g, span, t, &out_grads)?;
             }
             carry = state_ids
                 .into_iter()

@@ -2,6 +2,7 @@
 //! of (path, policy) pairs applied by assignment to a [`PolicyTable`]; the model is never
 //! rewritten.
 
+mod chunk_grads;
 pub(crate) mod checkpoint;
 mod plan;
 mod saved_input;

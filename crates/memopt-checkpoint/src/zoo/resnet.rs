@@ -127,8 +127,10 @@ impl Module for BasicBlock {
                     Some(ds) => cx.call1("downsample", ds, x)?,
                     None => x,
                 };
-                let out = ops::add(cx, &out, &identity)?;
-                Ok(vec![cx.call1("sn2", &self.sn2, out)?])
+                let sum = ops::add(cx, &out, &identity)?;
+                // Neither branch is read again (add keeps nothing): free them before sn2 runs.
+                drop((out, identity));
+                Ok(vec![cx.final_op(|cx| cx.call1("sn2", &self.sn2, sum))?])
             }
             Residual::SewAdd => {
                 let out = cx.call1("sn2", &self.sn2, out)?;
@@ -140,7 +142,7 @@ impl Module for BasicBlock {
                     _ => x,
                 };
                 // sew_function(identity, out, "ADD") = identity + out.
-                Ok(vec![ops::add(cx, &identity, &out)?])
+                Ok(vec![cx.final_op(|cx| ops::add(cx, &identity, &out))?])
             }
         }
     }

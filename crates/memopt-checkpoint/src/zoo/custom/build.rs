@@ -201,10 +201,13 @@ impl Module for Residual {
             Some(sc) => cx.call1("shortcut", sc, x)?,
             None => x,
         };
-        let y = ops::add(cx, &b, &s)?;
         Ok(vec![match &self.after {
-            Some(after) => cx.call1("after", after, y)?,
-            None => y,
+            Some(after) => {
+                let y = ops::add(cx, &b, &s)?;
+                drop((b, s));
+                cx.final_op(|cx| cx.call1("after", after, y))?
+            }
+            None => cx.final_op(|cx| ops::add(cx, &b, &s))?,
         }])
     }
 

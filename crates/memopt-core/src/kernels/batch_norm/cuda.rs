@@ -16,7 +16,8 @@ pub(super) struct TrainPtrs {
     pub x: CudaPtr,
     pub weight: Option<CudaPtr>,
     pub bias: Option<CudaPtr>,
-    pub y: CudaPtr,
+    /// The normalised output; `None` skips the elementwise pass (statistics only).
+    pub y: Option<CudaPtr>,
     pub save_mean: CudaPtr,
     pub save_invstd: CudaPtr,
     /// Running mean and variance, updated in place.
@@ -59,9 +60,9 @@ pub(super) fn train(gpu: CudaBackend, l: Layout, (momentum, eps): (f32, f32), p:
     )?;
     let (w, bias) = (p.weight.unwrap_or(null), p.bias.unwrap_or(null));
     let n = planes * s;
-    if n == 0 {
+    let Some(y) = p.y.filter(|_| n > 0) else {
         return Ok(());
-    }
+    };
     k::bn_normalize(
         gpu,
         grid_for(n),
@@ -73,7 +74,7 @@ pub(super) fn train(gpu: CudaBackend, l: Layout, (momentum, eps): (f32, f32), p:
         p.save_invstd,
         w,
         bias,
-        p.y,
+        y,
     )
 }
 

@@ -175,6 +175,19 @@ pub struct BatchNormTrain<'a> {
 /// mean` and `running_var = (1 - momentum) * running_var + momentum * unbiased_var`, in place.
 /// Outputs are Activation; tracked workspace of `8 * (B*C + 2*C)` bytes lives during the call.
 pub fn batch_norm_train(args: BatchNormTrain<'_>) -> Result<BatchNormOutput> {
+    train(args, true)
+}
+
+/// [`batch_norm_train`] for a backward only: the same statistics (bit for bit) and running
+/// update, without the normalised output, which is returned as an unmaterialised stand-in
+/// ([`Tensor::unmaterialised`], shape of `x`): no `y` buffer is allocated and the elementwise
+/// pass is skipped. Used when nobody reads `y` (a recomputed segment's output, whose gradient is
+/// all its backward needs; [`batch_norm_backward`] reads `x`, not `y`).
+pub fn batch_norm_train_for_backward(args: BatchNormTrain<'_>) -> Result<BatchNormOutput> {
+    train(args, false)
+}
+
+fn train(args: BatchNormTrain<'_>, with_y: bool) -> Result<BatchNormOutput> {
     let BatchNormTrain {
         x,
         weight,
@@ -230,7 +243,9 @@ pub fn batch_norm_train(args: BatchNormTrain<'_>) -> Result<BatchNormOutput> {
     let wr = weight.map(|w| w.read::<f32>(OP)).transpose()?;
     let br = bias.map(|b| b.read::<f32>(OP)).transpose()?;
     let dev = x.device();
-    let mut y = KernelBuffer::<f32>::new(OP, dev, x.elem_count(), MemoryKind::Activation, Init::Overwritten)?;
+    let mut y = with_y
+        .then(|| KernelBuffer::<f32>::new(OP, dev, x.elem_count(), MemoryKind::Activation, Init::Overwritten))
+        .transpose()?;
     let mut save_mean = KernelBuffer::<f32>::new(OP, dev, l.c, MemoryKind::Activation, Init::Overwritten)?;
     let mut save_invstd = KernelBuffer::<f32>::new(OP, dev, l.c, MemoryKind::Activation, Init::Overwritten)?;
     // Workspace: per-plane partial sums, then the f64 mean and biased variance per channel.
@@ -251,7 +266,7 @@ pub fn batch_norm_train(args: BatchNormTrain<'_>) -> Result<BatchNormOutput> {
                 x: xr.cuda_ptr()?,
                 weight: wr.as_ref().map(|r| r.cuda_ptr()).transpose()?,
                 bias: br.as_ref().map(|r| r.cuda_ptr()).transpose()?,
-                y: y.cuda_ptr()?,
+                y: y.as_mut().map(|y| y.cuda_ptr()).transpose()?,
                 save_mean: save_mean.cuda_ptr()?,
                 save_invstd: save_invstd.cuda_ptr()?,
                 running,
@@ -261,7 +276,7 @@ pub fn batch_norm_train(args: BatchNormTrain<'_>) -> Result<BatchNormOutput> {
         }
         let (xs, ys, ms, is, w) = (
             xr.host()?,
-            y.host_mut()?,
+            y.as_mut().map(|y| y.host_mut()).transpose()?,
             save_mean.host_mut()?,
             save_invstd.host_mut()?,
             ws.host_mut()?,
@@ -288,13 +303,15 @@ pub fn batch_norm_train(args: BatchNormTrain<'_>) -> Result<BatchNormOutput> {
             br.as_ref().map(|r| r.host()).transpose()?,
         );
         let (ms, is): (&[f32], &[f32]) = (ms, is);
-        l.for_planes(ys, |p, yp| {
-            let c = p % l.c;
-            let (mu, scale, shift) = (ms[c], is[c] * at(ws_, c, 1.0), at(bs_, c, 0.0));
-            for (y, &x) in yp.iter_mut().zip(&xs[l.plane(p)]) {
-                *y = (x - mu) * scale + shift;
-            }
-        });
+        if let Some(ys) = ys {
+            l.for_planes(ys, |p, yp| {
+                let c = p % l.c;
+                let (mu, scale, shift) = (ms[c], is[c] * at(ws_, c, 1.0), at(bs_, c, 0.0));
+                for (y, &x) in yp.iter_mut().zip(&xs[l.plane(p)]) {
+                    *y = (x - mu) * scale + shift;
+                }
+            });
+        }
         if let Some((mw, vw)) = run_w.as_mut() {
             let (rm, rv) = (mw.host_mut()?, vw.host_mut()?);
             let (mo, unbias) = (momentum as f64, m as f64 / (m - 1) as f64);
@@ -307,8 +324,12 @@ pub fn batch_norm_train(args: BatchNormTrain<'_>) -> Result<BatchNormOutput> {
     })?;
     drop(run_w);
     drop(ws);
+    let y = match y {
+        Some(y) => y.into_tensor(x.shape().clone())?,
+        None => Tensor::unmaterialised(x.shape().clone(), crate::DType::F32, dev)?,
+    };
     Ok(BatchNormOutput {
-        y: y.into_tensor(x.shape().clone())?,
+        y,
         save_mean: save_mean.into_tensor([l.c])?,
         save_invstd: save_invstd.into_tensor([l.c])?,
     })

@@ -362,8 +362,9 @@ impl<'m> Cx<'m> {
     }
 
     /// Runs the children of `parent` (the module of the current scope, whose children form a
-    /// chain) one after the other, each on the previous one's outputs, applying the policies
-    /// assigned to runs of consecutive children (plan entries with `children`).
+    /// chain) one after the other, each on the previous one's outputs (passed through
+    /// [`Module::before_child`]), applying the policies assigned to runs of consecutive children
+    /// (plan entries with `children`).
     pub fn call_children(&mut self, parent: &'m dyn Module, inputs: Vec<Var>) -> Result<Vec<Var>> {
         let path = current_scope().module_path().clone();
         let n = parent.child_count();
@@ -376,6 +377,7 @@ impl<'m> Cx<'m> {
                 .iter()
                 .find(|r| r.start == i)
                 .map_or(i + 1, |r| r.end);
+            xs = parent.before_child(self, i, xs)?;
             // The last run gives the container's outputs: unread when the container's are.
             self.unread_next = end >= n && self.unread_call;
             xs = self.call_child_run(parent, i, end, xs)?;
@@ -385,7 +387,9 @@ impl<'m> Cx<'m> {
     }
 
     /// Runs children `start..end` of `parent` (the module of the current scope) as one segment
-    /// under the policy assigned to that run, or one by one when it has none.
+    /// under the policy assigned to that run, or one by one when it has none. `inputs` are child
+    /// `start`'s (after [`Module::before_child`]); the run applies `before_child` to the later
+    /// children itself.
     pub fn call_child_run(
         &mut self,
         parent: &'m dyn Module,

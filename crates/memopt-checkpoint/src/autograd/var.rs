@@ -1,5 +1,6 @@
 //! A tensor flowing through a forward pass, with its identity on the tape.
 
+use memopt_core::kernels::Operand;
 use memopt_core::{Shape, Tensor};
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -66,5 +67,47 @@ impl Var {
     /// Whether the values are known to be spikes.
     pub fn is_spike(&self) -> bool {
         self.tensor.is_spike()
+    }
+}
+
+/// A value an op may write its result over: lent (`&var`, only read) or handed over (`var`).
+/// A handed-over value whose tensor nothing else holds (no saved copy, no other handle) may
+/// hold the result in place ([`Operand`]); which happens depends only on handles, so Meta and
+/// the CPU allocate alike. A call site chooses by giving up its value.
+#[derive(Debug)]
+pub enum VarArg<'a> {
+    /// Borrowed: read, never written.
+    Lent(&'a Var),
+    /// Owned by the op: its tensor may hold the result.
+    Given(Var),
+}
+
+impl<'a> VarArg<'a> {
+    /// The value, however it was passed.
+    pub fn var(&self) -> &Var {
+        match self {
+            VarArg::Lent(v) => v,
+            VarArg::Given(v) => v,
+        }
+    }
+
+    /// The tensor as a kernel operand (handed over when the value was).
+    pub fn into_operand(self) -> Operand<'a> {
+        match self {
+            VarArg::Lent(v) => Operand::Lent(v.tensor()),
+            VarArg::Given(v) => Operand::Given(v.into_tensor()),
+        }
+    }
+}
+
+impl<'a> From<&'a Var> for VarArg<'a> {
+    fn from(v: &'a Var) -> Self {
+        VarArg::Lent(v)
+    }
+}
+
+impl From<Var> for VarArg<'_> {
+    fn from(v: Var) -> Self {
+        VarArg::Given(v)
     }
 }

@@ -1,26 +1,28 @@
 //! Elementwise ops.
 
 use crate::Result;
-use crate::autograd::{Backward, BackwardGrads, InputSlot, SavedTensor, Var};
+use crate::autograd::{Backward, BackwardGrads, InputSlot, SavedTensor, Var, VarArg};
 use crate::context::Cx;
 use memopt_core::{DType, Tensor, kernels};
 
-/// `a + b` (same shapes). Saves nothing. When the sum is read by no one
-/// ([`Cx::take_output_unread`]) and the op records its backward, nothing is computed: the sum is
-/// an unmaterialised stand-in.
-pub fn add<'m>(cx: &mut Cx<'m>, a: &Var, b: &Var) -> Result<Var> {
-    let unread = cx.take_output_unread() && cx.needs_grad(&[a, b]);
-    let (at, bt) = (a.tensor(), b.tensor());
+/// `a + b` (same shapes). Saves nothing. Each operand is lent (`&a`) or handed over (`a`, see
+/// [`VarArg`]): a handed-over operand nothing else holds receives the sum in place. When the sum
+/// is read by no one ([`Cx::take_output_unread`]) and the op records its backward, nothing is
+/// computed: the sum is an unmaterialised stand-in.
+pub fn add<'m, 'a, 'b>(cx: &mut Cx<'m>, a: impl Into<VarArg<'a>>, b: impl Into<VarArg<'b>>) -> Result<Var> {
+    let (a, b) = (a.into(), b.into());
+    let needs_grad = cx.needs_grad(&[a.var(), b.var()]);
+    let unread = cx.take_output_unread() && needs_grad;
+    let ids = [a.var().id(), b.var().id()];
+    let (at, bt) = (a.var().tensor(), b.var().tensor());
     let valid = at.shape() == bt.shape() && at.dtype() == bt.dtype() && at.device() == bt.device();
     let y = if unread && valid && at.dtype() == DType::F32 {
         Tensor::unmaterialised(at.shape().clone(), DType::F32, at.device())?
     } else {
-        kernels::add(at, bt)?
+        kernels::add(a.into_operand(), b.into_operand())?
     };
-    if !cx.needs_grad(&[a, b]) {
-        return Ok(Var::constant(y));
-    }
-    Ok(cx.record1(AddBackward, [Some(a), Some(b)], y))
+    let mut out = cx.record_ids(AddBackward, ids, vec![y]);
+    Ok(out.pop().expect("record returns one value per output"))
 }
 
 struct AddBackward;

@@ -44,6 +44,9 @@ impl<'m> Segment<'m> {
                 let last = children.len().saturating_sub(1);
                 let mut xs = inputs;
                 for (i, (name, child)) in children.into_iter().enumerate() {
+                    if i > 0 {
+                        xs = parent.before_child(cx, start + i, xs)?;
+                    }
                     cx.arm_unread(unread && i == last);
                     xs = cx.call(&name, child, xs)?;
                 }

@@ -203,11 +203,10 @@ impl Module for Residual {
         };
         Ok(vec![match &self.after {
             Some(after) => {
-                let y = ops::add(cx, &b, &s)?;
-                drop((b, s));
+                let y = ops::add(cx, b, s)?;
                 cx.final_op(|cx| cx.call1("after", after, y))?
             }
-            None => cx.final_op(|cx| ops::add(cx, &b, &s))?,
+            None => cx.final_op(|cx| ops::add(cx, b, s))?,
         }])
     }
 

@@ -46,8 +46,7 @@ fn events(build: &dyn Fn(Device) -> Model, plan: &Plan, device: Device, n: usize
     let recorder = Arc::new(Recorder::default());
     let _sub = tracker.subscribe(recorder.clone());
     trainer.step(&model, &batch, StepOptions::default()).unwrap();
-    let events = recorder.0.lock().unwrap().clone();
-    events
+    recorder.0.lock().unwrap().clone()
 }
 
 /// Most bytes held after any event in `phase` at exactly `path`.
@@ -127,13 +126,21 @@ fn a_recomputed_segment_does_not_materialise_the_output_that_only_seeds_its_grad
                 "{last:?} on {device}"
             );
             // In the forward pass (no recomputation) both models allocate alike.
-            assert_eq!(peak_at(&full, path, Phase::Forward), peak_at(&lean, path, Phase::Forward));
+            assert_eq!(
+                peak_at(&full, path, Phase::Forward),
+                peak_at(&lean, path, Phase::Forward)
+            );
             let max = |ev: &[Recorded]| ev.iter().map(|e| e.5).max().unwrap();
             assert!(max(&lean) <= max(&full));
             per_device.push(lean);
         }
-        let strip = |ev: &[Recorded]| -> Vec<_> { ev.iter().map(|e| (e.0, e.1, e.2, e.3.clone(), e.4)).collect() };
-        assert_eq!(strip(&per_device[0]), strip(&per_device[1]), "Meta records the CPU's events");
+        let strip =
+            |ev: &[Recorded]| -> Vec<_> { ev.iter().map(|e| (e.0, e.1, e.2, e.3.clone(), e.4)).collect() };
+        assert_eq!(
+            strip(&per_device[0]),
+            strip(&per_device[1]),
+            "Meta records the CPU's events"
+        );
         // Bit-identical to storing everything.
         let build = |plan: &Plan| {
             let mut m = model(Device::Cpu, last, false);
@@ -166,19 +173,23 @@ fn a_checkpointed_segment_frees_its_input_once_its_first_layer_has_read_it() {
                 && e.3 == "features.2.proj_bn.0"
                 && e.4 == Phase::Forward
         });
-        assert!(freed_by_pool, "{device}: block 1's spikes are freed by block 2's pool");
+        assert!(
+            freed_by_pool,
+            "{device}: block 1's spikes are freed by block 2's pool"
+        );
         per_device.push(ev);
     }
-    assert_eq!(per_device[0], {
-        // Times aside, the CPU and Meta streams are equal, held bytes included.
-        per_device[1].clone()
-    });
+    // Times aside, the CPU and Meta streams are equal, held bytes included.
+    assert_eq!(per_device[0], per_device[1]);
     let build = |plan: &Plan| {
         let mut m = vgg(Device::Cpu);
         m.apply_plan(plan).unwrap();
         m
     };
-    assert_eq!(fingerprint(&build(&plan), 1, N), fingerprint(&build(&Plan::store_all()), 1, N));
+    assert_eq!(
+        fingerprint(&build(&plan), 1, N),
+        fingerprint(&build(&Plan::store_all()), 1, N)
+    );
 }
 
 /// A linear layer, [Linear, IF, Linear, IF] of width 32 as `blk` (whose input then needs a
@@ -210,12 +221,22 @@ fn a_chunked_segment_assembles_its_input_gradient_in_the_output_gradient_it_cons
     for device in [Device::Cpu, Device::META] {
         for chunks in [2, 4] {
             let ev = events(&mlp, &checkpoint("blk", chunks), device, N);
-            for e in ev.iter().filter(|e| e.3 == "blk" || e.3.is_empty()) { eprintln!("{e:?}"); }
+            for e in ev.iter().filter(|e| e.3 == "blk" || e.3.is_empty()) {
+                eprintln!("{e:?}");
+            }
             let full_grads = ev.iter().filter(|e| {
                 e.0 == MemoryAction::Alloc && e.1 == full && e.2 == MemoryKind::Gradient && e.3 == "blk"
             });
-            assert_eq!(full_grads.count(), 0, "{device}, {chunks} chunks: no second full-length gradient");
-            per_device.push(ev.into_iter().map(|e| (e.0, e.1, e.2, e.3, e.4)).collect::<Vec<_>>());
+            assert_eq!(
+                full_grads.count(),
+                0,
+                "{device}, {chunks} chunks: no second full-length gradient"
+            );
+            per_device.push(
+                ev.into_iter()
+                    .map(|e| (e.0, e.1, e.2, e.3, e.4))
+                    .collect::<Vec<_>>(),
+            );
         }
     }
     assert_eq!(per_device[..2], per_device[2..], "Meta records the CPU's events");
@@ -226,6 +247,10 @@ fn a_chunked_segment_assembles_its_input_gradient_in_the_output_gradient_it_cons
     };
     let stored = fingerprint(&build(&Plan::store_all()), 2, N);
     for chunks in [1, 2, 4] {
-        assert_eq!(fingerprint(&build(&checkpoint("blk", chunks)), 2, N), stored, "{chunks} chunks");
+        assert_eq!(
+            fingerprint(&build(&checkpoint("blk", chunks)), 2, N),
+            stored,
+            "{chunks} chunks"
+        );
     }
 }

@@ -65,7 +65,11 @@ fn batch_norm_for_backward_gives_the_statistics_bit_for_bit_without_the_output()
         };
         let ((full, rm_full, rv_full), peak_full) = run(false);
         let ((stats, rm_stats, rv_stats), peak_stats) = run(true);
-        assert_eq!(peak_full - peak_stats, y_bytes, "{device}: exactly the output's bytes less");
+        assert_eq!(
+            peak_full - peak_stats,
+            y_bytes,
+            "{device}: exactly the output's bytes less"
+        );
         assert!(full.y.is_materialised() && !stats.y.is_materialised());
         assert_eq!(stats.y.shape(), full.y.shape());
         if device == Device::Cpu {
@@ -106,13 +110,21 @@ fn neuron_for_backward_keeps_the_potentials_and_state_bit_for_bit_without_spikes
             };
             let (full, peak_full) = run(false);
             let (lean, peak_lean) = run(true);
-            assert_eq!(peak_full - peak_lean, spike_bytes, "{device}: exactly the spikes' bytes less");
+            assert_eq!(
+                peak_full - peak_lean,
+                spike_bytes,
+                "{device}: exactly the spikes' bytes less"
+            );
             assert!(!lean.spikes.is_materialised() && lean.spikes.is_spike());
             assert_eq!(lean.spikes.shape(), full.spikes.shape());
             let (h_full, h_lean) = (full.h_seq.unwrap(), lean.h_seq.unwrap());
             if device == Device::Cpu {
                 assert_eq!(bits(&h_full), bits(&h_lean), "potentials bit for bit");
-                assert_eq!(bits(&full.v_final), bits(&lean.v_final), "final state bit for bit");
+                assert_eq!(
+                    bits(&full.v_final),
+                    bits(&lean.v_final),
+                    "final state bit for bit"
+                );
             }
             peaks.push((peak_full, peak_lean));
         }
@@ -123,7 +135,9 @@ fn neuron_for_backward_keeps_the_potentials_and_state_bit_for_bit_without_spikes
 #[test]
 fn an_unmaterialised_tensor_keeps_its_shape_and_refuses_every_read() {
     for device in devices() {
-        let (t, peak) = measured(device, || Tensor::unmaterialised([4, 2, 3], DType::F32, device).unwrap());
+        let (t, peak) = measured(device, || {
+            Tensor::unmaterialised([4, 2, 3], DType::F32, device).unwrap()
+        });
         assert_eq!(peak, 0, "{device}: a stand-in holds no bytes");
         assert!(!t.is_materialised());
         let view = t.reshape([8, 3]).unwrap().narrow0(2, 4).unwrap();
@@ -142,7 +156,10 @@ fn an_unmaterialised_tensor_keeps_its_shape_and_refuses_every_read() {
             assert!(e.to_string().contains("never materialised"), "{e}");
         }
         if device == Device::Cpu {
-            assert!(matches!(t.to_vec_f32().unwrap_err(), CoreError::Unmaterialised { .. }));
+            assert!(matches!(
+                t.to_vec_f32().unwrap_err(),
+                CoreError::Unmaterialised { .. }
+            ));
         }
     }
 }
@@ -158,11 +175,18 @@ fn conv2d_output_shape_is_the_shape_conv2d_gives_and_validates_alike() {
     let w = tensor(&[5, 3, 3, 2], 2, Device::Cpu);
     let b = tensor(&[5], 3, Device::Cpu);
     let y = kernels::conv2d(&x, &w, Some(&b), &p, 1).unwrap();
-    assert_eq!(&kernels::conv2d_output_shape(&x, &w, Some(&b), &p).unwrap(), y.shape());
+    assert_eq!(
+        &kernels::conv2d_output_shape(&x, &w, Some(&b), &p).unwrap(),
+        y.shape()
+    );
     let bad_bias = tensor(&[4], 3, Device::Cpu);
     assert_eq!(
-        kernels::conv2d_output_shape(&x, &w, Some(&bad_bias), &p).unwrap_err().to_string(),
-        kernels::conv2d(&x, &w, Some(&bad_bias), &p, 1).unwrap_err().to_string()
+        kernels::conv2d_output_shape(&x, &w, Some(&bad_bias), &p)
+            .unwrap_err()
+            .to_string(),
+        kernels::conv2d(&x, &w, Some(&bad_bias), &p, 1)
+            .unwrap_err()
+            .to_string()
     );
 }
 

@@ -22,8 +22,16 @@ fn the_last_layer_of_a_recomputed_segment_holds_no_output_at_exit() {
     // Block 1's proj_bn ends with its BatchNorm (128 channels at H x W); block 3 ends with its
     // neuron (256 channels at H/2 x W/2, after block 2's pool).
     let cases = [
-        ("features.1.proj_bn", "features.1.proj_bn.1", t * n * 128 * h * w * 4),
-        ("features.3", "features.3.neuron", t * n * 256 * (h / 2) * (w / 2) * 4),
+        (
+            "features.1.proj_bn",
+            "features.1.proj_bn.1",
+            t * n * 128 * h * w * 4,
+        ),
+        (
+            "features.3",
+            "features.3.neuron",
+            t * n * 256 * (h / 2) * (w / 2) * 4,
+        ),
     ];
     let plan = Plan::from_entries(cases.iter().map(|(seg, _, _)| {
         let p = Policy::Checkpoint {

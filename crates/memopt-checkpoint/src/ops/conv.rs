@@ -24,7 +24,11 @@ pub fn conv2d<'m>(
     let slots = [Some(x), Some(w), b];
     let (xt, wt, bt) = (x.tensor(), w.tensor(), b.map(Var::tensor));
     let y = if unread && cx.slots_need_grad(&slots) {
-        Tensor::unmaterialised(kernels::conv2d_output_shape(xt, wt, bt, p)?, DType::F32, xt.device())?
+        Tensor::unmaterialised(
+            kernels::conv2d_output_shape(xt, wt, bt, p)?,
+            DType::F32,
+            xt.device(),
+        )?
     } else {
         kernels::conv2d(xt, wt, bt, p, time_steps)?
     };

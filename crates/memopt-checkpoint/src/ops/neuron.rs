@@ -22,7 +22,11 @@ pub fn neuron<'m>(cx: &mut Cx<'m>, cfg: &NeuronConfig, x: Var, w: Option<&Var>) 
     let slots = [Some(&x), v_init.as_ref(), w];
     let needs_grad = cx.slots_need_grad(&slots);
     let input_ids = slots.map(|v| v.and_then(Var::id));
-    let (x, v, w_t) = (x.into_tensor(), v_init.as_ref().map(Var::tensor), w.map(Var::tensor));
+    let (x, v, w_t) = (
+        x.into_tensor(),
+        v_init.as_ref().map(Var::tensor),
+        w.map(Var::tensor),
+    );
     let out = if unread && needs_grad {
         kernels::neuron_forward_for_backward(cfg, x, v, w_t)?
     } else {

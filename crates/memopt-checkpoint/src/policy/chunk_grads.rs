@@ -71,6 +71,11 @@ pub(super) fn place_input_grad(
 
 /// Writes zeros over `dst`.
 fn zero(dst: &Tensor) -> Result<()> {
-    let zeros = Tensor::zeros(dst.shape().clone(), dst.dtype(), dst.device(), MemoryKind::Gradient)?;
+    let zeros = Tensor::zeros(
+        dst.shape().clone(),
+        dst.dtype(),
+        dst.device(),
+        MemoryKind::Gradient,
+    )?;
     Ok(kernels::assign(dst, &zeros)?)
 }

@@ -2,8 +2,8 @@
 //! of (path, policy) pairs applied by assignment to a [`PolicyTable`]; the model is never
 //! rewritten.
 
-mod chunk_grads;
 pub(crate) mod checkpoint;
+mod chunk_grads;
 mod plan;
 mod saved_input;
 mod segment;

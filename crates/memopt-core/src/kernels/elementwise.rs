@@ -102,7 +102,10 @@ fn add_over(dst: Operand<'_>, other: &Tensor, dst_is_a: bool) -> Result<Tensor> 
     const OP: &str = "add";
     same_shape(OP, dst.tensor(), other)?;
     let Some(dst) = dst.into_given() else {
-        return Err(CoreError::invalid(OP, "only a handed-over operand can hold the sum"));
+        return Err(CoreError::invalid(
+            OP,
+            "only a handed-over operand can hold the sum",
+        ));
     };
     let or = other.read::<f32>(OP)?;
     let mut w = dst.write::<f32>(OP)?;

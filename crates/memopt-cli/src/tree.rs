@@ -174,7 +174,11 @@ mod tests {
             policy: Policy::CHECKPOINT,
         });
         let tree = plan_tree(&modules, &plan);
-        let line = |p: &str| tree.lines().find(|l| l.split_whitespace().next() == Some(p)).unwrap_or_default();
+        let line = |p: &str| {
+            tree.lines()
+                .find(|l| l.split_whitespace().next() == Some(p))
+                .unwrap_or_default()
+        };
         assert!(
             line("conv1").ends_with("checkpoint(bit_spike) over children 0..3 as one segment"),
             "{tree}"

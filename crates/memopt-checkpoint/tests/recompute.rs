@@ -114,44 +114,51 @@ fn checkpoint(path: &str, chunks: usize) -> Plan {
 fn a_recomputed_segment_does_not_materialise_the_output_that_only_seeds_its_gradient() {
     let output_bytes = (T * N * C * 64 * 4) as u64;
     for (last, path) in [(Last::BatchNorm, "seg.1"), (Last::Neuron, "seg.2")] {
-        let plan = checkpoint("seg", 1);
-        let mut per_device = Vec::new();
-        for device in [Device::Cpu, Device::META] {
-            let lean = events(&|d| model(d, last, false), &plan, device, N);
-            let full = events(&|d| model(d, last, true), &plan, device, N);
-            // While the last layer recomputes, it holds exactly its output's bytes less.
+        // Unchunked, and in time chunks, where the BatchNorm's statistics and gradient sums
+        // come from passes over the chunks and each chunk's output only seeds its gradient.
+        for chunks in [1, 2, 4] {
+            let plan = checkpoint("seg", chunks);
+            let mut per_device = Vec::new();
+            for device in [Device::Cpu, Device::META] {
+                let lean = events(&|d| model(d, last, false), &plan, device, N);
+                let full = events(&|d| model(d, last, true), &plan, device, N);
+                // While the last layer recomputes, it holds exactly one chunk's output bytes
+                // less.
+                assert_eq!(
+                    peak_at(&full, path, Phase::Recompute) - peak_at(&lean, path, Phase::Recompute),
+                    output_bytes / chunks as u64,
+                    "{last:?} on {device}, {chunks} chunks"
+                );
+                // In the forward pass (no recomputation) both models allocate alike.
+                assert_eq!(
+                    peak_at(&full, path, Phase::Forward),
+                    peak_at(&lean, path, Phase::Forward)
+                );
+                let max = |ev: &[Recorded]| ev.iter().map(|e| e.5).max().unwrap();
+                assert!(max(&lean) <= max(&full));
+                per_device.push(lean);
+            }
+            let strip = |ev: &[Recorded]| -> Vec<_> {
+                ev.iter().map(|e| (e.0, e.1, e.2, e.3.clone(), e.4)).collect()
+            };
             assert_eq!(
-                peak_at(&full, path, Phase::Recompute) - peak_at(&lean, path, Phase::Recompute),
-                output_bytes,
-                "{last:?} on {device}"
+                strip(&per_device[0]),
+                strip(&per_device[1]),
+                "Meta records the CPU's events ({chunks} chunks)"
             );
-            // In the forward pass (no recomputation) both models allocate alike.
+            // Bit-identical to storing everything (two steps: the running statistics of the
+            // first feed the second).
+            let build = |plan: &Plan| {
+                let mut m = model(Device::Cpu, last, false);
+                m.apply_plan(plan).unwrap();
+                m
+            };
             assert_eq!(
-                peak_at(&full, path, Phase::Forward),
-                peak_at(&lean, path, Phase::Forward)
+                fingerprint(&build(&plan), 2, N),
+                fingerprint(&build(&Plan::store_all()), 2, N),
+                "{last:?}, {chunks} chunks"
             );
-            let max = |ev: &[Recorded]| ev.iter().map(|e| e.5).max().unwrap();
-            assert!(max(&lean) <= max(&full));
-            per_device.push(lean);
         }
-        let strip =
-            |ev: &[Recorded]| -> Vec<_> { ev.iter().map(|e| (e.0, e.1, e.2, e.3.clone(), e.4)).collect() };
-        assert_eq!(
-            strip(&per_device[0]),
-            strip(&per_device[1]),
-            "Meta records the CPU's events"
-        );
-        // Bit-identical to storing everything.
-        let build = |plan: &Plan| {
-            let mut m = model(Device::Cpu, last, false);
-            m.apply_plan(plan).unwrap();
-            m
-        };
-        assert_eq!(
-            fingerprint(&build(&plan), 2, N),
-            fingerprint(&build(&Plan::store_all()), 2, N),
-            "{last:?}"
-        );
     }
 }
 

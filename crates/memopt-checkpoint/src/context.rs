@@ -1,7 +1,9 @@
 //! The forward context: the tape (when recording), the RNG, the mode, neuron states, the
 //! memory policies in force and the parameter gradients of the step.
 
-use crate::autograd::{Backward, BackwardOp, Gradients, SavedTensor, StateStore, Tape, Typed, Var, VarId};
+use crate::autograd::{
+    Backward, BackwardOp, Gradients, SavedLayerInput, SavedTensor, StateStore, Tape, Typed, Var, VarId,
+};
 use crate::module::Module;
 use crate::module::call_observer::{self, ModuleCall, ValueInfo};
 use crate::param::{Param, ParamId};
@@ -32,6 +34,9 @@ pub struct Cx<'m> {
     /// How many chunked segments enclose the current call (see [`Cx::in_time_chunk`]).
     pub(crate) time_chunk_depth: usize,
     pub(crate) states: StateStore,
+    /// Whether convolution and linear layers keep spike inputs bit-packed for backward (inside
+    /// a module under [`Policy::StorePacked`]).
+    packs_saved_spikes: bool,
     /// Whole-batch BatchNorm statistics and passes of the chunked segments running.
     pub(crate) batch_stats: BatchStats,
     policies: &'m PolicyTable,
@@ -63,6 +68,7 @@ impl<'m> Cx<'m> {
             recompute_depth: 0,
             time_chunk_depth: 0,
             states: StateStore::default(),
+            packs_saved_spikes: false,
             batch_stats: BatchStats::default(),
             policies,
             grads: Gradients::default(),
@@ -237,6 +243,26 @@ impl<'m> Cx<'m> {
         SavedTensor::new(t)
     }
 
+    /// Keeps a convolution's or linear layer's input `x` for its weight gradient (see
+    /// [`SavedLayerInput`]): packed spikes stay packed; f32 spikes are packed inside a module
+    /// under [`Policy::StorePacked`]; anything else is kept as it is.
+    pub fn save_layer_input(&self, x: &Var) -> Result<SavedLayerInput> {
+        SavedLayerInput::of(x, self.packs_saved_spikes)
+    }
+
+    /// Whether convolution and linear layers keep spike inputs bit-packed for backward here.
+    pub fn packs_saved_spikes(&self) -> bool {
+        self.packs_saved_spikes
+    }
+
+    /// Runs `f` with [`Cx::packs_saved_spikes`] set to `packs`, restoring it afterwards.
+    pub(crate) fn with_packed_saves<T>(&mut self, packs: bool, f: impl FnOnce(&mut Self) -> T) -> T {
+        let outer = std::mem::replace(&mut self.packs_saved_spikes, packs);
+        let r = f(self);
+        self.packs_saved_spikes = outer;
+        r
+    }
+
     /// [`Cx::needs_grad`] over an op's input slots, absent optional inputs as `None`.
     pub fn slots_need_grad(&self, slots: &[Option<&Var>]) -> bool {
         self.tape.is_some() && slots.iter().flatten().any(|v| v.requires_grad())
@@ -264,6 +290,23 @@ impl<'m> Cx<'m> {
     ) -> Var {
         let mut v = self.record(op, inputs, vec![output]);
         v.pop().expect("record returns one value per output")
+    }
+
+    /// [`Cx::record1`] for an output that is a value rather than a tensor (packed spikes stay
+    /// packed); returns it with its tape id, or unchanged when no input needs a gradient.
+    pub(crate) fn record_value<const N: usize>(
+        &mut self,
+        op: impl Backward<'m, N> + 'm,
+        inputs: [Option<&Var>; N],
+        output: Var,
+    ) -> Var {
+        let ids: Vec<Option<VarId>> = inputs.iter().map(|v| v.and_then(Var::id)).collect();
+        let Some(tape) = self.tape.as_mut().filter(|_| ids.iter().any(Option::is_some)) else {
+            return output;
+        };
+        let id = VarId::fresh();
+        tape.push(Box::new(Typed(op)), ids, vec![id], current_scope());
+        output.with_id(id)
     }
 
     /// Records an op with one output even when none of its inputs needs a gradient (while
@@ -336,9 +379,9 @@ impl<'m> Cx<'m> {
         if !call_observer::observing() {
             return self.dispatch_armed(path, module, inputs, policy);
         }
-        let infos: Vec<ValueInfo> = inputs.iter().map(|v| ValueInfo::of(v.tensor())).collect();
+        let infos: Vec<ValueInfo> = inputs.iter().map(ValueInfo::of_value).collect();
         let outputs = self.dispatch_armed(path.clone(), module, inputs, policy)?;
-        let out_infos: Vec<ValueInfo> = outputs.iter().map(|v| ValueInfo::of(v.tensor())).collect();
+        let out_infos: Vec<ValueInfo> = outputs.iter().map(ValueInfo::of_value).collect();
         call_observer::notify(&ModuleCall {
             path: &path,
             phase: current_scope().phase(),
@@ -360,7 +403,7 @@ impl<'m> Cx<'m> {
         inputs: Vec<Var>,
         policy: Option<Policy>,
     ) -> Result<Vec<Var>> {
-        if !matches!(policy, None | Some(Policy::Store)) {
+        if !matches!(policy, None | Some(Policy::Store | Policy::StorePacked)) {
             self.unread_next = false;
         }
         self.with_armed_call(|cx| cx.dispatch(path, module, inputs, policy))
@@ -375,6 +418,7 @@ impl<'m> Cx<'m> {
     ) -> Result<Vec<Var>> {
         match policy {
             None | Some(Policy::Store) => module.forward(self, inputs),
+            Some(Policy::StorePacked) => self.with_packed_saves(true, |cx| module.forward(cx, inputs)),
             Some(policy @ (Policy::Checkpoint { .. } | Policy::Offload { .. })) => {
                 crate::policy::checkpoint::forward(self, path, Segment::Module(module), inputs, policy)
             }
@@ -444,7 +488,7 @@ impl<'m> Cx<'m> {
     /// [`Cx::grads`]; returns the gradients of the leaves created with `requires_grad`.
     pub fn backward(&mut self, loss: &Var) -> Result<HashMap<VarId, Tensor>> {
         let id = loss.expect_id("the loss")?;
-        if loss.tensor().elem_count() != 1 {
+        if loss.shape().elem_count() != 1 {
             return Err(CheckpointError::Autograd(format!(
                 "backward needs a scalar loss, got shape {}",
                 loss.shape()

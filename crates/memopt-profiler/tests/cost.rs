@@ -104,6 +104,50 @@ fn plans_cost_their_recomputation_and_compression() {
     assert!(overhead > 0.0 && overhead < 1.0, "{overhead}");
 }
 
+#[test]
+fn packed_reads_cost_a_second_unpack() {
+    let m = vgg(4, 2);
+    // The time a checkpoint of `path` adds beyond its recomputation: the saved input's traffic.
+    let traffic_ms = |path: &str| {
+        let plan = Plan::from_entries([(path, Policy::CHECKPOINT)]);
+        m.plan_extra_ms(&plan) - m.recompute_ms(path)
+    };
+    let ms = |path: &str, passes: u64| {
+        let x = &m.modules.iter().find(|e| e.path == path).unwrap().inputs[0];
+        assert!(x.is_spike, "{path} takes spikes");
+        let payload = (x.shape.elem_count() as u64).div_ceil(8);
+        1e3 * (passes * (x.bytes() + payload)) as f64 / m.throughput.bytes_per_s
+    };
+    let close = |a: f64, b: f64| (a - b).abs() <= 1e-9 * b.abs().max(1.0);
+    // features.1 starts with a convolution: packed once, unpacked one time step at a time in
+    // the recomputation and again for the weight gradient.
+    let (got, want) = (traffic_ms("features.1"), ms("features.1", 3));
+    assert!(close(got, want), "features.1: {got} ms, want {want} ms");
+    // features.2 starts with average pooling, which unpacks its input once, whole.
+    let (got, want) = (traffic_ms("features.2"), ms("features.2", 2));
+    assert!(close(got, want), "features.2: {got} ms, want {want} ms");
+}
+
+#[test]
+fn storing_packed_costs_packing_and_unpacking_the_layers_spike_inputs() {
+    let m = vgg(4, 2);
+    let extra = |path: &str| m.plan_extra_ms(&Plan::from_entries([(path, Policy::StorePacked)]));
+    // features.1's convolution takes spikes: packed in forward, unpacked in backward.
+    let x = &m
+        .modules
+        .iter()
+        .find(|e| e.path == "features.1.proj_bn.0")
+        .unwrap()
+        .inputs[0];
+    assert!(x.is_spike);
+    let payload = (x.shape.elem_count() as u64).div_ceil(8);
+    let want = 1e3 * (2 * (x.bytes() + payload)) as f64 / m.throughput.bytes_per_s;
+    let got = extra("features.1");
+    assert!((got - want).abs() <= 1e-9 * want, "{got} ms, want {want} ms");
+    // features.2's convolution takes average-pooled spikes, which are not spikes: nothing to pack.
+    assert_eq!(extra("features.2"), 0.0);
+}
+
 fn within(pred: f64, measured: f64, tol: f64) -> bool {
     (pred - measured).abs() <= tol * measured
 }

@@ -19,6 +19,9 @@ pub struct OptionSpace {
     pub chunk_counts: Vec<usize>,
     /// Longest run of consecutive children considered as one segment (0: no runs).
     pub max_run: usize,
+    /// Whether a stored segment may keep its convolution and linear layers' spike inputs
+    /// bit-packed ([`Policy::StorePacked`]); offered only where that changes its figures.
+    pub store_packed: bool,
 }
 
 impl Default for OptionSpace {
@@ -27,6 +30,7 @@ impl Default for OptionSpace {
             compressor: CompressorKind::BitSpike,
             chunk_counts: vec![2, 4, 8],
             max_run: 6,
+            store_packed: true,
         }
     }
 }
@@ -91,6 +95,18 @@ fn segment(
         let f = measure(model, site, p, first)?;
         fixed.get_or_insert((f.states, f.param_grads));
         options.push(option(p, &f, extra_ms(cost, site, p)));
+    }
+    // Offered only where packing changes a figure of storing (a layer there takes spikes).
+    let store = options.first().map(|o| (o.forward_peak, o.kept, o.backward_peak));
+    if space.store_packed {
+        let f = measure(model, site, Policy::StorePacked, first)?;
+        if store != Some((f.forward_peak, f.kept, f.backward_peak)) {
+            options.push(option(
+                Policy::StorePacked,
+                &f,
+                extra_ms(cost, site, Policy::StorePacked),
+            ));
+        }
     }
     let (states, param_grads) = fixed.unwrap_or((0, 0));
     Ok(ChainSegment {

@@ -95,7 +95,7 @@ impl Module for Dropout {
 
     fn forward<'m>(&'m self, cx: &mut Cx<'m>, inputs: Vec<Var>) -> Result<Vec<Var>> {
         let x = one_input(inputs, "Dropout")?;
-        let n = x.tensor().elem_count();
+        let n = x.shape().elem_count();
         let period = match (self.multi_step, x.dims().first()) {
             (true, Some(&t)) if t > 0 => n / t,
             _ => n,

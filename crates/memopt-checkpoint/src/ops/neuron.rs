@@ -22,11 +22,9 @@ pub fn neuron<'m>(cx: &mut Cx<'m>, cfg: &NeuronConfig, x: Var, w: Option<&Var>) 
     let slots = [Some(&x), v_init.as_ref(), w];
     let needs_grad = cx.slots_need_grad(&slots);
     let input_ids = slots.map(|v| v.and_then(Var::id));
-    let (x, v, w_t) = (
-        x.into_tensor(),
-        v_init.as_ref().map(Var::tensor),
-        w.map(Var::tensor),
-    );
+    let v_init_t = v_init.as_ref().map(Var::tensor).transpose()?;
+    let wt = w.map(Var::tensor).transpose()?;
+    let (x, v, w_t) = (x.into_tensor()?, v_init_t.as_deref(), wt.as_deref());
     let out = if unread && needs_grad {
         kernels::neuron_forward_for_backward(cfg, x, v, w_t)?
     } else {
@@ -39,8 +37,8 @@ pub fn neuron<'m>(cx: &mut Cx<'m>, cfg: &NeuronConfig, x: Var, w: Option<&Var>) 
     let op = NeuronBackward {
         cfg: *cfg,
         h_seq: cx.save(&h_seq),
-        v_init: v_init.as_ref().map(|v| cx.save(v.tensor())),
-        w: w.map(|w| cx.save(w.tensor())),
+        v_init: v_init_t.as_deref().map(|v| cx.save(v)),
+        w: wt.as_deref().map(|w| cx.save(w)),
     };
     drop(h_seq);
     let mut vars = cx.record_ids(op, input_ids, vec![out.spikes, out.v_final]);

@@ -27,6 +27,11 @@ pub fn batch_norm<'m>(
     let unread = cx.take_output_unread();
     let slots = [Some(x), weight, bias];
     let needs_grad = cx.slots_need_grad(&slots);
+    let xt = x.tensor()?;
+    let (wt, bt) = (
+        weight.map(Var::tensor).transpose()?,
+        bias.map(Var::tensor).transpose()?,
+    );
     if !cx.is_training() {
         if needs_grad {
             return Err(CheckpointError::Module {
@@ -38,9 +43,9 @@ pub fn batch_norm<'m>(
             });
         }
         let y = kernels::batch_norm_eval(
-            x.tensor(),
-            weight.map(Var::tensor),
-            bias.map(Var::tensor),
+            &xt,
+            wt.as_deref(),
+            bt.as_deref(),
             kernels::RunningStats {
                 mean: running.0,
                 var: running.1,
@@ -49,7 +54,10 @@ pub fn batch_norm<'m>(
         )?;
         return Ok(Var::constant(y));
     }
-    if let Some(y) = super::norm_chunk::batch_norm_in_chunk(cx, slots, running, (momentum, eps), unread)? {
+    let tensors = (&*xt, wt.as_deref(), bt.as_deref());
+    if let Some(y) =
+        super::norm_chunk::batch_norm_in_chunk(cx, slots, tensors, running, (momentum, eps), unread)?
+    {
         return Ok(y);
     }
     let stats = (!cx.is_recomputing()).then_some(RunningStats {
@@ -57,9 +65,9 @@ pub fn batch_norm<'m>(
         var: running.1,
     });
     let args = kernels::BatchNormTrain {
-        x: x.tensor(),
-        weight: weight.map(Var::tensor),
-        bias: bias.map(Var::tensor),
+        x: &xt,
+        weight: wt.as_deref(),
+        bias: bt.as_deref(),
         running: stats,
         momentum,
         eps,
@@ -73,8 +81,8 @@ pub fn batch_norm<'m>(
         return Ok(Var::constant(out.y));
     }
     let op = BatchNormBackward {
-        x: cx.save(x.tensor()),
-        weight: weight.map(|w| cx.save(w.tensor())),
+        x: cx.save(&xt),
+        weight: wt.as_deref().map(|w| cx.save(w)),
         mean: cx.save(&out.save_mean),
         invstd: cx.save(&out.save_invstd),
     };

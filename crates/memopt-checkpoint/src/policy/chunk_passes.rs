@@ -26,7 +26,7 @@
 use super::checkpoint::ChunkSave;
 use super::chunk_grads;
 use super::segment::Segment;
-use crate::autograd::{Tape, Var};
+use crate::autograd::{Tape, Var, VarId};
 use crate::context::Cx;
 use crate::{CheckpointError, Result};
 use memopt_core::kernels::BatchNormStats;
@@ -54,7 +54,7 @@ pub(super) fn statistics_passes<'m>(
     cx: &mut Cx<'m>,
     (segment, path): (&Segment<'m>, &ModulePath),
     state_prefixes: &[ModulePath],
-    inputs: &[Tensor],
+    inputs: &[Var],
     spans: &[Range<usize>],
     rng_entry: RngState,
 ) -> Result<Vec<(ModulePath, BatchNormStats)>> {
@@ -112,7 +112,7 @@ fn statistics_pass<'m>(
     segment: &Segment<'m>,
     path: &ModulePath,
     (state_prefixes, entry): (&[ModulePath], &[(ModulePath, Var)]),
-    inputs: &[Tensor],
+    inputs: &[Var],
     spans: &[Range<usize>],
     rng_entry: RngState,
 ) -> Result<()> {
@@ -122,7 +122,7 @@ fn statistics_pass<'m>(
         cx.rng.set_state(rng_entry);
         let xs = inputs
             .iter()
-            .map(|t| Ok(Var::constant(t.narrow0(span.start, span.len())?)))
+            .map(|v| v.narrow0(span.start, span.len()))
             .collect::<Result<Vec<_>>>()?;
         match segment.forward(cx, xs) {
             Err(CheckpointError::StatisticsPass { .. }) => {}
@@ -225,22 +225,32 @@ pub(super) fn backward_chunks<'m>(
     let mut input_grads: Vec<Option<Tensor>> = vec![None; rc.input_needs.len()];
     for (span, chunk) in rc.spans.iter().zip(chunks).rev() {
         cx.batch_stats.set_reached(false);
-        let (inputs, states, rng) = match chunk {
+        // Inputs wanting a gradient become leaves of the chunk's tape (not in the segment's
+        // own gradient-sums pass, whose inputs are constants); bit-packed spikes stay packed.
+        let mut tape = Tape::new();
+        let x_ids: Vec<Option<VarId>> = rc
+            .input_needs
+            .iter()
+            .map(|needs| (*needs && !sums_pass).then(|| tape.input_leaf()))
+            .collect();
+        let (xs, states, rng) = match chunk {
             ChunkData::Kept(c) => (
                 c.inputs
                     .iter()
-                    .map(|s| s.restore_kept())
+                    .zip(&x_ids)
+                    .map(|(s, id)| s.restore_kept(*id))
                     .collect::<Result<Vec<_>>>()?,
                 c.states
                     .iter()
                     .map(|(p, s)| (p.clone(), s.tensor().clone()))
-                    .collect(),
+                    .collect::<Vec<_>>(),
                 c.rng,
             ),
             ChunkData::Owned(c) => (
                 c.inputs
                     .into_iter()
-                    .map(|s| s.restore())
+                    .zip(&x_ids)
+                    .map(|(s, id)| s.restore(*id))
                     .collect::<Result<Vec<_>>>()?,
                 c.states
                     .into_iter()
@@ -251,19 +261,6 @@ pub(super) fn backward_chunks<'m>(
         };
         cx.rng.set_state(rng);
         cx.states.clear();
-        let mut tape = Tape::new();
-        let mut xs = Vec::with_capacity(inputs.len());
-        let mut x_ids = Vec::with_capacity(inputs.len());
-        for (t, needs) in inputs.into_iter().zip(rc.input_needs) {
-            if *needs && !sums_pass {
-                let id = tape.input_leaf();
-                xs.push(Var::tracked(t, id));
-                x_ids.push(Some(id));
-            } else {
-                xs.push(Var::constant(t));
-                x_ids.push(None);
-            }
-        }
         let mut state_ids = Vec::with_capacity(states.len());
         for (p, t) in states {
             let id = tape.input_leaf();
@@ -332,8 +329,8 @@ pub(super) fn backward_chunks<'m>(
 /// moves them there when the segment is not chunked.
 fn assemble_input_grads(
     input_grads: &mut [Option<Tensor>],
-    x_ids: Vec<Option<crate::autograd::VarId>>,
-    leaf_grads: &mut std::collections::HashMap<crate::autograd::VarId, Tensor>,
+    x_ids: Vec<Option<VarId>>,
+    leaf_grads: &mut std::collections::HashMap<VarId, Tensor>,
     (span, spans): (&Range<usize>, &[Range<usize>]),
     out_grads: &[Option<Tensor>],
     chunked: bool,

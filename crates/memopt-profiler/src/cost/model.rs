@@ -168,10 +168,11 @@ impl CostModel {
 
     /// Predicted extra time of `plan` over the baseline, in milliseconds: every module runs one
     /// more forward per recomputing plan entry at or above it (nested checkpoints recompute
-    /// their inside once per enclosing segment), and each entry's saved input is compressed and
-    /// decompressed (and, when offloaded, copied out and back) once. An entry naming a run of
-    /// children covers those children; its saved input is the first one's. A segment run in
-    /// time chunks adds the passes of its training BatchNorms
+    /// their inside once per enclosing segment), each entry's saved input is compressed and
+    /// decompressed (and, when offloaded, copied out and back), and under
+    /// [`Policy::StorePacked`] the layers' spike inputs are packed and unpacked once. An entry
+    /// naming a run of children covers those children; its saved input is the first one's. A
+    /// segment run in time chunks adds the passes of its training BatchNorms
     /// (`batch_norm_passes_ms`).
     pub fn plan_extra_ms(&self, plan: &Plan) -> f64 {
         let targets: Vec<(Vec<String>, Policy)> = plan
@@ -195,6 +196,12 @@ impl CostModel {
             .iter()
             .filter_map(|(paths, policy)| paths.first().map(|p| self.saved_input_traffic(p, *policy)))
             .sum();
+        let packed_stores: u64 = plan
+            .entries
+            .iter()
+            .filter(|e| e.policy == Policy::StorePacked)
+            .map(|e| self.packed_store_traffic(&self.covered(e)))
+            .sum();
         // Chunked segments with training BatchNorm run passes; one nested in another chunked
         // segment finds the statistics given and runs none.
         let chunked: Vec<&Vec<String>> = targets
@@ -211,7 +218,21 @@ impl CostModel {
             })
             .map(|paths| self.batch_norm_passes_ms(paths))
             .sum();
-        recompute + passes + 1e3 * transfer as f64 / self.throughput.bytes_per_s
+        recompute + passes + 1e3 * (transfer + packed_stores) as f64 / self.throughput.bytes_per_s
+    }
+
+    /// Bytes moved by [`Policy::StorePacked`] over `paths`: every convolution and linear layer
+    /// below them whose input is f32 spikes packs it in forward (reads it, writes the payload)
+    /// and unpacks it one time step at a time in backward (the reverse).
+    fn packed_store_traffic(&self, paths: &[String]) -> u64 {
+        self.modules
+            .iter()
+            .filter(|m| m.leaf && matches!(m.module_type.as_str(), "Conv2d" | "Linear"))
+            .filter(|m| paths.iter().any(|p| within(&m.path, p)))
+            .filter_map(|m| m.inputs.first())
+            .filter(|x| x.is_spike && x.dtype == memopt_core::DType::F32)
+            .map(|x| 2 * (x.bytes() + (x.shape.elem_count() as u64).div_ceil(8)))
+            .sum()
     }
 
     /// The extra passes of a segment (the modules under `paths`) run in time chunks, for its
@@ -270,16 +291,27 @@ impl CostModel {
         self.plan_extra_ms(plan) / self.baseline_step_ms().max(f64::MIN_POSITIVE)
     }
 
-    /// Bytes moved to save and restore `path`'s inputs under `policy`.
+    /// Bytes moved to save and restore `path`'s inputs under `policy`. Compressing reads the
+    /// input and writes the payload; each decompression reads the payload and writes the input.
+    /// Bit-packed f32 spikes are read packed by a segment whose first layer is a convolution or
+    /// a linear layer: it unpacks them one time step at a time twice, in the recomputation and
+    /// for the weight gradient, instead of once whole. (Later readers of the same input, a
+    /// residual identity or a downsampling convolution, unpack it once or twice more; the
+    /// per-module costs do not show which module reads which value, so they are not counted.)
     fn saved_input_traffic(&self, path: &str, policy: Policy) -> u64 {
         let (compressor, offload) = match policy {
-            Policy::Store => return 0,
+            Policy::Store | Policy::StorePacked => return 0,
             Policy::Checkpoint { compressor, .. } => (compressor, false),
             Policy::Offload { compressor } => (compressor, true),
         };
         let Some(entry) = self.modules.iter().find(|m| m.path == path) else {
             return 0;
         };
+        // Modules come parents first, in model order: the first leaf at or below `path` is the
+        // segment's first layer.
+        let first_layer = self.modules.iter().find(|m| m.leaf && within(&m.path, path));
+        let layer_reads_packed =
+            first_layer.is_some_and(|m| matches!(m.module_type.as_str(), "Conv2d" | "Linear"));
         entry
             .inputs
             .iter()
@@ -293,8 +325,11 @@ impl CostModel {
                 let (payload, codec) = if kind == CompressorKind::Null {
                     (x.bytes(), 0)
                 } else {
-                    // compress: read input, write payload; decompress: the reverse.
-                    (payload, 2 * (x.bytes() + payload))
+                    let packed_reads = kind == CompressorKind::BitSpike
+                        && x.dtype == memopt_core::DType::F32
+                        && layer_reads_packed;
+                    let unpacks = if packed_reads { 2 } else { 1 };
+                    (payload, (1 + unpacks) * (x.bytes() + payload))
                 };
                 codec + if offload { 2 * payload } else { 0 }
             })

@@ -14,10 +14,12 @@ mod cuda;
 mod forward;
 mod im2col;
 mod params;
+mod stepwise;
 #[cfg(test)]
 mod tests;
 
 pub use params::Conv2dParams;
+pub use stepwise::{Conv2dBackwardStepwise, conv2d_backward_stepwise, conv2d_stepwise};
 
 use super::matmul::{GemmPar, check_f32_same_device};
 use super::{GradNeeds, WeightGradAcc};
@@ -207,6 +209,12 @@ pub(super) fn backward_geometry(
 ) -> Result<ConvGeom> {
     check_f32_same_device(op, &[grad, x, w])?;
     let g = ConvGeom::new(op, x, w, p)?;
+    check_grad_shape(op, grad, &g)?;
+    Ok(g)
+}
+
+/// Checks that the output gradient `grad` has the output's shape of geometry `g`.
+pub(super) fn check_grad_shape(op: &'static str, grad: &Tensor, g: &ConvGeom) -> Result<()> {
     if grad.dims() != g.out_dims() {
         return Err(CoreError::shape(
             op,
@@ -217,7 +225,7 @@ pub(super) fn backward_geometry(
             grad.shape(),
         ));
     }
-    Ok(g)
+    Ok(())
 }
 
 /// Images per time step of a batch of `b` folding `time_steps` steps.

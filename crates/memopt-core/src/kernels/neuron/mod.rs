@@ -35,6 +35,13 @@ use backward::{BackwardIo, backward_cpu};
 use config::Dynamics;
 use forward::{ForwardIo, forward_cpu};
 
+/// Neurons per partial sum of the PLIF parameter's gradient, on every target: each time step's
+/// `dL/dk` contributions of a block of this many consecutive neurons are summed in f64 in
+/// neuron order and rounded to one f32 partial, and the partials of a step are summed in block
+/// order. The same blocks on the CPU (eight per rayon chunk) and on CUDA (one thread block of
+/// 256 threads x 4 neurons each) make the parameter's gradient bit-identical across devices.
+pub const PLIF_PARTIAL_NEURONS: usize = 1024;
+
 /// Outputs of [`neuron_forward`].
 #[derive(Debug, Clone)]
 pub struct NeuronOutput {
@@ -220,8 +227,7 @@ pub struct NeuronBackward<'a> {
 ///
 /// Allocates, in this order: grad_x `[T, ...]` (unless written over `grad_spikes`),
 /// grad_v_init `[...]` (when asked), grad_w `[1]` (PLIF without `w_acc`), and for PLIF a
-/// workspace of `T` f32 per block of `device.target().neuron_block()` neurons, freed before
-/// returning.
+/// workspace of `T` f32 per block of [`PLIF_PARTIAL_NEURONS`] neurons, freed before returning.
 pub fn neuron_backward(args: NeuronBackward<'_>) -> Result<NeuronGrads> {
     const OP: &str = "neuron_backward";
     let NeuronBackward {
@@ -293,7 +299,7 @@ pub fn neuron_backward(args: NeuronBackward<'_>) -> Result<NeuronGrads> {
             KernelBuffer::<f32>::workspace(
                 OP,
                 device,
-                n.div_ceil(device.target().neuron_block()) * steps,
+                n.div_ceil(PLIF_PARTIAL_NEURONS) * steps,
                 Init::Overwritten,
             )
         })

@@ -261,3 +261,89 @@ fn a_chunked_segment_assembles_its_input_gradient_in_the_output_gradient_it_cons
         );
     }
 }
+
+/// `pre` = [conv 2->C, LIF] gives spikes; `seg` = [conv C->C] reads them. Checkpointed with
+/// BitSpike, `seg` restores its input bit-packed and its convolution reads it one time step at
+/// a time. With `view_last` a flatten is `seg`'s last child, so the convolution's output is
+/// materialised in recomputation; otherwise it only seeds the gradient and is not computed.
+fn packed_model(device: Device, view_last: bool) -> Model {
+    let mut init = Init::new(device, 5);
+    let pad1 = Conv2dParams {
+        padding: [1, 1],
+        ..Conv2dParams::default()
+    };
+    let pre = Sequential::new()
+        .push(Conv2d::new(&mut init, 2, C, 3, pad1, true).unwrap())
+        .push(Neuron::new(&mut init, NeuronConfig::lif(2.0), 2.0).unwrap());
+    let seg = Sequential::new().push(Conv2d::new(&mut init, C, C, 3, pad1, false).unwrap());
+    let mut root = Sequential::new().push_named("pre", pre);
+    if view_last {
+        root = root.push_named("seg", seg.push(Flatten::new(2)));
+    } else {
+        root = root.push_named("seg", seg).push_named("flat", Flatten::new(2));
+    }
+    root = root.push_named("fc", Linear::new(&mut init, C * 64, 5, true).unwrap());
+    let spec = InputSpec {
+        time_steps: T,
+        sample: vec![2, 8, 8],
+        classes: 5,
+    };
+    Model::new("packed-seg-test", Box::new(root), spec, device)
+}
+
+#[test]
+fn a_recomputed_convolution_reading_packed_spikes_does_not_compute_an_unread_output() {
+    let output_bytes = (T * N * C * 64 * 4) as u64;
+    for chunks in [1, 2] {
+        let plan = checkpoint("seg", chunks);
+        let mut per_device = Vec::new();
+        for device in [Device::Cpu, Device::META] {
+            let lean = events(&|d| packed_model(d, false), &plan, device, N);
+            let full = events(&|d| packed_model(d, true), &plan, device, N);
+            // The materialised model allocates the convolution's output (one chunk of it) in
+            // recomputation, the lean one neither it nor the stepwise kernel's workspace.
+            let outputs = |ev: &[Recorded]| {
+                ev.iter()
+                    .filter(|e| {
+                        (e.0, e.1, e.2, e.3.as_str(), e.4)
+                            == (
+                                MemoryAction::Alloc,
+                                output_bytes / chunks as u64,
+                                MemoryKind::Activation,
+                                "seg.0",
+                                Phase::Recompute,
+                            )
+                    })
+                    .count()
+            };
+            assert_eq!(
+                (outputs(&full), outputs(&lean)),
+                (chunks, 0),
+                "{chunks} chunks on {device}"
+            );
+            assert!(
+                peak_at(&full, "seg.0", Phase::Recompute) - peak_at(&lean, "seg.0", Phase::Recompute)
+                    > output_bytes / chunks as u64,
+                "{chunks} chunks on {device}"
+            );
+            per_device.push(lean);
+        }
+        let strip =
+            |ev: &[Recorded]| -> Vec<_> { ev.iter().map(|e| (e.0, e.1, e.2, e.3.clone(), e.4)).collect() };
+        assert_eq!(
+            strip(&per_device[0]),
+            strip(&per_device[1]),
+            "Meta records the CPU's events ({chunks} chunks)"
+        );
+        let build = |plan: &Plan| {
+            let mut m = packed_model(Device::Cpu, false);
+            m.apply_plan(plan).unwrap();
+            m
+        };
+        assert_eq!(
+            fingerprint(&build(&plan), 2, N),
+            fingerprint(&build(&Plan::store_all()), 2, N),
+            "{chunks} chunks"
+        );
+    }
+}

@@ -173,8 +173,9 @@ fn gpu_kernels_are_loaded_once() {
 }
 
 /// Packed spikes on a GPU: a time slice unpacked from byte-aligned and unaligned bits
-/// (bitspike_unpack_f32 and bitspike_unpack_span_f32), and conv2d and linear reading them one
-/// time step at a time, equal the CPU bit for bit.
+/// (bitspike_unpack_f32 and bitspike_unpack_span_f32) equal the CPU bit for bit; conv2d and
+/// linear reading them one time step at a time equal the CPU's within the GEMM tolerance of the
+/// other GPU tests (bit for bit where every sum is exact).
 #[test]
 fn gpu_packed_spikes_and_stepwise_layers_match_the_cpu() {
     if !gpu_or_skip("gpu_packed_spikes_and_stepwise_layers_match_the_cpu") {
@@ -223,8 +224,46 @@ fn gpu_packed_spikes_and_stepwise_layers_match_the_cpu() {
                 [slice, y, gx, wacc, yl]
             })
             .0;
-            outputs.map(|r| bits(&r.to_device(Device::Cpu).unwrap()))
+            outputs.map(|r| r.to_device(Device::Cpu).unwrap().to_vec_f32().unwrap())
         };
-        assert_eq!(run(GPU), run(Device::Cpu), "n={n} hw={hw}");
+        let (gpu, cpu) = (run(GPU), run(Device::Cpu));
+        // The unpacked slice and the linear layer (0/1 weights: integer sums, exact in any
+        // order) bit for bit; the convolution's output, input gradient and weight gradient (0.3
+        // weights: cuBLAS sums in another order) within 1e-5 of the output's magnitude.
+        let names = [
+            "slice",
+            "conv2d",
+            "conv2d input gradient",
+            "conv2d weight gradient",
+            "linear",
+        ];
+        for (i, name) in names.iter().enumerate() {
+            let (g, c) = (&gpu[i], &cpu[i]);
+            assert_eq!(g.len(), c.len(), "n={n} hw={hw} {name}: lengths");
+            let exact = matches!(*name, "slice" | "linear");
+            let tol = if exact {
+                0.0
+            } else {
+                1e-5 * c.iter().fold(1f32, |m, v| m.max(v.abs()))
+            };
+            if let Some(k) = (0..c.len()).find(|&k| {
+                if exact {
+                    g[k].to_bits() != c[k].to_bits()
+                } else {
+                    (g[k] - c[k]).abs() > tol
+                }
+            }) {
+                panic!(
+                    "n={n} hw={hw} {name}[{k}]: gpu {} cpu {} ({})",
+                    g[k],
+                    c[k],
+                    if exact {
+                        "bit-identical expected"
+                    } else {
+                        "beyond 1e-5 of the magnitude"
+                    }
+                );
+            }
+        }
     }
 }

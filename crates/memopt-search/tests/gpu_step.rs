@@ -1,8 +1,21 @@
-//! A whole training step of every zoo model on the GPU: gradients within 1e-4 relative of the
-//! CPU's; under random plans (checkpoints, chunks, runs of children) gradients, BatchNorm
-//! running statistics and final neuron states bit-identical to the GPU's store-everything step;
-//! the peak of Meta with the CUDA target equal to the GPU tracker's peak, to the byte. Each test
-//! skips with the reason when there is no GPU, and fails under MEMOPT_REQUIRE_GPU=1.
+//! A whole training step on the GPU against the CPU, and plans on the GPU against storing
+//! everything. Each test skips with the reason when there is no GPU, and fails under
+//! MEMOPT_REQUIRE_GPU=1.
+//!
+//! - Pieces of the zoo (a VGG block at its real size, pools, dropouts, small chains): output,
+//!   loss, input gradient, parameter gradients and running statistics within 1e-4 of the CPU's.
+//! - Every zoo model: under random plans (checkpoints, chunks, runs of children) gradients,
+//!   BatchNorm running statistics and final neuron states bit-identical to the GPU's
+//!   store-everything step; the peak of Meta with the CUDA target equal to the GPU tracker's
+//!   peak, to the byte; the same input as the CPU's and the loss within 5% of the CPU's.
+//!
+//! Why whole models are compared with the CPU by their loss only: cuBLAS sums a convolution in
+//! another order than the CPU (about 1e-7 relative), and a membrane potential that lands within
+//! that distance of the threshold fires on one device and not on the other. A flipped spike
+//! changes the next layer by a whole weight and the difference spreads. Measured on an H200:
+//! the first block of the CIFAR10-DVS VGG at 48x48 matches within 1e-4, two blocks differ in
+//! 10 of 20 outputs by about 1%, eight blocks in every output (the loss by 2%). The pieces
+//! below therefore stay shallow.
 
 use memopt_checkpoint::module::{
     BatchNorm, Conv2d, Dropout, Flatten, Init, Linear, Neuron, Pool2d, Sequential,
@@ -80,10 +93,6 @@ fn step(workload: &Workload, plan: &Plan, device: Device) -> Step {
     }
 }
 
-/// Differences below this are accepted whatever the values' magnitude (see `first_mismatch`);
-/// gradients of the models here are 1e-6 or larger.
-const ABSOLUTE_FLOOR: f64 = 1e-9;
-
 /// The host values of `t` (none on Meta).
 fn host_values(t: &Tensor, device: Device) -> Vec<f32> {
     if device.is_meta() {
@@ -93,16 +102,18 @@ fn host_values(t: &Tensor, device: Device) -> Vec<f32> {
     }
 }
 
+/// The largest magnitude in `v`.
+fn largest(v: &[f32]) -> f64 {
+    v.iter().fold(0f64, |m, x| m.max(x.abs() as f64))
+}
+
 /// The first element of `c` vs `g` outside `rel` relative error (or `rel` times the largest
-/// magnitude of `c`), with the count of such elements.
-fn first_mismatch(c: &[f32], g: &[f32], rel: f64) -> Option<String> {
+/// magnitude of `c`, or `floor`), with the count of such elements.
+fn first_mismatch(c: &[f32], g: &[f32], rel: f64, floor: f64) -> Option<String> {
     if c.len() != g.len() {
         return Some(format!("lengths {} vs {}", c.len(), g.len()));
     }
-    // Values that are zero in exact arithmetic (the bias gradient of a convolution before a
-    // training-mode BatchNorm) come out as cancellation noise of about 1e-12 whose sign depends
-    // on the GEMMs' summation order: differences below ABSOLUTE_FLOOR are accepted.
-    let floor = (c.iter().fold(0f64, |m, v| m.max(v.abs() as f64)) * rel).max(ABSOLUTE_FLOOR);
+    let floor = (largest(c) * rel).max(floor);
     let bad = |(&a, &b): (&f32, &f32)| {
         let err = (a as f64 - b as f64).abs();
         !(err <= rel * (a as f64).abs() || err <= floor)
@@ -117,14 +128,15 @@ fn first_mismatch(c: &[f32], g: &[f32], rel: f64) -> Option<String> {
     ))
 }
 
-/// Asserts every tensor of `gpu` is within `rel` of `cpu`'s; the message lists every tensor
-/// that is not (its first differing element), so one failure shows where a step diverges.
-fn assert_close(what: &str, cpu: &[(String, Vec<f32>)], gpu: &[(String, Vec<f32>)], rel: f64) {
+/// Asserts every tensor of `gpu` is within `rel` of `cpu`'s (differences below `floor` accepted
+/// everywhere); the message lists every tensor that is not (its first differing element), so
+/// one failure shows where a step diverges.
+fn assert_close(what: &str, cpu: &[(String, Vec<f32>)], gpu: &[(String, Vec<f32>)], rel: f64, floor: f64) {
     assert_eq!(cpu.len(), gpu.len(), "{what}: count");
     let bad: Vec<String> = cpu
         .iter()
         .zip(gpu)
-        .filter_map(|((path, c), (_, g))| first_mismatch(c, g, rel).map(|m| format!("  {path}{m}")))
+        .filter_map(|((path, c), (_, g))| first_mismatch(c, g, rel, floor).map(|m| format!("  {path}{m}")))
         .collect();
     assert!(
         bad.is_empty(),
@@ -168,21 +180,59 @@ fn random_plans(name: &str, n: usize, count: usize) -> Vec<Plan> {
         .collect()
 }
 
-/// The store-everything step of `workload` on the GPU, checked against the CPU's (within 1e-4)
-/// and against Meta of the CUDA target (the peak, to the byte).
-fn gpu_step_like_the_cpu(name: &str, workload: &Workload) -> Step {
+/// How a GPU step is compared with the CPU's.
+#[derive(Clone, Copy)]
+enum Compare {
+    /// Every value within 1e-4 relative (the pieces).
+    Everything,
+    /// The input bit for bit and the loss within 5% relative (whole models, where spikes flip;
+    /// see the module docs).
+    Loss,
+}
+
+/// The store-everything step of `workload` on the GPU, checked against the CPU's (as `compare`
+/// says) and against Meta of the CUDA target (the peak, to the byte).
+fn gpu_step_like_the_cpu(name: &str, workload: &Workload, compare: Compare) -> Step {
     let store = Plan::store_all();
     let cpu = step(workload, &store, Device::Cpu);
     let gpu = step(workload, &store, GPU);
     let meta = step(workload, &store, GPU.meta());
-    // One assertion over all of them, so that a failure lists every tensor that differs.
-    let all = |s: &Step| [s.io.clone(), s.grads.clone(), s.buffers.clone()].concat();
-    assert_close(
-        &format!("{name} input, output, loss, input gradient, gradients, running statistics"),
-        &all(&cpu),
-        &all(&gpu),
-        1e-4,
-    );
+    match compare {
+        Compare::Everything => {
+            // One assertion over all of them, so that a failure lists every tensor that differs.
+            let all = |s: &Step| [s.io.clone(), s.grads.clone(), s.buffers.clone()].concat();
+            // A gradient that is zero in exact arithmetic (the bias of a convolution before a
+            // training-mode BatchNorm) comes out as cancellation noise whose size depends on the
+            // GEMMs' summation order (up to 1.2e-7 on an H200, next to gradients of 1e-2): it is
+            // compared within 1e-4 of the step's largest gradient.
+            let scale = cpu.grads.iter().fold(0f64, |m, (_, g)| m.max(largest(g)));
+            assert_close(
+                &format!("{name} input, output, loss, input gradient, gradients, running statistics"),
+                &all(&cpu),
+                &all(&gpu),
+                1e-4,
+                1e-4 * scale,
+            );
+        }
+        Compare::Loss => {
+            let pick =
+                |s: &Step, key: &str| s.io.iter().filter(|(k, _)| k == key).cloned().collect::<Vec<_>>();
+            assert_close(
+                &format!("{name} input"),
+                &pick(&cpu, "input"),
+                &pick(&gpu, "input"),
+                0.0,
+                0.0,
+            );
+            assert_close(
+                &format!("{name} loss"),
+                &pick(&cpu, "loss"),
+                &pick(&gpu, "loss"),
+                0.05,
+                0.0,
+            );
+        }
+    }
     assert_eq!(
         meta.peak, gpu.peak,
         "{name}: Meta (CUDA target) peak vs GPU tracker peak (bytes)"
@@ -192,7 +242,7 @@ fn gpu_step_like_the_cpu(name: &str, workload: &Workload) -> Step {
 
 fn check_model(name: &str, n: usize, plans: usize) {
     let workload = Workload::zoo_small(name, n).unwrap();
-    let gpu = gpu_step_like_the_cpu(name, &workload);
+    let gpu = gpu_step_like_the_cpu(name, &workload, Compare::Loss);
     for (i, plan) in random_plans(name, n, plans).iter().enumerate() {
         let what = format!("{name} plan {i} {:?}", plan.entries);
         let planned = step(&workload, plan, GPU);
@@ -251,9 +301,47 @@ fn vgg_lif() -> NeuronConfig {
     }
 }
 
-/// One piece of the zoo's layer combinations: its name, whether its input is spikes, and the
-/// layers before the head (each given `Init`), with the head's input features.
-type Piece = (&'static str, bool, fn(&mut Init) -> (Sequential, usize));
+/// One piece of the zoo's layer combinations: its name, whether its input is spikes, the sample
+/// shape `[C, H, W]`, and the layers before the head (each given `Init`), with the head's input
+/// features.
+type Piece = (
+    &'static str,
+    bool,
+    [usize; 3],
+    fn(&mut Init) -> (Sequential, usize),
+);
+
+/// The first `blocks` blocks of the CIFAR10-DVS VGG (`[AvgPool] Conv3x3-BN-LIF`, as the zoo
+/// builds it) on `[2, 48, 48]` samples, and the features they give.
+fn vgg_prefix(init: &mut Init, blocks: usize) -> (Sequential, usize) {
+    let plan = [
+        (2, 64, false),
+        (64, 128, false),
+        (128, 256, true),
+        (256, 256, false),
+        (256, 512, true),
+        (512, 512, false),
+        (512, 512, true),
+        (512, 512, false),
+    ];
+    let (mut s, mut side, mut ch) = (Sequential::new(), 48, 2);
+    for &(cin, cout, pool) in plan.iter().take(blocks) {
+        if pool {
+            s = s.push(Pool2d::avg(2, 2, 0));
+            side /= 2;
+        }
+        let p = Conv2dParams {
+            padding: [1, 1],
+            ..Conv2dParams::default()
+        };
+        s = s
+            .push(Conv2d::new(init, cin, cout, 3, p, true).unwrap())
+            .push(BatchNorm::new_2d(init, cout).unwrap())
+            .push(Neuron::new(init, vgg_lif(), 2.0).unwrap());
+        ch = cout;
+    }
+    (s, ch * side * side)
+}
 
 /// Small models on `[T=4, N=2, 2, 16, 16]` inputs, each one combination of layers from the zoo
 /// (the CIFAR10-DVS VGG's block, pooling and dropouts), with a head of flatten, an optional
@@ -266,37 +354,41 @@ fn pieces() -> Vec<Piece> {
         };
         Conv2d::new(init, cin, cout, 3, p, true).unwrap()
     }
+    const S: [usize; 3] = [2, 16, 16];
+    const VGG: [usize; 3] = [2, 48, 48];
     vec![
-        ("conv", true, |i| (Sequential::new().push(conv(i, 2, 8)), 8 * 256)),
-        ("conv on values", false, |i| {
+        ("conv", true, S, |i| {
             (Sequential::new().push(conv(i, 2, 8)), 8 * 256)
         }),
-        ("conv-bn", true, |i| {
+        ("conv on values", false, S, |i| {
+            (Sequential::new().push(conv(i, 2, 8)), 8 * 256)
+        }),
+        ("conv-bn", true, S, |i| {
             let s = Sequential::new()
                 .push(conv(i, 2, 8))
                 .push(BatchNorm::new_2d(i, 8).unwrap());
             (s, 8 * 256)
         }),
-        ("lif (VGG)", true, |i| {
+        ("lif (VGG)", true, S, |i| {
             (
                 Sequential::new().push(Neuron::new(i, vgg_lif(), 2.0).unwrap()),
                 2 * 256,
             )
         }),
-        ("conv-bn-lif (VGG block)", true, |i| {
+        ("conv-bn-lif (VGG block)", true, S, |i| {
             let s = Sequential::new()
                 .push(conv(i, 2, 8))
                 .push(BatchNorm::new_2d(i, 8).unwrap())
                 .push(Neuron::new(i, vgg_lif(), 2.0).unwrap());
             (s, 8 * 256)
         }),
-        ("avg-pool", true, |_| {
+        ("avg-pool", true, S, |_| {
             (Sequential::new().push(Pool2d::avg(2, 2, 0)), 2 * 64)
         }),
-        ("max-pool", true, |_| {
+        ("max-pool", true, S, |_| {
             (Sequential::new().push(Pool2d::max(2, 2, 0)), 2 * 64)
         }),
-        ("VGG block, avg-pool, VGG block", true, |i| {
+        ("VGG block, avg-pool, VGG block", true, S, |i| {
             let s = Sequential::new()
                 .push(conv(i, 2, 8))
                 .push(BatchNorm::new_2d(i, 8).unwrap())
@@ -307,13 +399,14 @@ fn pieces() -> Vec<Piece> {
                 .push(Neuron::new(i, vgg_lif(), 2.0).unwrap());
             (s, 8 * 64)
         }),
+        ("VGG at 48x48: block 1", true, VGG, |i| vgg_prefix(i, 1)),
     ]
 }
 
 /// The model of `piece` with `dropout` in its head: `Some(true)` a mask per element (the VGG's
 /// classifier), `Some(false)` one mask shared by the time steps.
 fn piece_model(piece: &Piece, dropout: Option<bool>, device: Device, seed: u64) -> Model {
-    let (name, spikes, body) = *piece;
+    let (name, spikes, sample, body) = *piece;
     let mut init = Init::new(device, seed);
     let (features, width) = body(&mut init);
     let mut head = Sequential::new().push(Flatten::new(2));
@@ -328,7 +421,7 @@ fn piece_model(piece: &Piece, dropout: Option<bool>, device: Device, seed: u64) 
         .push_named("head", head);
     let spec = InputSpec {
         time_steps: 4,
-        sample: vec![2, 16, 16],
+        sample: sample.to_vec(),
         classes: 10,
     };
     Model::new(name, Box::new(root), spec, device).with_spike_input(spikes)
@@ -350,7 +443,7 @@ fn pieces_of_the_zoo_step_on_the_gpu_like_the_cpu() {
             move |device, seed| Ok(piece_model(&piece, dropout, device, seed)),
             2,
         );
-        gpu_step_like_the_cpu(piece.0, &workload);
+        gpu_step_like_the_cpu(piece.0, &workload, Compare::Everything);
     });
 }
 

@@ -15,7 +15,7 @@ pub(super) const CHUNK: usize = 8192;
 /// PLIF partial-sum blocks per chunk (a chunk covers whole blocks, so every block lies in one
 /// chunk).
 pub(super) const BLOCKS_PER_CHUNK: usize = CHUNK / super::PLIF_PARTIAL_NEURONS;
-const _: () = assert!(CHUNK % super::PLIF_PARTIAL_NEURONS == 0);
+const _: () = assert!(CHUNK.is_multiple_of(super::PLIF_PARTIAL_NEURONS));
 
 /// Number of chunks for `n` neurons (depends only on the shape, never on the thread count).
 pub(super) fn chunk_count(n: usize) -> usize {

@@ -16,11 +16,12 @@ use std::process::Command;
 const MAX_BYTES: u64 = 48 * 1024 * 1024;
 
 /// The GPU test targets: (package, integration test).
-const TESTS: [(&str, &str); 8] = [
+const TESTS: [(&str, &str); 9] = [
     ("memopt-core", "nvrtc_kernels"),
     ("memopt-core", "gpu_pool"),
     ("memopt-core", "gpu_ops"),
     ("memopt-core", "gpu_layers"),
+    ("memopt-core", "gpu_unread_outputs"),
     ("memopt-profiler", "gpu_timing"),
     ("memopt-compress", "nvrtc"),
     ("memopt-compress", "gpu"),

@@ -41,6 +41,14 @@ pub struct Cx<'m> {
     pub(crate) batch_stats: BatchStats,
     policies: &'m PolicyTable,
     grads: Gradients,
+    /// Whether the values the module call running now returns are read by no one (see
+    /// [`Cx::outputs_unread`]).
+    unread_call: bool,
+    /// Whether the next module call or op produces values read by no one: armed by
+    /// [`Cx::final_op`], by [`Cx::call_children`] for a container's last child and by a
+    /// recomputation for its segment; taken by the next module call
+    /// or by an op ([`Cx::take_output_unread`]).
+    unread_next: bool,
 }
 
 impl<'m> Cx<'m> {
@@ -64,6 +72,8 @@ impl<'m> Cx<'m> {
             batch_stats: BatchStats::default(),
             policies,
             grads: Gradients::default(),
+            unread_call: false,
+            unread_next: false,
         }
     }
 
@@ -101,6 +111,54 @@ impl<'m> Cx<'m> {
     /// chunked child then splits each of its parent's chunks (into at most that many steps).
     pub fn in_time_chunk(&self) -> bool {
         self.time_chunk_depth > 0
+    }
+
+    /// Whether the values the current module call returns are read by no one: the call gives
+    /// the outputs of a recomputed segment, of which backward needs only the tape ids (their
+    /// gradients are the seeds), shapes and spike flags. A module whose outputs come unchanged
+    /// (views aside) from one op or one child call runs that op or call in [`Cx::final_op`],
+    /// which lets it skip materialising an output its own backward does not keep.
+    pub fn outputs_unread(&self) -> bool {
+        self.unread_call
+    }
+
+    /// Runs `f`, the one op or child call whose outputs the current module call returns
+    /// unchanged (views such as reshapes aside): when [`Cx::outputs_unread`] holds, that op may
+    /// return unmaterialised stand-ins ([`Tensor::unmaterialised`]) for outputs its backward does
+    /// not keep, and that child is called with its own outputs unread. Calling anything else in
+    /// `f` whose result the module reads would read a stand-in, which is an error
+    /// ([`memopt_core::CoreError::Unmaterialised`]), never a wrong value.
+    pub fn final_op<T>(&mut self, f: impl FnOnce(&mut Self) -> Result<T>) -> Result<T> {
+        self.unread_next = self.unread_call;
+        let out = f(self);
+        self.unread_next = false;
+        out
+    }
+
+    /// Called by an op before it allocates its outputs: whether they are read by no one (the op
+    /// runs in [`Cx::final_op`] of a module call whose outputs are unread). An op that records
+    /// its backward may then skip materialising every output that backward does not keep and
+    /// return [`Tensor::unmaterialised`] stand-ins (same shape, dtype, device and spike flag);
+    /// an op whose backward keeps its output (relu, sigmoid) must ignore the answer. Taking it
+    /// disarms it, so later ops of the same module materialise theirs.
+    pub fn take_output_unread(&mut self) -> bool {
+        std::mem::take(&mut self.unread_next)
+    }
+
+    /// Arms [`Cx::take_output_unread`] / the next call's [`Cx::outputs_unread`] (recomputation
+    /// does so for its segment).
+    pub(crate) fn arm_unread(&mut self, unread: bool) {
+        self.unread_next = unread;
+    }
+
+    /// Runs `f` (a module's forward called directly, not through [`Cx::call`]) with
+    /// [`Cx::outputs_unread`] equal to what was armed, disarming it.
+    pub(crate) fn with_armed_call<T>(&mut self, f: impl FnOnce(&mut Self) -> Result<T>) -> Result<T> {
+        let unread = std::mem::take(&mut self.unread_next);
+        let outer = std::mem::replace(&mut self.unread_call, unread);
+        let out = f(self);
+        self.unread_call = outer;
+        out
     }
 
     pub(crate) fn enter_recompute(&mut self) {
@@ -319,10 +377,10 @@ impl<'m> Cx<'m> {
         let path = current_scope().module_path().clone();
         let policy = self.policies.get(&path).copied().filter(|_| self.is_recording());
         if !call_observer::observing() {
-            return self.dispatch(path, module, inputs, policy);
+            return self.dispatch_armed(path, module, inputs, policy);
         }
         let infos: Vec<ValueInfo> = inputs.iter().map(ValueInfo::of_value).collect();
-        let outputs = self.dispatch(path.clone(), module, inputs, policy)?;
+        let outputs = self.dispatch_armed(path.clone(), module, inputs, policy)?;
         let out_infos: Vec<ValueInfo> = outputs.iter().map(ValueInfo::of_value).collect();
         call_observer::notify(&ModuleCall {
             path: &path,
@@ -333,6 +391,22 @@ impl<'m> Cx<'m> {
             outputs: &out_infos,
         });
         Ok(outputs)
+    }
+
+    /// [`Cx::dispatch`] with [`Cx::outputs_unread`] set to what was armed for this call. A child
+    /// under a checkpoint or offload policy runs without it: its forward runs without a tape and
+    /// its outputs are the node's.
+    fn dispatch_armed(
+        &mut self,
+        path: ModulePath,
+        module: &'m dyn Module,
+        inputs: Vec<Var>,
+        policy: Option<Policy>,
+    ) -> Result<Vec<Var>> {
+        if !matches!(policy, None | Some(Policy::Store | Policy::StorePacked)) {
+            self.unread_next = false;
+        }
+        self.with_armed_call(|cx| cx.dispatch(path, module, inputs, policy))
     }
 
     fn dispatch(
@@ -352,8 +426,9 @@ impl<'m> Cx<'m> {
     }
 
     /// Runs the children of `parent` (the module of the current scope, whose children form a
-    /// chain) one after the other, each on the previous one's outputs, applying the policies
-    /// assigned to runs of consecutive children (plan entries with `children`).
+    /// chain) one after the other, each on the previous one's outputs (passed through
+    /// [`Module::before_child`]), applying the policies assigned to runs of consecutive children
+    /// (plan entries with `children`).
     pub fn call_children(&mut self, parent: &'m dyn Module, inputs: Vec<Var>) -> Result<Vec<Var>> {
         let path = current_scope().module_path().clone();
         let n = parent.child_count();
@@ -366,6 +441,9 @@ impl<'m> Cx<'m> {
                 .iter()
                 .find(|r| r.start == i)
                 .map_or(i + 1, |r| r.end);
+            xs = parent.before_child(self, i, xs)?;
+            // The last run gives the container's outputs: unread when the container's are.
+            self.unread_next = end >= n && self.unread_call;
             xs = self.call_child_run(parent, i, end, xs)?;
             i = end;
         }
@@ -373,7 +451,9 @@ impl<'m> Cx<'m> {
     }
 
     /// Runs children `start..end` of `parent` (the module of the current scope) as one segment
-    /// under the policy assigned to that run, or one by one when it has none.
+    /// under the policy assigned to that run, or one by one when it has none. `inputs` are child
+    /// `start`'s (after [`Module::before_child`]); the run applies `before_child` to the later
+    /// children itself.
     pub fn call_child_run(
         &mut self,
         parent: &'m dyn Module,
@@ -391,6 +471,7 @@ impl<'m> Cx<'m> {
             .map(|r| r.policy);
         match policy {
             Some(p) if self.is_recording() => {
+                self.unread_next = false;
                 crate::policy::checkpoint::forward(self, path, segment, inputs, p)
             }
             _ => segment.forward(self, inputs),

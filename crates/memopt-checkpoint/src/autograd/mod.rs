@@ -17,4 +17,4 @@ pub use gradients::Gradients;
 pub use saved::{SavedLayerInput, SavedTensor};
 pub use states::StateStore;
 pub use tape::Tape;
-pub use var::{Var, VarId};
+pub use var::{Var, VarArg, VarId};

@@ -2,6 +2,7 @@
 
 use crate::Result;
 use memopt_compress::PackedSpikes;
+use memopt_core::kernels::Operand;
 use memopt_core::{DType, Device, Shape, Tensor};
 use std::borrow::Cow;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -122,12 +123,10 @@ impl Var {
         Ok(Var { value, id: None })
     }
 
-    /// The same value as a constant (no tape id).
-    pub(crate) fn as_constant(&self) -> Var {
-        Var {
-            value: self.value.clone(),
-            id: None,
-        }
+    /// The value as a constant (no tape id), consuming it: no other handle to its tensor is
+    /// made, so the value is freed where the constant is.
+    pub(crate) fn into_constant(self) -> Var {
+        Var { id: None, ..self }
     }
 
     /// Entries `start .. start + len` of dimension 0 (a time slice of `[T, ...]`) as a constant
@@ -199,5 +198,51 @@ impl Var {
             Value::Dense(t) => t.is_spike(),
             Value::Packed(_) => true,
         }
+    }
+}
+
+/// A value an op may write its result over: lent (`&var`, only read) or handed over (`var`).
+/// A handed-over value whose tensor nothing else holds (no saved copy, no other handle) may
+/// hold the result in place ([`Operand`]); which happens depends only on handles, so Meta and
+/// the CPU allocate alike. A call site chooses by giving up its value.
+#[derive(Debug)]
+pub enum VarArg<'a> {
+    /// Borrowed: read, never written.
+    Lent(&'a Var),
+    /// Owned by the op: its tensor may hold the result.
+    Given(Var),
+}
+
+impl<'a> VarArg<'a> {
+    /// The value, however it was passed.
+    pub fn var(&self) -> &Var {
+        match self {
+            VarArg::Lent(v) => v,
+            VarArg::Given(v) => v,
+        }
+    }
+
+    /// The tensor as a kernel operand (handed over when the value was). Packed spikes are
+    /// unpacked into a new tensor that nothing else holds, handed over either way.
+    pub fn into_operand(self) -> Result<Operand<'a>> {
+        Ok(match self {
+            VarArg::Lent(v) => match v.as_dense() {
+                Some(t) => Operand::Lent(t),
+                None => Operand::Given(v.tensor()?.into_owned()),
+            },
+            VarArg::Given(v) => Operand::Given(v.into_tensor()?),
+        })
+    }
+}
+
+impl<'a> From<&'a Var> for VarArg<'a> {
+    fn from(v: &'a Var) -> Self {
+        VarArg::Lent(v)
+    }
+}
+
+impl From<Var> for VarArg<'_> {
+    fn from(v: Var) -> Self {
+        VarArg::Given(v)
     }
 }

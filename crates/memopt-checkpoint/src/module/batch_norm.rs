@@ -78,7 +78,8 @@ impl Module for BatchNorm {
         let w = cx.param(&self.weight);
         let b = cx.param(&self.bias);
         let running = (self.running_mean.tensor(), self.running_var.tensor());
-        let y = ops::batch_norm(cx, &x, Some(&w), Some(&b), running, self.momentum, self.eps)?;
+        let y =
+            cx.final_op(|cx| ops::batch_norm(cx, &x, Some(&w), Some(&b), running, self.momentum, self.eps))?;
         Ok(vec![unfold_time(cx, y, folded)?])
     }
 

@@ -116,6 +116,14 @@ pub trait Module {
         false
     }
 
+    /// For a module that runs its children through [`crate::Cx::call_children`]: what it does
+    /// to the values just before child `index` runs (views only, such as the flatten before a
+    /// classifier). `call_children` applies it before every child, and a run of children under
+    /// one policy applies it inside the run, so runs may span it. Default: nothing.
+    fn before_child<'m>(&'m self, _cx: &mut Cx<'m>, _index: usize, inputs: Vec<Var>) -> Result<Vec<Var>> {
+        Ok(inputs)
+    }
+
     /// Whether the module keeps a state across time steps (spiking neurons).
     fn is_stateful(&self) -> bool {
         false

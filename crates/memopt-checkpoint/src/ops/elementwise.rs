@@ -1,25 +1,36 @@
 //! Elementwise ops.
 
 use crate::Result;
-use crate::autograd::{Backward, BackwardGrads, InputSlot, SavedTensor, Var};
+use crate::autograd::{Backward, BackwardGrads, InputSlot, SavedTensor, Var, VarArg};
 use crate::context::Cx;
 use memopt_compress::PackedSpikes;
-use memopt_core::{CoreError, MemoryKind, Tensor, kernels};
+use memopt_core::{CoreError, DType, MemoryKind, Tensor, kernels};
 
-/// `a + b` (same shapes). Saves nothing. When one operand holds bit-packed spikes (a residual
-/// identity inside a recomputed block), they are unpacked one entry of dimension 0 (one time
-/// step of `[T, ...]`) at a time, so their f32 form never exists whole.
-pub fn add<'m>(cx: &mut Cx<'m>, a: &Var, b: &Var) -> Result<Var> {
-    let y = match (a.as_packed(), b.as_packed()) {
-        (None, Some(spikes)) => add_packed(&*a.tensor()?, spikes)?,
-        // IEEE addition is commutative: `spikes + b` and `b + spikes` are the same numbers.
-        (Some(spikes), None) => add_packed(&*b.tensor()?, spikes)?,
-        _ => kernels::add(&*a.tensor()?, &*b.tensor()?)?,
+/// `a + b` (same shapes). Saves nothing. Each operand is lent (`&a`) or handed over (`a`, see
+/// [`VarArg`]): a handed-over operand nothing else holds receives the sum in place. When the sum
+/// is read by no one ([`Cx::take_output_unread`]) and the op records its backward, nothing is
+/// computed: the sum is an unmaterialised stand-in. When one operand holds bit-packed spikes (a
+/// residual identity inside a recomputed block), they are unpacked one entry of dimension 0 (one
+/// time step of `[T, ...]`) at a time, so their f32 form never exists whole.
+pub fn add<'m, 'a, 'b>(cx: &mut Cx<'m>, a: impl Into<VarArg<'a>>, b: impl Into<VarArg<'b>>) -> Result<Var> {
+    let (a, b) = (a.into(), b.into());
+    let needs_grad = cx.needs_grad(&[a.var(), b.var()]);
+    let unread = cx.take_output_unread() && needs_grad;
+    let ids = [a.var().id(), b.var().id()];
+    let (av, bv) = (a.var(), b.var());
+    let valid = av.shape() == bv.shape() && av.dtype() == bv.dtype() && av.device() == bv.device();
+    let y = if unread && valid && av.dtype() == DType::F32 {
+        Tensor::unmaterialised(av.shape().clone(), DType::F32, av.device())?
+    } else {
+        match (av.as_packed(), bv.as_packed()) {
+            (None, Some(spikes)) => add_packed(&*av.tensor()?, spikes)?,
+            // IEEE addition is commutative: `spikes + b` and `b + spikes` are the same numbers.
+            (Some(spikes), None) => add_packed(&*bv.tensor()?, spikes)?,
+            _ => kernels::add(a.into_operand()?, b.into_operand()?)?,
+        }
     };
-    if !cx.needs_grad(&[a, b]) {
-        return Ok(Var::constant(y));
-    }
-    Ok(cx.record1(AddBackward, [Some(a), Some(b)], y))
+    let mut out = cx.record_ids(AddBackward, ids, vec![y]);
+    Ok(out.pop().expect("record returns one value per output"))
 }
 
 /// `dense + spikes`, as [`kernels::add`] computes it: a copy of `dense` to which each entry of

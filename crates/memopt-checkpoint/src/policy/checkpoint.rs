@@ -151,6 +151,12 @@ pub(crate) fn forward<'m>(
     let entry = cx.states.under_any(&state_prefixes);
     let host = offload.then(|| cx.host_device());
 
+    let mut node_inputs: Vec<Option<VarId>> = inputs.iter().map(Var::id).collect();
+    let input_needs: Vec<bool> = inputs.iter().map(Var::requires_grad).collect();
+    let packs_saved_spikes = cx.packs_saved_spikes();
+    // The segment's forward gets the inputs themselves: once their (compressed) copies are
+    // saved, the segment's own ops are their last readers and free them when done.
+    let inputs: Vec<Var> = inputs.into_iter().map(Var::into_constant).collect();
     let outer_tape = cx.tape.take();
     let chunked = spans.len() > 1;
     cx.time_chunk_depth += usize::from(chunked);
@@ -158,7 +164,7 @@ pub(crate) fn forward<'m>(
         cx,
         (&segment, &path),
         &state_prefixes,
-        &inputs,
+        inputs,
         &spans,
         rng_entry,
         compressor,
@@ -170,7 +176,6 @@ pub(crate) fn forward<'m>(
 
     let finals = cx.states.under_any(&state_prefixes);
     let n_out = outputs.len();
-    let mut node_inputs: Vec<Option<VarId>> = inputs.iter().map(Var::id).collect();
     node_inputs.extend(entry.iter().map(|(_, v)| v.id()));
     let mut node_outputs = outputs;
     for (_, v) in &finals {
@@ -182,14 +187,13 @@ pub(crate) fn forward<'m>(
         state_prefixes,
         chunks: saves,
         spans,
-        input_needs: inputs.iter().map(Var::requires_grad).collect(),
-        packs_saved_spikes: cx.packs_saved_spikes(),
+        input_needs,
+        packs_saved_spikes,
         entry_states: entry.into_iter().map(|(p, _)| p).collect(),
         final_states: finals.iter().map(|(p, _)| p.clone()).collect(),
         n_out,
         batch_norms,
     };
-    drop(inputs);
     let mut vars = cx.record_always(Box::new(op), node_inputs, node_outputs);
     let state_vars = vars.split_off(n_out);
     for ((p, _), v) in finals.into_iter().zip(state_vars) {
@@ -203,20 +207,22 @@ type ChunkRun = (Vec<ChunkSave>, Vec<Tensor>, Vec<(ModulePath, BatchNormStats)>)
 /// The forward of every chunk without recording; chunk outputs are written into full-length
 /// outputs allocated after the first chunk. A chunked segment with training BatchNorms first
 /// runs their statistics passes (`chunk_passes.rs`), whose statistics it returns (and keeps
-/// for backward).
+/// for backward). Without chunks the segment's forward receives `inputs` themselves (after
+/// their copies for backward are saved), so that they are freed as soon as the segment has
+/// read them; with chunks they live until the last chunk has run.
 #[allow(clippy::too_many_arguments)]
 fn run_chunks<'m>(
     cx: &mut Cx<'m>,
     (segment, path): (&Segment<'m>, &ModulePath),
     state_prefixes: &[ModulePath],
-    inputs: &[Var],
+    inputs: Vec<Var>,
     spans: &[Range<usize>],
     rng_entry: RngState,
     compressor: memopt_compress::CompressorKind,
     host: Option<memopt_core::Device>,
 ) -> Result<ChunkRun> {
     let batch_norms =
-        chunk_passes::statistics_passes(cx, (segment, path), state_prefixes, inputs, spans, rng_entry)?;
+        chunk_passes::statistics_passes(cx, (segment, path), state_prefixes, &inputs, spans, rng_entry)?;
     let paths = || batch_norms.iter().map(|(p, _)| p);
     cx.batch_stats.reset_counts(paths());
     let ran = chunk_outputs(
@@ -246,7 +252,7 @@ fn chunk_outputs<'m>(
     cx: &mut Cx<'m>,
     segment: &Segment<'m>,
     state_prefixes: &[ModulePath],
-    inputs: &[Var],
+    inputs: Vec<Var>,
     spans: &[Range<usize>],
     rng_entry: RngState,
     compressor: memopt_compress::CompressorKind,
@@ -255,19 +261,19 @@ fn chunk_outputs<'m>(
     let chunked = spans.len() > 1;
     let mut saves = Vec::with_capacity(spans.len());
     let mut outputs: Vec<Tensor> = Vec::new();
+    let mut whole = Some(inputs);
     for span in spans {
         if chunked {
             // Every chunk replays the same random stream: dropout masks are shared over time.
             cx.rng.set_state(rng_entry);
         }
         let rng = cx.rng.state();
-        let xs: Vec<Var> = if chunked {
-            inputs
+        let xs: Vec<Var> = match whole.as_ref() {
+            Some(inputs) if chunked => inputs
                 .iter()
                 .map(|v| v.narrow0(span.start, span.len()))
-                .collect::<Result<_>>()?
-        } else {
-            inputs.iter().map(Var::as_constant).collect()
+                .collect::<Result<_>>()?,
+            _ => whole.take().unwrap_or_default(),
         };
         let states = cx
             .states

@@ -24,13 +24,14 @@
 //! code on every device, so Meta still measures the CPU's bytes exactly.
 
 use super::checkpoint::ChunkSave;
+use super::chunk_grads;
 use super::segment::Segment;
 use crate::autograd::{Tape, Var, VarId};
 use crate::context::Cx;
 use crate::{CheckpointError, Result};
-use memopt_core::kernels::{self, BatchNormStats};
+use memopt_core::kernels::BatchNormStats;
 use memopt_core::memory::{Phase, Scope, enter_scope};
-use memopt_core::{MemoryKind, ModulePath, RngState, Tensor};
+use memopt_core::{ModulePath, RngState, Tensor};
 use std::collections::BTreeMap;
 use std::ops::Range;
 
@@ -269,6 +270,9 @@ pub(super) fn backward_chunks<'m>(
         cx.tape = Some(tape);
         let ys = {
             let _recompute = enter_scope(Scope::new(rc.path.clone(), Phase::Recompute));
+            // The outputs serve only as seeds: the ops giving them need not materialise what
+            // their backward does not keep.
+            cx.arm_unread(true);
             rc.segment.forward(cx, xs)
         };
         let tape = cx.tape.take().ok_or_else(|| {
@@ -302,7 +306,14 @@ pub(super) fn backward_chunks<'m>(
         let mut leaf_grads = cx.backward_tape(tape, seeds)?;
         reached_any |= cx.batch_stats.reached();
         if !sums_pass {
-            assemble_input_grads(&mut input_grads, x_ids, &mut leaf_grads, span, rc.spans, chunked)?;
+            assemble_input_grads(
+                &mut input_grads,
+                x_ids,
+                &mut leaf_grads,
+                (span, rc.spans),
+                out_grads,
+                chunked,
+            )?;
         }
         carry = state_ids
             .into_iter()
@@ -313,36 +324,25 @@ pub(super) fn backward_chunks<'m>(
     Ok((input_grads, carry))
 }
 
-/// Writes a chunk's input gradients into the full-length ones (allocated at the first chunk
-/// that has one), or moves them there when the segment is not chunked.
+/// Puts a chunk's input gradients into the full-length ones (see
+/// [`chunk_grads::place_input_grad`]: in a consumed output-gradient buffer when one fits), or
+/// moves them there when the segment is not chunked.
 fn assemble_input_grads(
     input_grads: &mut [Option<Tensor>],
     x_ids: Vec<Option<VarId>>,
     leaf_grads: &mut std::collections::HashMap<VarId, Tensor>,
-    span: &Range<usize>,
-    spans: &[Range<usize>],
+    (span, spans): (&Range<usize>, &[Range<usize>]),
+    out_grads: &[Option<Tensor>],
     chunked: bool,
 ) -> Result<()> {
+    let t = spans.last().map_or(0, |s| s.end);
     for (i, id) in x_ids.into_iter().enumerate() {
-        let Some(g) = id.and_then(|id| leaf_grads.remove(&id)) else {
-            continue;
-        };
+        let g = id.and_then(|id| leaf_grads.remove(&id));
         if !chunked {
-            input_grads[i] = Some(g);
+            input_grads[i] = g;
             continue;
         }
-        if input_grads[i].is_none() {
-            let t = spans.last().map_or(0, |s| s.end);
-            input_grads[i] = Some(Tensor::zeros(
-                g.shape().with_dim0(t),
-                g.dtype(),
-                g.device(),
-                MemoryKind::Gradient,
-            )?);
-        }
-        if let Some(full) = &input_grads[i] {
-            kernels::assign(&full.narrow0(span.start, span.len())?, &g)?;
-        }
+        chunk_grads::place_input_grad(&mut input_grads[i], g, span, t, out_grads)?;
     }
     Ok(())
 }

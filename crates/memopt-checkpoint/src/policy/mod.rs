@@ -4,6 +4,7 @@
 
 pub(crate) mod batch_stats;
 pub(crate) mod checkpoint;
+mod chunk_grads;
 mod chunk_passes;
 mod plan;
 mod saved_input;

@@ -209,10 +209,12 @@ impl Module for Residual {
             Some(sc) => cx.call1("shortcut", sc, x)?,
             None => x,
         };
-        let y = ops::add(cx, &b, &s)?;
         Ok(vec![match &self.after {
-            Some(after) => cx.call1("after", after, y)?,
-            None => y,
+            Some(after) => {
+                let y = ops::add(cx, b, s)?;
+                cx.final_op(|cx| cx.call1("after", after, y))?
+            }
+            None => cx.final_op(|cx| ops::add(cx, b, s))?,
         }])
     }
 

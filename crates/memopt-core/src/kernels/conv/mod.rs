@@ -126,20 +126,7 @@ pub fn conv2d(
     time_steps: usize,
 ) -> Result<Tensor> {
     const OP: &str = "conv2d";
-    check_f32_same_device(OP, &[x, w])?;
-    if let Some(b) = b {
-        check_f32_same_device(OP, &[x, b])?;
-    }
-    let g = ConvGeom::new(OP, x, w, p)?;
-    if let Some(b) = b
-        && b.dims() != [g.co]
-    {
-        return Err(CoreError::shape(
-            OP,
-            format!("a bias of shape [{}] (one per output channel)", g.co),
-            b.shape(),
-        ));
-    }
+    let g = forward_geometry(OP, x, w, b, p)?;
     let step = g.with_batch(OP, per_step(OP, g.b, time_steps)?)?;
     let (xr, wr) = (x.read::<f32>(OP)?, w.read::<f32>(OP)?);
     let br = b.map(|b| b.read::<f32>(OP)).transpose()?;
@@ -177,6 +164,38 @@ pub fn conv2d(
     })?;
     drop(ws);
     out.into_tensor(g.out_dims())
+}
+
+/// The shape `[B, Co, Ho, Wo]` [`conv2d`] gives for these arguments, which are validated as
+/// [`conv2d`] validates them; nothing is read or allocated. Used to stand in for an output that
+/// is not computed because nobody reads it.
+pub fn conv2d_output_shape(x: &Tensor, w: &Tensor, b: Option<&Tensor>, p: &Conv2dParams) -> Result<Shape> {
+    Ok(forward_geometry("conv2d", x, w, b, p)?.out_dims().into())
+}
+
+/// Validates a conv2d forward call (dtypes, devices, sizes, the bias's shape).
+fn forward_geometry(
+    op: &'static str,
+    x: &Tensor,
+    w: &Tensor,
+    b: Option<&Tensor>,
+    p: &Conv2dParams,
+) -> Result<ConvGeom> {
+    check_f32_same_device(op, &[x, w])?;
+    if let Some(b) = b {
+        check_f32_same_device(op, &[x, b])?;
+    }
+    let g = ConvGeom::new(op, x, w, p)?;
+    if let Some(b) = b
+        && b.dims() != [g.co]
+    {
+        return Err(CoreError::shape(
+            op,
+            format!("a bias of shape [{}] (one per output channel)", g.co),
+            b.shape(),
+        ));
+    }
+    Ok(g)
 }
 
 /// Validates a conv2d backward call (dtypes, devices, sizes, the output gradient's shape) and

@@ -35,7 +35,8 @@ type ForwardKernel = fn(
 pub(super) struct ForwardPtrs {
     pub x: CudaPtr,
     pub v_init: Option<CudaPtr>,
-    pub spikes: CudaPtr,
+    /// `None` writes no spikes (a forward for backward only).
+    pub spikes: Option<CudaPtr>,
     pub h_seq: Option<CudaPtr>,
     pub v_final: CudaPtr,
 }
@@ -64,7 +65,7 @@ pub(super) fn forward(gpu: CudaBackend, d: &Dynamics, steps: usize, n: usize, p:
         kk,
         vr,
         d.v_threshold,
-        p.spikes,
+        p.spikes.unwrap_or(null),
         p.h_seq.unwrap_or(null),
         p.v_final,
     )

@@ -84,8 +84,35 @@ pub fn neuron_forward<'a>(
     w: Option<&Tensor>,
     save_for_backward: bool,
 ) -> Result<NeuronOutput> {
+    forward(cfg, x.into(), v_init, w, save_for_backward, true)
+}
+
+/// [`neuron_forward`] with `save_for_backward` for a backward only: the same `h_seq` and
+/// `v_final` (bit for bit), without the spikes, which are returned as an unmaterialised stand-in
+/// ([`Tensor::unmaterialised`], spike flag set): no spike buffer is allocated or written. Used
+/// when nobody reads the spikes (a recomputed segment's output, whose gradient is all its
+/// backward needs; [`neuron_backward`] reads `h_seq`, not the spikes).
+///
+/// Allocates, in this order: `h_seq` `[T, ...]` (unless `x` is handed over and reused),
+/// `v_final` `[...]`; nothing else.
+pub fn neuron_forward_for_backward<'a>(
+    cfg: &NeuronConfig,
+    x: impl Into<Operand<'a>>,
+    v_init: Option<&Tensor>,
+    w: Option<&Tensor>,
+) -> Result<NeuronOutput> {
+    forward(cfg, x.into(), v_init, w, true, false)
+}
+
+fn forward(
+    cfg: &NeuronConfig,
+    x: Operand<'_>,
+    v_init: Option<&Tensor>,
+    w: Option<&Tensor>,
+    save_for_backward: bool,
+    with_spikes: bool,
+) -> Result<NeuronOutput> {
     const OP: &str = "neuron_forward";
-    let x = x.into();
     let xt = x.tensor();
     cfg.validate()?;
     let (steps, n) = sequence_dims(OP, "x", xt)?;
@@ -105,7 +132,9 @@ pub fn neuron_forward<'a>(
 
     let device = xt.device();
     let kind = MemoryKind::Activation;
-    let mut spikes = KernelBuffer::<f32>::new(OP, device, steps * n, kind, Init::Overwritten)?;
+    let mut spikes = with_spikes
+        .then(|| KernelBuffer::<f32>::new(OP, device, steps * n, kind, Init::Overwritten))
+        .transpose()?;
     let mut h_seq = (save_for_backward && !in_place)
         .then(|| KernelBuffer::<f32>::new(OP, device, steps * n, kind, Init::Overwritten))
         .transpose()?;
@@ -126,7 +155,7 @@ pub fn neuron_forward<'a>(
             let ptrs = cuda::ForwardPtrs {
                 x,
                 v_init: vr.as_ref().map(|r| r.cuda_ptr()).transpose()?,
-                spikes: spikes.cuda_ptr()?,
+                spikes: spikes.as_mut().map(|b| b.cuda_ptr()).transpose()?,
                 h_seq: h,
                 v_final: v_final.cuda_ptr()?,
             };
@@ -142,7 +171,7 @@ pub fn neuron_forward<'a>(
             n,
             x: xr.as_ref().map(|r| r.host()).transpose()?,
             v_init: vr.as_ref().map(|r| r.host()).transpose()?,
-            spikes: spikes.host_mut()?,
+            spikes: spikes.as_mut().map(|b| b.host_mut()).transpose()?,
             h_seq: h,
             v_final: v_final.host_mut()?,
         };
@@ -156,8 +185,12 @@ pub fn neuron_forward<'a>(
         (None, true) => x.into_given().map(|t| t.with_spike_flag(false)),
         (None, false) => None,
     };
+    let spikes = match spikes {
+        Some(b) => b.into_tensor(shape)?,
+        None => Tensor::unmaterialised(shape, crate::DType::F32, device)?,
+    };
     Ok(NeuronOutput {
-        spikes: spikes.into_tensor(shape)?.with_spike_flag(true),
+        spikes: spikes.with_spike_flag(true),
         v_final: v_final.into_tensor(state)?,
         h_seq,
     })

@@ -22,7 +22,7 @@ use memopt_checkpoint::module::{
 };
 use memopt_checkpoint::{InputSpec, Model, Plan, StepOptions, zoo};
 use memopt_core::cuda::gpu_or_skip;
-use memopt_core::kernels::{Conv2dParams, NeuronConfig, NeuronKind, Surrogate};
+use memopt_core::kernels::Conv2dParams;
 use memopt_core::{DType, Device, MemoryKind, MemoryTracker, Philox, Tensor};
 use memopt_profiler::cost::Throughput;
 use memopt_profiler::{CostModel, Workload};
@@ -287,20 +287,6 @@ fn check_each<T>(items: &[T], label: impl Fn(&T) -> String, check: impl Fn(&T)) 
     );
 }
 
-/// The LIF of the CIFAR10-DVS VGG (SpikingJelly's example): tau 1.333 without decay of the
-/// input, hard reset, detached reset, ATan surrogate.
-fn vgg_lif() -> NeuronConfig {
-    NeuronConfig {
-        kind: NeuronKind::Lif {
-            tau: 1.333,
-            decay_input: false,
-        },
-        detach_reset: true,
-        surrogate: Surrogate::ATan { alpha: 2.0 },
-        ..NeuronConfig::lif(1.333)
-    }
-}
-
 /// One piece of the zoo's layer combinations: its name, whether its input is spikes, the sample
 /// shape `[C, H, W]`, and the layers before the head (each given `Init`), with the head's input
 /// features.
@@ -337,7 +323,7 @@ fn vgg_prefix(init: &mut Init, blocks: usize) -> (Sequential, usize) {
         s = s
             .push(Conv2d::new(init, cin, cout, 3, p, true).unwrap())
             .push(BatchNorm::new_2d(init, cout).unwrap())
-            .push(Neuron::new(init, vgg_lif(), 2.0).unwrap());
+            .push(Neuron::new(init, zoo::cifar10dvs_vgg_lif(), 2.0).unwrap());
         ch = cout;
     }
     (s, ch * side * side)
@@ -371,7 +357,7 @@ fn pieces() -> Vec<Piece> {
         }),
         ("lif (VGG)", true, S, |i| {
             (
-                Sequential::new().push(Neuron::new(i, vgg_lif(), 2.0).unwrap()),
+                Sequential::new().push(Neuron::new(i, zoo::cifar10dvs_vgg_lif(), 2.0).unwrap()),
                 2 * 256,
             )
         }),
@@ -379,7 +365,7 @@ fn pieces() -> Vec<Piece> {
             let s = Sequential::new()
                 .push(conv(i, 2, 8))
                 .push(BatchNorm::new_2d(i, 8).unwrap())
-                .push(Neuron::new(i, vgg_lif(), 2.0).unwrap());
+                .push(Neuron::new(i, zoo::cifar10dvs_vgg_lif(), 2.0).unwrap());
             (s, 8 * 256)
         }),
         ("avg-pool", true, S, |_| {
@@ -392,11 +378,11 @@ fn pieces() -> Vec<Piece> {
             let s = Sequential::new()
                 .push(conv(i, 2, 8))
                 .push(BatchNorm::new_2d(i, 8).unwrap())
-                .push(Neuron::new(i, vgg_lif(), 2.0).unwrap())
+                .push(Neuron::new(i, zoo::cifar10dvs_vgg_lif(), 2.0).unwrap())
                 .push(Pool2d::avg(2, 2, 0))
                 .push(conv(i, 8, 8))
                 .push(BatchNorm::new_2d(i, 8).unwrap())
-                .push(Neuron::new(i, vgg_lif(), 2.0).unwrap());
+                .push(Neuron::new(i, zoo::cifar10dvs_vgg_lif(), 2.0).unwrap());
             (s, 8 * 64)
         }),
         ("VGG at 48x48: block 1", true, VGG, |i| vgg_prefix(i, 1)),

@@ -36,7 +36,7 @@ impl Module for VggBlock {
 }
 
 /// The example's LIF: tau 1.333, decay_input false, detach_reset true, ATan surrogate.
-fn lif() -> NeuronConfig {
+pub fn lif() -> NeuronConfig {
     NeuronConfig {
         kind: NeuronKind::Lif {
             tau: 1.333,

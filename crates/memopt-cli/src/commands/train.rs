@@ -10,7 +10,7 @@ use crate::out;
 use crate::progress::{Progress, StepStatus};
 use crate::samples::StepSamples;
 use crate::selection::{DEFAULT_MODEL, ModelArgs};
-use memopt_checkpoint::{Plan, StepOptions};
+use memopt_checkpoint::Plan;
 use memopt_core::MemoryTracker;
 use memopt_profiler::timing::median;
 use serde::Serialize;

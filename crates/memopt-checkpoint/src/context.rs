@@ -5,6 +5,7 @@ use crate::autograd::{Backward, BackwardOp, Gradients, SavedTensor, StateStore, 
 use crate::module::Module;
 use crate::module::call_observer::{self, ModuleCall, ValueInfo};
 use crate::param::{Param, ParamId};
+use crate::policy::batch_stats::BatchStats;
 use crate::policy::{Policy, PolicyTable, Segment};
 use crate::{CheckpointError, Result};
 use memopt_core::memory::{Phase, current_scope, enter_module, enter_phase};
@@ -31,6 +32,8 @@ pub struct Cx<'m> {
     /// How many chunked segments enclose the current call (see [`Cx::in_time_chunk`]).
     pub(crate) time_chunk_depth: usize,
     pub(crate) states: StateStore,
+    /// Whole-batch BatchNorm statistics and passes of the chunked segments running.
+    pub(crate) batch_stats: BatchStats,
     policies: &'m PolicyTable,
     grads: Gradients,
 }
@@ -52,6 +55,7 @@ impl<'m> Cx<'m> {
             recompute_depth: 0,
             time_chunk_depth: 0,
             states: StateStore::default(),
+            batch_stats: BatchStats::default(),
             policies,
             grads: Gradients::default(),
         }
@@ -146,11 +150,14 @@ impl<'m> Cx<'m> {
         self.states.clear();
     }
 
-    /// A parameter as a value of this pass (on the tape when recording).
+    /// A parameter as a value of this pass (on the tape when recording, unless a chunked
+    /// BatchNorm's gradient-sums pass runs, which must not accumulate parameter gradients).
     pub fn param(&mut self, p: &Param) -> Var {
         match &mut self.tape {
-            Some(tape) => Var::tracked(p.tensor().clone(), tape.param_leaf(p.id())),
-            None => Var::constant(p.tensor().clone()),
+            Some(tape) if !self.batch_stats.params_frozen => {
+                Var::tracked(p.tensor().clone(), tape.param_leaf(p.id()))
+            }
+            _ => Var::constant(p.tensor().clone()),
         }
     }
 
@@ -199,6 +206,19 @@ impl<'m> Cx<'m> {
     ) -> Var {
         let mut v = self.record(op, inputs, vec![output]);
         v.pop().expect("record returns one value per output")
+    }
+
+    /// Records an op with one output even when none of its inputs needs a gradient (while
+    /// recording): a chunked BatchNorm's gradient-sums pass needs the BatchNorm on the tape.
+    pub(crate) fn record1_always<const N: usize>(
+        &mut self,
+        op: impl Backward<'m, N> + 'm,
+        inputs: [Option<&Var>; N],
+        output: Tensor,
+    ) -> Var {
+        let ids = inputs.map(|v| v.and_then(Var::id)).to_vec();
+        let mut v = self.record_always(Box::new(Typed(op)), ids, vec![output]);
+        v.pop().expect("record_always returns one value per output")
     }
 
     /// [`Cx::record`] from the slots' tape ids, for an op that consumed an input's value.

@@ -160,3 +160,45 @@ fn nested_chunked_checkpoints_everywhere_are_exact() {
     model.apply_plan(&plan).unwrap();
     assert_eq!(fingerprint(&model, 2, 2), baseline);
 }
+
+fn chunked(path: &str, children: Option<[usize; 2]>, chunks: usize, compressor: CompressorKind) -> PlanEntry {
+    PlanEntry {
+        path: path.into(),
+        children,
+        policy: Policy::Checkpoint { compressor, chunks },
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(16))]
+
+    /// Segments with training BatchNorm chunked over time (a block, a bare BatchNorm, a run of
+    /// root children through both blocks, nested inside one another), with random chunk
+    /// counts and compressors: bit-identical to storing everything.
+    #[test]
+    fn chunked_batch_norm_segments_are_exact(
+        t in 2usize..6,
+        ks in proptest::collection::vec(2usize..6, 3),
+        shape in 0usize..4,
+        c in 0usize..LOSSLESS.len(),
+    ) {
+        let k = |i: usize| ks[i].min(t);
+        let comp = LOSSLESS[c];
+        let entries = match shape {
+            0 => vec![chunked("block1", None, k(0), comp), chunked("block2", None, k(1), comp)],
+            1 => vec![chunked("block1.bn", None, k(0), comp), chunked("block2", Some([0, 2]), k(1), comp)],
+            2 => vec![chunked("", Some([0, 3]), k(0), comp), chunked("block2.bn", None, k(1), comp)],
+            _ => vec![
+                chunked("", Some([0, 4]), k(0), comp),
+                chunked("block1", None, k(1), comp),
+                chunked("block2.conv", None, k(2), comp),
+            ],
+        };
+        let plan = Plan { entries, ..Plan::store_all() };
+        let build = || tiny_conv_snn(Device::Cpu, 4, t);
+        let baseline = fingerprint(&build(), 2, 2);
+        let mut model = build();
+        model.apply_plan(&plan).unwrap();
+        prop_assert_eq!(&fingerprint(&model, 2, 2), &baseline, "plan {}", plan.to_json());
+    }
+}

@@ -110,6 +110,96 @@ fn batch_norm_train_eval_and_backward_are_bit_identical() {
     }
 }
 
+/// The chunked entry points on the GPU, over parts of a batch, against the whole-batch CPU
+/// kernels: the same bits (statistics, running statistics, outputs, gradients).
+#[test]
+fn chunked_batch_norm_on_the_gpu_matches_the_whole_batch_on_the_cpu() {
+    if !gpu_or_skip("chunked_batch_norm_on_the_gpu_matches_the_whole_batch_on_the_cpu") {
+        return;
+    }
+    let dims = [6usize, 5, 7, 9];
+    let parts = [0..1, 1..4, 4..6];
+    let n: usize = dims.iter().product();
+    let c = dims[1];
+    let (x, gx) = twin(&values(n, 11, 3.0), &dims);
+    let (w, gw) = twin(&values(c, 12, 1.0), &[c]);
+    let (b, gb) = twin(&values(c, 13, 1.0), &[c]);
+    let (rm, grm) = twin(&values(c, 14, 0.1), &[c]);
+    let (rv, grv) = pair(vec![1.0f32; c], &[c]);
+    let (g, gg) = twin(&values(n, 15, 1.0), &dims);
+    let o = batch_norm_train(BatchNormTrain {
+        x: &x,
+        weight: Some(&w),
+        bias: Some(&b),
+        running: Some(RunningStats { mean: &rm, var: &rv }),
+        momentum: 0.1,
+        eps: 1e-5,
+    })
+    .unwrap();
+    let r = batch_norm_backward(BatchNormBackward {
+        grad_y: (&g).into(),
+        x: &x,
+        weight: Some(&w),
+        save_mean: &o.save_mean,
+        save_invstd: &o.save_invstd,
+        needs: GradNeeds::ALL,
+    })
+    .unwrap();
+    let part = |t: &Tensor, p: &std::ops::Range<usize>| t.narrow0(p.start, p.len()).unwrap();
+    let mut sums = None;
+    for p in &parts {
+        sums = Some(batch_norm_stat_sums(&part(&gx, p), sums).unwrap());
+    }
+    let stats = batch_norm_stats_finish(
+        sums.as_ref().unwrap(),
+        Some(RunningStats {
+            mean: &grm,
+            var: &grv,
+        }),
+        0.1,
+        1e-5,
+    )
+    .unwrap();
+    assert_identical("chunked mean", &o.save_mean, &stats.mean);
+    assert_identical("chunked invstd", &o.save_invstd, &stats.invstd);
+    assert_identical("chunked running mean", &rm, &grm);
+    assert_identical("chunked running var", &rv, &grv);
+    let mut gsums = None;
+    for p in parts.iter().rev() {
+        let y = batch_norm_normalize(&part(&gx, p), Some(&gw), Some(&gb), &stats).unwrap();
+        assert_identical(&format!("chunked y {p:?}"), &part(&o.y, p), &y);
+        gsums = Some(batch_norm_grad_sums(&part(&gg, p), &part(&gx, p), &stats.mean, gsums).unwrap());
+    }
+    let gsums = gsums.unwrap();
+    let pg = batch_norm_param_grads(&gsums, &stats.invstd, true, true).unwrap();
+    assert_identical(
+        "chunked grad weight",
+        r.weight.as_ref().unwrap(),
+        pg.weight.as_ref().unwrap(),
+    );
+    assert_identical(
+        "chunked grad bias",
+        r.bias.as_ref().unwrap(),
+        pg.bias.as_ref().unwrap(),
+    );
+    for p in &parts {
+        let owned = part(&gg, p).deep_copy(memopt_core::MemoryKind::Gradient).unwrap();
+        let gi = batch_norm_backward_input(BatchNormBackwardInput {
+            grad_y: owned.into(),
+            x: &part(&gx, p),
+            weight: Some(&gw),
+            stats: &stats,
+            sums: &gsums,
+        })
+        .unwrap();
+        assert_identical(
+            &format!("chunked grad x {p:?}"),
+            &part(r.x.as_ref().unwrap(), p),
+            &gi,
+        );
+    }
+}
+
 #[test]
 fn pooling_forward_and_backward_are_bit_identical() {
     if !gpu_or_skip("pooling_forward_and_backward_are_bit_identical") {

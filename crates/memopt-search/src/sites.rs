@@ -32,7 +32,8 @@ pub struct Site {
     pub outputs: Vec<ValueInfo>,
     /// Forward cost of the module and everything below it.
     pub cost: ModuleCost,
-    /// Whether it can run on part of the time steps at a time (no BatchNorm in training mode).
+    /// Whether it can run on part of the time steps at a time (nothing inside couples them but
+    /// training BatchNorm, which chunked segments handle in passes).
     pub time_separable: bool,
     /// Whether a spiking neuron runs inside it.
     pub stateful: bool,

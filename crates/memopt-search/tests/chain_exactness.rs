@@ -1,10 +1,12 @@
 //! The chain model's predicted peak equals the exact peak of a whole training step on Meta
-//! (which equals the CPU's to the byte), for storing everything and for random plans.
+//! (which equals the CPU's to the byte), for storing everything and for random plans (time
+//! chunks of segments with training BatchNorm included).
 
+use memopt_checkpoint::module::find_module;
 use memopt_checkpoint::optim::Sgd;
-use memopt_checkpoint::{Batch, Model, Plan, StepOptions, Target, Trainer, zoo};
+use memopt_checkpoint::{Batch, Model, Plan, PlanEntry, StepOptions, Target, Trainer, zoo};
 use memopt_core::kernels::SgdConfig;
-use memopt_core::{DType, Device, MemoryKind, MemoryTracker, Philox, Tensor};
+use memopt_core::{DType, Device, MemoryKind, MemoryTracker, ModulePath, Philox, Tensor};
 use memopt_profiler::cost::Throughput;
 use memopt_profiler::{CostModel, Workload};
 use memopt_search::builder::{OptionSpace, chain_model};
@@ -55,6 +57,28 @@ fn meta_model(name: &str) -> Model {
     zoo::build(name, &spec, Device::META, 0).unwrap()
 }
 
+/// Whether the segment of a plan entry contains a BatchNorm.
+fn contains_batch_norm(model: &Model, e: &PlanEntry) -> bool {
+    let paths: Vec<ModulePath> = match e.children {
+        None => vec![ModulePath::from(e.path.as_str())],
+        Some([start, end]) => find_module(model.root(), &e.path)
+            .map(|m| m.children_in(start, end))
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(name, _)| ModulePath::from(e.path.as_str()).child(&name))
+            .collect(),
+    };
+    model
+        .modules()
+        .iter()
+        .filter(|m| m.type_name.starts_with("BatchNorm"))
+        .any(|m| {
+            paths
+                .iter()
+                .any(|p| ModulePath::from(m.path.as_str()).is_under(p))
+        })
+}
+
 fn check(name: &str, n: usize, samples: usize) {
     let (store_peak, base) = exact(name, n, &Plan::store_all());
     let model = meta_model(name);
@@ -73,7 +97,7 @@ fn check(name: &str, n: usize, samples: usize) {
     // Plans drawn at random from the (huge) plan space, with a fixed seed.
     let mut rng = Philox::new(7);
     let mut pick = |n: usize| (rng.next_uniform() * n as f32) as usize % n;
-    let (mut checked_entries, mut chunked, mut runs) = (0, 0, 0);
+    let (mut checked_entries, mut chunked, mut runs, mut chunked_bn) = (0, 0, 0, 0);
     for _ in 0..samples {
         let p = chain.pick_plan(&mut pick);
         let entries = plan_entries(&p);
@@ -88,6 +112,10 @@ fn check(name: &str, n: usize, samples: usize) {
         assert_eq!(ChainModel::peak(&chain, &p).unwrap(), peak, "{name}: {entries:?}");
         checked_entries += entries.len();
         chunked += entries.iter().filter(|e| e.policy.chunks() > 1).count();
+        chunked_bn += entries
+            .iter()
+            .filter(|e| e.policy.chunks() > 1 && contains_batch_norm(&model, e))
+            .count();
         runs += entries.iter().filter(|e| e.children.is_some()).count();
     }
     assert!(
@@ -95,6 +123,14 @@ fn check(name: &str, n: usize, samples: usize) {
         "{name}: the sampled plans assign policies ({checked_entries})"
     );
     assert!(chunked > 0, "{name}: some sampled plans chunk time");
+    let has_bn = model
+        .modules()
+        .iter()
+        .any(|m| m.type_name.starts_with("BatchNorm"));
+    assert!(
+        chunked_bn > 0 || !has_bn,
+        "{name}: some sampled plans chunk segments with training BatchNorm"
+    );
     let has_runs = format!("{:?}", chain.nodes).contains("children: Some");
     assert!(
         runs > 0 || !has_runs,

@@ -43,6 +43,16 @@ impl StateStore {
             .collect()
     }
 
+    /// Replaces the states at or below any of `prefixes` with `states` (a chunked segment
+    /// starting another pass over its chunks from its entry states).
+    pub(crate) fn restore_under(&mut self, prefixes: &[ModulePath], states: &[(ModulePath, Var)]) {
+        self.map
+            .retain(|p, _| !prefixes.iter().any(|prefix| p.is_under(prefix)));
+        for (p, v) in states {
+            self.map.insert(p.clone(), v.clone());
+        }
+    }
+
     /// Removes every state (the reset at the start of a step).
     pub fn clear(&mut self) {
         self.map.clear();

@@ -74,7 +74,8 @@ impl<'m> Tape<'m> {
 
     /// Runs backward from `seeds` (value id and its gradient), newest node first. Parameter
     /// gradients accumulate into `cx`'s [`crate::Gradients`]; returns the gradients of the input
-    /// leaves (see [`Cx::leaf`]) that received one.
+    /// leaves (see [`Cx::leaf`]) that received one. In a chunked BatchNorm's gradient-sums
+    /// pass it stops after the node that reached that BatchNorm (`policy/chunk_passes.rs`).
     pub(crate) fn backward(
         self,
         cx: &mut Cx<'m>,
@@ -127,6 +128,10 @@ impl<'m> Tape<'m> {
                     }
                     None => accumulate(&mut grads, *id, g)?,
                 }
+            }
+            // A chunked BatchNorm's gradient-sums pass needs nothing recorded before it.
+            if cx.batch_stats.reached() {
+                break;
             }
         }
         grads.retain(|id, _| leaves.contains(id));

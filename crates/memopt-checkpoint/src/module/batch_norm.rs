@@ -11,7 +11,9 @@ use crate::{Result, ops};
 use memopt_core::Shape;
 
 /// BatchNorm over channels: `BatchNorm1d` for `[N, C]` / `[N, C, L]` (rank 2 or 3), `BatchNorm2d`
-/// for `[N, C, H, W]`; a leading `T` is folded into the batch, so statistics span all time steps.
+/// for `[N, C, H, W]`; a leading `T` is folded into the batch, so statistics span all time steps
+/// (also when a checkpointed segment runs the time steps in chunks: see
+/// [`crate::ops::batch_norm`]).
 #[derive(Debug)]
 pub struct BatchNorm {
     weight: Param,
@@ -95,7 +97,8 @@ impl Module for BatchNorm {
         }
     }
 
-    fn time_coupling(&self, training: bool) -> Option<String> {
-        training.then(|| "its training statistics are computed over all time steps at once".to_string())
+    /// Its training statistics span all time steps; chunked segments compute them in passes.
+    fn batch_statistics(&self, training: bool) -> bool {
+        training
     }
 }

@@ -27,7 +27,9 @@ pub use neuron::Neuron;
 pub use pool::{Pool2d, PoolKind};
 pub use sequential::Sequential;
 pub use simple::{Dropout, Flatten, Relu};
-pub use tree::{ModuleInfo, find_module, module_infos, named_buffers, named_params, time_coupling_in};
+pub use tree::{
+    ModuleInfo, batch_statistics_in, find_module, module_infos, named_buffers, named_params, time_coupling_in,
+};
 
 use crate::Result;
 use crate::autograd::Var;
@@ -80,10 +82,19 @@ pub trait Module {
     }
 
     /// Why this module (itself, not its children) cannot run on a part of the time steps at a
-    /// time, if it cannot. BatchNorm in training mode returns a reason: its statistics couple
-    /// all time steps.
+    /// time, if it cannot (a dropout that draws an independent mask per time step). BatchNorm
+    /// in training mode couples all time steps through its statistics, but chunked segments
+    /// handle that exactly (see [`Module::batch_statistics`]), so it returns `None`.
     fn time_coupling(&self, _training: bool) -> Option<String> {
         None
+    }
+
+    /// Whether this module (itself) normalises with statistics over the whole batch in this
+    /// mode (BatchNorm in training) through [`crate::ops::batch_norm`]. A checkpointed segment
+    /// run in time chunks then computes those statistics in passes over its chunks, and the
+    /// sums over the output gradient likewise in backward, so results stay bit-identical.
+    fn batch_statistics(&self, _training: bool) -> bool {
+        false
     }
 
     /// The children that receive this module's policy when it is split spatially, like

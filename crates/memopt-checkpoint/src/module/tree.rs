@@ -101,3 +101,15 @@ pub fn time_coupling_in(root: &dyn Module, root_path: &str, training: bool) -> O
     });
     found
 }
+
+/// The paths of the modules at or below `root` (whose path is `root_path`) that normalise with
+/// whole-batch statistics in this mode ([`Module::batch_statistics`]), in pre-order.
+pub fn batch_statistics_in(root: &dyn Module, root_path: &ModulePath, training: bool) -> Vec<ModulePath> {
+    let mut found = Vec::new();
+    walk(root, root_path.clone(), 0, &mut |path, _, m| {
+        if m.batch_statistics(training) {
+            found.push(path.clone());
+        }
+    });
+    found
+}

@@ -8,6 +8,7 @@ mod linear;
 mod loss;
 mod neuron;
 mod norm;
+mod norm_chunk;
 mod pool;
 mod reduce;
 mod shape;

@@ -10,7 +10,8 @@ use memopt_core::memory::current_scope;
 /// Batch normalisation of `x [B, C, ...]`. In training mode it normalises with batch statistics
 /// and updates `running` (mean, var) in place — except while recomputing, so the update happens
 /// once per step whatever the memory policy. In eval mode it uses `running` and cannot be
-/// differentiated.
+/// differentiated. Inside a segment that runs its time steps in chunks, the statistics are
+/// still the whole batch's, bit-identical (see `ops/norm_chunk.rs`).
 pub fn batch_norm<'m>(
     cx: &mut Cx<'m>,
     x: &Var,
@@ -43,6 +44,9 @@ pub fn batch_norm<'m>(
             eps,
         )?;
         return Ok(Var::constant(y));
+    }
+    if let Some(y) = super::norm_chunk::batch_norm_in_chunk(cx, slots, running, (momentum, eps))? {
+        return Ok(y);
     }
     let stats = (!cx.is_recomputing()).then_some(RunningStats {
         mean: running.0,

@@ -4,21 +4,21 @@
 //! is split.
 
 use super::Policy;
+use super::chunk_passes::{self, Carry, ChunkData, Pass, Recompute};
 use super::saved_input::SavedInput;
 use super::segment::Segment;
-use crate::autograd::{BackwardGrads, BackwardOp, SavedTensor, Tape, Var, VarId};
+use crate::autograd::{BackwardGrads, BackwardOp, SavedTensor, Var, VarId};
 use crate::context::Cx;
 use crate::{CheckpointError, Result};
-use memopt_core::memory::{Phase, Scope, enter_scope};
+use memopt_core::kernels::BatchNormStats;
 use memopt_core::{MemoryKind, ModulePath, RngState, Tensor, kernels};
-use std::collections::BTreeMap;
 use std::ops::Range;
 
 /// What one chunk needs for its recomputation.
-struct ChunkSave {
-    inputs: Vec<SavedInput>,
-    states: Vec<(ModulePath, SavedTensor)>,
-    rng: RngState,
+pub(super) struct ChunkSave {
+    pub(super) inputs: Vec<SavedInput>,
+    pub(super) states: Vec<(ModulePath, SavedTensor)>,
+    pub(super) rng: RngState,
 }
 
 struct CheckpointBackward<'m> {
@@ -37,6 +37,9 @@ struct CheckpointBackward<'m> {
     final_states: Vec<ModulePath>,
     /// Number of regular outputs.
     n_out: usize,
+    /// The training BatchNorms whose whole-batch statistics this chunked segment computed, in
+    /// forward order (`chunk_passes.rs`).
+    batch_norms: Vec<(ModulePath, BatchNormStats)>,
 }
 
 /// The time spans of the chunks: `[0..T]` for one chunk; otherwise k nearly equal spans, the
@@ -149,7 +152,7 @@ pub(crate) fn forward<'m>(
     cx.time_chunk_depth += usize::from(chunked);
     let ran = run_chunks(
         cx,
-        &segment,
+        (&segment, &path),
         &state_prefixes,
         &inputs,
         &spans,
@@ -159,7 +162,7 @@ pub(crate) fn forward<'m>(
     );
     cx.time_chunk_depth -= usize::from(chunked);
     cx.tape = outer_tape;
-    let (saves, outputs) = ran?;
+    let (saves, outputs, batch_norms) = ran?;
 
     let finals = cx.states.under_any(&state_prefixes);
     let n_out = outputs.len();
@@ -177,6 +180,7 @@ pub(crate) fn forward<'m>(
         entry_states: entry.into_iter().map(|(p, _)| p).collect(),
         final_states: finals.iter().map(|(p, _)| p.clone()).collect(),
         n_out,
+        batch_norms,
     };
     drop(inputs);
     let mut vars = cx.record_always(Box::new(op), node_inputs, node_outputs);
@@ -187,12 +191,51 @@ pub(crate) fn forward<'m>(
     Ok(vars)
 }
 
-type ChunkRun = (Vec<ChunkSave>, Vec<Tensor>);
+type ChunkRun = (Vec<ChunkSave>, Vec<Tensor>, Vec<(ModulePath, BatchNormStats)>);
 
 /// The forward of every chunk without recording; chunk outputs are written into full-length
-/// outputs allocated after the first chunk.
+/// outputs allocated after the first chunk. A chunked segment with training BatchNorms first
+/// runs their statistics passes (`chunk_passes.rs`), whose statistics it returns (and keeps
+/// for backward).
 #[allow(clippy::too_many_arguments)]
 fn run_chunks<'m>(
+    cx: &mut Cx<'m>,
+    (segment, path): (&Segment<'m>, &ModulePath),
+    state_prefixes: &[ModulePath],
+    inputs: &[Var],
+    spans: &[Range<usize>],
+    rng_entry: RngState,
+    compressor: memopt_compress::CompressorKind,
+    host: Option<memopt_core::Device>,
+) -> Result<ChunkRun> {
+    let batch_norms =
+        chunk_passes::statistics_passes(cx, (segment, path), state_prefixes, inputs, spans, rng_entry)?;
+    let paths = || batch_norms.iter().map(|(p, _)| p);
+    cx.batch_stats.reset_counts(paths());
+    let ran = chunk_outputs(
+        cx,
+        segment,
+        state_prefixes,
+        inputs,
+        spans,
+        rng_entry,
+        compressor,
+        host,
+    );
+    let checked = ran.and_then(|r| cx.batch_stats.check_counts(paths()).map(|()| r));
+    cx.batch_stats.take_back(paths().cloned());
+    let (saves, outputs) = checked?;
+    // The statistics stay with the node for backward.
+    for (_, stats) in &batch_norms {
+        cx.save(&stats.mean);
+        cx.save(&stats.invstd);
+    }
+    Ok((saves, outputs, batch_norms))
+}
+
+/// The forward of every chunk (the last pass when there are statistics passes).
+#[allow(clippy::too_many_arguments)]
+fn chunk_outputs<'m>(
     cx: &mut Cx<'m>,
     segment: &Segment<'m>,
     state_prefixes: &[ModulePath],
@@ -201,7 +244,7 @@ fn run_chunks<'m>(
     rng_entry: RngState,
     compressor: memopt_compress::CompressorKind,
     host: Option<memopt_core::Device>,
-) -> Result<ChunkRun> {
+) -> Result<(Vec<ChunkSave>, Vec<Tensor>)> {
     let chunked = spans.len() > 1;
     let mut saves = Vec::with_capacity(spans.len());
     let mut outputs: Vec<Tensor> = Vec::new();
@@ -294,93 +337,31 @@ impl<'m> CheckpointBackward<'m> {
             entry_states,
             final_states,
             n_out,
+            batch_norms,
         } = self;
         let state_grads = out_grads.split_off(n_out);
-        let mut carry: BTreeMap<ModulePath, Tensor> = final_states
+        let carry: Carry = final_states
             .into_iter()
             .zip(state_grads)
             .filter_map(|(p, g)| g.map(|g| (p, g)))
             .collect();
-        let chunked = chunks.len() > 1;
-        let mut input_grads: Vec<Option<Tensor>> = vec![None; input_needs.len()];
-        for (span, chunk) in spans.iter().zip(chunks).rev() {
-            cx.rng.set_state(chunk.rng);
-            cx.states.clear();
-            let mut tape = Tape::new();
-            let mut xs = Vec::with_capacity(chunk.inputs.len());
-            let mut x_ids = Vec::with_capacity(chunk.inputs.len());
-            for (saved, needs) in chunk.inputs.into_iter().zip(&input_needs) {
-                let t = saved.restore()?;
-                if *needs {
-                    let id = tape.input_leaf();
-                    xs.push(Var::tracked(t, id));
-                    x_ids.push(Some(id));
-                } else {
-                    xs.push(Var::constant(t));
-                    x_ids.push(None);
-                }
-            }
-            let mut state_ids = Vec::with_capacity(chunk.states.len());
-            for (p, saved) in chunk.states {
-                let id = tape.input_leaf();
-                cx.states.set(p.clone(), Var::tracked(saved.tensor().clone(), id));
-                state_ids.push((p, id));
-            }
-            cx.tape = Some(tape);
-            let ys = {
-                let _recompute = enter_scope(Scope::new(path.clone(), Phase::Recompute));
-                segment.forward(cx, xs)
-            };
-            let tape = cx.tape.take().expect("the recompute tape was installed above");
-            let ys = ys?;
-            let mut seeds = Vec::new();
-            for (y, g) in ys.iter().zip(out_grads.iter_mut()) {
-                let Some(id) = y.id() else { continue };
-                // With one chunk the output gradient moves into the seed, so the first backward
-                // op holds it alone and may overwrite it.
-                let seed = match g {
-                    Some(g) if chunked => Some(g.narrow0(span.start, span.len())?),
-                    g => g.take(),
-                };
-                if let Some(g) = seed {
-                    seeds.push((id, g));
-                }
-            }
-            for (p, v) in cx.states.under_any(&state_prefixes) {
-                if let (Some(id), Some(g)) = (v.id(), carry.remove(&p)) {
-                    seeds.push((id, g));
-                }
-            }
-            drop(ys);
-            cx.states.clear();
-            let mut leaf_grads = cx.backward_tape(tape, seeds)?;
-            for (i, id) in x_ids.into_iter().enumerate() {
-                let Some(g) = id.and_then(|id| leaf_grads.remove(&id)) else {
-                    continue;
-                };
-                if !chunked {
-                    input_grads[i] = Some(g);
-                    continue;
-                }
-                if input_grads[i].is_none() {
-                    let t = spans.last().map_or(0, |s| s.end);
-                    input_grads[i] = Some(Tensor::zeros(
-                        g.shape().with_dim0(t),
-                        g.dtype(),
-                        g.device(),
-                        MemoryKind::Gradient,
-                    )?);
-                }
-                if let Some(full) = &input_grads[i] {
-                    kernels::assign(&full.narrow0(span.start, span.len())?, &g)?;
-                }
-            }
-            carry = state_ids
-                .into_iter()
-                .filter_map(|(p, id)| leaf_grads.remove(&id).map(|g| (p, g)))
-                .collect();
+        let rc = Recompute {
+            segment: &segment,
+            path: &path,
+            state_prefixes: &state_prefixes,
+            spans: &spans,
+            input_needs: &input_needs,
+        };
+        for (p, stats) in &batch_norms {
+            cx.batch_stats.give(p.clone(), stats.clone());
         }
-        let mut result = input_grads;
+        let sums = chunk_passes::gradient_sum_passes(cx, &rc, &chunks, &mut out_grads, &carry, &batch_norms);
+        let ran = sums.and_then(|()| {
+            let data = chunks.into_iter().map(ChunkData::Owned).collect();
+            chunk_passes::backward_chunks(cx, &rc, data, &mut out_grads, carry, Pass::Backward)
+        });
+        cx.batch_stats.take_back(batch_norms.into_iter().map(|(p, _)| p));
+        let (mut result, mut carry) = ran?;
         result.extend(entry_states.iter().map(|p| carry.remove(p)));
         Ok(result)
     }

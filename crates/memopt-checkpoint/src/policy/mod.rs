@@ -2,7 +2,9 @@
 //! of (path, policy) pairs applied by assignment to a [`PolicyTable`]; the model is never
 //! rewritten.
 
+pub(crate) mod batch_stats;
 pub(crate) mod checkpoint;
+mod chunk_passes;
 mod plan;
 mod saved_input;
 mod segment;

@@ -37,6 +37,13 @@ impl SavedInput {
     /// The original tensor, back on its device (recorded as an activation when it had to be
     /// recreated).
     pub(crate) fn restore(self) -> Result<Tensor> {
+        self.restore_kept()
+    }
+
+    /// The original tensor, keeping the saved payload (for a segment that recomputes a chunk
+    /// more than once: chunked BatchNorm passes).
+    pub(crate) fn restore_kept(&self) -> Result<Tensor> {
+        let moved;
         let packed = match self.home {
             Some(device) => {
                 let kind = if self.packed.kind() == CompressorKind::Null {
@@ -44,9 +51,10 @@ impl SavedInput {
                 } else {
                     MemoryKind::Packed
                 };
-                self.packed.to_device(device, kind)?
+                moved = self.packed.to_device(device, kind)?;
+                &moved
             }
-            None => self.packed,
+            None => &self.packed,
         };
         Ok(packed.decompress()?)
     }

@@ -4,7 +4,7 @@
 use crate::Result;
 use crate::autograd::Var;
 use crate::context::Cx;
-use crate::module::{Module, time_coupling_in};
+use crate::module::{Module, batch_statistics_in, time_coupling_in};
 use memopt_core::ModulePath;
 
 /// A module, or children `start..end` of a container whose children form a chain.
@@ -72,6 +72,19 @@ impl<'m> Segment<'m> {
                         time_coupling_in(child, &ModulePath::from(path).child(&name), training)
                     })
             }
+        }
+    }
+
+    /// The modules inside that normalise with whole-batch statistics in this mode (training
+    /// BatchNorms), given the scope path the segment runs in.
+    pub(crate) fn batch_statistics(&self, path: &ModulePath, training: bool) -> Vec<ModulePath> {
+        match *self {
+            Segment::Module(m) => batch_statistics_in(m, path, training),
+            Segment::Children { parent, start, end } => parent
+                .children_in(start, end)
+                .into_iter()
+                .flat_map(|(name, child)| batch_statistics_in(child, &path.child(&name), training))
+                .collect(),
         }
     }
 }

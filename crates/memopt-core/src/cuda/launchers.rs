@@ -72,9 +72,10 @@ kernel_table! {
 kernel_table! {
     /// Launchers of [`crate::cuda::sources::BATCH_NORM`].
     pub mod batch_norm for crate::cuda::sources::BATCH_NORM {
-        bn_plane_sums(x: Ptr, planes: U64, s: U64, c: U64, mean: Ptr, part: Ptr);
-        bn_channel_sums(part: Ptr, b: U64, c: U64, stride: U64, lane: U64, m: F64, out: Ptr);
-        bn_finish(mean: Ptr, var: Ptr, c: U64, eps: F32, save_mean: Ptr, save_invstd: Ptr, running_mean: Ptr, running_var: Ptr, momentum: F32, unbias: F64);
+        bn_set_shift(x: Ptr, s: U64, c: U64, shift: Ptr);
+        bn_stat_plane_sums(x: Ptr, planes: U64, s: U64, c: U64, shift: Ptr, part: Ptr);
+        bn_fold_pairs(part: Ptr, b: U64, c: U64, descending: U64, from_zero: U64, first: Ptr, second: Ptr);
+        bn_finish(shift: Ptr, s1: Ptr, s2: Ptr, c: U64, m: F64, eps: F32, save_mean: Ptr, save_invstd: Ptr, running_mean: Ptr, running_var: Ptr, momentum: F32);
         bn_normalize(x: Ptr, planes: U64, s: U64, c: U64, save_mean: Ptr, save_invstd: Ptr, weight: Ptr, bias: Ptr, y: Ptr);
         bn_eval(x: Ptr, planes: U64, s: U64, c: U64, running_mean: Ptr, running_var: Ptr, weight: Ptr, bias: Ptr, eps: F32, y: Ptr);
         bn_backward_plane_sums(g: Ptr, x: Ptr, planes: U64, s: U64, c: U64, save_mean: Ptr, part: Ptr);

@@ -67,8 +67,9 @@ source!(
     BATCH_NORM,
     "batch_norm.cu",
     [
-        "bn_plane_sums",
-        "bn_channel_sums",
+        "bn_set_shift",
+        "bn_stat_plane_sums",
+        "bn_fold_pairs",
         "bn_finish",
         "bn_normalize",
         "bn_eval",

@@ -152,16 +152,6 @@ impl BlockedSum {
     }
 }
 
-/// Fills `parts[p] = f(p)` in parallel, with at least `min_len` indices per task (use it to keep
-/// tiny items, such as per-plane sums of small planes, from costing a task each).
-pub(crate) fn fill_parallel(parts: &mut [f64], min_len: usize, f: impl Fn(usize) -> f64 + Sync) {
-    parts
-        .par_iter_mut()
-        .enumerate()
-        .with_min_len(min_len.max(1))
-        .for_each(|(p, v)| *v = f(p));
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

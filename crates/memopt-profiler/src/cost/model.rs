@@ -170,7 +170,9 @@ impl CostModel {
     /// more forward per recomputing plan entry at or above it (nested checkpoints recompute
     /// their inside once per enclosing segment), and each entry's saved input is compressed and
     /// decompressed (and, when offloaded, copied out and back) once. An entry naming a run of
-    /// children covers those children; its saved input is the first one's.
+    /// children covers those children; its saved input is the first one's. A segment run in
+    /// time chunks adds the passes of its training BatchNorms
+    /// (`batch_norm_passes_ms`).
     pub fn plan_extra_ms(&self, plan: &Plan) -> f64 {
         let targets: Vec<(Vec<String>, Policy)> = plan
             .entries
@@ -193,7 +195,49 @@ impl CostModel {
             .iter()
             .filter_map(|(paths, policy)| paths.first().map(|p| self.saved_input_traffic(p, *policy)))
             .sum();
-        recompute + 1e3 * transfer as f64 / self.throughput.bytes_per_s
+        // Chunked segments with training BatchNorm run passes; one nested in another chunked
+        // segment finds the statistics given and runs none.
+        let chunked: Vec<&Vec<String>> = targets
+            .iter()
+            .filter(|(_, policy)| policy.chunks() > 1)
+            .map(|(paths, _)| paths)
+            .collect();
+        let passes: f64 = chunked
+            .iter()
+            .filter(|paths| {
+                !chunked
+                    .iter()
+                    .any(|outer| outer != *paths && paths.iter().all(|p| outer.iter().any(|o| within(p, o))))
+            })
+            .map(|paths| self.batch_norm_passes_ms(paths))
+            .sum();
+        recompute + passes + 1e3 * transfer as f64 / self.throughput.bytes_per_s
+    }
+
+    /// The extra passes of a segment (the modules under `paths`) run in time chunks, for its
+    /// training BatchNorms (`memopt_checkpoint`'s `policy/chunk_passes.rs`), in milliseconds:
+    /// per BatchNorm a statistics pass in forward (the leaves up to it, once more) and a
+    /// gradient-sums pass in backward (the whole segment's forward once more, and the backward
+    /// of the BatchNorm and the leaves after it). Leaves in module order stand for the order in
+    /// which they run. Zero without BatchNorm.
+    fn batch_norm_passes_ms(&self, paths: &[String]) -> f64 {
+        let leaves: Vec<&ModuleCostEntry> = self
+            .modules
+            .iter()
+            .filter(|m| m.leaf && paths.iter().any(|p| within(&m.path, p)))
+            .collect();
+        let forward: Vec<f64> = leaves.iter().map(|m| self.entry_forward_ms(m)).collect();
+        let whole: f64 = forward.iter().sum();
+        leaves
+            .iter()
+            .enumerate()
+            .filter(|(_, m)| m.module_type.starts_with("BatchNorm"))
+            .map(|(i, _)| {
+                let statistics: f64 = forward[..=i].iter().sum();
+                let sums: f64 = leaves[i..].iter().map(|m| self.entry_backward_ms(m)).sum();
+                statistics + whole + sums
+            })
+            .sum()
     }
 
     /// The module paths a plan entry covers: its module, or the children of its run.

@@ -1,55 +1,70 @@
 // Batch normalisation (kernels/batch_norm/): x is B*C contiguous planes of S values, plane p
 // belongs to channel p % C. Per-plane f64 sums (group8 order) go to the tracked workspace, then
-// per channel they are added in batch order from +0.0, exactly as the CPU.
+// per channel they are folded one sample after the other onto the running sums, exactly as the
+// CPU (kernels/batch_norm/sums.rs): ascending samples for the statistics, descending for the
+// backward sums, so a batch folds as its consecutive parts do.
 
-// part[p] = sum of the plane (mean == null) or of (x - mean[p % C])^2 (f64).
-extern "C" __global__ void bn_plane_sums(const float* x, u64 planes, u64 s, u64 c,
-                                         const double* mean, double* part) {
+// shift[ch] = the first value of sample 0's plane of channel ch.
+extern "C" __global__ void bn_set_shift(const float* x, u64 s, u64 c, double* shift) {
+    FOR_EACH(ch, c) {
+        shift[ch] = (double)x[ch * s];
+    }
+}
+
+// part[2p] = sum(x - shift), part[2p+1] = sum((x - shift)^2) over plane p (f64).
+extern "C" __global__ void bn_stat_plane_sums(const float* x, u64 planes, u64 s, u64 c,
+                                              const double* shift, double* part) {
     FOR_EACH_GROUP8(p, planes) {
         const u64 len = p < planes ? s : 0;
-        const float* xp = x + p * s;
-        double v;
-        if (mean == nullptr) {
-            v = group8_sum(len, [&](u64 i) { return (double)xp[i]; });
-        } else {
-            const double mu = p < planes ? mean[p % c] : 0.0;
-            v = group8_sum(len, [&](u64 i) {
-                const double d = (double)xp[i] - mu;
-                return d * d;
-            });
-        }
+        const float* xp = x + (p < planes ? p * s : 0);
+        const double k = p < planes ? shift[p % c] : 0.0;
+        const double s1 = group8_sum(len, [&](u64 i) { return (double)xp[i] - k; });
+        const double s2 = group8_sum(len, [&](u64 i) {
+            const double d = (double)xp[i] - k;
+            return d * d;
+        });
         if (p < planes && (threadIdx.x & 7u) == 0) {
-            part[p] = v;
+            part[2 * p] = s1;
+            part[2 * p + 1] = s2;
         }
     }
 }
 
-// out[ch] = (sum over b of part[(b*C + ch) * stride + lane], from +0.0 in batch order) / m;
-// `stride`/`lane` select one of interleaved sums (1/0 for forward, 2/0 or 2/1 for backward).
-// `m` = 0 means "do not divide".
-extern "C" __global__ void bn_channel_sums(const double* part, u64 b, u64 c, u64 stride, u64 lane,
-                                           double m, double* out) {
+// first[ch] += part[2 (r*C + ch)], second[ch] += part[2 (r*C + ch) + 1] for the b samples r,
+// ascending or (descending != 0) descending; from_zero != 0 starts from +0.0 instead of the
+// current sums.
+extern "C" __global__ void bn_fold_pairs(const double* part, u64 b, u64 c, u64 descending,
+                                         u64 from_zero, double* first, double* second) {
     FOR_EACH(ch, c) {
-        double acc = 0.0;
-        for (u64 r = 0; r < b; ++r) {
-            acc += part[(r * c + ch) * stride + lane];
+        double a0 = from_zero ? 0.0 : first[ch];
+        double a1 = from_zero ? 0.0 : second[ch];
+        for (u64 i = 0; i < b; ++i) {
+            const u64 r = descending ? b - 1 - i : i;
+            a0 += part[2 * (r * c + ch)];
+            a1 += part[2 * (r * c + ch) + 1];
         }
-        out[ch] = m != 0.0 ? acc / m : acc;
+        first[ch] = a0;
+        second[ch] = a1;
     }
 }
 
-// Saved statistics and the running-statistics update (running_mean == null: none).
-extern "C" __global__ void bn_finish(const double* mean, const double* var, u64 c, float eps,
-                                     float* save_mean, float* save_invstd, float* running_mean,
-                                     float* running_var, float momentum, double unbias) {
+// Saved statistics from the shifted sums over m values, and the running-statistics update
+// (running_mean == null: none).
+extern "C" __global__ void bn_finish(const double* shift, const double* s1, const double* s2, u64 c,
+                                     double m, float eps, float* save_mean, float* save_invstd,
+                                     float* running_mean, float* running_var, float momentum) {
     FOR_EACH(ch, c) {
-        save_mean[ch] = (float)mean[ch];
-        save_invstd[ch] = (float)(1.0 / sqrt(var[ch] + (double)eps));
+        const double d = s1[ch] / m;
+        const double mean = shift[ch] + d;
+        const double var = fmax(s2[ch] / m - d * d, 0.0);
+        save_mean[ch] = (float)mean;
+        save_invstd[ch] = (float)(1.0 / sqrt(var + (double)eps));
         if (running_mean != nullptr) {
             const double mo = (double)momentum;
-            running_mean[ch] = (float)((1.0 - mo) * (double)running_mean[ch] + mo * mean[ch]);
+            const double unbias = m / (m - 1.0);
+            running_mean[ch] = (float)((1.0 - mo) * (double)running_mean[ch] + mo * mean);
             running_var[ch] =
-                (float)((1.0 - mo) * (double)running_var[ch] + mo * var[ch] * unbias);
+                (float)((1.0 - mo) * (double)running_var[ch] + mo * var * unbias);
         }
     }
 }

@@ -1,13 +1,13 @@
 //! Backward of training-mode batch normalisation.
 
-use super::{Layout, at, check_channel, cuda};
+use super::sums::{self, Fold};
+use super::{Layout, check_channel, cuda};
 use crate::backend::{Compute, Init, compute};
 use crate::cuda::CudaPtr;
-use crate::kernels::accum::{F64Workspace, sum_f64, sum_zip_f64};
+use crate::kernels::accum::F64Workspace;
 use crate::kernels::{GradNeeds, Operand};
 use crate::memory::MemoryKind;
 use crate::{CoreError, KernelBuffer, Result, Tensor};
-use rayon::prelude::*;
 
 /// Gradients returned by [`batch_norm_backward`]; each is `Some` exactly when asked for.
 pub struct BatchNormGrads {
@@ -43,7 +43,9 @@ pub struct BatchNormBackward<'a> {
 /// save_invstd` recomputed from `x`:
 /// `grad_x = invstd * w * (g - mean(g) - xhat * mean(g * xhat))`, `grad_weight = sum(g * xhat)`,
 /// `grad_bias = sum(g)`, means and sums per channel. The gradients are returned whenever
-/// `needs` asks for them. Outputs are Gradient; tracked workspace of `8 * (2*B*C + 2*C)` bytes
+/// `needs` asks for them. The per-channel sums fold the samples last first (`sums.rs`), so that
+/// [`super::batch_norm_grad_sums`] over consecutive parts of the batch, last part first, gives
+/// the same bits. Outputs are Gradient; tracked workspace of `8 * (2*B*C + 2*C)` bytes
 /// lives during the call.
 pub fn batch_norm_backward(args: BatchNormBackward<'_>) -> Result<BatchNormGrads> {
     const OP: &str = "batch_norm_backward";
@@ -122,61 +124,31 @@ pub fn batch_norm_backward(args: BatchNormBackward<'_>) -> Result<BatchNormGrads
                 ir.host()?,
                 ws.host_mut()?,
             );
-            let (part, sums) = w.split_at_mut(2 * l.planes());
-            let (sum_g, dot) = sums.split_at_mut(l.c);
-            part.par_chunks_mut(2)
-                .enumerate()
-                .with_min_len(l.min_planes())
-                .for_each(|(p, pair)| {
-                    let (g, xp) = (&gs[l.plane(p)], &xs[l.plane(p)]);
-                    let mu = means[p % l.c] as f64;
-                    pair[0] = sum_f64(g);
-                    pair[1] = sum_zip_f64(g, xp, |g, x| g as f64 * (x as f64 - mu));
-                });
+            let (part, per_channel) = w.split_at_mut(2 * l.planes());
+            let (sum_g, dot) = per_channel.split_at_mut(l.c);
+            sums::grad_plane_sums(l, gs, xs, means, part);
             sum_g.fill(0.0);
             dot.fill(0.0);
-            for row in part.chunks_exact(2 * l.c.max(1)) {
-                for c in 0..l.c {
-                    sum_g[c] += row[2 * c];
-                    dot[c] += row[2 * c + 1];
-                }
-            }
-            if let Some(b) = gb.as_mut().map(KernelBuffer::host_mut).transpose()? {
-                for c in 0..l.c {
-                    b[c] = sum_g[c] as f32;
-                }
-            }
-            if let Some(wg) = gw.as_mut().map(KernelBuffer::host_mut).transpose()? {
-                for c in 0..l.c {
-                    wg[c] = (dot[c] * invstds[c] as f64) as f32;
-                }
-            }
+            sums::fold_pairs(l, part, sum_g, dot, Fold::Descending);
+            sums::param_grads(
+                sum_g,
+                dot,
+                invstds,
+                gw.as_mut().map(KernelBuffer::host_mut).transpose()?,
+                gb.as_mut().map(KernelBuffer::host_mut).transpose()?,
+            );
             let ws_ = wr.as_ref().map(|r| r.host()).transpose()?;
-            let m = l.per_channel() as f64;
-            let (sum_g, dot): (&[f64], &[f64]) = (sum_g, dot);
-            let grad_x = |p: usize, g: f32, x: f32| {
-                let c = p % l.c;
-                let invstd = invstds[c] as f64;
-                let a = (invstd * at(ws_, c, 1.0) as f64) as f32;
-                let mean_g = (sum_g[c] / m) as f32;
-                let k = (dot[c] * invstd * invstd / m) as f32;
-                a * (g - mean_g - (x - means[c]) * k)
+            let totals = sums::GradSums {
+                sum_g,
+                dot,
+                m: l.per_channel() as f64,
             };
-            if m > 0.0 {
-                if let Some(out) = gx.as_mut().map(KernelBuffer::host_mut).transpose()? {
-                    l.for_planes(out, |p, op| {
-                        let (gp, xp) = (&gs[l.plane(p)], &xs[l.plane(p)]);
-                        for (o, (&g, &x)) in op.iter_mut().zip(gp.iter().zip(xp)) {
-                            *o = grad_x(p, g, x);
-                        }
-                    });
-                } else if let Some(out) = grad_data.host_mut()? {
-                    l.for_planes(out, |p, op| {
-                        for (o, &x) in op.iter_mut().zip(&xs[l.plane(p)]) {
-                            *o = grad_x(p, *o, x);
-                        }
-                    });
-                }
+            let consts = (means, invstds, ws_);
+            if let Some(out) = gx.as_mut().map(KernelBuffer::host_mut).transpose()? {
+                let gs = grad_data.host()?;
+                sums::input_grad(l, out, Some(gs), xs, consts, &totals);
+            } else if let Some(out) = grad_data.host_mut()? {
+                sums::input_grad(l, out, None, xs, consts, &totals);
             }
             Ok(())
         })?;
@@ -195,13 +167,13 @@ pub fn batch_norm_backward(args: BatchNormBackward<'_>) -> Result<BatchNormGrads
 }
 
 /// Access to the output gradient's data: shared, or exclusive when it is overwritten.
-enum GradData<'a> {
+pub(super) enum GradData<'a> {
     Read(crate::DataRead<'a, f32>),
     Write(crate::DataWrite<'a, f32>),
 }
 
 impl<'a> GradData<'a> {
-    fn open(op: &'static str, g: &'a Tensor, write: bool) -> Result<Self> {
+    pub(super) fn open(op: &'static str, g: &'a Tensor, write: bool) -> Result<Self> {
         Ok(if write {
             GradData::Write(g.write::<f32>(op)?)
         } else {
@@ -209,7 +181,7 @@ impl<'a> GradData<'a> {
         })
     }
 
-    fn host(&mut self) -> Result<&[f32]> {
+    pub(super) fn host(&mut self) -> Result<&[f32]> {
         match self {
             GradData::Read(r) => r.host(),
             GradData::Write(w) => w.host_mut().map(|s| &*s),
@@ -217,7 +189,7 @@ impl<'a> GradData<'a> {
     }
 
     /// The device address of the data, for the CUDA half.
-    fn cuda_ptr(&mut self) -> Result<CudaPtr> {
+    pub(super) fn cuda_ptr(&mut self) -> Result<CudaPtr> {
         match self {
             GradData::Read(r) => r.cuda_ptr(),
             GradData::Write(w) => w.cuda_ptr(),
@@ -225,7 +197,7 @@ impl<'a> GradData<'a> {
     }
 
     /// The data to overwrite, when it was opened for writing.
-    fn host_mut(&mut self) -> Result<Option<&mut [f32]>> {
+    pub(super) fn host_mut(&mut self) -> Result<Option<&mut [f32]>> {
         match self {
             GradData::Read(_) => Ok(None),
             GradData::Write(w) => w.host_mut().map(Some),

@@ -4,21 +4,37 @@
 //!
 //! Memory layout: `x` is `B * C` contiguous planes of `S = prod(spatial)` elements; plane `p`
 //! belongs to channel `p % C`. Statistics are per-plane f64 sums computed in parallel into tracked
-//! workspace and added per channel in batch order, so they are accurate and do not depend on the
-//! number of threads. Elementwise passes run in parallel over planes.
+//! workspace and folded per channel one sample after the other (`sums.rs`), so they are accurate,
+//! do not depend on the number of threads, and can be computed over parts of the batch in turn
+//! with the same result: the chunked entry points (`chunked.rs`) let a checkpointed segment that
+//! runs its time steps in chunks normalise exactly as over the whole batch. Elementwise passes
+//! run in parallel over planes.
 
 mod backward;
+mod chunked;
+mod chunked_backward;
+#[cfg(test)]
+mod chunked_tests;
 mod cuda;
+mod sums;
 #[cfg(test)]
 mod tests;
 
 pub use backward::{BatchNormBackward, BatchNormGrads, batch_norm_backward};
+pub use chunked::{
+    BatchNormStatSums, BatchNormStats, batch_norm_normalize, batch_norm_stat_sums, batch_norm_stats_finish,
+};
+pub use chunked_backward::{
+    BatchNormBackwardInput, BatchNormGradSums, batch_norm_backward_input, batch_norm_grad_sums,
+    batch_norm_param_grads,
+};
 
-use super::accum::{F64Workspace, fill_parallel, sum_f64, sum_map_f64};
+use super::accum::F64Workspace;
 use crate::backend::{Compute, Init, compute};
 use crate::memory::MemoryKind;
 use crate::{CoreError, KernelBuffer, Result, Tensor};
 use rayon::prelude::*;
+use sums::Fold;
 
 /// Running statistics of a BatchNorm layer, `[C]` each: updated in place by
 /// [`batch_norm_train`], read by [`batch_norm_eval`].
@@ -81,22 +97,6 @@ impl Layout {
         (TASK_ELEMS / self.s.max(1)).max(1)
     }
 
-    /// `out[c] = sum over b of part[b * C + c]` after `part[p] = plane_sum(p)` in parallel.
-    pub(super) fn channel_sums(
-        self,
-        part: &mut [f64],
-        out: &mut [f64],
-        plane_sum: impl Fn(usize) -> f64 + Sync,
-    ) {
-        fill_parallel(part, self.min_planes(), plane_sum);
-        out.fill(0.0);
-        for row in part.chunks_exact(self.c.max(1)) {
-            for (o, &v) in out.iter_mut().zip(row) {
-                *o += v;
-            }
-        }
-    }
-
     /// Runs `f(p, out_plane)` for every plane `p` of `out` in parallel.
     pub(super) fn for_planes(self, out: &mut [f32], f: impl Fn(usize, &mut [f32]) + Sync) {
         if self.s == 0 {
@@ -146,6 +146,63 @@ fn check_eps(op: &'static str, eps: f32) -> Result<()> {
     }
 }
 
+fn check_momentum(op: &'static str, momentum: f32) -> Result<()> {
+    if (0.0..=1.0).contains(&momentum) {
+        Ok(())
+    } else {
+        Err(CoreError::invalid(
+            op,
+            format!("momentum must be in [0, 1] (PyTorch's default is 0.1), got {momentum}"),
+        ))
+    }
+}
+
+/// Checks running statistics updated in place: `[C]` f32 on `like`'s device, and sharing
+/// storage neither with each other nor with any of `reads` (the tensors the op reads).
+fn check_running(
+    op: &'static str,
+    r: &RunningStats<'_>,
+    like: &Tensor,
+    c: usize,
+    reads: &[(&str, Option<&Tensor>)],
+) -> Result<()> {
+    check_channel(op, "running mean", Some(r.mean), like, c)?;
+    check_channel(op, "running var", Some(r.var), like, c)?;
+    let shared = |name: &str| {
+        CoreError::invalid(
+            op,
+            format!(
+                "the running statistics share storage with {name}; they are updated in place and must be separate buffers"
+            ),
+        )
+    };
+    if r.mean.same_storage(r.var) {
+        return Err(shared("the running var"));
+    }
+    for &(name, t) in reads {
+        if let Some(t) = t
+            && (r.mean.same_storage(t) || r.var.same_storage(t))
+        {
+            return Err(shared(name));
+        }
+    }
+    Ok(())
+}
+
+/// Training statistics need at least two values per channel (`m` of them, from an input
+/// described by `shape`).
+fn check_values_per_channel(op: &'static str, m: usize, shape: &str) -> Result<()> {
+    if m < 2 {
+        return Err(CoreError::invalid(
+            op,
+            format!(
+                "expected more than 1 value per channel when training, got input of shape {shape} ({m} per channel); use batch_norm_eval or a larger batch"
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// The value of an optional per-channel slice at `c`, or `default` when absent.
 #[inline]
 pub(super) fn at(v: Option<&[f32]>, c: usize, default: f32) -> f32 {
@@ -173,7 +230,9 @@ pub struct BatchNormTrain<'a> {
 /// normalise, `y = (x - mean) / sqrt(var + eps) * weight + bias` (weight 1 and bias 0 when
 /// absent). When `running` is given, `running_mean = (1 - momentum) * running_mean + momentum *
 /// mean` and `running_var = (1 - momentum) * running_var + momentum * unbiased_var`, in place.
-/// Outputs are Activation; tracked workspace of `8 * (B*C + 2*C)` bytes lives during the call.
+/// The statistics are shifted one-pass sums folded in sample order (see `sums.rs`), so that
+/// [`batch_norm_stat_sums`] over consecutive parts of the batch gives the same bits.
+/// Outputs are Activation; tracked workspace of `8 * (2*B*C + 3*C)` bytes lives during the call.
 pub fn batch_norm_train(args: BatchNormTrain<'_>) -> Result<BatchNormOutput> {
     let BatchNormTrain {
         x,
@@ -188,44 +247,18 @@ pub fn batch_norm_train(args: BatchNormTrain<'_>) -> Result<BatchNormOutput> {
     check_channel(OP, "weight", weight, x, l.c)?;
     check_channel(OP, "bias", bias, x, l.c)?;
     check_eps(OP, eps)?;
-    if !(0.0..=1.0).contains(&momentum) {
-        return Err(CoreError::invalid(
-            OP,
-            format!("momentum must be in [0, 1] (PyTorch's default is 0.1), got {momentum}"),
-        ));
-    }
+    check_momentum(OP, momentum)?;
     if let Some(r) = &running {
-        check_channel(OP, "running mean", Some(r.mean), x, l.c)?;
-        check_channel(OP, "running var", Some(r.var), x, l.c)?;
-        let inputs = [
-            ("the running var", Some(r.var)),
-            ("x", Some(x)),
-            ("the weight", weight),
-            ("the bias", bias),
-        ];
-        for (name, t) in inputs {
-            if let Some(t) = t
-                && (r.mean.same_storage(t) || (name != "the running var" && r.var.same_storage(t)))
-            {
-                return Err(CoreError::invalid(
-                    OP,
-                    format!(
-                        "the running statistics share storage with {name}; they are updated in place and must be separate buffers"
-                    ),
-                ));
-            }
-        }
+        check_running(
+            OP,
+            r,
+            x,
+            l.c,
+            &[("x", Some(x)), ("the weight", weight), ("the bias", bias)],
+        )?;
     }
     let m = l.per_channel();
-    if m < 2 {
-        return Err(CoreError::invalid(
-            OP,
-            format!(
-                "expected more than 1 value per channel when training, got input of shape {} ({m} per channel); use batch_norm_eval or a larger batch",
-                x.shape()
-            ),
-        ));
-    }
+    check_values_per_channel(OP, m, &x.shape().to_string())?;
     let xr = x.read::<f32>(OP)?;
     let wr = weight.map(|w| w.read::<f32>(OP)).transpose()?;
     let br = bias.map(|b| b.read::<f32>(OP)).transpose()?;
@@ -233,8 +266,9 @@ pub fn batch_norm_train(args: BatchNormTrain<'_>) -> Result<BatchNormOutput> {
     let mut y = KernelBuffer::<f32>::new(OP, dev, x.elem_count(), MemoryKind::Activation, Init::Overwritten)?;
     let mut save_mean = KernelBuffer::<f32>::new(OP, dev, l.c, MemoryKind::Activation, Init::Overwritten)?;
     let mut save_invstd = KernelBuffer::<f32>::new(OP, dev, l.c, MemoryKind::Activation, Init::Overwritten)?;
-    // Workspace: per-plane partial sums, then the f64 mean and biased variance per channel.
-    let mut ws = F64Workspace::new(OP, dev, l.planes() + 2 * l.c, Init::Overwritten)?;
+    // Workspace: per-plane (sum(x - shift), sum((x - shift)^2)) pairs, then the shift and the
+    // two sums per channel.
+    let mut ws = F64Workspace::new(OP, dev, 2 * l.planes() + 3 * l.c, Init::Overwritten)?;
     // The running statistics are written in place (checked above not to share storage with
     // anything read here).
     let mut run_w = match &running {
@@ -266,43 +300,31 @@ pub fn batch_norm_train(args: BatchNormTrain<'_>) -> Result<BatchNormOutput> {
             save_invstd.host_mut()?,
             ws.host_mut()?,
         );
-        let (part, stats) = w.split_at_mut(l.planes());
-        let (mean, var) = stats.split_at_mut(l.c);
-        l.channel_sums(part, mean, |p| sum_f64(&xs[l.plane(p)]));
-        mean.iter_mut().for_each(|v| *v /= m as f64);
-        let mean: &[f64] = mean;
-        l.channel_sums(part, var, |p| {
-            let mu = mean[p % l.c];
-            sum_map_f64(&xs[l.plane(p)], |v| {
-                let d = v as f64 - mu;
-                d * d
-            })
-        });
-        var.iter_mut().for_each(|v| *v /= m as f64);
+        let (part, per_channel) = w.split_at_mut(2 * l.planes());
+        let (shift, s12) = per_channel.split_at_mut(l.c);
+        let (s1, s2) = s12.split_at_mut(l.c);
+        sums::first_sample_shift(l, xs, shift);
+        sums::stat_plane_sums(l, xs, shift, part);
+        s1.fill(0.0);
+        s2.fill(0.0);
+        sums::fold_pairs(l, part, s1, s2, Fold::Ascending);
+        let mut run = match run_w.as_mut() {
+            Some((mw, vw)) => Some((mw.host_mut()?, vw.host_mut()?)),
+            None => None,
+        };
         for c in 0..l.c {
-            ms[c] = mean[c] as f32;
-            is[c] = (1.0 / (var[c] + eps as f64).sqrt()) as f32;
+            let (mean, var) = sums::mean_var(shift[c], s1[c], s2[c], m as f64);
+            ms[c] = mean as f32;
+            is[c] = sums::invstd(var, eps);
+            if let Some((rm, rv)) = run.as_mut() {
+                sums::running_update(&mut rm[c], &mut rv[c], mean, var, momentum, m as f64);
+            }
         }
         let (ws_, bs_) = (
             wr.as_ref().map(|r| r.host()).transpose()?,
             br.as_ref().map(|r| r.host()).transpose()?,
         );
-        let (ms, is): (&[f32], &[f32]) = (ms, is);
-        l.for_planes(ys, |p, yp| {
-            let c = p % l.c;
-            let (mu, scale, shift) = (ms[c], is[c] * at(ws_, c, 1.0), at(bs_, c, 0.0));
-            for (y, &x) in yp.iter_mut().zip(&xs[l.plane(p)]) {
-                *y = (x - mu) * scale + shift;
-            }
-        });
-        if let Some((mw, vw)) = run_w.as_mut() {
-            let (rm, rv) = (mw.host_mut()?, vw.host_mut()?);
-            let (mo, unbias) = (momentum as f64, m as f64 / (m - 1) as f64);
-            for c in 0..l.c {
-                rm[c] = ((1.0 - mo) * rm[c] as f64 + mo * mean[c]) as f32;
-                rv[c] = ((1.0 - mo) * rv[c] as f64 + mo * var[c] * unbias) as f32;
-            }
-        }
+        sums::normalize(l, xs, ys, (ms, is), (ws_, bs_));
         Ok(())
     })?;
     drop(run_w);

@@ -1,0 +1,138 @@
+//! Training BatchNorm inside a segment that runs its time steps in chunks: the input is one
+//! chunk of the batch, the statistics are still the whole batch's, bit-identical to an
+//! unchunked step. The segment (`policy/chunk_passes.rs`) runs statistics passes in which the
+//! BatchNorm adds its chunk's sums and stops the chunk, then normalises each chunk with the
+//! statistics it computed; in backward, passes sum the output gradient over all chunks before
+//! any chunk's input gradient. The op finds what applies by its module path (the current
+//! scope).
+
+use crate::autograd::{Backward, BackwardGrads, InputSlot, SavedTensor, Var};
+use crate::context::Cx;
+use crate::{CheckpointError, Result};
+use memopt_core::kernels::{self, BatchNormStats};
+use memopt_core::memory::current_scope;
+use memopt_core::{ModulePath, Tensor};
+
+/// The training BatchNorm of the current scope on a time chunk, or `None` when it runs on the
+/// whole batch (outside chunked segments): normalised with the given statistics, or, in a
+/// statistics pass, its sums added and the chunk stopped (the error the segment catches).
+pub(super) fn batch_norm_in_chunk<'m>(
+    cx: &mut Cx<'m>,
+    slots: [Option<&Var>; 3],
+    running: (&Tensor, &Tensor),
+    consts: (f32, f32),
+) -> Result<Option<Var>> {
+    let [Some(x), ..] = slots else {
+        return Err(CheckpointError::Autograd("batch_norm needs its input".into()));
+    };
+    let path = current_scope().module_path().clone();
+    if let Some(stats) = cx.batch_stats.normalize_with(&path, per_channel(x.tensor())) {
+        return normalize_chunk(cx, path, slots, stats).map(Some);
+    }
+    if cx.batch_stats.in_stats_pass() {
+        let running = (!cx.is_recomputing()).then_some(running);
+        let stop = cx.batch_stats.add_stat_sums(&path, x.tensor(), running, consts)?;
+        return Err(stop);
+    }
+    if cx.in_time_chunk() {
+        return Err(CheckpointError::Module {
+            path: path.to_string(),
+            module: "BatchNorm".into(),
+            message: "runs on a time chunk without the statistics of the whole batch (the chunked segment around it \
+                      did not compute them)"
+                .into(),
+        });
+    }
+    Ok(None)
+}
+
+/// Values per channel of a `[B, C, ...]` input.
+fn per_channel(x: &Tensor) -> usize {
+    match x.dims() {
+        [b, _, spatial @ ..] => spatial.iter().product::<usize>().saturating_mul(*b),
+        _ => 0,
+    }
+}
+
+/// Normalises one chunk with the whole batch's `stats` and records a backward that uses the
+/// whole batch's gradient sums. The BatchNorm whose gradient sums are being computed is
+/// recorded even when nothing before it needs a gradient.
+fn normalize_chunk<'m>(
+    cx: &mut Cx<'m>,
+    path: ModulePath,
+    slots: [Option<&Var>; 3],
+    stats: BatchNormStats,
+) -> Result<Var> {
+    let [Some(x), weight, bias] = slots else {
+        return Err(CheckpointError::Autograd("batch_norm needs its input".into()));
+    };
+    let y =
+        kernels::batch_norm_normalize(x.tensor(), weight.map(Var::tensor), bias.map(Var::tensor), &stats)?;
+    let target = cx.is_recording() && cx.batch_stats.is_grad_target(&path);
+    if !target && !cx.slots_need_grad(&slots) {
+        return Ok(Var::constant(y));
+    }
+    let op = ChunkBatchNormBackward {
+        path,
+        x: cx.save(x.tensor()),
+        weight: weight.map(|w| cx.save(w.tensor())),
+        stats,
+    };
+    Ok(if target {
+        cx.record1_always(op, slots, y)
+    } else {
+        cx.record1(op, slots, y)
+    })
+}
+
+/// Backward of a BatchNorm on one time chunk: in the BatchNorm's gradient-sums pass, adds the
+/// chunk to the sums (the tape stops after it); otherwise the input gradient from the whole
+/// batch's sums, and the weight and bias gradients once per step.
+struct ChunkBatchNormBackward {
+    path: ModulePath,
+    x: SavedTensor,
+    weight: Option<SavedTensor>,
+    /// The whole batch's statistics (kept by the chunked segment, which saved them).
+    stats: BatchNormStats,
+}
+
+impl<'m> Backward<'m, 3> for ChunkBatchNormBackward {
+    fn name(&self) -> &'static str {
+        "batch_norm_chunk"
+    }
+
+    fn backward(self, cx: &mut Cx<'m>, mut g: BackwardGrads<[InputSlot; 3]>) -> Result<[Option<Tensor>; 3]> {
+        let grad = g.take_output_or_zeros(0, self.x.tensor())?;
+        let [x, weight, bias] = g.inputs;
+        if cx.batch_stats.is_grad_target(&self.path) {
+            cx.batch_stats
+                .add_grad_sums(&grad, self.x.tensor(), &self.stats.mean)?;
+            return Ok([None, None, None]);
+        }
+        let want_params = (weight.needs_grad || bias.needs_grad) && !cx.batch_stats.in_grad_pass();
+        let (sums, params) = cx.batch_stats.grad_sums(&self.path, want_params)?;
+        let p = if params {
+            kernels::batch_norm_param_grads(sums, &self.stats.invstd, weight.needs_grad, bias.needs_grad)?
+        } else {
+            kernels::BatchNormGrads {
+                x: None,
+                weight: None,
+                bias: None,
+            }
+        };
+        let gx = if x.needs_grad {
+            Some(kernels::batch_norm_backward_input(
+                kernels::BatchNormBackwardInput {
+                    grad_y: grad.into(),
+                    x: self.x.tensor(),
+                    weight: self.weight.as_ref().map(SavedTensor::tensor),
+                    stats: &self.stats,
+                    sums,
+                },
+            )?)
+        } else {
+            None
+        };
+        Ok([gx, p.weight, p.bias])
+    }
+}

@@ -1,0 +1,351 @@
+//! The passes of a checkpointed segment that runs its time steps in chunks, and exact
+//! training BatchNorm inside it.
+//!
+//! A training BatchNorm normalises with statistics over all `T x N` samples, and its backward
+//! needs `sum(g)` and `sum(g * (x - mean))` over all of them before any input gradient. A
+//! chunked segment that contains such BatchNorms (and is the first to see them: a segment
+//! nested in another chunked segment finds their statistics given) computes them in passes:
+//!
+//! - forward, one statistics pass per BatchNorm, in the order the chunks reach them: every
+//!   chunk runs (without recording) up to the first BatchNorm without statistics, which adds
+//!   its chunk's sums and stops the chunk (`CheckpointError::StatisticsPass`); the statistics
+//!   are then finished (running statistics updated once, as unchunked) and given; a last pass
+//!   runs the chunks with every statistic given and produces the outputs;
+//! - backward, one gradient-sums pass per BatchNorm, last first: every chunk, last first,
+//!   recomputes (parameters frozen, so no parameter gradient accumulates) and runs backward
+//!   until it reaches that BatchNorm, which adds its chunk's gradient sums; the tape stops
+//!   there and the neuron-state gradients reached so far carry to the previous chunk (every op
+//!   recorded after the BatchNorm has run, so they are complete for the neurons after it);
+//!   then the last pass runs the usual chunked recomputation with every sum given.
+//!
+//! The kernels fold the statistics in batch order and the gradient sums in reverse batch order
+//! (`memopt_core::kernels::batch_norm`), the orders in which these passes visit the chunks, so
+//! every value is bit-identical to the unchunked step. Each pass allocates through the same
+//! code on every device, so Meta still measures the CPU's bytes exactly.
+
+use super::checkpoint::ChunkSave;
+use super::segment::Segment;
+use crate::autograd::{Tape, Var};
+use crate::context::Cx;
+use crate::{CheckpointError, Result};
+use memopt_core::kernels::{self, BatchNormStats};
+use memopt_core::memory::{Phase, Scope, enter_scope};
+use memopt_core::{MemoryKind, ModulePath, RngState, Tensor};
+use std::collections::BTreeMap;
+use std::ops::Range;
+
+/// Neuron-state gradients carried from a chunk to the previous one, by module path.
+pub(super) type Carry = BTreeMap<ModulePath, Tensor>;
+
+fn pass_error(path: &ModulePath, segment: &Segment<'_>, message: String) -> CheckpointError {
+    CheckpointError::Module {
+        path: path.to_string(),
+        module: segment.type_name(),
+        message,
+    }
+}
+
+/// The forward statistics passes of a segment run in `spans` (more than one) from `inputs`:
+/// returns the statistics of the training BatchNorms inside that had none, in the order the
+/// chunks reach them, and leaves them given in `cx` (the caller takes them back). Neuron states
+/// under `state_prefixes` are back at their entry values afterwards.
+pub(super) fn statistics_passes<'m>(
+    cx: &mut Cx<'m>,
+    (segment, path): (&Segment<'m>, &ModulePath),
+    state_prefixes: &[ModulePath],
+    inputs: &[Var],
+    spans: &[Range<usize>],
+    rng_entry: RngState,
+) -> Result<Vec<(ModulePath, BatchNormStats)>> {
+    let pending = segment
+        .batch_statistics(path, cx.is_training())
+        .into_iter()
+        .filter(|p| !cx.batch_stats.is_given(p))
+        .count();
+    let mut found: Vec<(ModulePath, BatchNormStats)> = Vec::new();
+    if spans.len() <= 1 || pending == 0 {
+        return Ok(found);
+    }
+    let entry = cx.states.under_any(state_prefixes);
+    let mut ran = Ok(());
+    for _ in 0..pending {
+        cx.batch_stats.begin_stats_pass();
+        ran = statistics_pass(
+            cx,
+            segment,
+            path,
+            (state_prefixes, &entry),
+            inputs,
+            spans,
+            rng_entry,
+        );
+        if ran.is_err() {
+            cx.batch_stats.abandon_stats_pass();
+            break;
+        }
+        match cx.batch_stats.end_stats_pass() {
+            Ok(Some((bn, stats))) => {
+                cx.batch_stats.give(bn.clone(), stats.clone());
+                found.push((bn, stats));
+            }
+            Ok(None) => break,
+            Err(e) => {
+                ran = Err(e);
+                break;
+            }
+        }
+    }
+    cx.states.restore_under(state_prefixes, &entry);
+    match ran {
+        Ok(()) => Ok(found),
+        Err(e) => {
+            cx.batch_stats.take_back(found.into_iter().map(|(p, _)| p));
+            Err(e)
+        }
+    }
+}
+
+/// One statistics pass: every chunk from the entry states until a BatchNorm stops it.
+fn statistics_pass<'m>(
+    cx: &mut Cx<'m>,
+    segment: &Segment<'m>,
+    path: &ModulePath,
+    (state_prefixes, entry): (&[ModulePath], &[(ModulePath, Var)]),
+    inputs: &[Var],
+    spans: &[Range<usize>],
+    rng_entry: RngState,
+) -> Result<()> {
+    cx.states.restore_under(state_prefixes, entry);
+    for (i, span) in spans.iter().enumerate() {
+        // The same random stream as the chunk's real run.
+        cx.rng.set_state(rng_entry);
+        let xs = inputs
+            .iter()
+            .map(|v| Ok(Var::constant(v.tensor().narrow0(span.start, span.len())?)))
+            .collect::<Result<Vec<_>>>()?;
+        match segment.forward(cx, xs) {
+            Err(CheckpointError::StatisticsPass { .. }) => {}
+            // Every BatchNorm the chunks run has its statistics.
+            Ok(_) if i == 0 => return Ok(()),
+            Ok(_) => {
+                return Err(pass_error(
+                    path,
+                    segment,
+                    format!(
+                        "time chunk {i} ran through while the first stopped at a BatchNorm: chunked segments need \
+                         every chunk to run the same modules"
+                    ),
+                ));
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// What the backward of a chunked segment recomputes: the segment, where, and which inputs want
+/// gradients.
+pub(super) struct Recompute<'a, 'm> {
+    pub(super) segment: &'a Segment<'m>,
+    /// Scope the segment runs in.
+    pub(super) path: &'a ModulePath,
+    pub(super) state_prefixes: &'a [ModulePath],
+    pub(super) spans: &'a [Range<usize>],
+    pub(super) input_needs: &'a [bool],
+}
+
+/// A chunk's saved inputs and states: kept (a gradient-sums pass restores copies) or consumed
+/// (the last pass frees them as it goes).
+pub(super) enum ChunkData<'a> {
+    Kept(&'a ChunkSave),
+    Owned(ChunkSave),
+}
+
+/// The gradient-sums passes of the BatchNorms of `batch_norms` (given in `cx`), last first;
+/// their sums are then given too. `out_grads` are the gradients of the segment's regular
+/// outputs (narrowed per chunk, not consumed), `carry` those of its final states.
+pub(super) fn gradient_sum_passes<'m>(
+    cx: &mut Cx<'m>,
+    rc: &Recompute<'_, 'm>,
+    chunks: &[ChunkSave],
+    out_grads: &mut [Option<Tensor>],
+    carry: &Carry,
+    batch_norms: &[(ModulePath, BatchNormStats)],
+) -> Result<()> {
+    let frozen = std::mem::replace(&mut cx.batch_stats.params_frozen, true);
+    let mut ran = Ok(());
+    for (bn, _) in batch_norms.iter().rev() {
+        ran = cx.batch_stats.begin_grad_pass(bn.clone());
+        if ran.is_err() {
+            break;
+        }
+        let data = chunks.iter().map(ChunkData::Kept).collect();
+        ran = backward_chunks(cx, rc, data, out_grads, carry.clone(), Pass::GradientSums).map(|_| ());
+        if ran.is_err() {
+            cx.batch_stats.abandon_grad_pass();
+            break;
+        }
+        ran = cx.batch_stats.end_grad_pass();
+        if ran.is_err() {
+            break;
+        }
+    }
+    cx.batch_stats.params_frozen = frozen;
+    ran
+}
+
+/// Which pass [`backward_chunks`] runs for the segment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Pass {
+    /// The segment's own gradient-sums pass: only the neuron-state gradients matter.
+    GradientSums,
+    /// The segment's backward proper (possibly inside an enclosing segment's gradient-sums
+    /// pass).
+    Backward,
+}
+
+/// Recomputes and backpropagates every chunk, last first, carrying neuron-state gradients
+/// backwards: returns the input gradients (full length) and the gradients of the entry states.
+/// Inside a gradient-sums pass each chunk's tape stops at the pass's BatchNorm, and the
+/// BatchNorm counts as reached for an enclosing tape when some chunk reached it; in the
+/// segment's own gradient-sums pass the inputs are constants and no input gradient is
+/// returned.
+pub(super) fn backward_chunks<'m>(
+    cx: &mut Cx<'m>,
+    rc: &Recompute<'_, 'm>,
+    chunks: Vec<ChunkData<'_>>,
+    out_grads: &mut [Option<Tensor>],
+    mut carry: Carry,
+    pass: Pass,
+) -> Result<(Vec<Option<Tensor>>, Carry)> {
+    let chunked = chunks.len() > 1;
+    let sums_pass = pass == Pass::GradientSums;
+    let mut reached_any = false;
+    let mut input_grads: Vec<Option<Tensor>> = vec![None; rc.input_needs.len()];
+    for (span, chunk) in rc.spans.iter().zip(chunks).rev() {
+        cx.batch_stats.set_reached(false);
+        let (inputs, states, rng) = match chunk {
+            ChunkData::Kept(c) => (
+                c.inputs
+                    .iter()
+                    .map(|s| s.restore_kept())
+                    .collect::<Result<Vec<_>>>()?,
+                c.states
+                    .iter()
+                    .map(|(p, s)| (p.clone(), s.tensor().clone()))
+                    .collect(),
+                c.rng,
+            ),
+            ChunkData::Owned(c) => (
+                c.inputs
+                    .into_iter()
+                    .map(|s| s.restore())
+                    .collect::<Result<Vec<_>>>()?,
+                c.states
+                    .into_iter()
+                    .map(|(p, s)| (p, s.tensor().clone()))
+                    .collect::<Vec<_>>(),
+                c.rng,
+            ),
+        };
+        cx.rng.set_state(rng);
+        cx.states.clear();
+        let mut tape = Tape::new();
+        let mut xs = Vec::with_capacity(inputs.len());
+        let mut x_ids = Vec::with_capacity(inputs.len());
+        for (t, needs) in inputs.into_iter().zip(rc.input_needs) {
+            if *needs && !sums_pass {
+                let id = tape.input_leaf();
+                xs.push(Var::tracked(t, id));
+                x_ids.push(Some(id));
+            } else {
+                xs.push(Var::constant(t));
+                x_ids.push(None);
+            }
+        }
+        let mut state_ids = Vec::with_capacity(states.len());
+        for (p, t) in states {
+            let id = tape.input_leaf();
+            cx.states.set(p.clone(), Var::tracked(t, id));
+            state_ids.push((p, id));
+        }
+        cx.tape = Some(tape);
+        let ys = {
+            let _recompute = enter_scope(Scope::new(rc.path.clone(), Phase::Recompute));
+            rc.segment.forward(cx, xs)
+        };
+        let tape = cx.tape.take().ok_or_else(|| {
+            pass_error(
+                rc.path,
+                rc.segment,
+                "the recompute tape disappeared during the chunk's forward".into(),
+            )
+        })?;
+        let ys = ys?;
+        let mut seeds = Vec::new();
+        for (y, g) in ys.iter().zip(out_grads.iter_mut()) {
+            let Some(id) = y.id() else { continue };
+            // With one chunk the output gradient moves into the seed, so the first backward
+            // op holds it alone and may overwrite it.
+            let seed = match g {
+                Some(g) if chunked => Some(g.narrow0(span.start, span.len())?),
+                g => g.take(),
+            };
+            if let Some(g) = seed {
+                seeds.push((id, g));
+            }
+        }
+        for (p, v) in cx.states.under_any(rc.state_prefixes) {
+            if let (Some(id), Some(g)) = (v.id(), carry.remove(&p)) {
+                seeds.push((id, g));
+            }
+        }
+        drop(ys);
+        cx.states.clear();
+        let mut leaf_grads = cx.backward_tape(tape, seeds)?;
+        reached_any |= cx.batch_stats.reached();
+        if !sums_pass {
+            assemble_input_grads(&mut input_grads, x_ids, &mut leaf_grads, span, rc.spans, chunked)?;
+        }
+        carry = state_ids
+            .into_iter()
+            .filter_map(|(p, id)| leaf_grads.remove(&id).map(|g| (p, g)))
+            .collect();
+    }
+    cx.batch_stats.set_reached(reached_any);
+    Ok((input_grads, carry))
+}
+
+/// Writes a chunk's input gradients into the full-length ones (allocated at the first chunk
+/// that has one), or moves them there when the segment is not chunked.
+fn assemble_input_grads(
+    input_grads: &mut [Option<Tensor>],
+    x_ids: Vec<Option<crate::autograd::VarId>>,
+    leaf_grads: &mut std::collections::HashMap<crate::autograd::VarId, Tensor>,
+    span: &Range<usize>,
+    spans: &[Range<usize>],
+    chunked: bool,
+) -> Result<()> {
+    for (i, id) in x_ids.into_iter().enumerate() {
+        let Some(g) = id.and_then(|id| leaf_grads.remove(&id)) else {
+            continue;
+        };
+        if !chunked {
+            input_grads[i] = Some(g);
+            continue;
+        }
+        if input_grads[i].is_none() {
+            let t = spans.last().map_or(0, |s| s.end);
+            input_grads[i] = Some(Tensor::zeros(
+                g.shape().with_dim0(t),
+                g.dtype(),
+                g.device(),
+                MemoryKind::Gradient,
+            )?);
+        }
+        if let Some(full) = &input_grads[i] {
+            kernels::assign(&full.narrow0(span.start, span.len())?, &g)?;
+        }
+    }
+    Ok(())
+}

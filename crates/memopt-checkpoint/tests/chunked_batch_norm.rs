@@ -1,0 +1,181 @@
+//! Checkpointed segments that contain training BatchNorm run in time chunks exactly: the
+//! statistics and the output-gradient sums are computed in passes over the chunks, so the loss,
+//! parameter and input gradients, BatchNorm running statistics, final neuron states and updated
+//! parameters are bit-identical to storing everything, and Meta measures the CPU's bytes
+//! (requested, allocated, reserved) exactly. Covers a bare BatchNorm, conv-BN-LIF blocks, the
+//! VGG block (BN inside a nested Sequential), ResNet blocks with BN in the shortcut, Sequentials
+//! of blocks, runs of children, and chunked segments nested in chunked segments.
+
+mod common;
+
+use common::{batch, fingerprint, tiny_conv_snn, trainer, zoo_small};
+use memopt_checkpoint::{Model, Plan, PlanEntry, Policy, StepOptions};
+use memopt_compress::CompressorKind;
+use memopt_core::{Device, MemoryTracker};
+
+fn chunked(chunks: usize) -> Policy {
+    Policy::Checkpoint {
+        compressor: CompressorKind::BitSpike,
+        chunks,
+    }
+}
+
+fn run(path: &str, children: [usize; 2], chunks: usize) -> PlanEntry {
+    PlanEntry {
+        path: path.into(),
+        children: Some(children),
+        policy: chunked(chunks),
+    }
+}
+
+fn plan(entries: Vec<PlanEntry>) -> Plan {
+    let mut p = Plan::store_all();
+    p.entries = entries;
+    p
+}
+
+fn entry(path: &str, chunks: usize) -> PlanEntry {
+    PlanEntry {
+        path: path.into(),
+        children: None,
+        policy: chunked(chunks),
+    }
+}
+
+/// Two steps (so the running statistics of the first feed the second) under `plan` against
+/// storing everything.
+fn assert_exact(build: &dyn Fn(Device) -> Model, plan: &Plan, n: usize) {
+    let baseline = fingerprint(&build(Device::Cpu), 2, n);
+    let mut model = build(Device::Cpu);
+    model.apply_plan(plan).unwrap();
+    let got = fingerprint(&model, 2, n);
+    assert!(
+        !got.buffers.is_empty(),
+        "the model has BatchNorm running statistics"
+    );
+    assert_eq!(got, baseline, "plan {}", plan.to_json());
+}
+
+/// (requested, allocated, reserved) peaks of one step on `device` under `plan`.
+fn peaks(build: &dyn Fn(Device) -> Model, plan: &Plan, device: Device, n: usize) -> (u64, u64, u64) {
+    let tracker = MemoryTracker::new(device);
+    let _installed = MemoryTracker::install(tracker.clone());
+    let mut model = build(device);
+    model.apply_plan(plan).unwrap();
+    let mut trainer = trainer(&model);
+    trainer
+        .step(&model, &batch(&model, n, 0), StepOptions::default())
+        .unwrap();
+    (
+        tracker.peak_bytes(),
+        tracker.allocated_peak_bytes(),
+        tracker.reserved_peak_bytes(),
+    )
+}
+
+fn assert_meta_matches_cpu(build: &dyn Fn(Device) -> Model, plan: &Plan, n: usize) {
+    let cpu = peaks(build, plan, Device::Cpu, n);
+    let meta = peaks(build, plan, Device::META, n);
+    assert_eq!(meta, cpu, "plan {}", plan.to_json());
+}
+
+fn tiny(d: Device) -> Model {
+    tiny_conv_snn(d, 5, 4)
+}
+
+#[test]
+fn conv_bn_lif_blocks_chunked() {
+    // block1: conv-BN-LIF in 2 chunks; block2: conv-BN-PLIF in 4 (one step each).
+    let p = plan(vec![entry("block1", 2), entry("block2", 4)]);
+    assert_exact(&tiny, &p, 2);
+    assert_meta_matches_cpu(&tiny, &p, 2);
+}
+
+#[test]
+fn a_bare_batch_norm_chunked() {
+    // The segment is the BatchNorm alone: its statistics pass runs nothing before it.
+    let p = plan(vec![entry("block1.bn", 4), entry("block2.bn", 3)]);
+    assert_exact(&tiny, &p, 3);
+}
+
+#[test]
+fn several_batch_norms_in_one_chunked_segment_and_nested_segments() {
+    // Both blocks (two BatchNorms, pooling between) as one run of root children in 2 chunks,
+    // with block2 chunked again inside each chunk and block1.sn checkpointed inside.
+    let p = plan(vec![
+        run("", [0, 4], 2),
+        entry("block2", 2),
+        PlanEntry {
+            path: "block1.sn".into(),
+            children: None,
+            policy: Policy::CHECKPOINT,
+        },
+    ]);
+    assert_exact(&tiny, &p, 2);
+    assert_meta_matches_cpu(&tiny, &p, 2);
+    // An unchunked checkpoint around a chunked one: the inner segment computes the statistics
+    // while the outer recomputes in backward.
+    let p = plan(vec![
+        PlanEntry {
+            path: "block1".into(),
+            children: None,
+            policy: Policy::CHECKPOINT,
+        },
+        entry("block1.bn", 2),
+    ]);
+    assert_exact(&tiny, &p, 2);
+}
+
+fn dvs_vgg(d: Device) -> Model {
+    zoo_small("cifar10dvs-vgg", d, 1)
+}
+
+#[test]
+fn cifar10dvs_vgg_blocks_chunked() {
+    // VGGBlock = Sequential(conv, BN) + LIF; with average pooling first in features.2; a run of
+    // two blocks; a block chunked inside a chunked block.
+    let p = plan(vec![
+        entry("features.0", 4),
+        run("features", [1, 3], 2),
+        entry("features.3", 2),
+        entry("features.3.proj_bn", 2),
+    ]);
+    assert_exact(&dvs_vgg, &p, 2);
+    assert_meta_matches_cpu(&dvs_vgg, &p, 2);
+}
+
+fn sew(d: Device) -> Model {
+    zoo_small("sew-resnet18", d, 2)
+}
+
+fn spiking_resnet(d: Device) -> Model {
+    zoo_small("spiking-resnet18", d, 3)
+}
+
+#[test]
+fn resnet_blocks_with_batch_norm_in_the_shortcut_chunked() {
+    // layer2.0 has a downsample (conv, BN) shortcut (and in SEW a neuron after it); layer1 is
+    // a Sequential of two blocks; layer3 chunked whole, with its first block chunked inside.
+    let p = plan(vec![
+        entry("layer1", 2),
+        entry("layer2.0", 2),
+        entry("layer3", 2),
+        entry("layer3.0", 2),
+    ]);
+    assert_exact(&sew, &p, 2);
+    assert_meta_matches_cpu(&sew, &p, 2);
+    assert_exact(&spiking_resnet, &p, 2);
+    assert_meta_matches_cpu(&spiking_resnet, &p, 2);
+}
+
+fn vgg11(d: Device) -> Model {
+    zoo_small("spiking-vgg11-bn", d, 4)
+}
+
+#[test]
+fn spiking_vgg11_runs_of_conv_bn_lif_chunked() {
+    // features = conv, BN, LIF, max pool, ...: runs across two conv-BN-LIF groups.
+    let p = plan(vec![run("features", [0, 4], 2), run("features", [4, 11], 2)]);
+    assert_exact(&vgg11, &p, 2);
+    assert_meta_matches_cpu(&vgg11, &p, 2);
+}

@@ -1,0 +1,87 @@
+//! A segment run in time chunks prices the passes of its training BatchNorms: per BatchNorm a
+//! statistics pass (the leaves up to it) in forward, and a gradient-sums pass (the whole
+//! segment's forward and the backward from the BatchNorm on) in backward.
+
+use memopt_checkpoint::{InputSpec, Plan, Policy};
+use memopt_compress::CompressorKind;
+use memopt_profiler::cost::Throughput;
+use memopt_profiler::{CostModel, Workload};
+
+fn vgg() -> CostModel {
+    let spec = InputSpec {
+        time_steps: 4,
+        sample: vec![2, 48, 48],
+        classes: 10,
+    };
+    CostModel::from_workload(
+        &Workload::zoo("cifar10dvs-vgg", spec, 2),
+        Throughput::cpu_default(),
+    )
+    .unwrap()
+}
+
+fn checkpoint(path: &str, chunks: usize) -> Plan {
+    Plan::from_entries([(
+        path,
+        Policy::Checkpoint {
+            compressor: CompressorKind::BitSpike,
+            chunks,
+        },
+    )])
+}
+
+#[test]
+fn chunked_batch_norm_segments_price_their_passes() {
+    let m = vgg();
+    let fwd = |p: &str| m.forward_ms(p);
+    let bwd = |p: &str| m.backward_ms(p);
+    // features.1 = proj_bn (conv `0`, BatchNorm `1`) and neuron.
+    let (conv, bn, sn) = (
+        "features.1.proj_bn.0",
+        "features.1.proj_bn.1",
+        "features.1.neuron",
+    );
+    let passes = fwd(conv) + fwd(bn) + fwd("features.1") + bwd(bn) + bwd(sn);
+    assert!(passes > fwd("features.1"));
+    let extra = m.plan_extra_ms(&checkpoint("features.1", 2)) - m.plan_extra_ms(&checkpoint("features.1", 1));
+    assert!((extra - passes).abs() <= 1e-9 * passes, "{extra} vs {passes}");
+    // Chunks of a segment without BatchNorm cost what one chunk costs.
+    assert_eq!(
+        m.plan_extra_ms(&checkpoint("features.1.neuron", 4)),
+        m.plan_extra_ms(&checkpoint("features.1.neuron", 1))
+    );
+    // A chunked segment inside another chunked segment runs no passes of its own.
+    let nested = Plan::from_entries([
+        (
+            "features",
+            Policy::Checkpoint {
+                compressor: CompressorKind::BitSpike,
+                chunks: 2,
+            },
+        ),
+        (
+            "features.1",
+            Policy::Checkpoint {
+                compressor: CompressorKind::BitSpike,
+                chunks: 2,
+            },
+        ),
+    ]);
+    let flat = Plan::from_entries([
+        (
+            "features",
+            Policy::Checkpoint {
+                compressor: CompressorKind::BitSpike,
+                chunks: 2,
+            },
+        ),
+        (
+            "features.1",
+            Policy::Checkpoint {
+                compressor: CompressorKind::BitSpike,
+                chunks: 1,
+            },
+        ),
+    ]);
+    assert_eq!(m.plan_extra_ms(&nested), m.plan_extra_ms(&flat));
+}

@@ -1,0 +1,57 @@
+//! `verify_plan` on segments with training BatchNorm run in time chunks, on the zoo models at
+//! small sizes: the measured CPU peak equals the planned (Meta) peak to the byte, and the loss,
+//! gradients, BatchNorm running statistics, neuron states and updated parameters are
+//! bit-identical to storing everything.
+
+use memopt_checkpoint::{Plan, PlanEntry, Policy};
+use memopt_compress::CompressorKind;
+use memopt_core::Device;
+use memopt_profiler::{Workload, verify_plan};
+
+fn chunked(path: &str, children: Option<[usize; 2]>, chunks: usize) -> PlanEntry {
+    PlanEntry {
+        path: path.into(),
+        children,
+        policy: Policy::Checkpoint {
+            compressor: CompressorKind::BitSpike,
+            chunks,
+        },
+    }
+}
+
+fn verify(model: &str, entries: Vec<PlanEntry>) {
+    let workload = Workload::zoo_small(model, 2).unwrap();
+    let plan = Plan {
+        entries,
+        ..Plan::store_all()
+    };
+    let check = verify_plan(&workload, &plan, Device::Cpu).unwrap();
+    assert!(check.passed(), "{model}: {}", check.summary());
+    assert!(!check.data_dependent, "{model}: the peak is exact");
+}
+
+#[test]
+fn cifar10dvs_vgg_with_chunked_blocks_verifies() {
+    verify(
+        "cifar10dvs-vgg",
+        vec![
+            chunked("features.1", None, 4),
+            chunked("features", Some([2, 4]), 2),
+        ],
+    );
+}
+
+#[test]
+fn resnets_with_chunked_blocks_verify() {
+    for model in ["sew-resnet18", "spiking-resnet18"] {
+        verify(
+            model,
+            vec![chunked("layer1", None, 2), chunked("layer2.0", None, 2)],
+        );
+    }
+}
+
+#[test]
+fn spiking_vgg11_with_a_chunked_run_verifies() {
+    verify("spiking-vgg11-bn", vec![chunked("features", Some([0, 7]), 2)]);
+}

@@ -178,8 +178,8 @@ fn peer_run(s: &Settings, w: &Workload) -> Result<(f64, Value), String> {
     }
     let v: Value = String::from_utf8_lossy(&out.stdout)
         .lines()
-        .filter_map(|l| serde_json::from_str(l).ok())
-        .last()
+        .rev()
+        .find_map(|l| serde_json::from_str(l).ok())
         .ok_or("bench/peer/step_time.py printed no result")?;
     Ok((median(&step_times(&v["step_ms"], false)?), v["torch"].clone()))
 }

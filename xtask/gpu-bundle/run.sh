@@ -80,9 +80,9 @@ fi
 py_rc=skipped
 if command -v python3 > /dev/null && python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2> /dev/null; then
     if ! python3 -c 'import spikingjelly' 2> /dev/null; then
-        whl="$(ls "$HERE"/wheels/spikingjelly-*.whl 2> /dev/null | head -1)"
-        if [ -n "$whl" ]; then
-            python3 -m pip install --quiet --no-deps --target "$OUT/pydeps" "$whl" > "$OUT/logs/pip.log" 2>&1
+        whls=("$HERE"/wheels/*.whl)
+        if [ -e "${whls[0]}" ]; then
+            python3 -m pip install --quiet --no-deps --target "$OUT/pydeps" "${whls[@]}" > "$OUT/logs/pip.log" 2>&1
             export PYTHONPATH="$OUT/pydeps${PYTHONPATH:+:$PYTHONPATH}"
         fi
     fi

@@ -1,9 +1,10 @@
-//! `cargo xtask gpu-bundle [--out DIR] [--wheel FILE]`: one folder that runs every GPU test and
+//! `cargo xtask gpu-bundle [--out DIR] [--wheel FILE]...`: one folder that runs every GPU test and
 //! the GPU benchmark on a machine with a GPU and no Rust toolchain.
 //!
 //! Builds the GPU test binaries and the `gpu_bench` example in release mode with symbols
 //! stripped, copies them with `run.sh`, `README.md` and the PyTorch + SpikingJelly comparison
-//! script into the folder (default `target/gpu-bundle/`), optionally with a SpikingJelly wheel,
+//! script into the folder (default `target/gpu-bundle/`), optionally with Python wheels (SpikingJelly and
+//! the pure-Python packages it imports that a GPU machine's PyTorch lacks),
 //! and refuses a folder over 48 MiB. The test binaries are found from
 //! `cargo test --no-run --message-format=json`.
 
@@ -15,11 +16,12 @@ use std::process::Command;
 const MAX_BYTES: u64 = 48 * 1024 * 1024;
 
 /// The GPU test targets: (package, integration test).
-const TESTS: [(&str, &str); 8] = [
+const TESTS: [(&str, &str); 9] = [
     ("memopt-core", "nvrtc_kernels"),
     ("memopt-core", "gpu_pool"),
     ("memopt-core", "gpu_ops"),
     ("memopt-core", "gpu_layers"),
+    ("memopt-core", "gpu_unread_outputs"),
     ("memopt-profiler", "gpu_timing"),
     ("memopt-compress", "nvrtc"),
     ("memopt-compress", "gpu"),
@@ -73,12 +75,13 @@ fn copy(from: &Path, to: &Path) -> Result<u64, String> {
 
 /// Builds the bundle into `out` (replaced only once everything is built) and returns its size
 /// in bytes.
-pub fn build(root: &Path, out: &Path, wheel: Option<&Path>) -> Result<u64, String> {
-    if let Some(w) = wheel
-        && !w.is_file()
+pub fn build(root: &Path, out: &Path, wheels: &[PathBuf]) -> Result<u64, String> {
+    if let Some(w) = wheels
+        .iter()
+        .find(|w| !w.is_file() || w.extension().is_none_or(|e| e != "whl"))
     {
         return Err(format!(
-            "--wheel {}: no such file (a spikingjelly-*.whl)",
+            "--wheel {}: not a wheel file (a *.whl, e.g. spikingjelly-2.0.0-py3-none-any.whl)",
             w.display()
         ));
     }
@@ -122,7 +125,7 @@ pub fn build(root: &Path, out: &Path, wheel: Option<&Path>) -> Result<u64, Strin
     for (from, name) in FILES {
         copy(&root.join(from), &staging.join(name))?;
     }
-    if let Some(w) = wheel {
+    for w in wheels {
         let name = w.file_name().ok_or("the wheel path has no file name")?;
         copy(w, &staging.join("wheels").join(name))?;
     }

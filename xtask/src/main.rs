@@ -6,7 +6,7 @@
 //!   exact and measured peak, step time ratio to the baseline, planning time) written by the
 //!   memopt-cli `models` bench into `target/bench/models.{md,json}`. `--quick` passes criterion
 //!   short warm-up and measurement times and times one step per table row.
-//! - `cargo xtask gpu-bundle [--out DIR] [--wheel FILE]`: the GPU test binaries and the GPU
+//! - `cargo xtask gpu-bundle [--out DIR] [--wheel FILE]...`: the GPU test binaries and the GPU
 //!   benchmark (release, stripped) with `run.sh` in one folder of at most 48 MiB (default
 //!   `target/gpu-bundle/`) to copy to a GPU machine without Rust (see `gpu_bundle.rs`).
 //! - `cargo xtask peer [--threads K] [--steps S] [--quick]`: one training step of memopt against
@@ -31,9 +31,10 @@ usage: cargo xtask <task>
 tasks:
   bench [--quick] [--models a,b] [--no-kernels] [--no-models]
         kernel benches (criterion) and whole-model tables, written under target/bench/
-  gpu-bundle [--out DIR] [--wheel FILE]
+  gpu-bundle [--out DIR] [--wheel FILE]...
         GPU test binaries + GPU benchmark + run.sh in one folder (default target/gpu-bundle/,
-        at most 48 MiB); --wheel adds a spikingjelly wheel for the PyTorch comparison
+        at most 48 MiB); each --wheel adds a Python wheel for the PyTorch comparison
+        (spikingjelly, and loguru and SciencePlots, which it imports)
   peer [--threads K] [--steps S] [--quick]
         one training step against PyTorch + SpikingJelly (needs MEMOPT_PEER_PYTHON or python3
         with torch and spikingjelly==2.0.0; skips without), written under target/bench/
@@ -257,7 +258,7 @@ fn bench(args: &[String]) -> Result<(), String> {
 
 fn gpu_bundle(args: &[String]) -> Result<(), String> {
     let mut out = None;
-    let mut wheel = None;
+    let mut wheels = Vec::new();
     let mut i = 0;
     while i < args.len() {
         let value = || {
@@ -267,7 +268,7 @@ fn gpu_bundle(args: &[String]) -> Result<(), String> {
         };
         match args[i].as_str() {
             "--out" => out = Some(value()?),
-            "--wheel" => wheel = Some(value()?),
+            "--wheel" => wheels.push(value()?),
             other => return Err(format!("unknown option '{other}' for gpu-bundle\n\n{USAGE}")),
         }
         i += 2;
@@ -276,7 +277,7 @@ fn gpu_bundle(args: &[String]) -> Result<(), String> {
         Some(o) => o,
         None => target_dir()?.join("gpu-bundle"),
     };
-    let size = gpu_bundle::build(&root(), &out, wheel.as_deref())?;
+    let size = gpu_bundle::build(&root(), &out, &wheels)?;
     eprintln!(
         "xtask: GPU bundle in {} ({size} bytes, {:.1} MiB); on the GPU machine: {}/run.sh [OUT_DIR]",
         out.display(),

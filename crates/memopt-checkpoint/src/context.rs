@@ -1,7 +1,9 @@
 //! The forward context: the tape (when recording), the RNG, the mode, neuron states, the
 //! memory policies in force and the parameter gradients of the step.
 
-use crate::autograd::{Backward, BackwardOp, Gradients, SavedTensor, StateStore, Tape, Typed, Var, VarId};
+use crate::autograd::{
+    Backward, BackwardOp, Gradients, SavedLayerInput, SavedTensor, StateStore, Tape, Typed, Var, VarId,
+};
 use crate::module::Module;
 use crate::module::call_observer::{self, ModuleCall, ValueInfo};
 use crate::param::{Param, ParamId};
@@ -32,10 +34,21 @@ pub struct Cx<'m> {
     /// How many chunked segments enclose the current call (see [`Cx::in_time_chunk`]).
     pub(crate) time_chunk_depth: usize,
     pub(crate) states: StateStore,
+    /// Whether convolution and linear layers keep spike inputs bit-packed for backward (inside
+    /// a module under [`Policy::StorePacked`]).
+    packs_saved_spikes: bool,
     /// Whole-batch BatchNorm statistics and passes of the chunked segments running.
     pub(crate) batch_stats: BatchStats,
     policies: &'m PolicyTable,
     grads: Gradients,
+    /// Whether the values the module call running now returns are read by no one (see
+    /// [`Cx::outputs_unread`]).
+    unread_call: bool,
+    /// Whether the next module call or op produces values read by no one: armed by
+    /// [`Cx::final_op`], by [`Cx::call_children`] for a container's last child and by a
+    /// recomputation for its segment; taken by the next module call
+    /// or by an op ([`Cx::take_output_unread`]).
+    unread_next: bool,
 }
 
 impl<'m> Cx<'m> {
@@ -55,9 +68,12 @@ impl<'m> Cx<'m> {
             recompute_depth: 0,
             time_chunk_depth: 0,
             states: StateStore::default(),
+            packs_saved_spikes: false,
             batch_stats: BatchStats::default(),
             policies,
             grads: Gradients::default(),
+            unread_call: false,
+            unread_next: false,
         }
     }
 
@@ -95,6 +111,54 @@ impl<'m> Cx<'m> {
     /// chunked child then splits each of its parent's chunks (into at most that many steps).
     pub fn in_time_chunk(&self) -> bool {
         self.time_chunk_depth > 0
+    }
+
+    /// Whether the values the current module call returns are read by no one: the call gives
+    /// the outputs of a recomputed segment, of which backward needs only the tape ids (their
+    /// gradients are the seeds), shapes and spike flags. A module whose outputs come unchanged
+    /// (views aside) from one op or one child call runs that op or call in [`Cx::final_op`],
+    /// which lets it skip materialising an output its own backward does not keep.
+    pub fn outputs_unread(&self) -> bool {
+        self.unread_call
+    }
+
+    /// Runs `f`, the one op or child call whose outputs the current module call returns
+    /// unchanged (views such as reshapes aside): when [`Cx::outputs_unread`] holds, that op may
+    /// return unmaterialised stand-ins ([`Tensor::unmaterialised`]) for outputs its backward does
+    /// not keep, and that child is called with its own outputs unread. Calling anything else in
+    /// `f` whose result the module reads would read a stand-in, which is an error
+    /// ([`memopt_core::CoreError::Unmaterialised`]), never a wrong value.
+    pub fn final_op<T>(&mut self, f: impl FnOnce(&mut Self) -> Result<T>) -> Result<T> {
+        self.unread_next = self.unread_call;
+        let out = f(self);
+        self.unread_next = false;
+        out
+    }
+
+    /// Called by an op before it allocates its outputs: whether they are read by no one (the op
+    /// runs in [`Cx::final_op`] of a module call whose outputs are unread). An op that records
+    /// its backward may then skip materialising every output that backward does not keep and
+    /// return [`Tensor::unmaterialised`] stand-ins (same shape, dtype, device and spike flag);
+    /// an op whose backward keeps its output (relu, sigmoid) must ignore the answer. Taking it
+    /// disarms it, so later ops of the same module materialise theirs.
+    pub fn take_output_unread(&mut self) -> bool {
+        std::mem::take(&mut self.unread_next)
+    }
+
+    /// Arms [`Cx::take_output_unread`] / the next call's [`Cx::outputs_unread`] (recomputation
+    /// does so for its segment).
+    pub(crate) fn arm_unread(&mut self, unread: bool) {
+        self.unread_next = unread;
+    }
+
+    /// Runs `f` (a module's forward called directly, not through [`Cx::call`]) with
+    /// [`Cx::outputs_unread`] equal to what was armed, disarming it.
+    pub(crate) fn with_armed_call<T>(&mut self, f: impl FnOnce(&mut Self) -> Result<T>) -> Result<T> {
+        let unread = std::mem::take(&mut self.unread_next);
+        let outer = std::mem::replace(&mut self.unread_call, unread);
+        let out = f(self);
+        self.unread_call = outer;
+        out
     }
 
     pub(crate) fn enter_recompute(&mut self) {
@@ -179,6 +243,26 @@ impl<'m> Cx<'m> {
         SavedTensor::new(t)
     }
 
+    /// Keeps a convolution's or linear layer's input `x` for its weight gradient (see
+    /// [`SavedLayerInput`]): packed spikes stay packed; f32 spikes are packed inside a module
+    /// under [`Policy::StorePacked`]; anything else is kept as it is.
+    pub fn save_layer_input(&self, x: &Var) -> Result<SavedLayerInput> {
+        SavedLayerInput::of(x, self.packs_saved_spikes)
+    }
+
+    /// Whether convolution and linear layers keep spike inputs bit-packed for backward here.
+    pub fn packs_saved_spikes(&self) -> bool {
+        self.packs_saved_spikes
+    }
+
+    /// Runs `f` with [`Cx::packs_saved_spikes`] set to `packs`, restoring it afterwards.
+    pub(crate) fn with_packed_saves<T>(&mut self, packs: bool, f: impl FnOnce(&mut Self) -> T) -> T {
+        let outer = std::mem::replace(&mut self.packs_saved_spikes, packs);
+        let r = f(self);
+        self.packs_saved_spikes = outer;
+        r
+    }
+
     /// [`Cx::needs_grad`] over an op's input slots, absent optional inputs as `None`.
     pub fn slots_need_grad(&self, slots: &[Option<&Var>]) -> bool {
         self.tape.is_some() && slots.iter().flatten().any(|v| v.requires_grad())
@@ -206,6 +290,23 @@ impl<'m> Cx<'m> {
     ) -> Var {
         let mut v = self.record(op, inputs, vec![output]);
         v.pop().expect("record returns one value per output")
+    }
+
+    /// [`Cx::record1`] for an output that is a value rather than a tensor (packed spikes stay
+    /// packed); returns it with its tape id, or unchanged when no input needs a gradient.
+    pub(crate) fn record_value<const N: usize>(
+        &mut self,
+        op: impl Backward<'m, N> + 'm,
+        inputs: [Option<&Var>; N],
+        output: Var,
+    ) -> Var {
+        let ids: Vec<Option<VarId>> = inputs.iter().map(|v| v.and_then(Var::id)).collect();
+        let Some(tape) = self.tape.as_mut().filter(|_| ids.iter().any(Option::is_some)) else {
+            return output;
+        };
+        let id = VarId::fresh();
+        tape.push(Box::new(Typed(op)), ids, vec![id], current_scope());
+        output.with_id(id)
     }
 
     /// Records an op with one output even when none of its inputs needs a gradient (while
@@ -276,11 +377,11 @@ impl<'m> Cx<'m> {
         let path = current_scope().module_path().clone();
         let policy = self.policies.get(&path).copied().filter(|_| self.is_recording());
         if !call_observer::observing() {
-            return self.dispatch(path, module, inputs, policy);
+            return self.dispatch_armed(path, module, inputs, policy);
         }
-        let infos: Vec<ValueInfo> = inputs.iter().map(|v| ValueInfo::of(v.tensor())).collect();
-        let outputs = self.dispatch(path.clone(), module, inputs, policy)?;
-        let out_infos: Vec<ValueInfo> = outputs.iter().map(|v| ValueInfo::of(v.tensor())).collect();
+        let infos: Vec<ValueInfo> = inputs.iter().map(ValueInfo::of_value).collect();
+        let outputs = self.dispatch_armed(path.clone(), module, inputs, policy)?;
+        let out_infos: Vec<ValueInfo> = outputs.iter().map(ValueInfo::of_value).collect();
         call_observer::notify(&ModuleCall {
             path: &path,
             phase: current_scope().phase(),
@@ -292,6 +393,22 @@ impl<'m> Cx<'m> {
         Ok(outputs)
     }
 
+    /// [`Cx::dispatch`] with [`Cx::outputs_unread`] set to what was armed for this call. A child
+    /// under a checkpoint or offload policy runs without it: its forward runs without a tape and
+    /// its outputs are the node's.
+    fn dispatch_armed(
+        &mut self,
+        path: ModulePath,
+        module: &'m dyn Module,
+        inputs: Vec<Var>,
+        policy: Option<Policy>,
+    ) -> Result<Vec<Var>> {
+        if !matches!(policy, None | Some(Policy::Store | Policy::StorePacked)) {
+            self.unread_next = false;
+        }
+        self.with_armed_call(|cx| cx.dispatch(path, module, inputs, policy))
+    }
+
     fn dispatch(
         &mut self,
         path: ModulePath,
@@ -301,6 +418,7 @@ impl<'m> Cx<'m> {
     ) -> Result<Vec<Var>> {
         match policy {
             None | Some(Policy::Store) => module.forward(self, inputs),
+            Some(Policy::StorePacked) => self.with_packed_saves(true, |cx| module.forward(cx, inputs)),
             Some(policy @ (Policy::Checkpoint { .. } | Policy::Offload { .. })) => {
                 crate::policy::checkpoint::forward(self, path, Segment::Module(module), inputs, policy)
             }
@@ -308,8 +426,9 @@ impl<'m> Cx<'m> {
     }
 
     /// Runs the children of `parent` (the module of the current scope, whose children form a
-    /// chain) one after the other, each on the previous one's outputs, applying the policies
-    /// assigned to runs of consecutive children (plan entries with `children`).
+    /// chain) one after the other, each on the previous one's outputs (passed through
+    /// [`Module::before_child`]), applying the policies assigned to runs of consecutive children
+    /// (plan entries with `children`).
     pub fn call_children(&mut self, parent: &'m dyn Module, inputs: Vec<Var>) -> Result<Vec<Var>> {
         let path = current_scope().module_path().clone();
         let n = parent.child_count();
@@ -322,6 +441,9 @@ impl<'m> Cx<'m> {
                 .iter()
                 .find(|r| r.start == i)
                 .map_or(i + 1, |r| r.end);
+            xs = parent.before_child(self, i, xs)?;
+            // The last run gives the container's outputs: unread when the container's are.
+            self.unread_next = end >= n && self.unread_call;
             xs = self.call_child_run(parent, i, end, xs)?;
             i = end;
         }
@@ -329,7 +451,9 @@ impl<'m> Cx<'m> {
     }
 
     /// Runs children `start..end` of `parent` (the module of the current scope) as one segment
-    /// under the policy assigned to that run, or one by one when it has none.
+    /// under the policy assigned to that run, or one by one when it has none. `inputs` are child
+    /// `start`'s (after [`Module::before_child`]); the run applies `before_child` to the later
+    /// children itself.
     pub fn call_child_run(
         &mut self,
         parent: &'m dyn Module,
@@ -347,6 +471,7 @@ impl<'m> Cx<'m> {
             .map(|r| r.policy);
         match policy {
             Some(p) if self.is_recording() => {
+                self.unread_next = false;
                 crate::policy::checkpoint::forward(self, path, segment, inputs, p)
             }
             _ => segment.forward(self, inputs),
@@ -363,7 +488,7 @@ impl<'m> Cx<'m> {
     /// [`Cx::grads`]; returns the gradients of the leaves created with `requires_grad`.
     pub fn backward(&mut self, loss: &Var) -> Result<HashMap<VarId, Tensor>> {
         let id = loss.expect_id("the loss")?;
-        if loss.tensor().elem_count() != 1 {
+        if loss.shape().elem_count() != 1 {
             return Err(CheckpointError::Autograd(format!(
                 "backward needs a scalar loss, got shape {}",
                 loss.shape()

@@ -121,9 +121,13 @@ impl Trainer {
             let x_id = x.id();
             let out = model.forward(&mut cx, x)?;
             let (loss, rate) = loss(&mut cx, out, &batch.target)?;
-            (loss, opts.keep_output.then(|| rate.tensor().clone()), x_id)
+            (
+                loss,
+                opts.keep_output.then(|| rate.into_tensor()).transpose()?,
+                x_id,
+            )
         };
-        let loss_value = loss.tensor().to_scalar_f32().ok();
+        let loss_value = loss.as_dense().and_then(|t| t.to_scalar_f32().ok());
         let mut leaves = cx.backward(&loss)?;
         drop(loss);
         let grads = cx.take_grads();
@@ -132,8 +136,8 @@ impl Trainer {
             cx.states()
                 .under("")
                 .into_iter()
-                .map(|(p, v)| (p.to_string(), v.into_tensor()))
-                .collect()
+                .map(|(p, v)| Ok((p.to_string(), v.into_tensor()?)))
+                .collect::<Result<_>>()?
         } else {
             Vec::new()
         };

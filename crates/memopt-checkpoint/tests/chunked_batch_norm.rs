@@ -179,3 +179,36 @@ fn spiking_vgg11_runs_of_conv_bn_lif_chunked() {
     assert_exact(&vgg11, &p, 2);
     assert_meta_matches_cpu(&vgg11, &p, 2);
 }
+
+fn store_packed(path: &str) -> PlanEntry {
+    PlanEntry {
+        path: path.into(),
+        children: None,
+        policy: Policy::StorePacked,
+    }
+}
+
+#[test]
+fn chunked_batch_norm_segments_compose_with_packed_reads_and_store_packed() {
+    // block2's input (max-pooled spikes) is saved bit-packed, and its conv reads it one time
+    // step at a time in every pass of the chunked segment (statistics, gradient sums,
+    // backward); block1 stores its conv's input packed around its BatchNorm.
+    let p = plan(vec![entry("block2", 2), store_packed("block1")]);
+    assert_exact(&tiny, &p, 2);
+    assert_meta_matches_cpu(&tiny, &p, 2);
+    // store_packed inside a chunked run with two BatchNorms: the recomputation of each chunk
+    // (in every pass) keeps block2's conv input packed.
+    let p = plan(vec![run("", [0, 4], 2), store_packed("block2")]);
+    assert_exact(&tiny, &p, 2);
+    assert_meta_matches_cpu(&tiny, &p, 2);
+    // The VGG: a chunked run of blocks whose input is spikes with store_packed on a block in
+    // it, store_packed on a block after it, and a block chunked on its own.
+    let p = plan(vec![
+        run("features", [1, 3], 2),
+        store_packed("features.1"),
+        store_packed("features.3"),
+        entry("features.4", 2),
+    ]);
+    assert_exact(&dvs_vgg, &p, 2);
+    assert_meta_matches_cpu(&dvs_vgg, &p, 2);
+}

@@ -161,7 +161,7 @@ fn conv_bn_lif_matches_spikingjelly() {
     let weighted = memopt_checkpoint::ops::mul(&mut cx, &spikes, &gy).unwrap();
     let loss = memopt_checkpoint::ops::sum_all(&mut cx, &weighted).unwrap();
     assert_eq!(
-        spikes.tensor().to_vec_f32().unwrap(),
+        spikes.tensor().unwrap().to_vec_f32().unwrap(),
         tensor(&g["spikes"], MemoryKind::Input).to_vec_f32().unwrap()
     );
     let mut leaves = cx.backward(&loss).unwrap();

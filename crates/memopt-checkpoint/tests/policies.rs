@@ -18,9 +18,15 @@ const LOSSLESS: [CompressorKind; 4] = [
     CompressorKind::Sparse,
 ];
 
-/// A random valid plan: each module gets store, checkpoint (random lossless compressor and, where
-/// the segment allows it, random chunks) or offload, from the random choices in `picks`.
+/// A random valid plan: each module gets store, store with packed spike inputs, checkpoint
+/// (random lossless compressor and, where the segment allows it, random chunks) or offload,
+/// from the random choices in `picks`.
 fn random_plan(model: &Model, picks: &[u32]) -> Plan {
+    random_plan_with(model, picks, &LOSSLESS)
+}
+
+/// [`random_plan`] drawing the compressors from `compressors`.
+fn random_plan_with(model: &Model, picks: &[u32], compressors: &[CompressorKind]) -> Plan {
     let t = model.spec().time_steps;
     let mut entries = Vec::new();
     for (info, &r) in model
@@ -29,10 +35,11 @@ fn random_plan(model: &Model, picks: &[u32]) -> Plan {
         .filter(|i| !i.path.is_empty())
         .zip(picks.iter().cycle())
     {
-        let compressor = LOSSLESS[(r / 8) as usize % LOSSLESS.len()];
-        let policy = match r % 4 {
+        let compressor = compressors[(r / 8) as usize % compressors.len()];
+        let policy = match r % 5 {
             0 => continue,
             1 => Policy::Offload { compressor },
+            4 => Policy::StorePacked,
             _ => {
                 let chunks = 1 + (r as usize / 32) % t;
                 let chunked = Policy::Checkpoint { compressor, chunks };
@@ -64,7 +71,7 @@ fn random_plan(model: &Model, picks: &[u32]) -> Plan {
         let n = info.children;
         let start = (r as usize / 3) % (n - 1);
         let end = start + 1 + (r as usize / 7) % (n - start);
-        let compressor = LOSSLESS[(r / 5) as usize % LOSSLESS.len()];
+        let compressor = compressors[(r / 5) as usize % compressors.len()];
         let chunks = 1 + (r as usize / 11) % t;
         for policy in [
             Policy::Checkpoint { compressor, chunks },
@@ -116,9 +123,19 @@ fn check_plan_is_exact(
     steps: usize,
     n: usize,
 ) -> Result<(), TestCaseError> {
+    check_plan_is_exact_with(build, picks, steps, n, &LOSSLESS)
+}
+
+fn check_plan_is_exact_with(
+    build: impl Fn() -> Model,
+    picks: &[u32],
+    steps: usize,
+    n: usize,
+    compressors: &[CompressorKind],
+) -> Result<(), TestCaseError> {
     let baseline = fingerprint(&build(), steps, n);
     let mut model = build();
-    let plan = random_plan(&model, picks);
+    let plan = random_plan_with(&model, picks, compressors);
     model.apply_plan(&plan).unwrap();
     let got = fingerprint(&model, steps, n);
     prop_assert_eq!(&got, &baseline, "plan {}", plan.to_json());
@@ -138,6 +155,15 @@ proptest! {
         check_plan_is_exact(|| zoo_small("spiking-mlp", Device::Cpu, 5), &picks, 2, 3)?;
     }
 
+    /// Bit-packed saved inputs only: every checkpointed segment that starts with a convolution
+    /// or a linear layer on spikes (tiny_conv_snn's block2, toy-if's blocks 1 and 2) reads
+    /// them one time step at a time, chunked, nested and offloaded alike.
+    #[test]
+    fn packed_reads_are_exact_under_any_plan(picks in proptest::collection::vec(0u32..1024, 1..24), t in 1usize..5) {
+        check_plan_is_exact_with(|| tiny_conv_snn(Device::Cpu, 4, t), &picks, 2, 2, &[CompressorKind::BitSpike])?;
+        check_plan_is_exact_with(|| zoo_small("toy-if", Device::Cpu, 8), &picks, 1, 2, &[CompressorKind::BitSpike])?;
+    }
+
     #[test]
     fn toy_if_is_exact_under_any_plan(picks in proptest::collection::vec(0u32..1024, 1..20)) {
         check_plan_is_exact(|| zoo_small("toy-if", Device::Cpu, 7), &picks, 1, 2)?;
@@ -151,11 +177,17 @@ fn nested_chunked_checkpoints_everywhere_are_exact() {
     let build = || tiny_conv_snn(Device::Cpu, 9, 4);
     let baseline = fingerprint(&build(), 2, 2);
     let mut model = build();
-    let picks: Vec<u32> = (0..64).map(|i| 2 + 8 + 32 * 3 + 4 * (i % 2)).collect();
+    // 107 and 108: checkpoint (r % 5 in 2..=3) with BitSpike ((r / 8) % 4 == 1) and 4 chunks
+    // (1 + (r / 32) % 4) wherever the segment allows chunks.
+    let picks: Vec<u32> = (0..64).map(|i| 107 + (i % 2)).collect();
     let plan = random_plan(&model, &picks);
     assert!(
         plan.entries.iter().any(|e| e.policy.chunks() > 1),
         "some module is chunked"
+    );
+    assert!(
+        plan.entries.iter().all(|e| e.policy.recomputes()),
+        "every entry checkpoints: {plan:?}"
     );
     model.apply_plan(&plan).unwrap();
     assert_eq!(fingerprint(&model, 2, 2), baseline);

@@ -246,7 +246,7 @@ fn forward(model: &Model, n: usize, training: bool) -> (Vec<usize>, Option<Vec<f
     );
     let x = cx.leaf(b.input.clone(), false);
     let y = model.forward(&mut cx, x).unwrap();
-    (y.dims().to_vec(), y.tensor().to_vec_f32().ok())
+    (y.dims().to_vec(), y.tensor().unwrap().to_vec_f32().ok())
 }
 
 #[test]
@@ -406,6 +406,7 @@ fn reference_resnet18<'m>(cx: &mut Cx<'m>, model: &'m Model, x: Var, sew: bool) 
 
 fn bits(v: &Var) -> Vec<u32> {
     v.tensor()
+        .unwrap()
         .to_vec_f32()
         .unwrap()
         .into_iter()

@@ -71,7 +71,7 @@ fn main() {
                 std::process::exit(1);
             }
         };
-        match bench(&selection, timed, None, memopt_core::Device::Cpu) {
+        match bench(&selection, timed, None, memopt_core::Device::Cpu, None, &[]) {
             Ok(r) => {
                 md.push_str(&format!(
                     "\n## {name}\n\n{}; planning session setup {:.1} ms\n\n{}",

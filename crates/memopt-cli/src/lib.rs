@@ -15,6 +15,7 @@
 
 pub mod align;
 pub mod bench;
+pub mod calibration;
 pub mod commands;
 pub mod device_arg;
 pub mod error;
@@ -110,6 +111,9 @@ pub enum Command {
     /// Compare every strategy on one model: exact peak, measured step time and overhead.
     #[command(long_about = commands::bench::LONG_ABOUT)]
     Bench(commands::bench::BenchArgs),
+    /// Measure this device's per-module-type time factors for the cost model.
+    #[command(long_about = commands::calibrate::LONG_ABOUT)]
+    Calibrate(commands::calibrate::CalibrateArgs),
     /// Chart a step's memory as SVG: the timeline by kind and the top modules at the peak.
     #[command(long_about = commands::plot::LONG_ABOUT)]
     Plot(commands::plot::PlotArgs),
@@ -127,6 +131,7 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> Result<()> {
         Command::Frames(a) => commands::frames::run(&a, out),
         Command::Eval(a) => commands::eval::run(&a, out),
         Command::Bench(a) => commands::bench::run(&a, out),
+        Command::Calibrate(a) => commands::calibrate::run(&a, out),
         Command::Plot(a) => commands::plot::run(&a, out),
     }
 }

@@ -13,6 +13,15 @@ fn parent(p: &str) -> Option<ModulePath> {
     ModulePath::from(p).parent()
 }
 
+/// The position of `m` among the children of `par` (its parent), in `modules`' order (the
+/// modules' forward order, whatever the children are named).
+fn child_index(modules: &[ModuleInfo], m: &ModuleInfo, par: &ModulePath) -> Option<usize> {
+    modules
+        .iter()
+        .filter(|c| c.depth == m.depth && parent(&c.path).as_ref() == Some(par))
+        .position(|c| c.path == m.path)
+}
+
 /// The module tree of `modules` (from [`memopt_checkpoint::Model::modules`]) with `plan`'s
 /// policies: the top level, every planned module with its ancestors and siblings (so what is
 /// stored next to it shows), nothing below a planned module (its policy covers it). Runs of
@@ -55,7 +64,7 @@ pub fn plan_tree(modules: &[ModuleInfo], plan: &Plan) -> String {
             let note = if let Some(p) = planned(&m.path) {
                 p.to_string()
             } else if let Some((e, [a, b], i)) = parent(&m.path).and_then(|par| {
-                let i: usize = m.path.rsplit('.').next()?.parse().ok()?;
+                let i = child_index(modules, m, &par)?;
                 plan.entries.iter().find_map(|e| match e.children {
                     Some([a, b]) if e.path == par.as_str() && (a..b).contains(&i) => Some((e, [a, b], i)),
                     _ => None,
@@ -149,5 +158,32 @@ mod tests {
             "{tree}"
         );
         assert_eq!(tree.matches("(same segment)").count(), 2, "{tree}");
+    }
+
+    #[test]
+    fn runs_of_named_children_are_marked_too() {
+        let _t = MemoryTracker::install(MemoryTracker::new(Device::META));
+        let spec = zoo::entry("sew-resnet18").unwrap().small;
+        let modules = zoo::build("sew-resnet18", &spec, Device::META, 0)
+            .unwrap()
+            .modules();
+        let mut plan = Plan::store_all();
+        plan.entries.push(memopt_checkpoint::PlanEntry {
+            path: String::new(),
+            children: Some([0, 4]),
+            policy: Policy::CHECKPOINT,
+        });
+        let tree = plan_tree(&modules, &plan);
+        let line = |p: &str| {
+            tree.lines()
+                .find(|l| l.split_whitespace().next() == Some(p))
+                .unwrap_or_default()
+        };
+        assert!(
+            line("conv1").ends_with("checkpoint(bit_spike) over children 0..3 as one segment"),
+            "{tree}"
+        );
+        assert_eq!(tree.matches("(same segment)").count(), 3, "{tree}");
+        assert!(line("layer1").ends_with("store"), "{tree}");
     }
 }

@@ -40,6 +40,7 @@ mod kind;
 mod null;
 mod packed;
 mod sparse;
+mod spikes;
 
 pub use bitspike::BitSpike;
 pub use bool_u8::BoolU8;
@@ -50,3 +51,4 @@ pub use kind::{CompressorKind, PackedSize};
 pub use null::NullCompressor;
 pub use packed::Packed;
 pub use sparse::{SparseCompressor, sparse_index_bytes};
+pub use spikes::PackedSpikes;

@@ -171,3 +171,99 @@ fn gpu_kernels_are_loaded_once() {
     }
     assert_eq!(memopt_core::cuda::loaded_module_count(), loaded);
 }
+
+/// Packed spikes on a GPU: a time slice unpacked from byte-aligned and unaligned bits
+/// (bitspike_unpack_f32 and bitspike_unpack_span_f32) equal the CPU bit for bit; conv2d and
+/// linear reading them one time step at a time equal the CPU's within the GEMM tolerance of the
+/// other GPU tests (bit for bit where every sum is exact).
+#[test]
+fn gpu_packed_spikes_and_stepwise_layers_match_the_cpu() {
+    if !gpu_or_skip("gpu_packed_spikes_and_stepwise_layers_match_the_cpu") {
+        return;
+    }
+    use memopt_compress::PackedSpikes;
+    use memopt_core::kernels::{self, Conv2dParams};
+    // 3 steps of [3, 2, 5, 5] (150 values: the steps start inside a byte) and of [2, 2, 4, 4]
+    // (64 values: on a byte).
+    for (n, hw) in [(3usize, 5usize), (2, 4)] {
+        let (t, c) = (3, 2);
+        let v = spikes(t * n * c * hw * hw, 1);
+        let run = |device: Device| {
+            let outputs = record(device, || {
+                let x = tensor(&v, &[t * n, c, hw, hw], DType::F32, device).with_spike_flag(true);
+                let p = PackedSpikes::pack(&x).unwrap();
+                let slice = p.narrow0(n, n).unwrap().unpack().unwrap();
+                let w = kernels::scale(
+                    &tensor(&spikes(4 * c * 9, 2), &[4, c, 3, 3], DType::F32, device),
+                    0.3,
+                )
+                .unwrap();
+                let params = Conv2dParams {
+                    padding: [1, 1],
+                    ..Conv2dParams::default()
+                };
+                let y = kernels::conv2d_stepwise(&p, &w, None, &params, t).unwrap();
+                let wacc = kernels::scale(&w, 0.0).unwrap();
+                let gx = kernels::conv2d_backward_stepwise(kernels::Conv2dBackwardStepwise {
+                    grad: &y,
+                    x: &p,
+                    w: &w,
+                    params: &params,
+                    input: true,
+                    acc: kernels::WeightGradAcc {
+                        weight: Some(&wacc),
+                        bias: None,
+                        time_steps: t,
+                    },
+                })
+                .unwrap()
+                .unwrap();
+                let flat = p.reshape([t, n, c * hw * hw]).unwrap();
+                let wl = tensor(&spikes(3 * c * hw * hw, 3), &[3, c * hw * hw], DType::F32, device);
+                let yl = kernels::linear_stepwise(&flat, &wl, None, t).unwrap();
+                [slice, y, gx, wacc, yl]
+            })
+            .0;
+            outputs.map(|r| r.to_device(Device::Cpu).unwrap().to_vec_f32().unwrap())
+        };
+        let (gpu, cpu) = (run(GPU), run(Device::Cpu));
+        // The unpacked slice and the linear layer (0/1 weights: integer sums, exact in any
+        // order) bit for bit; the convolution's output, input gradient and weight gradient (0.3
+        // weights: cuBLAS sums in another order) within 1e-5 of the output's magnitude.
+        let names = [
+            "slice",
+            "conv2d",
+            "conv2d input gradient",
+            "conv2d weight gradient",
+            "linear",
+        ];
+        for (i, name) in names.iter().enumerate() {
+            let (g, c) = (&gpu[i], &cpu[i]);
+            assert_eq!(g.len(), c.len(), "n={n} hw={hw} {name}: lengths");
+            let exact = matches!(*name, "slice" | "linear");
+            let tol = if exact {
+                0.0
+            } else {
+                1e-5 * c.iter().fold(1f32, |m, v| m.max(v.abs()))
+            };
+            if let Some(k) = (0..c.len()).find(|&k| {
+                if exact {
+                    g[k].to_bits() != c[k].to_bits()
+                } else {
+                    (g[k] - c[k]).abs() > tol
+                }
+            }) {
+                panic!(
+                    "n={n} hw={hw} {name}[{k}]: gpu {} cpu {} ({})",
+                    g[k],
+                    c[k],
+                    if exact {
+                        "bit-identical expected"
+                    } else {
+                        "beyond 1e-5 of the magnitude"
+                    }
+                );
+            }
+        }
+    }
+}

@@ -57,6 +57,17 @@ pub enum CoreError {
         /// Device of the tensor.
         device: Device,
     },
+    /// An op read or wrote a stand-in made by `Tensor::unmaterialised`, which has no elements:
+    /// a value an op was told nobody reads (a recomputed segment's output) was read after all.
+    #[error(
+        "{op}: the tensor of shape {shape} was never materialised (an output skipped because only its gradient is needed); nothing can read or write it"
+    )]
+    Unmaterialised {
+        /// Operation that wanted the data.
+        op: &'static str,
+        /// Shape of the stand-in.
+        shape: crate::Shape,
+    },
     /// The CUDA half of an op asked for the device pointer of data that is not on a GPU.
     #[error(
         "{op}: a CUDA kernel was handed a tensor on {device}, which has no GPU memory; move it with to_device(cuda) first"

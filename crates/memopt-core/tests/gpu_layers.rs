@@ -1,8 +1,8 @@
 //! BatchNorm, pooling, convolution, linear layers and the multi-step neurons on the GPU against
 //! the CPU kernels, through the public op API, on random inputs, odd sizes and views. Spikes,
 //! BatchNorm, pooling and neuron results must be bit-identical (their arithmetic is add, mul,
-//! div and sqrt in the CPU's order), except the PLIF parameter's gradient (summed per 1024
-//! neurons on CUDA, 8192 on the CPU: within 1e-5); GEMM-based results (cuBLAS sums in another order) within
+//! div and sqrt in the CPU's order; the PLIF parameter's gradient is summed in the same blocks of
+//! `PLIF_PARTIAL_NEURONS` on both); GEMM-based results (cuBLAS sums in another order) within
 //! 1e-5 of the output's magnitude. Each test skips with the reason when there is no GPU, and
 //! fails under MEMOPT_REQUIRE_GPU=1.
 
@@ -311,6 +311,8 @@ fn convolution_and_linear_match_within_gemm_tolerance() {
         ([3, 4, 11, 11], [6, 2, 3, 3], conv([2, 2], [1, 0], [1, 1], 2), 3),
         ([4, 2, 8, 8], [5, 2, 1, 1], conv([1, 1], [0, 0], [1, 1], 1), 4),
         ([2, 2, 10, 9], [3, 2, 3, 2], conv([1, 2], [2, 1], [2, 1], 1), 1),
+        // A training step's first VGG layer: 8 images of 1024 pixels, two CUDA im2col chunks.
+        ([8, 2, 32, 32], [16, 2, 3, 3], conv([1, 1], [1, 1], [1, 1], 1), 4),
     ];
     for (xd, wd, p, steps) in cases {
         let what = format!("conv2d x {xd:?} w {wd:?} {p:?}");
@@ -397,7 +399,7 @@ fn neurons_forward_and_backward_are_bit_identical() {
     configs.push(plif);
     for cfg in &configs {
         let is_plif = matches!(cfg.kind, NeuronKind::Plif { .. });
-        // 8193 neurons: two PLIF chunks, the second of one neuron.
+        // 8193 neurons: nine PLIF partial blocks (two CPU chunks), the last of one neuron.
         for (t, inner) in [(1usize, 1usize), (4, 33), (10, 8193)] {
             let what = format!("{cfg:?} T={t} n={inner}");
             let (x, gx) = twin(&values(t * inner, 1, 2.0), &[t, inner]);

@@ -173,7 +173,7 @@ pub fn evaluate(
         let x = cx.leaf(batch.input, false);
         let y = model.forward(&mut cx, x)?;
         let d = y.dims().to_vec();
-        let values = y.tensor().to_vec_f32()?;
+        let values = y.tensor()?.to_vec_f32()?;
         let rates = time_mean(&values, &d);
         tally.add(mean_cross_entropy(&rates, &host.labels), &rates, &host.labels);
         outputs.extend_from_slice(&rates);

@@ -66,7 +66,7 @@ fn run(model: &Model, stem: &str, input: Tensor) -> Vec<(String, Vec<f32>)> {
             let m = model.module(path).unwrap_or_else(|| panic!("no module {path}"));
             cx.call1(path, m, x).unwrap()
         };
-        outs.push((path.to_string(), x.tensor().to_vec_f32().unwrap()));
+        outs.push((path.to_string(), x.tensor().unwrap().to_vec_f32().unwrap()));
     }
     outs
 }

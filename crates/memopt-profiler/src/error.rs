@@ -15,9 +15,15 @@ pub enum ProfilerError {
     /// A tensor operation failed (creating the batch).
     #[error(transparent)]
     Core(#[from] CoreError),
+    /// A compressor failed (timing its packing and unpacking).
+    #[error(transparent)]
+    Compress(#[from] memopt_compress::CompressError),
     /// The request itself is invalid (zero runs, a batch of zero samples, ...).
     #[error("invalid profiler request: {0}")]
     Invalid(String),
+    /// A calibration file is malformed or does not apply here (another device or host).
+    #[error("calibration: {0}")]
+    Calibration(String),
     /// A step did not give back all its memory, so a reused session would drift. Reports the
     /// bytes held before and after the step.
     #[error(
@@ -38,6 +44,7 @@ impl ProfilerError {
         match self {
             ProfilerError::Core(e) => e.is_out_of_memory(),
             ProfilerError::Checkpoint(e) => e.is_out_of_memory(),
+            ProfilerError::Compress(memopt_compress::CompressError::Core(e)) => e.is_out_of_memory(),
             _ => false,
         }
     }

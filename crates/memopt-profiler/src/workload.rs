@@ -306,6 +306,6 @@ pub fn plan_is_data_dependent(plan: &Plan) -> bool {
     plan.entries.iter().any(|e| match e.policy {
         memopt_checkpoint::Policy::Checkpoint { compressor, .. }
         | memopt_checkpoint::Policy::Offload { compressor } => compressor == CompressorKind::Sparse,
-        memopt_checkpoint::Policy::Store => false,
+        memopt_checkpoint::Policy::Store | memopt_checkpoint::Policy::StorePacked => false,
     })
 }

@@ -1,10 +1,10 @@
 //! The cost model's predictions are positive and grow with the work, plans cost what they
-//! recompute, and calibration by the timing profiler brings predictions close to measurements.
+//! recompute, and a calibration measured on this machine predicts a measured overhead.
 
 use memopt_checkpoint::{InputSpec, Plan, Policy, zoo};
 use memopt_compress::CompressorKind;
-use memopt_core::{Device, Phase};
-use memopt_profiler::cost::Throughput;
+use memopt_core::Device;
+use memopt_profiler::cost::{Calibration, CodecSpeed, Throughput};
 use memopt_profiler::{CostModel, TimingProfiler, Workload};
 
 fn vgg(t: usize, n: usize) -> CostModel {
@@ -104,55 +104,137 @@ fn plans_cost_their_recomputation_and_compression() {
     assert!(overhead > 0.0 && overhead < 1.0, "{overhead}");
 }
 
-fn within(pred: f64, measured: f64, tol: f64) -> bool {
-    (pred - measured).abs() <= tol * measured
+#[test]
+fn packed_reads_cost_a_second_unpack() {
+    let m = vgg(4, 2);
+    // The time a checkpoint of `path` adds beyond its recomputation: the saved input's traffic.
+    let traffic_ms = |path: &str| {
+        let plan = Plan::from_entries([(path, Policy::CHECKPOINT)]);
+        m.plan_extra_ms(&plan) - m.recompute_ms(path)
+    };
+    let ms = |path: &str, passes: u64| {
+        let x = &m.modules.iter().find(|e| e.path == path).unwrap().inputs[0];
+        assert!(x.is_spike, "{path} takes spikes");
+        let payload = (x.shape.elem_count() as u64).div_ceil(8);
+        1e3 * (passes * (x.bytes() + payload)) as f64 / m.throughput.bytes_per_s
+    };
+    let close = |a: f64, b: f64| (a - b).abs() <= 1e-9 * b.abs().max(1.0);
+    // features.1 starts with a convolution: packed once, unpacked one time step at a time in
+    // the recomputation and again for the weight gradient.
+    let (got, want) = (traffic_ms("features.1"), ms("features.1", 3));
+    assert!(close(got, want), "features.1: {got} ms, want {want} ms");
+    // features.2 starts with average pooling, which unpacks its input once, whole.
+    let (got, want) = (traffic_ms("features.2"), ms("features.2", 2));
+    assert!(close(got, want), "features.2: {got} ms, want {want} ms");
 }
 
-/// Calibrated on one measurement, the model predicts another (the same workload timed again,
-/// and the same workload with a checkpoint) within 50%: shared CI cores are noisy, so the bound
-/// is generous, but an uncalibrated guess is typically off by several times.
 #[test]
-fn calibration_brings_predictions_close_to_measurements() {
+fn storing_packed_costs_packing_and_unpacking_the_layers_spike_inputs() {
+    let m = vgg(4, 2);
+    let extra = |path: &str| m.plan_extra_ms(&Plan::from_entries([(path, Policy::StorePacked)]));
+    // features.1's convolution takes spikes: packed in forward, unpacked in backward.
+    let x = &m
+        .modules
+        .iter()
+        .find(|e| e.path == "features.1.proj_bn.0")
+        .unwrap()
+        .inputs[0];
+    assert!(x.is_spike);
+    let payload = (x.shape.elem_count() as u64).div_ceil(8);
+    let want = 1e3 * (2 * (x.bytes() + payload)) as f64 / m.throughput.bytes_per_s;
+    let got = extra("features.1");
+    assert!((got - want).abs() <= 1e-9 * want, "{got} ms, want {want} ms");
+    // features.2's convolution takes average-pooled spikes, which are not spikes: nothing to pack.
+    assert_eq!(extra("features.2"), 0.0);
+}
+
+/// With the bit-packing speeds measured (`profile_codec`), packed reads and
+/// [`Policy::StorePacked`] are priced at those speeds, not at the bytes they move: a checkpoint
+/// of a segment starting with a convolution packs once and unpacks twice, one starting with
+/// pooling unpacks once, and storing packed packs and unpacks each layer's spike input once.
+#[test]
+fn measured_bit_packing_prices_packed_reads_and_stores() {
+    let mut m = vgg(4, 2);
+    let speed = CodecSpeed {
+        compress_bytes_per_s: 3e9,
+        decompress_bytes_per_s: 0.5e9,
+    };
+    m.codecs
+        .insert(CompressorKind::BitSpike.name().to_string(), speed);
+    let bytes = |path: &str| {
+        let x = &m.modules.iter().find(|e| e.path == path).unwrap().inputs[0];
+        assert!(x.is_spike, "{path} takes spikes");
+        x.bytes() as f64
+    };
+    let codec_ms = |b: f64, unpacks: f64| {
+        1e3 * (b / speed.compress_bytes_per_s + unpacks * b / speed.decompress_bytes_per_s)
+    };
+    let close = |a: f64, b: f64| (a - b).abs() <= 1e-9 * b.abs().max(1.0);
+    let traffic_ms = |path: &str| {
+        m.plan_extra_ms(&Plan::from_entries([(path, Policy::CHECKPOINT)])) - m.recompute_ms(path)
+    };
+    let (got, want) = (traffic_ms("features.1"), codec_ms(bytes("features.1"), 2.0));
+    assert!(close(got, want), "features.1: {got} ms, want {want} ms");
+    let (got, want) = (traffic_ms("features.2"), codec_ms(bytes("features.2"), 1.0));
+    assert!(close(got, want), "features.2: {got} ms, want {want} ms");
+    let stored = m.plan_extra_ms(&Plan::from_entries([("features.1", Policy::StorePacked)]));
+    let want = codec_ms(bytes("features.1.proj_bn.0"), 1.0);
+    assert!(close(stored, want), "store_packed: {stored} ms, want {want} ms");
+}
+
+/// Calibrated on this machine (a measurement of its own), the model predicts the overhead of a
+/// plan it was not calibrated on, measured in turns with the baseline on one model so that the
+/// machine's load reaches both alike (the overhead is the median over rounds of the ratio of
+/// the two steps of a round). This is the real-timing check; the fit's arithmetic is tested
+/// exactly with known timings in `calibration.rs`, and the figure that matters is `memopt bench
+/// --calibration`'s gap column. Shared cores make single steps vary by several times (seen: 43
+/// to 160 ms for the same step under a load average of 10 on 2 cores), so the bound is wide:
+/// within 5 points plus half the measured overhead. It still fails when recomputation is
+/// mispriced grossly: unpriced, the prediction is 0 against a measured 15-30%.
+#[test]
+fn calibration_predicts_the_measured_overhead_of_another_plan() {
     let spec = InputSpec {
         time_steps: 8,
         sample: vec![512],
         classes: 10,
     };
     let workload = Workload::zoo("toy-if", spec, 32);
-    let profiler = TimingProfiler::new(1, 5);
+    let run = Calibration::measure(&workload, Device::Cpu, TimingProfiler::new(1, 5)).unwrap();
+    let c = &run.calibration;
+    assert!(
+        c.factors.contains_key("Linear") && c.factors.contains_key("IFNode"),
+        "{c:?}"
+    );
+    assert!(
+        c.codecs.contains_key("bit_spike"),
+        "the spike inputs' packing is timed: {c:?}"
+    );
     let mut model = CostModel::from_workload(&workload, Throughput::cpu_default()).unwrap();
-    let first = profiler
-        .profile(&workload, &Plan::store_all(), Device::Cpu)
+    assert!(c.apply(&mut model).unmeasured_types.is_empty());
+    // Blocks 1 and 2 recompute (4 leaves each, not one by one as calibrated), their spike
+    // inputs bit-packed.
+    let plan = Plan::from_entries([("1", Policy::CHECKPOINT), ("2", Policy::CHECKPOINT)]);
+    let reports = TimingProfiler::new(1, 9)
+        .profile_plans(&workload, &[Plan::store_all(), plan.clone()], Device::Cpu)
         .unwrap();
-    model.calibrate(&first);
-    assert!(model.factors.contains_key("Linear") && model.factors.contains_key("IFNode"));
-    assert!(model.optimizer_ms.is_some());
-    let plan = Plan::from_entries([("1", Policy::CHECKPOINT)]);
-    let second = profiler.profile(&workload, &plan, Device::Cpu).unwrap();
-    let (fwd, bwd) = (
-        second.median_ms("", Phase::Forward),
-        second.median_ms("", Phase::Backward),
+    let ratios: Vec<f64> = reports[1]
+        .step_samples_ms
+        .iter()
+        .zip(&reports[0].step_samples_ms)
+        .map(|(p, b)| p / b - 1.0)
+        .collect();
+    let measured = memopt_profiler::timing::median(&ratios);
+    let predicted = model.plan_overhead(&plan);
+    eprintln!(
+        "checkpointing blocks 1 and 2 of {}: predicted {:+.1}%, measured {:+.1}%",
+        workload.describe(),
+        predicted * 100.0,
+        measured * 100.0
     );
     assert!(
-        within(model.forward_ms(""), fwd, 0.5),
-        "forward {} vs {fwd} ms",
-        model.forward_ms("")
-    );
-    assert!(
-        within(model.backward_ms(""), bwd, 0.5),
-        "backward {} vs {bwd} ms",
-        model.backward_ms("")
-    );
-    let rec = second.median_ms("1", Phase::Recompute);
-    assert!(
-        within(model.recompute_ms("1"), rec, 0.5),
-        "recompute {} vs {rec} ms",
-        model.recompute_ms("1")
-    );
-    let step = model.baseline_step_ms() + model.plan_extra_ms(&plan);
-    assert!(
-        within(step, second.step_ms, 0.5),
-        "step {step} vs {} ms",
-        second.step_ms
+        (predicted - measured).abs() <= 0.05 + 0.5 * measured,
+        "predicted overhead {:+.1}%, measured {:+.1}% (per round: {ratios:?})",
+        predicted * 100.0,
+        measured * 100.0
     );
 }

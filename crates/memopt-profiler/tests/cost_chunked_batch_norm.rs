@@ -4,7 +4,7 @@
 
 use memopt_checkpoint::{InputSpec, Plan, Policy};
 use memopt_compress::CompressorKind;
-use memopt_profiler::cost::Throughput;
+use memopt_profiler::cost::{Throughput, TypeFactors};
 use memopt_profiler::{CostModel, Workload};
 
 fn vgg() -> CostModel {
@@ -84,4 +84,42 @@ fn chunked_batch_norm_segments_price_their_passes() {
         ),
     ]);
     assert_eq!(m.plan_extra_ms(&nested), m.plan_extra_ms(&flat));
+}
+
+/// Calibrated, the passes are priced as what they are: their forward re-runs at each type's
+/// recompute factor (a recomputation), the backward ones at its backward factor. Factors that
+/// differ per phase make a wrong pricing visible: at the forward factor the figure is off.
+#[test]
+fn calibrated_passes_use_the_recompute_and_backward_factors() {
+    let mut m = vgg();
+    let types: Vec<String> = m
+        .modules
+        .iter()
+        .filter(|e| e.leaf)
+        .map(|e| e.module_type.clone())
+        .collect();
+    for ty in types {
+        m.factors.insert(
+            ty,
+            TypeFactors {
+                forward: 1.5,
+                backward: 2.5,
+                recompute: 4.0,
+            },
+        );
+    }
+    let (rec, bwd) = (|p: &str| m.recompute_ms(p), |p: &str| m.backward_ms(p));
+    let (conv, bn, sn) = (
+        "features.1.proj_bn.0",
+        "features.1.proj_bn.1",
+        "features.1.neuron",
+    );
+    let passes = rec(conv) + rec(bn) + rec("features.1") + bwd(bn) + bwd(sn);
+    let extra = m.plan_extra_ms(&checkpoint("features.1", 2)) - m.plan_extra_ms(&checkpoint("features.1", 1));
+    assert!((extra - passes).abs() <= 1e-9 * passes, "{extra} vs {passes}");
+    let at_forward = m.forward_ms(conv) + m.forward_ms(bn) + m.forward_ms("features.1") + bwd(bn) + bwd(sn);
+    assert!(
+        (extra - at_forward).abs() > 1e-3 * at_forward,
+        "{extra} vs {at_forward}"
+    );
 }

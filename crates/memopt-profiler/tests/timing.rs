@@ -106,3 +106,45 @@ fn timing_reports_serialise_and_reject_zero_runs() {
         .unwrap_err();
     assert!(err.to_string().contains("at least one run"));
 }
+
+/// Plans timed in turns on one model get one report each, in the order given, with the plan's
+/// own phases (only the checkpointing plan recomputes) and one sample per round.
+#[test]
+fn plans_timed_in_turns_get_a_report_each() {
+    let workload = Workload::zoo_small("toy-if", 4).unwrap();
+    let ckpt = Plan::from_entries([("1", Policy::CHECKPOINT)]);
+    let reports = TimingProfiler::new(1, 3)
+        .profile_plans(&workload, &[ckpt.clone(), Plan::store_all()], Device::Cpu)
+        .unwrap();
+    assert_eq!(reports.len(), 2);
+    assert_eq!((&reports[0].plan, &reports[1].plan), (&ckpt, &Plan::store_all()));
+    assert!(reports[0].module("1", Phase::Recompute).is_some());
+    assert!(reports[1].module("1", Phase::Recompute).is_none());
+    for r in &reports {
+        assert_eq!(r.step_samples_ms.len(), 3);
+        assert!(r.median_ms("1", Phase::Forward) > 0.0);
+    }
+    let err = TimingProfiler::new(1, 3)
+        .profile_plans(&workload, &[], Device::Cpu)
+        .unwrap_err();
+    assert!(err.to_string().contains("at least one plan"), "{err}");
+}
+
+/// A compressor's packing and unpacking are timed on a spike tensor of the shape asked.
+#[test]
+fn codecs_are_timed_on_the_shape_asked() {
+    use memopt_compress::CompressorKind;
+    let t = TimingProfiler::new(1, 3)
+        .profile_codec(CompressorKind::BitSpike, &[4, 8, 64, 32], Device::Cpu)
+        .unwrap();
+    assert_eq!(
+        (t.compressor, t.shape.as_slice()),
+        (CompressorKind::BitSpike, &[4, 8, 64, 32][..])
+    );
+    assert_eq!(t.input_bytes, 4 * 8 * 64 * 32 * 4);
+    assert!(t.compress_ms > 0.0 && t.decompress_ms > 0.0, "{t:?}");
+    let err = TimingProfiler::new(0, 0)
+        .profile_codec(CompressorKind::U8, &[8], Device::Cpu)
+        .unwrap_err();
+    assert!(err.to_string().contains("at least one run"));
+}

@@ -1,11 +1,14 @@
 //! Building the [`ChainModel`] of a model: its sites, every option of every site measured
-//! exactly, and the loss after the chain.
+//! exactly (each distinct segment once, see `segment_key.rs`), and the loss after the
+//! chain.
 
 use crate::Result;
 use crate::chain::{ChainModel, ChainNode, ChainSegment, SegmentOption};
-use crate::measure::{Figures, measure, measure_loss};
+use crate::measure::{Figures, measure_loss};
+use crate::pricing::{SegmentPricing, extra_ms};
+use crate::segment_key::Measurements;
 use crate::sites::Site;
-use memopt_checkpoint::{Model, Plan, PlanEntry, Policy};
+use memopt_checkpoint::{Model, Policy};
 use memopt_compress::CompressorKind;
 use memopt_profiler::CostModel;
 
@@ -19,6 +22,9 @@ pub struct OptionSpace {
     pub chunk_counts: Vec<usize>,
     /// Longest run of consecutive children considered as one segment (0: no runs).
     pub max_run: usize,
+    /// Whether a stored segment may keep its convolution and linear layers' spike inputs
+    /// bit-packed ([`Policy::StorePacked`]); offered only where that changes its figures.
+    pub store_packed: bool,
 }
 
 impl Default for OptionSpace {
@@ -27,6 +33,7 @@ impl Default for OptionSpace {
             compressor: CompressorKind::BitSpike,
             chunk_counts: vec![2, 4, 8],
             max_run: 6,
+            store_packed: true,
         }
     }
 }
@@ -44,26 +51,13 @@ fn option(policy: Policy, f: &Figures, extra_ms: f64) -> SegmentOption {
     }
 }
 
-/// Predicted time `policy` adds to `site`, from the cost model (recomputation and compression
-/// traffic), in ms.
-fn extra_ms(cost: &CostModel, site: &Site, policy: Policy) -> f64 {
-    let plan = Plan {
-        version: memopt_checkpoint::policy::PLAN_VERSION,
-        entries: vec![PlanEntry {
-            path: site.path.clone(),
-            children: site.run,
-            policy,
-        }],
-    };
-    cost.plan_extra_ms(&plan)
-}
-
 fn segment(
     model: &Model,
     site: &Site,
     first: bool,
     space: &OptionSpace,
-    cost: &CostModel,
+    pricing: &SegmentPricing<'_>,
+    measurements: &mut Measurements<'_>,
 ) -> Result<ChainSegment> {
     let t = model.spec().time_steps;
     let mut policies = vec![
@@ -87,10 +81,23 @@ fn segment(
     }
     let mut options = Vec::with_capacity(policies.len());
     let mut fixed = None;
+    let cost = pricing.for_site(site);
     for p in policies {
-        let f = measure(model, site, p, first)?;
+        let f = measurements.of(site, p, first)?;
         fixed.get_or_insert((f.states, f.param_grads));
-        options.push(option(p, &f, extra_ms(cost, site, p)));
+        options.push(option(p, &f, extra_ms(&cost, site, p)));
+    }
+    // Offered only where packing changes a figure of storing (a layer there takes spikes).
+    let store = options.first().map(|o| (o.forward_peak, o.kept, o.backward_peak));
+    if space.store_packed {
+        let f = measurements.of(site, Policy::StorePacked, first)?;
+        if store != Some((f.forward_peak, f.kept, f.backward_peak)) {
+            options.push(option(
+                Policy::StorePacked,
+                &f,
+                extra_ms(&cost, site, Policy::StorePacked),
+            ));
+        }
     }
     let (states, param_grads) = fixed.unwrap_or((0, 0));
     Ok(ChainSegment {
@@ -102,8 +109,15 @@ fn segment(
     })
 }
 
-fn node(model: &Model, site: &Site, first: bool, space: &OptionSpace, cost: &CostModel) -> Result<ChainNode> {
-    let whole = segment(model, site, first, space, cost)?;
+fn node(
+    model: &Model,
+    site: &Site,
+    first: bool,
+    space: &OptionSpace,
+    pricing: &SegmentPricing<'_>,
+    measurements: &mut Measurements<'_>,
+) -> Result<ChainNode> {
+    let whole = segment(model, site, first, space, pricing, measurements)?;
     if site.parts.is_empty() {
         return Ok(ChainNode::Segment(whole));
     }
@@ -111,7 +125,7 @@ fn node(model: &Model, site: &Site, first: bool, space: &OptionSpace, cost: &Cos
         .parts
         .iter()
         .enumerate()
-        .map(|(i, p)| node(model, p, first && i == 0, space, cost))
+        .map(|(i, p)| node(model, p, first && i == 0, space, pricing, measurements))
         .collect::<Result<Vec<_>>>()?;
     let n = site.parts.len();
     let mut runs = Vec::new();
@@ -124,7 +138,8 @@ fn node(model: &Model, site: &Site, first: bool, space: &OptionSpace, cost: &Cos
                         &site.run_of(start, end),
                         first && start == 0,
                         space,
-                        cost,
+                        pricing,
+                        measurements,
                     )?);
                 }
             }
@@ -144,7 +159,21 @@ pub fn chain_model(
     space: &OptionSpace,
     cost: &CostModel,
 ) -> Result<ChainModel> {
-    let mut nodes = vec![node(model, root, true, space, cost)?];
+    build(model, root, n, base, space, cost, &mut Measurements::new(model))
+}
+
+/// [`chain_model`] with the measurements given.
+fn build(
+    model: &Model,
+    root: &Site,
+    n: usize,
+    base: u64,
+    space: &OptionSpace,
+    cost: &CostModel,
+    measurements: &mut Measurements<'_>,
+) -> Result<ChainModel> {
+    let pricing = SegmentPricing::new(cost);
+    let mut nodes = vec![node(model, root, true, space, &pricing, measurements)?];
     let loss = measure_loss(root, n, model.device())?;
     nodes.push(ChainNode::Segment(ChainSegment {
         path: LOSS_PATH.into(),
@@ -155,3 +184,6 @@ pub fn chain_model(
     }));
     Ok(ChainModel { base, nodes })
 }
+
+#[cfg(test)]
+mod tests;

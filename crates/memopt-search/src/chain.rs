@@ -19,6 +19,7 @@ use crate::{Result, SearchError};
 use memopt_checkpoint::{PlanEntry, Policy};
 use memopt_core::ModulePath;
 use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
 
 /// One way to run a segment, with its exact memory figures (bytes) and extra time (ms).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -295,8 +296,7 @@ pub(crate) struct Walk {
     states_done: u64,
     /// Parameter gradients of the segments so far.
     grads_done: u64,
-    /// The largest term so far (or a lower bound of the step's peak that every completion of
-    /// this prefix reaches anyway, see [`crate::dp`]).
+    /// The largest term so far.
     pub max: u64,
 }
 
@@ -376,16 +376,15 @@ impl Walk {
         Ok(())
     }
 
+    /// The totals that depend on the path taken so far (states and gradients of the segments
+    /// before), in bytes: two walks with equal keys have equal futures but for `kept` and `max`.
+    pub(crate) fn path_key(&self) -> (u64, u64) {
+        (self.states_done, self.grads_done)
+    }
+
     /// The peak, including the optimizer update after the backward pass.
     pub(crate) fn finish(&self) -> u64 {
         self.max.max(self.update)
-    }
-
-    /// Lifts `max` to `base + kept + rest`, a lower bound of every later term (see
-    /// [`crate::dp`]); saturating, as a bound beyond `u64::MAX` means no completion fits.
-    pub(crate) fn lift(&mut self, rest: u64) {
-        let bound = self.base.saturating_add(self.kept).saturating_add(rest);
-        self.max = self.max.max(bound);
     }
 }
 
@@ -393,33 +392,45 @@ impl ChainModel {
     /// The chain's choices that make up `plan`, or `None` when the plan uses a policy the chain
     /// did not measure, or assigns policies the chain cannot express (then ask the exact
     /// estimator instead). Modules without an entry are stored; a splittable node with no
-    /// entry of its own is split when an entry targets something inside it.
+    /// entry of its own is split when an entry targets something inside it. Linear in the
+    /// chain's nodes and runs and the plan's entries (strategies call it once per candidate).
     pub fn select(&self, plan: &memopt_checkpoint::Plan) -> Option<Vec<Chosen<'_>>> {
-        let key = |e: &PlanEntry| (e.path.clone(), e.children);
-        let wanted: std::collections::BTreeMap<(String, Option<[usize; 2]>), Policy> =
-            plan.entries.iter().map(|e| (key(e), e.policy)).collect();
+        /// The wanted policies by (path, run of children), borrowed from the plan.
+        type Wanted<'p> = HashMap<(&'p str, Option<[usize; 2]>), Policy>;
+        let mut wanted: Wanted<'_> = HashMap::with_capacity(plan.entries.len());
+        for e in &plan.entries {
+            // A repeated target: the last entry wins, as in a policy table.
+            wanted.insert((e.path.as_str(), e.children), e.policy);
+        }
         let mut used = 0usize;
         fn option_of(seg: &ChainSegment, policy: Policy) -> Option<usize> {
             seg.options.iter().position(|o| o.policy == policy)
         }
-        fn inside(
-            wanted: &std::collections::BTreeMap<(String, Option<[usize; 2]>), Policy>,
-            seg: &ChainSegment,
-        ) -> bool {
-            wanted.keys().any(|(p, c)| {
-                (p == &seg.path && c.is_some()) || ModulePath::from(p.as_str()).is_below(&seg.path)
-            })
+        /// The index of the first run of children `bounds` (by bisection: the builder lists
+        /// runs in order of their bounds; otherwise one by one).
+        fn find_run(runs: &[ChainSegment], sorted: bool, bounds: [usize; 2]) -> Option<usize> {
+            if sorted {
+                let k = runs.partition_point(|r| run_bounds(r) < bounds);
+                (k < runs.len() && run_bounds(&runs[k]) == bounds).then_some(k)
+            } else {
+                runs.iter().position(|r| run_bounds(r) == bounds)
+            }
+        }
+        fn inside(wanted: &Wanted<'_>, seg: &ChainSegment) -> bool {
+            wanted
+                .keys()
+                .any(|(p, c)| (*p == seg.path && c.is_some()) || ModulePath::str_is_below(p, &seg.path))
         }
         fn go<'a>(
             nodes: &'a [ChainNode],
-            wanted: &std::collections::BTreeMap<(String, Option<[usize; 2]>), Policy>,
+            wanted: &Wanted<'_>,
             used: &mut usize,
             out: &mut Vec<Chosen<'a>>,
         ) -> Option<()> {
             for node in nodes {
                 match node {
                     ChainNode::Segment(s) => {
-                        let policy = wanted.get(&(s.path.clone(), s.children)).copied();
+                        let policy = wanted.get(&(s.path.as_str(), s.children)).copied();
                         *used += usize::from(policy.is_some());
                         out.push(Chosen {
                             segment: s,
@@ -427,23 +438,35 @@ impl ChainModel {
                         });
                     }
                     ChainNode::Splittable { whole, parts, runs } => {
-                        if let Some(&policy) = wanted.get(&(whole.path.clone(), None)) {
+                        if let Some(&policy) = wanted.get(&(whole.path.as_str(), None)) {
                             *used += 1;
                             out.push(Chosen {
                                 segment: whole,
                                 option: option_of(whole, policy)?,
                             });
                         } else if inside(wanted, whole) {
+                            // The wanted runs by their first child (the first in chain order
+                            // when two start at the same child).
+                            let mut run_at: HashMap<usize, (usize, Policy)> = HashMap::new();
+                            let sorted = runs.is_sorted_by_key(run_bounds);
+                            for (&(path, children), &policy) in wanted {
+                                let Some(bounds) = children.filter(|[a, b]| a < b && path == whole.path)
+                                else {
+                                    continue;
+                                };
+                                if let Some(k) = find_run(runs, sorted, bounds) {
+                                    let at = run_at.entry(bounds[0]).or_insert((k, policy));
+                                    if k < at.0 {
+                                        *at = (k, policy);
+                                    }
+                                }
+                            }
                             let mut i = 0;
                             while i < parts.len() {
-                                let run = runs.iter().find(|r| {
-                                    run_bounds(r)[0] == i
-                                        && wanted.contains_key(&(r.path.clone(), r.children))
-                                });
-                                match run {
-                                    Some(r) => {
+                                match run_at.get(&i) {
+                                    Some(&(k, policy)) => {
+                                        let r = &runs[k];
                                         *used += 1;
-                                        let policy = wanted[&(r.path.clone(), r.children)];
                                         out.push(Chosen {
                                             segment: r,
                                             option: option_of(r, policy)?,

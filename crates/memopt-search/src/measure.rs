@@ -87,12 +87,7 @@ pub fn measure(model: &Model, site: &Site, policy: Policy, first: bool) -> Resul
         }
     };
     let forward_peak = tracker.peak_bytes();
-    let states: u64 = cx
-        .states()
-        .under("")
-        .iter()
-        .map(|(_, v)| v.tensor().view_bytes())
-        .sum();
+    let states: u64 = cx.states().under("").iter().map(|(_, v)| v.held_bytes()).sum();
     let shapes: Vec<(VarId, memopt_core::Shape)> = outputs
         .iter()
         .filter_map(|v| v.id().map(|id| (id, v.shape().clone())))
@@ -147,7 +142,7 @@ pub fn measure_loss(model_output: &Site, n: usize, device: Device) -> Result<Fig
     };
     // The loss value is held by the trainer until the whole backward pass is done, like a
     // neuron state.
-    let loss_bytes = loss.tensor().view_bytes();
+    let loss_bytes = loss.held_bytes();
     let forward_peak = tracker.peak_bytes();
     let kept = tracker.current_bytes() - loss_bytes;
     tracker.reset_peak();

@@ -12,6 +12,7 @@ use memopt_checkpoint::{Model, Plan};
 use memopt_core::{DType, MemoryKind, MemoryTracker, Tensor};
 use memopt_profiler::cost::Throughput;
 use memopt_profiler::{AllocatorLevels, CostModel, Estimator, Workload};
+use std::sync::Arc;
 use std::time::Instant;
 
 /// Everything the strategies need about one workload: the exact estimator (Meta steps), the
@@ -30,7 +31,7 @@ pub struct PlanningSession {
     cost: CostModel,
     model: Model,
     root: Site,
-    chain: ChainModel,
+    chain: Arc<ChainModel>,
     baseline: AllocatorLevels,
     chain_exact: bool,
     exact_front: Option<Vec<ExactCandidate>>,
@@ -96,7 +97,7 @@ impl PlanningSession {
             cost,
             model,
             root,
-            chain,
+            chain: Arc::new(chain),
             baseline,
             chain_exact,
             exact_front: None,
@@ -123,6 +124,12 @@ impl PlanningSession {
     /// The chain model.
     pub fn chain(&self) -> &ChainModel {
         &self.chain
+    }
+
+    /// The chain model, shared: for searches that keep its plans while the session runs Meta
+    /// steps.
+    pub(crate) fn shared_chain(&self) -> Arc<ChainModel> {
+        Arc::clone(&self.chain)
     }
 
     /// The cost model.

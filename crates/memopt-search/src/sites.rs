@@ -180,7 +180,7 @@ fn build(model: &Model, path: &str, calls: &CallLog) -> Result<Site> {
         .ok_or_else(|| SearchError::Internal(format!("module '{path}' was not called in a forward pass")))?;
     let cost = calls
         .iter()
-        .filter(|(p, _)| ModulePath::from(p.as_str()).is_under(path))
+        .filter(|(p, _)| ModulePath::str_is_under(p, path))
         .map(|(_, c)| c.2)
         .fold(ModuleCost::ZERO, ModuleCost::plus);
     let parts = if module.children_form_chain() {

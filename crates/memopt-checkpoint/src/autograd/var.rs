@@ -1,6 +1,10 @@
-//! A tensor flowing through a forward pass, with its identity on the tape.
+//! A value flowing through a forward pass, with its identity on the tape.
 
-use memopt_core::{Shape, Tensor};
+use crate::Result;
+use memopt_compress::PackedSpikes;
+use memopt_core::kernels::Operand;
+use memopt_core::{DType, Device, Shape, Tensor};
+use std::borrow::Cow;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Identifier of a value recorded on a tape, unique in the process.
@@ -15,32 +19,129 @@ impl VarId {
     }
 }
 
+/// What a value holds: a tensor, or f32 spikes kept bit-packed.
+#[derive(Debug, Clone)]
+pub(crate) enum Value {
+    /// A tensor.
+    Dense(Tensor),
+    /// Bit-packed f32 spikes.
+    Packed(PackedSpikes),
+}
+
 /// A value in the forward pass: a tensor and, when gradients flow to it, its id on the tape.
 /// Constants (inputs without gradient, anything computed while not recording) have no id.
+///
+/// A value may hold f32 spikes bit-packed ([`PackedSpikes`]): a checkpointed segment's restored
+/// input. Convolution and linear layers read it one time step at a time (and keep it packed for
+/// their backward), reshapes keep it packed, and every other op unpacks it on demand through
+/// [`Var::tensor`], for as long as that op holds the result.
 #[derive(Debug, Clone)]
 pub struct Var {
-    tensor: Tensor,
+    value: Value,
     id: Option<VarId>,
 }
 
 impl Var {
     /// A value that needs no gradient.
     pub fn constant(tensor: Tensor) -> Var {
-        Var { tensor, id: None }
+        Var {
+            value: Value::Dense(tensor),
+            id: None,
+        }
     }
 
     pub(crate) fn tracked(tensor: Tensor, id: VarId) -> Var {
-        Var { tensor, id: Some(id) }
+        Var {
+            value: Value::Dense(tensor),
+            id: Some(id),
+        }
     }
 
-    /// The tensor.
-    pub fn tensor(&self) -> &Tensor {
-        &self.tensor
+    /// A bit-packed spike value, with its tape id when gradients flow to it.
+    pub(crate) fn packed(spikes: PackedSpikes, id: Option<VarId>) -> Var {
+        Var {
+            value: Value::Packed(spikes),
+            id,
+        }
     }
 
-    /// The tensor, consuming the value.
-    pub fn into_tensor(self) -> Tensor {
-        self.tensor
+    /// The value as a tensor: borrowed when it is one, unpacked into a new tensor (kind
+    /// activation, spike flag set) when it holds packed spikes.
+    pub fn tensor(&self) -> Result<Cow<'_, Tensor>> {
+        Ok(match &self.value {
+            Value::Dense(t) => Cow::Borrowed(t),
+            Value::Packed(p) => Cow::Owned(p.unpack()?),
+        })
+    }
+
+    /// The value as a tensor, consuming it (unpacked when it holds packed spikes).
+    pub fn into_tensor(self) -> Result<Tensor> {
+        Ok(match self.value {
+            Value::Dense(t) => t,
+            Value::Packed(p) => p.unpack()?,
+        })
+    }
+
+    /// What the value holds.
+    pub(crate) fn value(&self) -> &Value {
+        &self.value
+    }
+
+    /// The same value, with the same tape id, holding a tensor: packed spikes are unpacked into
+    /// a new tensor (kind activation), a tensor is shared. For a module that reads its input
+    /// with several ops other than convolution and linear layers: one unpack instead of one per
+    /// op.
+    pub fn unpacked(&self) -> Result<Var> {
+        Ok(Var {
+            value: Value::Dense(self.tensor()?.into_owned()),
+            id: self.id,
+        })
+    }
+
+    /// The tensor, when the value holds one (not packed spikes).
+    pub fn as_dense(&self) -> Option<&Tensor> {
+        match &self.value {
+            Value::Dense(t) => Some(t),
+            Value::Packed(_) => None,
+        }
+    }
+
+    /// The packed spikes, when the value holds them.
+    pub fn as_packed(&self) -> Option<&PackedSpikes> {
+        match &self.value {
+            Value::Dense(_) => None,
+            Value::Packed(p) => Some(p),
+        }
+    }
+
+    /// The same values with another shape, as a constant (a view: packed spikes stay packed).
+    pub(crate) fn reshaped(&self, shape: Shape) -> Result<Var> {
+        let value = match &self.value {
+            Value::Dense(t) => Value::Dense(t.reshape(shape)?),
+            Value::Packed(p) => Value::Packed(p.reshape(shape)?),
+        };
+        Ok(Var { value, id: None })
+    }
+
+    /// The value as a constant (no tape id), consuming it: no other handle to its tensor is
+    /// made, so the value is freed where the constant is.
+    pub(crate) fn into_constant(self) -> Var {
+        Var { id: None, ..self }
+    }
+
+    /// Entries `start .. start + len` of dimension 0 (a time slice of `[T, ...]`) as a constant
+    /// view: packed spikes stay packed.
+    pub(crate) fn narrow0(&self, start: usize, len: usize) -> Result<Var> {
+        let value = match &self.value {
+            Value::Dense(t) => Value::Dense(t.narrow0(start, len)?),
+            Value::Packed(p) => Value::Packed(p.narrow0(start, len)?),
+        };
+        Ok(Var { value, id: None })
+    }
+
+    /// The same value with tape id `id`.
+    pub(crate) fn with_id(self, id: VarId) -> Var {
+        Var { id: Some(id), ..self }
     }
 
     /// The tape id, if gradients flow to this value.
@@ -53,18 +154,95 @@ impl Var {
         self.id.is_some()
     }
 
-    /// Shape of the tensor.
+    /// Shape of the value.
     pub fn shape(&self) -> &Shape {
-        self.tensor.shape()
+        match &self.value {
+            Value::Dense(t) => t.shape(),
+            Value::Packed(p) => p.shape(),
+        }
     }
 
-    /// Dimensions of the tensor.
+    /// Dimensions of the value.
     pub fn dims(&self) -> &[usize] {
-        self.tensor.dims()
+        self.shape().dims()
     }
 
-    /// Whether the values are known to be spikes.
+    /// Bytes the value holds: its tensor's view, or the whole payload of packed spikes (shared by
+    /// every view of it).
+    pub fn held_bytes(&self) -> u64 {
+        match &self.value {
+            Value::Dense(t) => t.view_bytes(),
+            Value::Packed(p) => p.payload().view_bytes(),
+        }
+    }
+
+    /// Element type of the value (f32 for packed spikes, which unpack to f32).
+    pub fn dtype(&self) -> DType {
+        match &self.value {
+            Value::Dense(t) => t.dtype(),
+            Value::Packed(_) => DType::F32,
+        }
+    }
+
+    /// Device of the value.
+    pub fn device(&self) -> Device {
+        match &self.value {
+            Value::Dense(t) => t.device(),
+            Value::Packed(p) => p.device(),
+        }
+    }
+
+    /// Whether the values are known to be spikes (always for packed spikes).
     pub fn is_spike(&self) -> bool {
-        self.tensor.is_spike()
+        match &self.value {
+            Value::Dense(t) => t.is_spike(),
+            Value::Packed(_) => true,
+        }
+    }
+}
+
+/// A value an op may write its result over: lent (`&var`, only read) or handed over (`var`).
+/// A handed-over value whose tensor nothing else holds (no saved copy, no other handle) may
+/// hold the result in place ([`Operand`]); which happens depends only on handles, so Meta and
+/// the CPU allocate alike. A call site chooses by giving up its value.
+#[derive(Debug)]
+pub enum VarArg<'a> {
+    /// Borrowed: read, never written.
+    Lent(&'a Var),
+    /// Owned by the op: its tensor may hold the result.
+    Given(Var),
+}
+
+impl<'a> VarArg<'a> {
+    /// The value, however it was passed.
+    pub fn var(&self) -> &Var {
+        match self {
+            VarArg::Lent(v) => v,
+            VarArg::Given(v) => v,
+        }
+    }
+
+    /// The tensor as a kernel operand (handed over when the value was). Packed spikes are
+    /// unpacked into a new tensor that nothing else holds, handed over either way.
+    pub fn into_operand(self) -> Result<Operand<'a>> {
+        Ok(match self {
+            VarArg::Lent(v) => match v.as_dense() {
+                Some(t) => Operand::Lent(t),
+                None => Operand::Given(v.tensor()?.into_owned()),
+            },
+            VarArg::Given(v) => Operand::Given(v.into_tensor()?),
+        })
+    }
+}
+
+impl<'a> From<&'a Var> for VarArg<'a> {
+    fn from(v: &'a Var) -> Self {
+        VarArg::Lent(v)
+    }
+}
+
+impl From<Var> for VarArg<'_> {
+    fn from(v: Var) -> Self {
+        VarArg::Given(v)
     }
 }

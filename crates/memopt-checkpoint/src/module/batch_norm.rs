@@ -63,6 +63,13 @@ impl Module for BatchNorm {
         }
     }
 
+    fn config_key(&self) -> Option<String> {
+        Some(format!(
+            "momentum={:?} eps={:?} rank={}",
+            self.momentum, self.eps, self.rank
+        ))
+    }
+
     fn forward<'m>(&'m self, cx: &mut Cx<'m>, inputs: Vec<Var>) -> Result<Vec<Var>> {
         let name = self.type_name();
         let x = one_input(inputs, name)?;
@@ -71,7 +78,8 @@ impl Module for BatchNorm {
         let w = cx.param(&self.weight);
         let b = cx.param(&self.bias);
         let running = (self.running_mean.tensor(), self.running_var.tensor());
-        let y = ops::batch_norm(cx, &x, Some(&w), Some(&b), running, self.momentum, self.eps)?;
+        let y =
+            cx.final_op(|cx| ops::batch_norm(cx, &x, Some(&w), Some(&b), running, self.momentum, self.eps))?;
         Ok(vec![unfold_time(cx, y, folded)?])
     }
 

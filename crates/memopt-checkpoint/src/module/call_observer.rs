@@ -31,6 +31,16 @@ impl ValueInfo {
         }
     }
 
+    /// The description of a value passed to or returned by a module (packed spikes are
+    /// described as the f32 tensor they hold).
+    pub fn of_value(v: &crate::Var) -> ValueInfo {
+        ValueInfo {
+            shape: v.shape().clone(),
+            dtype: v.dtype(),
+            is_spike: v.is_spike(),
+        }
+    }
+
     /// Size of the value in bytes.
     pub fn bytes(&self) -> u64 {
         self.shape.elem_count() as u64 * self.dtype.size_in_bytes() as u64

@@ -64,12 +64,17 @@ impl Module for Conv2d {
         "Conv2d"
     }
 
+    fn config_key(&self) -> Option<String> {
+        Some(format!("{:?}", self.params))
+    }
+
     fn forward<'m>(&'m self, cx: &mut Cx<'m>, inputs: Vec<Var>) -> Result<Vec<Var>> {
         let x = one_input(inputs, "Conv2d")?;
         let (x, folded) = fold_time(cx, &x, 4, "Conv2d", "C, H, W")?;
         let w = cx.param(&self.weight);
         let b = self.bias.as_ref().map(|b| cx.param(b));
-        let y = ops::conv2d(cx, &x, &w, b.as_ref(), &self.params, time_steps(folded))?;
+        let t = time_steps(folded);
+        let y = cx.final_op(|cx| ops::conv2d(cx, &x, &w, b.as_ref(), &self.params, t))?;
         Ok(vec![unfold_time(cx, y, folded)?])
     }
 

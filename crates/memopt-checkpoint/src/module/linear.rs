@@ -43,6 +43,10 @@ impl Module for Linear {
         "Linear"
     }
 
+    fn config_key(&self) -> Option<String> {
+        Some(String::new())
+    }
+
     fn forward<'m>(&'m self, cx: &mut Cx<'m>, inputs: Vec<Var>) -> Result<Vec<Var>> {
         let x = one_input(inputs, "Linear")?;
         // [T, N, F]: weight gradients accumulate per time step (see ops::linear).

@@ -116,9 +116,27 @@ pub trait Module {
         false
     }
 
+    /// For a module that runs its children through [`crate::Cx::call_children`]: what it does
+    /// to the values just before child `index` runs (views only, such as the flatten before a
+    /// classifier). `call_children` applies it before every child, and a run of children under
+    /// one policy applies it inside the run, so runs may span it. Default: nothing.
+    fn before_child<'m>(&'m self, _cx: &mut Cx<'m>, _index: usize, inputs: Vec<Var>) -> Result<Vec<Var>> {
+        Ok(inputs)
+    }
+
     /// Whether the module keeps a state across time steps (spiking neurons).
     fn is_stateful(&self) -> bool {
         false
+    }
+
+    /// This module's own configuration as text: every field that is not a parameter, a buffer
+    /// or a child (a convolution's stride and padding, a neuron's constants, which children a
+    /// block has when they differ in role), so that two modules of the same type with equal
+    /// keys, equal parameter and buffer shapes and children of equal keys compute and allocate
+    /// alike for inputs of equal shapes. Planners then measure such segments once. `None` (the
+    /// default): not described, and every segment containing the module is measured on its own.
+    fn config_key(&self) -> Option<String> {
+        None
     }
 
     /// The cost of one forward call with these input and output shapes, this module's own work

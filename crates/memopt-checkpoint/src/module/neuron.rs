@@ -53,10 +53,14 @@ impl Module for Neuron {
         }
     }
 
+    fn config_key(&self) -> Option<String> {
+        Some(format!("{:?}", self.cfg))
+    }
+
     fn forward<'m>(&'m self, cx: &mut Cx<'m>, inputs: Vec<Var>) -> Result<Vec<Var>> {
         let x = one_input(inputs, self.type_name())?;
         let w = self.w.as_ref().map(|w| cx.param(w));
-        Ok(vec![ops::neuron(cx, &self.cfg, x, w.as_ref())?])
+        Ok(vec![cx.final_op(|cx| ops::neuron(cx, &self.cfg, x, w.as_ref()))?])
     }
 
     fn params(&self) -> Vec<(&'static str, &Param)> {

@@ -71,6 +71,10 @@ impl Module for Pool2d {
         }
     }
 
+    fn config_key(&self) -> Option<String> {
+        Some(format!("{:?}", self.kind))
+    }
+
     fn forward<'m>(&'m self, cx: &mut Cx<'m>, inputs: Vec<Var>) -> Result<Vec<Var>> {
         let x = one_input(inputs, self.type_name())?;
         let (x, folded) = fold_time(cx, &x, 4, self.type_name(), "C, H, W")?;

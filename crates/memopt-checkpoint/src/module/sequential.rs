@@ -70,6 +70,10 @@ impl Module for Sequential {
         "Sequential"
     }
 
+    fn config_key(&self) -> Option<String> {
+        Some(String::new())
+    }
+
     fn forward<'m>(&'m self, cx: &mut Cx<'m>, inputs: Vec<Var>) -> Result<Vec<Var>> {
         cx.call_children(self, inputs)
     }

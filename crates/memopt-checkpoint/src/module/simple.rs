@@ -28,6 +28,10 @@ impl Module for Flatten {
         "Flatten"
     }
 
+    fn config_key(&self) -> Option<String> {
+        Some(format!("start_dim={}", self.start_dim))
+    }
+
     fn forward<'m>(&'m self, cx: &mut Cx<'m>, inputs: Vec<Var>) -> Result<Vec<Var>> {
         let x = one_input(inputs, "Flatten")?;
         if x.dims().len() < self.start_dim {
@@ -59,6 +63,10 @@ pub struct Relu;
 impl Module for Relu {
     fn type_name(&self) -> &'static str {
         "ReLU"
+    }
+
+    fn config_key(&self) -> Option<String> {
+        Some(String::new())
     }
 
     fn forward<'m>(&'m self, cx: &mut Cx<'m>, inputs: Vec<Var>) -> Result<Vec<Var>> {
@@ -93,9 +101,13 @@ impl Module for Dropout {
         "Dropout"
     }
 
+    fn config_key(&self) -> Option<String> {
+        Some(format!("p={:?} multi_step={}", self.p, self.multi_step))
+    }
+
     fn forward<'m>(&'m self, cx: &mut Cx<'m>, inputs: Vec<Var>) -> Result<Vec<Var>> {
         let x = one_input(inputs, "Dropout")?;
-        let n = x.tensor().elem_count();
+        let n = x.shape().elem_count();
         let period = match (self.multi_step, x.dims().first()) {
             (true, Some(&t)) if t > 0 => n / t,
             _ => n,

@@ -14,7 +14,7 @@ pub fn dropout<'m>(cx: &mut Cx<'m>, x: &Var, p: f32, mask_period: usize) -> Resu
         return Ok(x.clone());
     }
     let rng = cx.rng().reserve(mask_period as u64);
-    let y = kernels::dropout(x.tensor(), p, rng, mask_period)?;
+    let y = kernels::dropout(&*x.tensor()?, p, rng, mask_period)?;
     if !cx.needs_grad(&[x]) {
         return Ok(Var::constant(y));
     }

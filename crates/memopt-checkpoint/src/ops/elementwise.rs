@@ -1,17 +1,59 @@
 //! Elementwise ops.
 
 use crate::Result;
-use crate::autograd::{Backward, BackwardGrads, InputSlot, SavedTensor, Var};
+use crate::autograd::{Backward, BackwardGrads, InputSlot, SavedTensor, Var, VarArg};
 use crate::context::Cx;
-use memopt_core::{Tensor, kernels};
+use memopt_compress::PackedSpikes;
+use memopt_core::{CoreError, DType, MemoryKind, Tensor, kernels};
 
-/// `a + b` (same shapes). Saves nothing.
-pub fn add<'m>(cx: &mut Cx<'m>, a: &Var, b: &Var) -> Result<Var> {
-    let y = kernels::add(a.tensor(), b.tensor())?;
-    if !cx.needs_grad(&[a, b]) {
-        return Ok(Var::constant(y));
+/// `a + b` (same shapes). Saves nothing. Each operand is lent (`&a`) or handed over (`a`, see
+/// [`VarArg`]): a handed-over operand nothing else holds receives the sum in place. When the sum
+/// is read by no one ([`Cx::take_output_unread`]) and the op records its backward, nothing is
+/// computed: the sum is an unmaterialised stand-in. When one operand holds bit-packed spikes (a
+/// residual identity inside a recomputed block), they are unpacked one entry of dimension 0 (one
+/// time step of `[T, ...]`) at a time, so their f32 form never exists whole.
+pub fn add<'m, 'a, 'b>(cx: &mut Cx<'m>, a: impl Into<VarArg<'a>>, b: impl Into<VarArg<'b>>) -> Result<Var> {
+    let (a, b) = (a.into(), b.into());
+    let needs_grad = cx.needs_grad(&[a.var(), b.var()]);
+    let unread = cx.take_output_unread() && needs_grad;
+    let ids = [a.var().id(), b.var().id()];
+    let (av, bv) = (a.var(), b.var());
+    let valid = av.shape() == bv.shape() && av.dtype() == bv.dtype() && av.device() == bv.device();
+    let y = if unread && valid && av.dtype() == DType::F32 {
+        Tensor::unmaterialised(av.shape().clone(), DType::F32, av.device())?
+    } else {
+        match (av.as_packed(), bv.as_packed()) {
+            (None, Some(spikes)) => add_packed(&*av.tensor()?, spikes)?,
+            // IEEE addition is commutative: `spikes + b` and `b + spikes` are the same numbers.
+            (Some(spikes), None) => add_packed(&*bv.tensor()?, spikes)?,
+            _ => kernels::add(a.into_operand()?, b.into_operand()?)?,
+        }
+    };
+    let mut out = cx.record_ids(AddBackward, ids, vec![y]);
+    Ok(out.pop().expect("record returns one value per output"))
+}
+
+/// `dense + spikes`, as [`kernels::add`] computes it: a copy of `dense` to which each entry of
+/// dimension 0 of the spikes is added, unpacked just before.
+fn add_packed(dense: &Tensor, spikes: &PackedSpikes) -> Result<Tensor> {
+    if dense.dims() != spikes.dims() {
+        return Err(CoreError::shape(
+            "add",
+            format!("operands of the same shape (the first is {})", dense.shape()),
+            spikes.shape(),
+        )
+        .into());
     }
-    Ok(cx.record1(AddBackward, [Some(a), Some(b)], y))
+    let y = kernels::copy_as(dense, MemoryKind::Activation)?.with_spike_flag(false);
+    match dense.dims().first() {
+        None => kernels::add_assign(&y, &spikes.unpack()?)?,
+        Some(&d0) => {
+            for i in 0..d0 {
+                kernels::add_assign(&y.narrow0(i, 1)?, &spikes.narrow0(i, 1)?.unpack()?)?;
+            }
+        }
+    }
+    Ok(y)
 }
 
 struct AddBackward;
@@ -31,13 +73,14 @@ impl<'m> Backward<'m, 2> for AddBackward {
 
 /// `a * b` (same shapes). Saves both operands.
 pub fn mul<'m>(cx: &mut Cx<'m>, a: &Var, b: &Var) -> Result<Var> {
-    let y = kernels::mul(a.tensor(), b.tensor())?;
+    let (at, bt) = (a.tensor()?, b.tensor()?);
+    let y = kernels::mul(&at, &bt)?;
     if !cx.needs_grad(&[a, b]) {
         return Ok(Var::constant(y));
     }
     let op = MulBackward {
-        a: cx.save(a.tensor()),
-        b: cx.save(b.tensor()),
+        a: cx.save(&at),
+        b: cx.save(&bt),
     };
     Ok(cx.record1(op, [Some(a), Some(b)], y))
 }
@@ -70,7 +113,7 @@ impl<'m> Backward<'m, 2> for MulBackward {
 
 /// `x * s`. Saves nothing.
 pub fn scale<'m>(cx: &mut Cx<'m>, x: &Var, s: f32) -> Result<Var> {
-    let y = kernels::scale(x.tensor(), s)?;
+    let y = kernels::scale(&*x.tensor()?, s)?;
     if !cx.needs_grad(&[x]) {
         return Ok(Var::constant(y));
     }
@@ -90,7 +133,7 @@ impl<'m> Backward<'m, 1> for ScaleBackward {
 
 /// `max(x, 0)`. Saves its output.
 pub fn relu<'m>(cx: &mut Cx<'m>, x: &Var) -> Result<Var> {
-    let y = kernels::relu(x.tensor())?;
+    let y = kernels::relu(&*x.tensor()?)?;
     if !cx.needs_grad(&[x]) {
         return Ok(Var::constant(y));
     }
@@ -114,7 +157,7 @@ impl<'m> Backward<'m, 1> for ReluBackward {
 
 /// The logistic function. Saves its output.
 pub fn sigmoid<'m>(cx: &mut Cx<'m>, x: &Var) -> Result<Var> {
-    let y = kernels::sigmoid(x.tensor())?;
+    let y = kernels::sigmoid(&*x.tensor()?)?;
     if !cx.needs_grad(&[x]) {
         return Ok(Var::constant(y));
     }

@@ -7,12 +7,13 @@ use memopt_core::{Tensor, kernels};
 
 /// Cross-entropy of `logits [N, C]` against i64 `labels [N]`, averaged over the batch.
 pub fn cross_entropy<'m>(cx: &mut Cx<'m>, logits: &Var, labels: &Tensor) -> Result<Var> {
-    let y = kernels::cross_entropy(logits.tensor(), labels)?;
+    let lt = logits.tensor()?;
+    let y = kernels::cross_entropy(&lt, labels)?;
     if !cx.needs_grad(&[logits]) {
         return Ok(Var::constant(y));
     }
     let op = CrossEntropyBackward {
-        logits: cx.save(logits.tensor()),
+        logits: cx.save(&lt),
         labels: cx.save(labels),
     };
     Ok(cx.record1(op, [Some(logits)], y))
@@ -39,12 +40,13 @@ impl<'m> Backward<'m, 1> for CrossEntropyBackward {
 
 /// Mean squared error of `pred` against `target` (same shapes).
 pub fn mse<'m>(cx: &mut Cx<'m>, pred: &Var, target: &Tensor) -> Result<Var> {
-    let y = kernels::mse(pred.tensor(), target)?;
+    let pt = pred.tensor()?;
+    let y = kernels::mse(&pt, target)?;
     if !cx.needs_grad(&[pred]) {
         return Ok(Var::constant(y));
     }
     let op = MseBackward {
-        pred: cx.save(pred.tensor()),
+        pred: cx.save(&pt),
         target: cx.save(target),
     };
     Ok(cx.record1(op, [Some(pred)], y))

@@ -12,20 +12,24 @@ use memopt_core::kernels::{self, NeuronConfig};
 /// explicit input and output on the tape, so gradients flow through it across checkpointed
 /// segments and time chunks. `w` is the PLIF parameter (`1/tau = sigmoid(w)`). The input is
 /// taken by value: when nothing else holds it, the membrane potentials kept for backward are
-/// written over it instead of into a new buffer.
+/// written over it instead of into a new buffer. When the spikes are read by no one
+/// ([`Cx::take_output_unread`]) and the op records its backward, which keeps the potentials but
+/// not the spikes, the spikes are an unmaterialised stand-in and never allocated.
 pub fn neuron<'m>(cx: &mut Cx<'m>, cfg: &NeuronConfig, x: Var, w: Option<&Var>) -> Result<Var> {
+    let unread = cx.take_output_unread();
     let v_init = cx.state();
     // Input slots x, v_init, w; the ids are taken now because x is handed to the kernel.
     let slots = [Some(&x), v_init.as_ref(), w];
     let needs_grad = cx.slots_need_grad(&slots);
     let input_ids = slots.map(|v| v.and_then(Var::id));
-    let out = kernels::neuron_forward(
-        cfg,
-        x.into_tensor(),
-        v_init.as_ref().map(Var::tensor),
-        w.map(Var::tensor),
-        needs_grad,
-    )?;
+    let v_init_t = v_init.as_ref().map(Var::tensor).transpose()?;
+    let wt = w.map(Var::tensor).transpose()?;
+    let (x, v, w_t) = (x.into_tensor()?, v_init_t.as_deref(), wt.as_deref());
+    let out = if unread && needs_grad {
+        kernels::neuron_forward_for_backward(cfg, x, v, w_t)?
+    } else {
+        kernels::neuron_forward(cfg, x, v, w_t, needs_grad)?
+    };
     let Some(h_seq) = out.h_seq.filter(|_| needs_grad) else {
         cx.set_state(Var::constant(out.v_final));
         return Ok(Var::constant(out.spikes));
@@ -33,8 +37,8 @@ pub fn neuron<'m>(cx: &mut Cx<'m>, cfg: &NeuronConfig, x: Var, w: Option<&Var>) 
     let op = NeuronBackward {
         cfg: *cfg,
         h_seq: cx.save(&h_seq),
-        v_init: v_init.as_ref().map(|v| cx.save(v.tensor())),
-        w: w.map(|w| cx.save(w.tensor())),
+        v_init: v_init_t.as_deref().map(|v| cx.save(v)),
+        w: wt.as_deref().map(|w| cx.save(w)),
     };
     drop(h_seq);
     let mut vars = cx.record_ids(op, input_ids, vec![out.spikes, out.v_final]);

@@ -11,7 +11,10 @@ use memopt_core::memory::current_scope;
 /// and updates `running` (mean, var) in place — except while recomputing, so the update happens
 /// once per step whatever the memory policy. In eval mode it uses `running` and cannot be
 /// differentiated. Inside a segment that runs its time steps in chunks, the statistics are
-/// still the whole batch's, bit-identical (see `ops/norm_chunk.rs`).
+/// still the whole batch's, bit-identical (see `ops/norm_chunk.rs`). When its output is read by
+/// no one ([`Cx::take_output_unread`]) and it records its backward, which keeps `x` and the
+/// statistics but not the output, the output is an unmaterialised stand-in: only the statistics
+/// are computed.
 pub fn batch_norm<'m>(
     cx: &mut Cx<'m>,
     x: &Var,
@@ -21,8 +24,14 @@ pub fn batch_norm<'m>(
     momentum: f32,
     eps: f32,
 ) -> Result<Var> {
+    let unread = cx.take_output_unread();
     let slots = [Some(x), weight, bias];
     let needs_grad = cx.slots_need_grad(&slots);
+    let xt = x.tensor()?;
+    let (wt, bt) = (
+        weight.map(Var::tensor).transpose()?,
+        bias.map(Var::tensor).transpose()?,
+    );
     if !cx.is_training() {
         if needs_grad {
             return Err(CheckpointError::Module {
@@ -34,9 +43,9 @@ pub fn batch_norm<'m>(
             });
         }
         let y = kernels::batch_norm_eval(
-            x.tensor(),
-            weight.map(Var::tensor),
-            bias.map(Var::tensor),
+            &xt,
+            wt.as_deref(),
+            bt.as_deref(),
             kernels::RunningStats {
                 mean: running.0,
                 var: running.1,
@@ -45,27 +54,35 @@ pub fn batch_norm<'m>(
         )?;
         return Ok(Var::constant(y));
     }
-    if let Some(y) = super::norm_chunk::batch_norm_in_chunk(cx, slots, running, (momentum, eps))? {
+    let tensors = (&*xt, wt.as_deref(), bt.as_deref());
+    if let Some(y) =
+        super::norm_chunk::batch_norm_in_chunk(cx, slots, tensors, running, (momentum, eps), unread)?
+    {
         return Ok(y);
     }
     let stats = (!cx.is_recomputing()).then_some(RunningStats {
         mean: running.0,
         var: running.1,
     });
-    let out = kernels::batch_norm_train(kernels::BatchNormTrain {
-        x: x.tensor(),
-        weight: weight.map(Var::tensor),
-        bias: bias.map(Var::tensor),
+    let args = kernels::BatchNormTrain {
+        x: &xt,
+        weight: wt.as_deref(),
+        bias: bt.as_deref(),
         running: stats,
         momentum,
         eps,
-    })?;
+    };
+    let out = if unread && needs_grad {
+        kernels::batch_norm_train_for_backward(args)?
+    } else {
+        kernels::batch_norm_train(args)?
+    };
     if !needs_grad {
         return Ok(Var::constant(out.y));
     }
     let op = BatchNormBackward {
-        x: cx.save(x.tensor()),
-        weight: weight.map(|w| cx.save(w.tensor())),
+        x: cx.save(&xt),
+        weight: wt.as_deref().map(|w| cx.save(w)),
         mean: cx.save(&out.save_mean),
         invstd: cx.save(&out.save_invstd),
     };

@@ -11,27 +11,30 @@ use crate::context::Cx;
 use crate::{CheckpointError, Result};
 use memopt_core::kernels::{self, BatchNormStats};
 use memopt_core::memory::current_scope;
-use memopt_core::{ModulePath, Tensor};
+use memopt_core::{DType, ModulePath, Tensor};
 
 /// The training BatchNorm of the current scope on a time chunk, or `None` when it runs on the
 /// whole batch (outside chunked segments): normalised with the given statistics, or, in a
 /// statistics pass, its sums added and the chunk stopped (the error the segment catches).
+/// `tensors` are the values of `slots` (input, weight, bias) as tensors (an input of packed
+/// spikes unpacked once by the caller). `unread`: nobody reads the output
+/// ([`Cx::take_output_unread`]), so a recorded chunk is not normalised (its backward keeps `x`
+/// and the statistics, not the output).
 pub(super) fn batch_norm_in_chunk<'m>(
     cx: &mut Cx<'m>,
     slots: [Option<&Var>; 3],
+    tensors: BatchNormTensors<'_>,
     running: (&Tensor, &Tensor),
     consts: (f32, f32),
+    unread: bool,
 ) -> Result<Option<Var>> {
-    let [Some(x), ..] = slots else {
-        return Err(CheckpointError::Autograd("batch_norm needs its input".into()));
-    };
     let path = current_scope().module_path().clone();
-    if let Some(stats) = cx.batch_stats.normalize_with(&path, per_channel(x.tensor())) {
-        return normalize_chunk(cx, path, slots, stats).map(Some);
+    if let Some(stats) = cx.batch_stats.normalize_with(&path, per_channel(tensors.0)) {
+        return normalize_chunk(cx, path, slots, tensors, stats, unread).map(Some);
     }
     if cx.batch_stats.in_stats_pass() {
         let running = (!cx.is_recomputing()).then_some(running);
-        let stop = cx.batch_stats.add_stat_sums(&path, x.tensor(), running, consts)?;
+        let stop = cx.batch_stats.add_stat_sums(&path, tensors.0, running, consts)?;
         return Err(stop);
     }
     if cx.in_time_chunk() {
@@ -46,6 +49,9 @@ pub(super) fn batch_norm_in_chunk<'m>(
     Ok(None)
 }
 
+/// A BatchNorm's input, weight and bias as tensors.
+pub(super) type BatchNormTensors<'a> = (&'a Tensor, Option<&'a Tensor>, Option<&'a Tensor>);
+
 /// Values per channel of a `[B, C, ...]` input.
 fn per_channel(x: &Tensor) -> usize {
     match x.dims() {
@@ -56,26 +62,30 @@ fn per_channel(x: &Tensor) -> usize {
 
 /// Normalises one chunk with the whole batch's `stats` and records a backward that uses the
 /// whole batch's gradient sums. The BatchNorm whose gradient sums are being computed is
-/// recorded even when nothing before it needs a gradient.
+/// recorded even when nothing before it needs a gradient. When the output is `unread` and the
+/// backward is recorded, nothing is normalised: the output is an unmaterialised stand-in.
 fn normalize_chunk<'m>(
     cx: &mut Cx<'m>,
     path: ModulePath,
     slots: [Option<&Var>; 3],
+    (x, weight, bias): BatchNormTensors<'_>,
     stats: BatchNormStats,
+    unread: bool,
 ) -> Result<Var> {
-    let [Some(x), weight, bias] = slots else {
-        return Err(CheckpointError::Autograd("batch_norm needs its input".into()));
-    };
-    let y =
-        kernels::batch_norm_normalize(x.tensor(), weight.map(Var::tensor), bias.map(Var::tensor), &stats)?;
     let target = cx.is_recording() && cx.batch_stats.is_grad_target(&path);
-    if !target && !cx.slots_need_grad(&slots) {
+    let recorded = target || cx.slots_need_grad(&slots);
+    let y = if unread && recorded && x.dtype() == DType::F32 {
+        Tensor::unmaterialised(x.shape().clone(), DType::F32, x.device())?
+    } else {
+        kernels::batch_norm_normalize(x, weight, bias, &stats)?
+    };
+    if !recorded {
         return Ok(Var::constant(y));
     }
     let op = ChunkBatchNormBackward {
         path,
-        x: cx.save(x.tensor()),
-        weight: weight.map(|w| cx.save(w.tensor())),
+        x: cx.save(x),
+        weight: weight.map(|w| cx.save(w)),
         stats,
     };
     Ok(if target {

@@ -8,7 +8,7 @@ use memopt_core::kernels::{self, Pool2dParams};
 
 /// Max pooling of `x [B, C, H, W]`; keeps the spike flag. Saves the argmax indices (u32).
 pub fn max_pool2d<'m>(cx: &mut Cx<'m>, x: &Var, p: &Pool2dParams) -> Result<Var> {
-    let (y, idx) = kernels::max_pool2d(x.tensor(), p)?;
+    let (y, idx) = kernels::max_pool2d(&*x.tensor()?, p)?;
     if !cx.needs_grad(&[x]) {
         return Ok(Var::constant(y));
     }
@@ -40,7 +40,7 @@ impl<'m> Backward<'m, 1> for MaxPoolBackward {
 
 /// Average pooling of `x [B, C, H, W]` (PyTorch's `count_include_pad = true`). Saves nothing.
 pub fn avg_pool2d<'m>(cx: &mut Cx<'m>, x: &Var, p: &Pool2dParams) -> Result<Var> {
-    let y = kernels::avg_pool2d(x.tensor(), p, true)?;
+    let y = kernels::avg_pool2d(&*x.tensor()?, p, true)?;
     if !cx.needs_grad(&[x]) {
         return Ok(Var::constant(y));
     }
@@ -73,7 +73,7 @@ impl<'m> Backward<'m, 1> for AvgPoolBackward {
 
 /// Adaptive average pooling of `x [B, C, H, W]` to `out_hw`. Saves nothing.
 pub fn adaptive_avg_pool2d<'m>(cx: &mut Cx<'m>, x: &Var, out_hw: [usize; 2]) -> Result<Var> {
-    let y = kernels::adaptive_avg_pool2d(x.tensor(), out_hw)?;
+    let y = kernels::adaptive_avg_pool2d(&*x.tensor()?, out_hw)?;
     if !cx.needs_grad(&[x]) {
         return Ok(Var::constant(y));
     }

@@ -40,11 +40,12 @@ impl<'m> Backward<'m, 1> for ReduceBackward {
 }
 
 fn reduce<'m>(cx: &mut Cx<'m>, x: &Var, how: Reduced) -> Result<Var> {
+    let xt = x.tensor()?;
     let y = match how {
-        Reduced::All { mean: false } => kernels::sum_all(x.tensor())?,
-        Reduced::All { mean: true } => kernels::mean_all(x.tensor())?,
-        Reduced::Dim { dim, mean: false } => kernels::sum_dim(x.tensor(), dim)?,
-        Reduced::Dim { dim, mean: true } => kernels::mean_dim(x.tensor(), dim)?,
+        Reduced::All { mean: false } => kernels::sum_all(&xt)?,
+        Reduced::All { mean: true } => kernels::mean_all(&xt)?,
+        Reduced::Dim { dim, mean: false } => kernels::sum_dim(&xt, dim)?,
+        Reduced::Dim { dim, mean: true } => kernels::mean_dim(&xt, dim)?,
     };
     if !cx.needs_grad(&[x]) {
         return Ok(Var::constant(y));

@@ -5,16 +5,17 @@ use crate::autograd::{Backward, BackwardGrads, InputSlot, Var};
 use crate::context::Cx;
 use memopt_core::{Shape, Tensor};
 
-/// A view of `x` with shape `dims` (same element count). Keeps the spike flag.
+/// A view of `x` with shape `dims` (same element count). Keeps the spike flag; packed spikes
+/// stay packed.
 pub fn reshape<'m>(cx: &mut Cx<'m>, x: &Var, dims: impl Into<Shape>) -> Result<Var> {
-    let y = x.tensor().reshape(dims)?;
+    let y = x.reshaped(dims.into())?;
     if !cx.needs_grad(&[x]) {
-        return Ok(Var::constant(y));
+        return Ok(y);
     }
     let op = ReshapeBackward {
         input: x.shape().clone(),
     };
-    Ok(cx.record1(op, [Some(x)], y))
+    Ok(cx.record_value(op, [Some(x)], y))
 }
 
 struct ReshapeBackward {

@@ -37,6 +37,9 @@ struct CheckpointBackward<'m> {
     final_states: Vec<ModulePath>,
     /// Number of regular outputs.
     n_out: usize,
+    /// Whether the forward ran where layers keep spike inputs packed (the recomputation does
+    /// too).
+    packs_saved_spikes: bool,
     /// The training BatchNorms whose whole-batch statistics this chunked segment computed, in
     /// forward order (`chunk_passes.rs`).
     batch_norms: Vec<(ModulePath, BatchNormStats)>,
@@ -89,7 +92,7 @@ fn chunk_spans(
         ));
     };
     let t = first.dims().first().copied().unwrap_or(0);
-    if t == 0 || first.tensor().rank() == 0 {
+    if t == 0 || first.dims().is_empty() {
         return Err(module_error(
             path,
             segment,
@@ -140,6 +143,7 @@ pub(crate) fn forward<'m>(
         Policy::Checkpoint { compressor, chunks } => (compressor, chunks, false),
         Policy::Offload { compressor } => (compressor, 1, true),
         Policy::Store => return segment.forward(cx, inputs),
+        Policy::StorePacked => return cx.with_packed_saves(true, |cx| segment.forward(cx, inputs)),
     };
     let spans = chunk_spans(cx, &path, &segment, &inputs, chunks)?;
     let state_prefixes = segment.state_prefixes(&path);
@@ -147,6 +151,12 @@ pub(crate) fn forward<'m>(
     let entry = cx.states.under_any(&state_prefixes);
     let host = offload.then(|| cx.host_device());
 
+    let mut node_inputs: Vec<Option<VarId>> = inputs.iter().map(Var::id).collect();
+    let input_needs: Vec<bool> = inputs.iter().map(Var::requires_grad).collect();
+    let packs_saved_spikes = cx.packs_saved_spikes();
+    // The segment's forward gets the inputs themselves: once their (compressed) copies are
+    // saved, the segment's own ops are their last readers and free them when done.
+    let inputs: Vec<Var> = inputs.into_iter().map(Var::into_constant).collect();
     let outer_tape = cx.tape.take();
     let chunked = spans.len() > 1;
     cx.time_chunk_depth += usize::from(chunked);
@@ -154,7 +164,7 @@ pub(crate) fn forward<'m>(
         cx,
         (&segment, &path),
         &state_prefixes,
-        &inputs,
+        inputs,
         &spans,
         rng_entry,
         compressor,
@@ -166,23 +176,24 @@ pub(crate) fn forward<'m>(
 
     let finals = cx.states.under_any(&state_prefixes);
     let n_out = outputs.len();
-    let mut node_inputs: Vec<Option<VarId>> = inputs.iter().map(Var::id).collect();
     node_inputs.extend(entry.iter().map(|(_, v)| v.id()));
     let mut node_outputs = outputs;
-    node_outputs.extend(finals.iter().map(|(_, v)| v.tensor().clone()));
+    for (_, v) in &finals {
+        node_outputs.push(v.tensor()?.into_owned());
+    }
     let op = CheckpointBackward {
         segment,
         path: path.clone(),
         state_prefixes,
         chunks: saves,
         spans,
-        input_needs: inputs.iter().map(Var::requires_grad).collect(),
+        input_needs,
+        packs_saved_spikes,
         entry_states: entry.into_iter().map(|(p, _)| p).collect(),
         final_states: finals.iter().map(|(p, _)| p.clone()).collect(),
         n_out,
         batch_norms,
     };
-    drop(inputs);
     let mut vars = cx.record_always(Box::new(op), node_inputs, node_outputs);
     let state_vars = vars.split_off(n_out);
     for ((p, _), v) in finals.into_iter().zip(state_vars) {
@@ -196,20 +207,22 @@ type ChunkRun = (Vec<ChunkSave>, Vec<Tensor>, Vec<(ModulePath, BatchNormStats)>)
 /// The forward of every chunk without recording; chunk outputs are written into full-length
 /// outputs allocated after the first chunk. A chunked segment with training BatchNorms first
 /// runs their statistics passes (`chunk_passes.rs`), whose statistics it returns (and keeps
-/// for backward).
+/// for backward). Without chunks the segment's forward receives `inputs` themselves (after
+/// their copies for backward are saved), so that they are freed as soon as the segment has
+/// read them; with chunks they live until the last chunk has run.
 #[allow(clippy::too_many_arguments)]
 fn run_chunks<'m>(
     cx: &mut Cx<'m>,
     (segment, path): (&Segment<'m>, &ModulePath),
     state_prefixes: &[ModulePath],
-    inputs: &[Var],
+    inputs: Vec<Var>,
     spans: &[Range<usize>],
     rng_entry: RngState,
     compressor: memopt_compress::CompressorKind,
     host: Option<memopt_core::Device>,
 ) -> Result<ChunkRun> {
     let batch_norms =
-        chunk_passes::statistics_passes(cx, (segment, path), state_prefixes, inputs, spans, rng_entry)?;
+        chunk_passes::statistics_passes(cx, (segment, path), state_prefixes, &inputs, spans, rng_entry)?;
     let paths = || batch_norms.iter().map(|(p, _)| p);
     cx.batch_stats.reset_counts(paths());
     let ran = chunk_outputs(
@@ -239,7 +252,7 @@ fn chunk_outputs<'m>(
     cx: &mut Cx<'m>,
     segment: &Segment<'m>,
     state_prefixes: &[ModulePath],
-    inputs: &[Var],
+    inputs: Vec<Var>,
     spans: &[Range<usize>],
     rng_entry: RngState,
     compressor: memopt_compress::CompressorKind,
@@ -248,38 +261,38 @@ fn chunk_outputs<'m>(
     let chunked = spans.len() > 1;
     let mut saves = Vec::with_capacity(spans.len());
     let mut outputs: Vec<Tensor> = Vec::new();
+    let mut whole = Some(inputs);
     for span in spans {
         if chunked {
             // Every chunk replays the same random stream: dropout masks are shared over time.
             cx.rng.set_state(rng_entry);
         }
         let rng = cx.rng.state();
-        let xs: Vec<Tensor> = if chunked {
-            inputs
+        let xs: Vec<Var> = match whole.as_ref() {
+            Some(inputs) if chunked => inputs
                 .iter()
-                .map(|v| v.tensor().narrow0(span.start, span.len()))
-                .collect::<memopt_core::Result<_>>()?
-        } else {
-            inputs.iter().map(|v| v.tensor().clone()).collect()
+                .map(|v| v.narrow0(span.start, span.len()))
+                .collect::<Result<_>>()?,
+            _ => whole.take().unwrap_or_default(),
         };
         let states = cx
             .states
             .under_any(state_prefixes)
             .into_iter()
-            .map(|(p, v)| (p, cx.save(v.tensor())))
-            .collect::<Vec<_>>();
+            .map(|(p, v)| Ok((p, cx.save(&*v.tensor()?))))
+            .collect::<Result<Vec<_>>>()?;
         let saved = xs
             .iter()
             .map(|x| SavedInput::save(x, compressor, host))
             .collect::<Result<Vec<_>>>()?;
-        let ys = segment.forward(cx, xs.into_iter().map(Var::constant).collect())?;
+        let ys = segment.forward(cx, xs)?;
         saves.push(ChunkSave {
             inputs: saved,
             states,
             rng,
         });
         if !chunked {
-            outputs = ys.into_iter().map(Var::into_tensor).collect();
+            outputs = ys.into_iter().map(Var::into_tensor).collect::<Result<_>>()?;
             continue;
         }
         if outputs.is_empty() {
@@ -287,15 +300,15 @@ fn chunk_outputs<'m>(
             for y in &ys {
                 let full = Tensor::zeros(
                     y.shape().with_dim0(t),
-                    y.tensor().dtype(),
-                    y.tensor().device(),
+                    y.dtype(),
+                    y.device(),
                     MemoryKind::Activation,
                 )?;
                 outputs.push(full.with_spike_flag(y.is_spike()));
             }
         }
         for (full, y) in outputs.iter().zip(&ys) {
-            kernels::assign(&full.narrow0(span.start, span.len())?, y.tensor())?;
+            kernels::assign(&full.narrow0(span.start, span.len())?, &*y.tensor()?)?;
         }
     }
     Ok((saves, outputs))
@@ -312,7 +325,9 @@ impl<'m> BackwardOp<'m> for CheckpointBackward<'m> {
         let chunked = self.chunks.len() > 1;
         cx.enter_recompute();
         cx.time_chunk_depth += usize::from(chunked);
-        let result = self.recompute_backward(cx, grads.outputs);
+        let result = cx.with_packed_saves(self.packs_saved_spikes, |cx| {
+            self.recompute_backward(cx, grads.outputs)
+        });
         cx.time_chunk_depth -= usize::from(chunked);
         cx.leave_recompute();
         cx.states = outer_states;
@@ -337,6 +352,7 @@ impl<'m> CheckpointBackward<'m> {
             entry_states,
             final_states,
             n_out,
+            packs_saved_spikes: _,
             batch_norms,
         } = self;
         let state_grads = out_grads.split_off(n_out);

@@ -24,13 +24,14 @@
 //! code on every device, so Meta still measures the CPU's bytes exactly.
 
 use super::checkpoint::ChunkSave;
+use super::chunk_grads;
 use super::segment::Segment;
-use crate::autograd::{Tape, Var};
+use crate::autograd::{Tape, Var, VarId};
 use crate::context::Cx;
 use crate::{CheckpointError, Result};
-use memopt_core::kernels::{self, BatchNormStats};
+use memopt_core::kernels::BatchNormStats;
 use memopt_core::memory::{Phase, Scope, enter_scope};
-use memopt_core::{MemoryKind, ModulePath, RngState, Tensor};
+use memopt_core::{ModulePath, RngState, Tensor};
 use std::collections::BTreeMap;
 use std::ops::Range;
 
@@ -121,7 +122,7 @@ fn statistics_pass<'m>(
         cx.rng.set_state(rng_entry);
         let xs = inputs
             .iter()
-            .map(|v| Ok(Var::constant(v.tensor().narrow0(span.start, span.len())?)))
+            .map(|v| v.narrow0(span.start, span.len()))
             .collect::<Result<Vec<_>>>()?;
         match segment.forward(cx, xs) {
             Err(CheckpointError::StatisticsPass { .. }) => {}
@@ -224,22 +225,32 @@ pub(super) fn backward_chunks<'m>(
     let mut input_grads: Vec<Option<Tensor>> = vec![None; rc.input_needs.len()];
     for (span, chunk) in rc.spans.iter().zip(chunks).rev() {
         cx.batch_stats.set_reached(false);
-        let (inputs, states, rng) = match chunk {
+        // Inputs wanting a gradient become leaves of the chunk's tape (not in the segment's
+        // own gradient-sums pass, whose inputs are constants); bit-packed spikes stay packed.
+        let mut tape = Tape::new();
+        let x_ids: Vec<Option<VarId>> = rc
+            .input_needs
+            .iter()
+            .map(|needs| (*needs && !sums_pass).then(|| tape.input_leaf()))
+            .collect();
+        let (xs, states, rng) = match chunk {
             ChunkData::Kept(c) => (
                 c.inputs
                     .iter()
-                    .map(|s| s.restore_kept())
+                    .zip(&x_ids)
+                    .map(|(s, id)| s.restore_kept(*id))
                     .collect::<Result<Vec<_>>>()?,
                 c.states
                     .iter()
                     .map(|(p, s)| (p.clone(), s.tensor().clone()))
-                    .collect(),
+                    .collect::<Vec<_>>(),
                 c.rng,
             ),
             ChunkData::Owned(c) => (
                 c.inputs
                     .into_iter()
-                    .map(|s| s.restore())
+                    .zip(&x_ids)
+                    .map(|(s, id)| s.restore(*id))
                     .collect::<Result<Vec<_>>>()?,
                 c.states
                     .into_iter()
@@ -250,19 +261,6 @@ pub(super) fn backward_chunks<'m>(
         };
         cx.rng.set_state(rng);
         cx.states.clear();
-        let mut tape = Tape::new();
-        let mut xs = Vec::with_capacity(inputs.len());
-        let mut x_ids = Vec::with_capacity(inputs.len());
-        for (t, needs) in inputs.into_iter().zip(rc.input_needs) {
-            if *needs && !sums_pass {
-                let id = tape.input_leaf();
-                xs.push(Var::tracked(t, id));
-                x_ids.push(Some(id));
-            } else {
-                xs.push(Var::constant(t));
-                x_ids.push(None);
-            }
-        }
         let mut state_ids = Vec::with_capacity(states.len());
         for (p, t) in states {
             let id = tape.input_leaf();
@@ -272,6 +270,9 @@ pub(super) fn backward_chunks<'m>(
         cx.tape = Some(tape);
         let ys = {
             let _recompute = enter_scope(Scope::new(rc.path.clone(), Phase::Recompute));
+            // The outputs serve only as seeds: the ops giving them need not materialise what
+            // their backward does not keep.
+            cx.arm_unread(true);
             rc.segment.forward(cx, xs)
         };
         let tape = cx.tape.take().ok_or_else(|| {
@@ -305,7 +306,14 @@ pub(super) fn backward_chunks<'m>(
         let mut leaf_grads = cx.backward_tape(tape, seeds)?;
         reached_any |= cx.batch_stats.reached();
         if !sums_pass {
-            assemble_input_grads(&mut input_grads, x_ids, &mut leaf_grads, span, rc.spans, chunked)?;
+            assemble_input_grads(
+                &mut input_grads,
+                x_ids,
+                &mut leaf_grads,
+                (span, rc.spans),
+                out_grads,
+                chunked,
+            )?;
         }
         carry = state_ids
             .into_iter()
@@ -316,36 +324,25 @@ pub(super) fn backward_chunks<'m>(
     Ok((input_grads, carry))
 }
 
-/// Writes a chunk's input gradients into the full-length ones (allocated at the first chunk
-/// that has one), or moves them there when the segment is not chunked.
+/// Puts a chunk's input gradients into the full-length ones (see
+/// [`chunk_grads::place_input_grad`]: in a consumed output-gradient buffer when one fits), or
+/// moves them there when the segment is not chunked.
 fn assemble_input_grads(
     input_grads: &mut [Option<Tensor>],
-    x_ids: Vec<Option<crate::autograd::VarId>>,
-    leaf_grads: &mut std::collections::HashMap<crate::autograd::VarId, Tensor>,
-    span: &Range<usize>,
-    spans: &[Range<usize>],
+    x_ids: Vec<Option<VarId>>,
+    leaf_grads: &mut std::collections::HashMap<VarId, Tensor>,
+    (span, spans): (&Range<usize>, &[Range<usize>]),
+    out_grads: &[Option<Tensor>],
     chunked: bool,
 ) -> Result<()> {
+    let t = spans.last().map_or(0, |s| s.end);
     for (i, id) in x_ids.into_iter().enumerate() {
-        let Some(g) = id.and_then(|id| leaf_grads.remove(&id)) else {
-            continue;
-        };
+        let g = id.and_then(|id| leaf_grads.remove(&id));
         if !chunked {
-            input_grads[i] = Some(g);
+            input_grads[i] = g;
             continue;
         }
-        if input_grads[i].is_none() {
-            let t = spans.last().map_or(0, |s| s.end);
-            input_grads[i] = Some(Tensor::zeros(
-                g.shape().with_dim0(t),
-                g.dtype(),
-                g.device(),
-                MemoryKind::Gradient,
-            )?);
-        }
-        if let Some(full) = &input_grads[i] {
-            kernels::assign(&full.narrow0(span.start, span.len())?, &g)?;
-        }
+        chunk_grads::place_input_grad(&mut input_grads[i], g, span, t, out_grads)?;
     }
     Ok(())
 }

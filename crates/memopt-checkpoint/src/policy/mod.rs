@@ -4,6 +4,7 @@
 
 pub(crate) mod batch_stats;
 pub(crate) mod checkpoint;
+mod chunk_grads;
 mod chunk_passes;
 mod plan;
 mod saved_input;
@@ -23,6 +24,12 @@ use serde::{Deserialize, Serialize};
 pub enum Policy {
     /// Keep everything backward needs (the default).
     Store,
+    /// Keep everything backward needs, but every convolution and linear layer at or below the
+    /// module (that is not recomputed) keeps a spike input bit-packed (1 bit per value, 32x
+    /// smaller than f32) instead of as f32, and its backward reads it one time step at a time.
+    /// Exact: spikes are 0 and 1. Costs packing the input in forward and unpacking it in
+    /// backward.
+    StorePacked,
     /// Keep only the input (compressed when it is a spike tensor and the compressor packs
     /// spikes), the RNG state and the neuron states it starts from; recompute in backward.
     /// With `chunks = k > 1` the time dimension runs in k nearly equal chunks, state carried
@@ -61,7 +68,7 @@ impl Policy {
 
     /// Whether the policy recomputes in backward.
     pub fn recomputes(&self) -> bool {
-        !matches!(self, Policy::Store)
+        !matches!(self, Policy::Store | Policy::StorePacked)
     }
 
     /// Number of time chunks (1 unless chunked checkpointing).
@@ -77,6 +84,7 @@ impl std::fmt::Display for Policy {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Policy::Store => f.write_str("store"),
+            Policy::StorePacked => f.write_str("store(packed)"),
             Policy::Checkpoint {
                 compressor,
                 chunks: 1,

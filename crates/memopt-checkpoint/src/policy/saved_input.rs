@@ -1,61 +1,99 @@
 //! The input a checkpointed segment keeps for its recomputation.
 
 use crate::Result;
-use memopt_compress::{CompressorKind, Packed};
-use memopt_core::{Device, MemoryKind, Tensor};
+use crate::autograd::{Var, VarId};
+use memopt_compress::{CompressorKind, Packed, PackedSpikes};
+use memopt_core::{DType, Device, MemoryKind};
+
+/// How the input is kept.
+enum Kept {
+    /// f32 spikes, bit-packed: restored packed, so that a convolution or linear layer reads them
+    /// one time step at a time and no op unpacks more than it holds.
+    Spikes(PackedSpikes),
+    /// Anything else, with the compressor the policy names (restored whole).
+    Packed(Packed),
+}
 
 /// A segment input kept for recomputation: compressed when it carries the spike flag and the
 /// compressor packs spikes (the choice is static, from the flag, identical on every device),
 /// and moved to host memory under the offload policy.
 pub(crate) struct SavedInput {
-    packed: Packed,
+    kept: Kept,
     /// The device to bring the payload back to, when it was offloaded.
     home: Option<Device>,
 }
 
 impl SavedInput {
     /// Keeps `x` with `compressor` (binary compressors fall back to no compression for inputs
-    /// that are not spikes); with `host`, the payload moves there as offloaded memory.
-    pub(crate) fn save(x: &Tensor, compressor: CompressorKind, host: Option<Device>) -> Result<SavedInput> {
-        let kind = if compressor.requires_binary() && !x.is_spike() {
-            CompressorKind::Null
-        } else {
-            compressor
+    /// that are not spikes); with `host`, the payload moves there as offloaded memory. f32
+    /// spikes under BitSpike are kept as [`PackedSpikes`] (already packed ones share their
+    /// payload).
+    pub(crate) fn save(x: &Var, compressor: CompressorKind, host: Option<Device>) -> Result<SavedInput> {
+        let bit_spike = compressor == CompressorKind::BitSpike;
+        let kept = match (x.as_packed(), x.as_dense()) {
+            (Some(spikes), _) if bit_spike => Kept::Spikes(spikes.clone()),
+            (_, Some(t)) if bit_spike && t.is_spike() && t.dtype() == DType::F32 => {
+                Kept::Spikes(PackedSpikes::pack(t)?)
+            }
+            _ => {
+                let x = x.tensor()?;
+                let kind = if compressor.requires_binary() && !x.is_spike() {
+                    CompressorKind::Null
+                } else {
+                    compressor
+                };
+                let packed = kind.build().compress(&x)?;
+                if kind == CompressorKind::Null && x.kind() == MemoryKind::Activation {
+                    x.set_kind(MemoryKind::SavedForBackward);
+                }
+                Kept::Packed(packed)
+            }
         };
-        let mut packed = kind.build().compress(x)?;
-        if kind == CompressorKind::Null && x.kind() == MemoryKind::Activation {
-            x.set_kind(MemoryKind::SavedForBackward);
-        }
-        let mut home = None;
-        if let Some(host) = host {
-            packed = packed.to_device(host, MemoryKind::Offloaded)?;
-            home = Some(x.device());
-        }
-        Ok(SavedInput { packed, home })
+        let Some(host) = host else {
+            return Ok(SavedInput { kept, home: None });
+        };
+        let kept = match kept {
+            Kept::Spikes(s) => Kept::Spikes(s.to_device(host, MemoryKind::Offloaded)?),
+            Kept::Packed(p) => Kept::Packed(p.to_device(host, MemoryKind::Offloaded)?),
+        };
+        Ok(SavedInput {
+            kept,
+            home: Some(x.device()),
+        })
     }
 
-    /// The original tensor, back on its device (recorded as an activation when it had to be
-    /// recreated).
-    pub(crate) fn restore(self) -> Result<Tensor> {
-        self.restore_kept()
+    /// The original value, back on its device, with tape id `id`: packed spikes stay packed
+    /// (their payload recorded as packed memory when it had to be brought back); anything else
+    /// is decompressed (recorded as an activation when it had to be recreated).
+    pub(crate) fn restore(self, id: Option<VarId>) -> Result<Var> {
+        self.restore_kept(id)
     }
 
-    /// The original tensor, keeping the saved payload (for a segment that recomputes a chunk
-    /// more than once: chunked BatchNorm passes).
-    pub(crate) fn restore_kept(&self) -> Result<Tensor> {
+    /// [`SavedInput::restore`], keeping the saved payload (for a segment that recomputes a
+    /// chunk more than once: chunked BatchNorm passes). Packed spikes kept on their device share
+    /// their payload with the restored value.
+    pub(crate) fn restore_kept(&self, id: Option<VarId>) -> Result<Var> {
         let moved;
-        let packed = match self.home {
-            Some(device) => {
-                let kind = if self.packed.kind() == CompressorKind::Null {
+        let packed = match (&self.kept, self.home) {
+            (Kept::Spikes(s), None) => return Ok(Var::packed(s.clone(), id)),
+            (Kept::Spikes(s), Some(device)) => {
+                return Ok(Var::packed(s.to_device(device, MemoryKind::Packed)?, id));
+            }
+            (Kept::Packed(p), None) => p,
+            (Kept::Packed(p), Some(device)) => {
+                let kind = if p.kind() == CompressorKind::Null {
                     MemoryKind::Activation
                 } else {
                     MemoryKind::Packed
                 };
-                moved = self.packed.to_device(device, kind)?;
+                moved = p.to_device(device, kind)?;
                 &moved
             }
-            None => &self.packed,
         };
-        Ok(packed.decompress()?)
+        let t = packed.decompress()?;
+        Ok(match id {
+            Some(id) => Var::tracked(t, id),
+            None => Var::constant(t),
+        })
     }
 }

@@ -33,13 +33,21 @@ impl<'m> Segment<'m> {
     }
 
     /// The forward pass (the policy of the segment itself is not applied again; policies of
-    /// modules inside are).
+    /// modules inside are). When the caller armed unread outputs ([`Cx::outputs_unread`]), the
+    /// module, or the last child of the run, gets them.
     pub(crate) fn forward(&self, cx: &mut Cx<'m>, inputs: Vec<Var>) -> Result<Vec<Var>> {
         match *self {
-            Segment::Module(m) => m.forward(cx, inputs),
+            Segment::Module(m) => cx.with_armed_call(|cx| m.forward(cx, inputs)),
             Segment::Children { parent, start, end } => {
+                let unread = cx.take_output_unread();
+                let children = parent.children_in(start, end);
+                let last = children.len().saturating_sub(1);
                 let mut xs = inputs;
-                for (name, child) in parent.children_in(start, end) {
+                for (i, (name, child)) in children.into_iter().enumerate() {
+                    if i > 0 {
+                        xs = parent.before_child(cx, start + i, xs)?;
+                    }
+                    cx.arm_unread(unread && i == last);
                     xs = cx.call(&name, child, xs)?;
                 }
                 Ok(xs)

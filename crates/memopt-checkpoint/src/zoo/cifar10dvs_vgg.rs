@@ -23,7 +23,7 @@ impl Module for VggBlock {
 
     fn forward<'m>(&'m self, cx: &mut Cx<'m>, inputs: Vec<Var>) -> Result<Vec<Var>> {
         let x = cx.call("proj_bn", &self.proj_bn, inputs)?;
-        cx.call("neuron", &self.neuron, x)
+        cx.final_op(|cx| cx.call("neuron", &self.neuron, x))
     }
 
     fn children(&self) -> Vec<(String, &dyn Module)> {
@@ -36,7 +36,7 @@ impl Module for VggBlock {
 }
 
 /// The example's LIF: tau 1.333, decay_input false, detach_reset true, ATan surrogate.
-fn lif() -> NeuronConfig {
+pub fn lif() -> NeuronConfig {
     NeuronConfig {
         kind: NeuronKind::Lif {
             tau: 1.333,

@@ -3,6 +3,9 @@
 //! classes), a device and a seed.
 
 mod cifar10dvs_vgg;
+/// The LIF neuron of the CIFAR10-DVS VGG (SpikingJelly's memopt example), for models built
+/// from its pieces.
+pub use cifar10dvs_vgg::lif as cifar10dvs_vgg_lif;
 pub mod custom;
 mod mlp;
 mod resnet;

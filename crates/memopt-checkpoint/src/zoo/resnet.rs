@@ -127,8 +127,9 @@ impl Module for BasicBlock {
                     Some(ds) => cx.call1("downsample", ds, x)?,
                     None => x,
                 };
-                let out = ops::add(cx, &out, &identity)?;
-                Ok(vec![cx.call1("sn2", &self.sn2, out)?])
+                // Neither branch is read again (add keeps nothing): the sum may overwrite one.
+                let sum = ops::add(cx, out, identity)?;
+                Ok(vec![cx.final_op(|cx| cx.call1("sn2", &self.sn2, sum))?])
             }
             Residual::SewAdd => {
                 let out = cx.call1("sn2", &self.sn2, out)?;
@@ -140,7 +141,7 @@ impl Module for BasicBlock {
                     _ => x,
                 };
                 // sew_function(identity, out, "ADD") = identity + out.
-                Ok(vec![ops::add(cx, &identity, &out)?])
+                Ok(vec![cx.final_op(|cx| ops::add(cx, identity, out))?])
             }
         }
     }
@@ -182,15 +183,21 @@ impl Module for ResNet {
     }
 
     fn forward<'m>(&'m self, cx: &mut Cx<'m>, inputs: Vec<Var>) -> Result<Vec<Var>> {
-        let mut x = one_input(inputs, self.type_name())?;
-        for (name, child) in &self.children {
-            if *name == "fc" {
-                // Multi-step: flatten from dimension 2 ([T, N, 512, 1, 1] -> [T, N, 512]).
-                x = flatten_time(cx, x, self.type_name())?;
-            }
-            x = cx.call1(name, child.as_ref(), x)?;
+        cx.call_children(self, inputs)
+    }
+
+    /// Multi-step: flatten from dimension 2 before `fc` (`[T, N, 512, 1, 1]` -> `[T, N, 512]`).
+    fn before_child<'m>(&'m self, cx: &mut Cx<'m>, index: usize, inputs: Vec<Var>) -> Result<Vec<Var>> {
+        if self.children.get(index).is_none_or(|(name, _)| *name != "fc") {
+            return Ok(inputs);
         }
-        Ok(vec![x])
+        let x = one_input(inputs, self.type_name())?;
+        Ok(vec![flatten_time(cx, x, self.type_name())?])
+    }
+
+    /// Plans may give a run of children (the stem `conv1`..`maxpool`, say) one policy.
+    fn supports_child_ranges(&self) -> bool {
+        true
     }
 
     fn children(&self) -> Vec<(String, &dyn Module)> {
@@ -202,6 +209,10 @@ impl Module for ResNet {
     /// The children run in order; the flatten before the classifier is a view (no memory).
     fn children_form_chain(&self) -> bool {
         true
+    }
+
+    fn child_count(&self) -> usize {
+        self.children.len()
     }
 }
 

@@ -1,6 +1,7 @@
 //! `memopt bench`: every strategy side by side for one model.
 
 use crate::bench::{bench, ms};
+use crate::calibration::CalibrationArgs;
 use crate::device_arg::{DEVICE_VALUES, parse_device};
 use crate::error::{CliError, Result};
 use crate::format::bytes;
@@ -14,13 +15,22 @@ use std::io::Write;
 pub const LONG_ABOUT: &str = "\
 Plan one model with every strategy (pipeline level 4, memonger, budget, max-overhead 20%,
 min-memory) and measure each plan with real steps on --device (the CPU, or a GPU with
---device cuda[:N]; a plan whose steps run out of GPU memory is rejected and its row says why): the exact peak, the measured peak, the
-median step time and its range over --steps timed steps (default 10), the measured and
-predicted overhead over the baseline, the planning time and whether the step's values (loss,
+--device cuda[:N]; a plan whose steps run out of GPU memory, or a budget no plan meets, is
+rejected and its row says why): the exact peak, the measured peak, the median step time and
+its range over --steps rounds (default 10), the measured and predicted overhead over the
+baseline side by side with their gap, the planning time and whether the step's values (loss,
 gradients, running statistics, neuron states, updated parameters) are bit-identical to the
-baseline's (same). Overheads within the range of the baseline's own step times are noise.
+baseline's (same). Each plan's first step runs on a fresh model (peak and values); then every
+round runs one step of each plan in turn on one model, and a row's overhead is the median
+over rounds of its step over the baseline's step of the same round, so a change in the
+machine's load reaches every row alike; `middle half` gives the quartiles of a row's per-round
+overheads (the machine's noise). The summary names the row with the largest gap, and whether
+its prediction lies within that middle half.
+With --calibration FILE (made by `memopt calibrate` on this device) the strategies plan with
+the calibrated cost model, and each row also shows the uncalibrated prediction of the same
+plan (column `uncalib.`): before and after, on the same plans and measurements.
 The budget row asks for the midpoint between the least reachable peak and the baseline unless
---budget is given.";
+--budget is given. --plan FILE adds a row for a plan made elsewhere (another size, say).";
 
 /// Options of `memopt bench`.
 #[derive(Debug, Clone, clap::Args)]
@@ -28,7 +38,8 @@ pub struct BenchArgs {
     /// The model and its size [default model: cifar10dvs-vgg].
     #[command(flatten)]
     pub model: ModelArgs,
-    /// Timed steps per strategy (after one step for the peak and gradients).
+    /// Timed rounds: each runs one step of every strategy's plan in turn (after one step of
+    /// each on a fresh model for the peak and values, and one warm-up round).
     #[arg(long, default_value_t = 10, value_name = "N", value_parser = crate::selection::whole, allow_hyphen_values = true)]
     pub steps: usize,
     /// Budget of the budget row (2GiB, 512MiB, 40%) [default: midway between the least
@@ -46,6 +57,14 @@ pub struct BenchArgs {
     /// The memory limit checked before the steps (against the baseline, the largest).
     #[command(flatten)]
     pub limit: MemoryLimitArgs,
+    /// The cost model's calibration (the predicted column).
+    #[command(flatten)]
+    pub calibration: CalibrationArgs,
+    /// Also bench this plan (from `memopt optimize --out`; repeatable): a row `plan file` after
+    /// the strategies'. A plan made for another size still runs here (plans name module
+    /// paths), with a warning; its peak and overheads are this size's.
+    #[arg(long = "plan", value_name = "FILE")]
+    pub plans: Vec<std::path::PathBuf>,
 }
 
 /// Benches.
@@ -75,7 +94,13 @@ pub fn run(args: &BenchArgs, out: &mut dyn Write) -> Result<()> {
         device,
         &args.model.command_line(),
     )?;
-    let report = bench(&sel, args.steps, budget, device)?;
+    let calibration = args.calibration.load(device)?;
+    let plans = args
+        .plans
+        .iter()
+        .map(|p| Ok((p.display().to_string(), super::read_plan_for(p, &sel)?)))
+        .collect::<Result<Vec<_>>>()?;
+    let report = bench(&sel, args.steps, budget, device, calibration.as_ref(), &plans)?;
     // How the device is named in the text: "CPU" as before, else `cuda:N`.
     let on = match device {
         memopt_core::Device::Cpu => "CPU".to_string(),
@@ -88,17 +113,26 @@ pub fn run(args: &BenchArgs, out: &mut dyn Write) -> Result<()> {
             serde_json::to_string_pretty(&report).unwrap_or_default()
         );
     }
+    let calibrated = report.largest_gap_uncalibrated.is_some();
     out!(out, "{}", sel.describe())?;
+    out!(out, "{}", report.cost_model.describe())?;
     out!(
         out,
-        "baseline peak {}; planning session setup {:.1} ms; step times: median and range (fastest-slowest) of {} {on} steps\n",
+        "baseline peak {}; planning session setup {:.1} ms; step times: median and range (fastest-slowest) of {} rounds of {on} steps, every plan in turn\n",
         bytes(report.rows[0].peak_bytes),
         report.session_setup_ms,
         report.timed_steps.max(1)
     )?;
+    let uncalib = |v: String| {
+        if calibrated {
+            format!(" {v:>9}")
+        } else {
+            String::new()
+        }
+    };
     out!(
         out,
-        "{:<13} {:<28} {:>11} {:>7} {:>10} {:>17} {:>9} {:>9} {:>9} {:>7} {:>6}",
+        "{:<13} {:<28} {:>11} {:>7} {:>10} {:>17} {:>9} {:>15} {:>9} {:>7}{} {:>9} {:>7} {:>6}",
         "strategy",
         "setting",
         "peak",
@@ -106,7 +140,10 @@ pub fn run(args: &BenchArgs, out: &mut dyn Write) -> Result<()> {
         "step ms",
         "range ms",
         "overhead",
+        "middle half",
         "predicted",
+        "gap",
+        uncalib("uncalib.".into()),
         "plan ms",
         "entries",
         "values"
@@ -119,13 +156,17 @@ pub fn run(args: &BenchArgs, out: &mut dyn Write) -> Result<()> {
                 "{:<13} {:<28} {:>11} rejected: {why}",
                 r.strategy,
                 r.setting,
-                bytes(r.peak_bytes)
+                if r.peak_bytes > 0 {
+                    bytes(r.peak_bytes)
+                } else {
+                    "-".into()
+                }
             )?;
             continue;
         }
         out!(
             out,
-            "{:<13} {:<28} {:>11} {:>6.2}x {:>10} {:>17} {:>+8.1}% {:>+8.1}% {:>9.2} {:>7} {:>6}",
+            "{:<13} {:<28} {:>11} {:>6.2}x {:>10} {:>17} {:>+8.1}% {:>15} {:>+8.1}% {:>+7.1}{} {:>9.2} {:>7} {:>6}",
             r.strategy,
             r.setting,
             bytes(r.peak_bytes),
@@ -133,10 +174,39 @@ pub fn run(args: &BenchArgs, out: &mut dyn Write) -> Result<()> {
             ms(r.step_ms),
             format!("{}-{}", ms(r.step_ms_min), ms(r.step_ms_max)),
             r.overhead * 100.0,
+            format!(
+                "{:+.1}..{:+.1}%",
+                r.overhead_quartiles.0 * 100.0,
+                r.overhead_quartiles.1 * 100.0
+            ),
             r.predicted_overhead * 100.0,
+            (r.predicted_overhead - r.overhead) * 100.0,
+            uncalib(format!(
+                "{:+.1}%",
+                r.predicted_overhead_uncalibrated.unwrap_or(0.0) * 100.0
+            )),
             r.planning_ms,
             r.entries,
             if r.bit_identical { "same" } else { "DIFFER" }
+        )?;
+    }
+    out!(
+        out,
+        "(middle half: the quartiles of the per-round overheads, the machine's noise; gap: predicted less measured overhead, in points)"
+    )?;
+    if let Some(g) = &report.largest_gap {
+        out!(
+            out,
+            "\nlargest gap between predicted and measured overhead{}: {}",
+            if calibrated { " (calibrated)" } else { "" },
+            g.describe()
+        )?;
+    }
+    if let Some(g) = &report.largest_gap_uncalibrated {
+        out!(
+            out,
+            "largest gap, uncalibrated predictions of the same plans: {}",
+            g.describe()
         )?;
     }
     let mismatched: Vec<&str> = report
@@ -146,11 +216,11 @@ pub fn run(args: &BenchArgs, out: &mut dyn Write) -> Result<()> {
         .map(|r| r.strategy.as_str())
         .collect();
     if mismatched.is_empty() {
-        out!(out, "\nevery measured {on} peak equals its exact (Meta) peak")
+        out!(out, "every measured {on} peak equals its exact (Meta) peak")
     } else {
         out!(
             out,
-            "\nmeasured {on} peaks differ from the exact peak for: {}",
+            "measured {on} peaks differ from the exact peak for: {}",
             mismatched.join(", ")
         )
     }

@@ -1,6 +1,7 @@
 //! The subcommands, one file each, and what they share: reading plans and writing charts.
 
 pub mod bench;
+pub mod calibrate;
 pub mod dataset;
 pub mod eval;
 pub mod frames;

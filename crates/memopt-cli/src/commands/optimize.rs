@@ -1,6 +1,7 @@
 //! `memopt optimize`: plan, print the plan as a tree, optionally verify it with real steps.
 
 use super::chart;
+use crate::calibration::{CalibrationArgs, CostModelSource, planning_session};
 use crate::device_arg::{DEVICE_VALUES, parse_device, parse_planning_device};
 use crate::error::{CliError, Result};
 use crate::files::Outputs;
@@ -14,8 +15,9 @@ use crate::strategy::{StrategyArgs, explain};
 use crate::tree::plan_tree;
 use memopt_checkpoint::Plan;
 use memopt_core::Target;
-use memopt_profiler::{PlanCheck, Quantity, plan_is_data_dependent};
-use memopt_search::{AllocatorLevels, BudgetFit, PipelineSummary, PlanningSession};
+use memopt_profiler::timing::{median, quartiles};
+use memopt_profiler::{PlanCheck, Quantity, TimingProfiler, plan_is_data_dependent};
+use memopt_search::{AllocatorLevels, BudgetFit, PipelineSummary};
 use serde::Serialize;
 use std::io::Write;
 use std::path::PathBuf;
@@ -71,7 +73,8 @@ pub struct OptimizeArgs {
     /// steps, which need that device to exist.
     #[arg(long, default_value = "cpu", value_name = DEVICE_VALUES)]
     pub device: String,
-    /// Timed steps per run of --verify (after the first, which gives the peak and gradients).
+    /// Timed rounds of --verify, each a baseline step and a planned step in turn on one model
+    /// (after each plan's first step on a fresh model, which gives the peak and values).
     #[arg(long, default_value_t = 2, value_name = "N", value_parser = crate::selection::whole, allow_hyphen_values = true)]
     pub steps: usize,
     /// Print JSON (stable field names) instead of text.
@@ -83,6 +86,10 @@ pub struct OptimizeArgs {
     /// The memory limit checked before the --verify steps.
     #[command(flatten)]
     pub limit: MemoryLimitArgs,
+    /// The cost model's calibration (the predicted overhead, and the plan where the strategy
+    /// weighs time).
+    #[command(flatten)]
+    pub calibration: CalibrationArgs,
 }
 
 /// What `--verify` measured.
@@ -96,8 +103,13 @@ pub struct Verification {
     pub baseline_step_ms: f64,
     /// Median planned step time, in ms.
     pub planned_step_ms: f64,
-    /// Measured extra time, as a fraction of the baseline step (0.18 = 18% slower).
+    /// Measured extra time, as a fraction of the baseline step (0.18 = 18% slower): the
+    /// median over --steps rounds, each a baseline step and a planned step in turn on one
+    /// model, of the planned over the baseline step, less 1.
     pub measured_overhead: f64,
+    /// The lower and upper quartiles of the per-round overheads, as fractions (the machine's
+    /// noise).
+    pub measured_overhead_quartiles: (f64, f64),
     /// Whether every parameter gradient of the first step is bit-identical to the baseline's.
     pub grads_identical: bool,
     /// The library's verdict ([`PlanCheck`]): planned and measured peaks, values compared and
@@ -133,6 +145,9 @@ pub struct OptimizeJson {
     pub budget: Option<BudgetFit>,
     /// Predicted extra time, as a fraction of the baseline step time (0.18 = 18% slower).
     pub predicted_overhead: f64,
+    /// What predicted the overhead: the calibration file and what it was measured on (absent:
+    /// the uncalibrated guesses).
+    pub cost_model: CostModelSource,
     /// Time the strategy took, in ms.
     pub planning_ms: f64,
     /// Time to build the planning session (every segment measured on Meta), in ms.
@@ -173,7 +188,8 @@ pub fn run(args: &OptimizeArgs, out: &mut dyn Write) -> Result<()> {
     sel.workload.target = device.target();
     let workload = &sel.workload;
     let started = Instant::now();
-    let mut session = PlanningSession::new(workload)?;
+    let calibration = args.calibration.load(device)?;
+    let (mut session, cost_model) = planning_session(workload, calibration.as_ref())?;
     let setup_ms = started.elapsed().as_secs_f64() * 1e3;
     let report = strategy.plan(&mut session).map_err(explain)?;
     if let Some(path) = &args.out {
@@ -186,8 +202,23 @@ pub fn run(args: &OptimizeArgs, out: &mut dyn Write) -> Result<()> {
             device,
             &args.model.command_line(),
         )?;
-        let base = run_steps(workload, &Plan::store_all(), device, args.steps)?;
-        let planned = run_steps(workload, &report.plan, device, args.steps)?;
+        let base = run_steps(workload, &Plan::store_all(), device, 0)?;
+        let planned = run_steps(workload, &report.plan, device, 0)?;
+        // Step times in turns on one model, so that the machine's load reaches both alike.
+        let timed = TimingProfiler::new(1, args.steps).profile_plans(
+            workload,
+            &[Plan::store_all(), report.plan.clone()],
+            device,
+        )?;
+        let (base_ms, plan_ms) = match timed.as_slice() {
+            [b, p] => (b.step_samples_ms.clone(), p.step_samples_ms.clone()),
+            _ => (Vec::new(), Vec::new()),
+        };
+        let overheads: Vec<f64> = plan_ms
+            .iter()
+            .zip(&base_ms)
+            .map(|(p, b)| p / b.max(1e-9) - 1.0)
+            .collect();
         let check = PlanCheck::compare(
             &base.record,
             &planned.record,
@@ -197,9 +228,10 @@ pub fn run(args: &OptimizeArgs, out: &mut dyn Write) -> Result<()> {
         Some(Verification {
             measured_peak_bytes: planned.peak_bytes(),
             baseline_measured_peak_bytes: base.peak_bytes(),
-            baseline_step_ms: base.median_step_ms(),
-            planned_step_ms: planned.median_step_ms(),
-            measured_overhead: planned.median_step_ms() / base.median_step_ms().max(1e-9) - 1.0,
+            baseline_step_ms: median(&base_ms),
+            planned_step_ms: median(&plan_ms),
+            measured_overhead: median(&overheads),
+            measured_overhead_quartiles: quartiles(&overheads),
             grads_identical: !check.mismatches.iter().any(|m| m.quantity == Quantity::Gradient),
             check,
         })
@@ -237,6 +269,7 @@ pub fn run(args: &OptimizeArgs, out: &mut dyn Write) -> Result<()> {
             planned_peaks: report.planned_peaks,
             budget: report.budget,
             predicted_overhead: report.predicted_overhead,
+            cost_model: cost_model.clone(),
             planning_ms: report.planning_ms,
             setup_ms,
             plan: report.plan.clone(),
@@ -316,8 +349,9 @@ pub fn run(args: &OptimizeArgs, out: &mut dyn Write) -> Result<()> {
     out!(
         out,
         "predicted overhead  {:>12}  of the baseline step time",
-        percent(report.predicted_overhead)
+        percent(report.predicted_overhead),
     )?;
+    out!(out, "{}", cost_model.describe())?;
     out!(
         out,
         "planning            {:>9.1} ms  (+ {:.1} ms measuring the segments on Meta)",
@@ -375,10 +409,14 @@ pub fn run(args: &OptimizeArgs, out: &mut dyn Write) -> Result<()> {
         )?;
         out!(
             out,
-            "  step time         {:>9.2} ms  baseline {:.2} ms ({} measured)",
+            "  step time         {:>9.2} ms  baseline {:.2} ms ({} measured, middle half of {} rounds {}..{}; {} predicted)",
             v.planned_step_ms,
             v.baseline_step_ms,
-            percent(v.measured_overhead)
+            percent(v.measured_overhead),
+            args.steps,
+            percent(v.measured_overhead_quartiles.0),
+            percent(v.measured_overhead_quartiles.1),
+            percent(report.predicted_overhead)
         )?;
         out!(
             out,

@@ -109,3 +109,15 @@ extern "C" __global__ void bitspike_unpack_f16(const u8* in, u64 n, u16* out) {
 extern "C" __global__ void bitspike_unpack_bf16(const u8* in, u64 n, u16* out) {
     unpack_impl<u16, (u16)0x3F80>(in, n, out);
 }
+
+// Values first .. first + n of the bit stream `in` (bit j is bit j % 8 of byte j / 8) as f32,
+// for spans that do not start on a byte (a time step of a layer's packed input whose step size
+// is not a multiple of 8): one thread per value, grid-stride.
+extern "C" __global__ void bitspike_unpack_span_f32(const u8* __restrict__ in, u64 first, u64 n,
+                                                    u32* __restrict__ out) {
+    const u64 stride = gridDim.x * (u64)blockDim.x;
+    for (u64 i = blockIdx.x * (u64)blockDim.x + threadIdx.x; i < n; i += stride) {
+        const u64 j = first + i;
+        out[i] = ((in[j >> 3] >> (j & 7u)) & 1u) ? 0x3F800000u : 0u;
+    }
+}

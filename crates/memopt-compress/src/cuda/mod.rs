@@ -14,7 +14,8 @@ use memopt_core::cuda::{
     launch_kernel, read_back,
 };
 
-/// BitSpike pack and unpack kernels (`bitspike_{pack,unpack}_{f32,f16,bf16}`).
+/// BitSpike pack and unpack kernels (`bitspike_{pack,unpack}_{f32,f16,bf16}`) and the unpack of
+/// a span that starts inside a byte (`bitspike_unpack_span_f32`).
 pub static BITSPIKE: KernelSource = KernelSource {
     name: "bitspike.cu",
     source: include_str!("bitspike.cu"),
@@ -25,6 +26,7 @@ pub static BITSPIKE: KernelSource = KernelSource {
         "bitspike_unpack_f32",
         "bitspike_unpack_f16",
         "bitspike_unpack_bf16",
+        "bitspike_unpack_span_f32",
     ],
 };
 
@@ -69,13 +71,47 @@ macro_rules! pack_unpack_signatures {
     };
 }
 
+/// Parameters of the span unpack kernel: `(const u8* in, u64 first, u64 n, f32* out)`.
+const UNPACK_SPAN_PARAMS: &[(&str, ArgKind)] = &[
+    ("in", ArgKind::Ptr),
+    ("first", ArgKind::U64),
+    ("n", ArgKind::U64),
+    ("out", ArgKind::Ptr),
+];
+
 /// The signature of every kernel of [`BITSPIKE`].
 pub static BITSPIKE_TABLE: KernelTable = KernelTable {
     source: &BITSPIKE,
-    signatures: pack_unpack_signatures!(
-        "bitspike_pack_f32", "bitspike_pack_f16", "bitspike_pack_bf16";
-        "bitspike_unpack_f32", "bitspike_unpack_f16", "bitspike_unpack_bf16"
-    ),
+    signatures: &[
+        Signature {
+            kernel: "bitspike_pack_f32",
+            params: PACK_PARAMS,
+        },
+        Signature {
+            kernel: "bitspike_pack_f16",
+            params: PACK_PARAMS,
+        },
+        Signature {
+            kernel: "bitspike_pack_bf16",
+            params: PACK_PARAMS,
+        },
+        Signature {
+            kernel: "bitspike_unpack_f32",
+            params: UNPACK_PARAMS,
+        },
+        Signature {
+            kernel: "bitspike_unpack_f16",
+            params: UNPACK_PARAMS,
+        },
+        Signature {
+            kernel: "bitspike_unpack_bf16",
+            params: UNPACK_PARAMS,
+        },
+        Signature {
+            kernel: "bitspike_unpack_span_f32",
+            params: UNPACK_SPAN_PARAMS,
+        },
+    ],
 };
 
 /// The signature of every kernel of [`BYTES`].
@@ -183,4 +219,31 @@ pub(crate) fn unpack<E: SpikeElem>(
     let args = [KernelArg::Ptr(src), KernelArg::U64(n as u64), KernelArg::Ptr(out)];
     let kernel = kernels.unpack[CudaKernels::slot(E::DTYPE)];
     Ok(launch_kernel(gpu, kernels.table, kernel, grid(items), &args)?)
+}
+
+/// The CUDA half of unpacking `n` f32 values starting at bit `first` of the BitSpike payload
+/// at `src` into `out` (spans that do not start on a byte; one thread per value).
+pub(crate) fn unpack_span_f32(
+    gpu: CudaBackend,
+    src: CudaPtr,
+    first: usize,
+    n: usize,
+    out: CudaPtr,
+) -> Result<()> {
+    if n == 0 {
+        return Ok(());
+    }
+    let args = [
+        KernelArg::Ptr(src),
+        KernelArg::U64(first as u64),
+        KernelArg::U64(n as u64),
+        KernelArg::Ptr(out),
+    ];
+    Ok(launch_kernel(
+        gpu,
+        &BITSPIKE_TABLE,
+        "bitspike_unpack_span_f32",
+        grid(n as u64),
+        &args,
+    )?)
 }

@@ -53,18 +53,6 @@ impl Target {
         }
     }
 
-    /// Neurons per partial-sum row of a neuron backward with a learnable time constant (PLIF):
-    /// one f32 partial per block of this many neurons and time step.
-    ///
-    /// - CPU: 8192 neurons, the chunk one rayon task walks through all time steps.
-    /// - CUDA: 1024 neurons, one thread block (256 threads x 4 neurons) per partial.
-    pub const fn neuron_block(self) -> usize {
-        match self {
-            Target::Cpu => 8192,
-            Target::Cuda => 1024,
-        }
-    }
-
     /// Elements per f64 partial of a blocked sum (sum, mean, losses): one f64 workspace value
     /// per block when there is more than one block.
     ///

@@ -1,6 +1,7 @@
 //! Elementwise kernels: add, mul, scale, relu, sigmoid, and their backward functions, plus
 //! in-place gradient accumulation.
 
+use super::Operand;
 use super::par::{map1, map2, update2};
 use crate::backend::{Compute, CudaBackend, Init, compute};
 use crate::cuda::launchers::elementwise as gpu_k;
@@ -73,16 +74,64 @@ fn binary(
 }
 
 /// `a + b` (same shapes). The sum of spikes is not a spike tensor (it may hold 2).
-pub fn add(a: &Tensor, b: &Tensor) -> Result<Tensor> {
-    binary(
-        "add",
-        a,
-        b,
-        MemoryKind::Activation,
-        false,
-        |x, y| x + y,
-        gpu_k::ew_add,
-    )
+///
+/// Each operand is lent (`&a`) or handed over (`a`, see [`Operand`]): a handed-over operand that
+/// is reusable receives the sum in place (`a` first, then `b`) and no buffer is allocated; the
+/// sum is computed as `a + b` either way, so results are bit-identical.
+pub fn add<'a, 'b>(a: impl Into<Operand<'a>>, b: impl Into<Operand<'b>>) -> Result<Tensor> {
+    const OP: &str = "add";
+    let (a, b) = (a.into(), b.into());
+    match (a.reusable(), b.reusable()) {
+        (true, _) => add_over(a, b.tensor(), true),
+        (false, true) => add_over(b, a.tensor(), false),
+        (false, false) => binary(
+            OP,
+            a.tensor(),
+            b.tensor(),
+            MemoryKind::Activation,
+            false,
+            |x, y| x + y,
+            gpu_k::ew_add,
+        ),
+    }
+}
+
+/// `a + b` written over the reusable operand `dst` (`a` when `dst_is_a`, else `b`); `other` is
+/// the other operand. `dst` is the only handle to its storage, so `other` cannot share it.
+fn add_over(dst: Operand<'_>, other: &Tensor, dst_is_a: bool) -> Result<Tensor> {
+    const OP: &str = "add";
+    same_shape(OP, dst.tensor(), other)?;
+    let Some(dst) = dst.into_given() else {
+        return Err(CoreError::invalid(
+            OP,
+            "only a handed-over operand can hold the sum",
+        ));
+    };
+    let or = other.read::<f32>(OP)?;
+    let mut w = dst.write::<f32>(OP)?;
+    let n = dst.elem_count() as u64;
+    compute(dst.device(), |backend| match backend {
+        Compute::Cpu if dst_is_a => {
+            update2(w.host_mut()?, or.host()?, |a, b| a + b);
+            Ok(())
+        }
+        Compute::Cpu => {
+            update2(w.host_mut()?, or.host()?, |b, a| a + b);
+            Ok(())
+        }
+        Compute::Cuda(_) if n == 0 => Ok(()),
+        // Each thread reads both operands at index i before writing index i: in place is safe.
+        Compute::Cuda(gpu) => {
+            let (d, o) = (w.cuda_ptr()?, or.cuda_ptr()?);
+            let (pa, pb) = if dst_is_a { (d, o) } else { (o, d) };
+            gpu_k::ew_add(gpu, grid_for(n), pa, pb, d, n)
+        }
+    })?;
+    drop((or, w));
+    if dst.kind() != MemoryKind::Activation {
+        dst.set_kind(MemoryKind::Activation);
+    }
+    Ok(dst.with_spike_flag(false))
 }
 
 /// `a * b` (same shapes). The product of two spike tensors is a spike tensor.

@@ -21,6 +21,9 @@ mod par;
 pub mod pool;
 pub mod reduce;
 pub mod shape_ops;
+mod step_input;
+#[cfg(test)]
+mod stepwise_tests;
 #[cfg(test)]
 pub(crate) mod testkit;
 
@@ -115,3 +118,4 @@ pub use optim::*;
 pub use pool::*;
 pub use reduce::*;
 pub use shape_ops::*;
+pub use step_input::StepInput;

@@ -64,12 +64,22 @@ impl ModulePath {
 
     /// Whether this module is `ancestor` or below it (everything is under the root `""`).
     pub fn is_under(&self, ancestor: &str) -> bool {
-        ancestor.is_empty() || *self.0 == *ancestor || self.is_below(ancestor)
+        Self::str_is_under(&self.0, ancestor)
     }
 
     /// Whether this module is strictly below `ancestor`.
     pub fn is_below(&self, ancestor: &str) -> bool {
-        let path: &str = &self.0;
+        Self::str_is_below(&self.0, ancestor)
+    }
+
+    /// [`ModulePath::is_under`] of a path held as a string, without making a `ModulePath` of
+    /// it (for callers that compare many paths).
+    pub fn str_is_under(path: &str, ancestor: &str) -> bool {
+        ancestor.is_empty() || path == ancestor || Self::str_is_below(path, ancestor)
+    }
+
+    /// [`ModulePath::is_below`] of a path held as a string.
+    pub fn str_is_below(path: &str, ancestor: &str) -> bool {
         if ancestor.is_empty() {
             return !path.is_empty();
         }

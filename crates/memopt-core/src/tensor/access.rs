@@ -141,6 +141,7 @@ impl Tensor {
 
     /// Reads the elements as `T` for op `op` (checks the dtype).
     pub fn read<T: Element>(&self, op: &'static str) -> Result<DataRead<'_, T>> {
+        self.expect_materialised(op)?;
         self.expect_dtype(op, T::DTYPE)?;
         Ok(DataRead {
             guard: self.0.storage.read(),
@@ -155,6 +156,7 @@ impl Tensor {
     /// reading a tensor that shares its storage would deadlock: in-place ops check
     /// [`Tensor::same_storage`] first.
     pub fn write<T: Element>(&self, op: &'static str) -> Result<DataWrite<'_, T>> {
+        self.expect_materialised(op)?;
         self.expect_dtype(op, T::DTYPE)?;
         Ok(DataWrite {
             guard: self.0.storage.write(),

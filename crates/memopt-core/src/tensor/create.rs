@@ -95,6 +95,7 @@ impl Tensor {
 
     /// Host data of this view, copied out (CPU) or downloaded (CUDA).
     pub(crate) fn host_data(&self, op: &'static str) -> Result<CpuData> {
+        self.expect_materialised(op)?;
         let range = self.storage_offset()..self.storage_offset() + self.elem_count();
         match &*self.storage().read() {
             StorageData::Cpu(d) => Ok(d.slice(range)),

@@ -17,6 +17,10 @@ use std::sync::Arc;
 ///
 /// `is_spike` records that every value is known to be 0 or 1; spiking neurons set it and ops
 /// that keep it true (reshape, max pooling, multiplying spikes) propagate it.
+///
+/// A tensor made by [`Tensor::unmaterialised`] has a shape, a dtype and a device but no
+/// elements: it stands for a value nobody reads (a recomputed segment's output, of which only
+/// the gradient is needed), and every read or write of it is an error on every device.
 #[derive(Clone)]
 pub struct Tensor(Arc<TensorInner>);
 
@@ -26,6 +30,8 @@ struct TensorInner {
     /// First element of this view within the storage.
     offset: usize,
     is_spike: bool,
+    /// False for [`Tensor::unmaterialised`] stand-ins (and their views): no elements behind them.
+    materialised: bool,
 }
 
 impl std::fmt::Debug for Tensor {
@@ -57,6 +63,7 @@ impl Tensor {
             shape,
             offset: 0,
             is_spike: false,
+            materialised: true,
         })))
     }
 
@@ -66,7 +73,44 @@ impl Tensor {
             shape,
             offset,
             is_spike,
+            materialised: self.0.materialised,
         }))
+    }
+
+    /// A stand-in of `shape`, `dtype` and `device` with no elements: the output of an op that
+    /// was asked not to materialise it because nobody reads it (a recomputed segment's output,
+    /// whose gradient is all backward needs). It keeps shape, spike flag and views (reshape,
+    /// [`Tensor::narrow0`]) like any tensor; reading or writing it ([`Tensor::read`],
+    /// [`Tensor::write`], host copies) is [`CoreError::Unmaterialised`] on every device, Meta
+    /// included. Its storage holds 0 elements: its allocation is recorded as 0 bytes, on Meta as
+    /// on the device it stands in for.
+    pub fn unmaterialised(shape: impl Into<Shape>, dtype: DType, device: Device) -> Result<Tensor> {
+        let shape = shape.into();
+        shape.elem_count_for("Tensor::unmaterialised")?;
+        let storage = Storage::for_overwrite(dtype, 0, device, MemoryKind::Activation)?;
+        Ok(Tensor(Arc::new(TensorInner {
+            storage: Arc::new(storage),
+            shape,
+            offset: 0,
+            is_spike: false,
+            materialised: false,
+        })))
+    }
+
+    /// False for an [`Tensor::unmaterialised`] stand-in (or a view of one): it has no elements.
+    pub fn is_materialised(&self) -> bool {
+        self.0.materialised
+    }
+
+    /// [`CoreError::Unmaterialised`] for a stand-in, which op `op` cannot read or write.
+    pub fn expect_materialised(&self, op: &'static str) -> Result<()> {
+        if self.0.materialised {
+            return Ok(());
+        }
+        Err(CoreError::Unmaterialised {
+            op,
+            shape: self.shape().clone(),
+        })
     }
 
     /// Shape.

@@ -1,9 +1,15 @@
 //! A time cost model for planners: per-module FLOPs and bytes from a Meta step, turned into
-//! forward, backward and recompute time with throughput constants, calibrated by the timing
-//! profiler when a measurement is available.
+//! forward, backward and recompute time with throughput constants, calibrated per device by
+//! the timing profiler (a [`Calibration`] file, measured by [`Calibration::measure`]).
 
+mod calibration;
 mod collect;
+mod fit;
 mod model;
 
+pub use calibration::{Applied, CALIBRATION_FORMAT, Calibration, HostIdentity, MeasuredOn};
 pub use collect::{InputInfo, ModuleCostEntry};
-pub use model::{CostModel, Throughput, TypeFactors};
+pub use fit::{
+    CalibrationMeasurement, CalibrationRun, TIMED_CODECS, every_leaf_checkpointed, largest_spike_input,
+};
+pub use model::{CodecSpeed, CostModel, Throughput, TypeFactors};

@@ -1,7 +1,7 @@
 //! The time cost model: forward, backward and recompute time per module from FLOPs and bytes,
 //! and the extra time a plan costs.
 
-use super::collect::{ModuleCostEntry, collect};
+use super::collect::{InputInfo, ModuleCostEntry, collect};
 use crate::Result;
 use crate::timing::TimingReport;
 use crate::workload::Workload;
@@ -31,13 +31,19 @@ impl Throughput {
     }
 }
 
-/// Multipliers fitted per module type by [`CostModel::calibrate`] (1 when not calibrated).
+/// Multipliers fitted per module type by [`CostModel::calibrate`] and
+/// [`CostModel::calibrate_recompute`] (1 when not calibrated).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct TypeFactors {
     /// Measured over predicted forward time.
     pub forward: f64,
     /// Measured over predicted backward time.
     pub backward: f64,
+    /// Measured recomputation time over predicted forward time (a recomputation runs with a
+    /// tape but without updating running statistics, inside backward, so it can differ from
+    /// the forward).
+    pub recompute: f64,
 }
 
 impl Default for TypeFactors {
@@ -45,16 +51,21 @@ impl Default for TypeFactors {
         TypeFactors {
             forward: 1.0,
             backward: 1.0,
+            recompute: 1.0,
         }
     }
 }
 
 /// Predicts step time without running: each module's forward time is
-/// `flops / flops_per_s + bytes / bytes_per_s` times its type's factor, its backward time
-/// `backward_ratio` times that (times the backward factor), a recomputation costs one more
-/// forward, and compression moves the saved input and its payload once each way.
-/// [`CostModel::calibrate`] fits the factors and the time outside modules (loss, glue,
-/// optimizer) to a [`TimingReport`].
+/// `flops / flops_per_s + bytes / bytes_per_s` times its type's forward factor, its backward
+/// time `backward_ratio` times that raw figure times the backward factor, a recomputation the
+/// raw figure times the recompute factor, and a checkpoint's saved input costs its packing and
+/// unpacking ([`CostModel::saved_input_ms`]). Uncalibrated, every factor is 1 and packing is
+/// priced by bytes moved. [`CostModel::calibrate`] fits the forward and backward factors and
+/// the time outside modules (loss, glue, optimizer) to a [`TimingReport`] of a step storing
+/// everything, [`CostModel::calibrate_recompute`] the recompute factors to one that checkpoints
+/// leaves, [`CostModel::calibrate_codecs`] the compressors' speeds; a saved
+/// [`super::Calibration`] carries them to other workloads on the same device.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CostModel {
     /// What the costs are of.
@@ -75,11 +86,26 @@ pub struct CostModel {
     pub param_bytes: u64,
     /// Per-module forward costs, parents before children.
     pub modules: Vec<ModuleCostEntry>,
+    /// Measured packing and unpacking speed per compressor (by [`CompressorKind::name`]);
+    /// a compressor not in it is priced by the bytes it moves at `throughput.bytes_per_s`.
+    #[serde(default)]
+    pub codecs: BTreeMap<String, CodecSpeed>,
+}
+
+/// How fast a compressor packs and unpacks on a device, in bytes of the unpacked tensor per
+/// second (measured by [`crate::TimingProfiler::profile_codec`]).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CodecSpeed {
+    /// Unpacked bytes packed per second.
+    pub compress_bytes_per_s: f64,
+    /// Unpacked bytes restored per second.
+    pub decompress_bytes_per_s: f64,
 }
 
 /// Whether `path` is `ancestor` or below it.
 fn within(path: &str, ancestor: &str) -> bool {
-    ModulePath::from(path).is_under(ancestor)
+    ModulePath::str_is_under(path, ancestor)
 }
 
 impl CostModel {
@@ -96,6 +122,7 @@ impl CostModel {
             optimizer_ms: None,
             param_bytes,
             modules,
+            codecs: BTreeMap::new(),
         })
     }
 
@@ -109,6 +136,25 @@ impl CostModel {
 
     fn entry_forward_ms(&self, e: &ModuleCostEntry) -> f64 {
         self.raw_ms(e) * self.factors_of(e).forward
+    }
+
+    /// The forward time of `e` the throughputs alone predict, in milliseconds.
+    pub(super) fn raw_forward_ms(&self, e: &ModuleCostEntry) -> f64 {
+        self.raw_ms(e)
+    }
+
+    fn entry_recompute_ms(&self, e: &ModuleCostEntry) -> f64 {
+        self.raw_ms(e) * self.factors_of(e).recompute
+    }
+
+    /// Predicted forward and backward time of all leaf modules, in milliseconds.
+    pub(super) fn leaves_ms(&self) -> (f64, f64) {
+        self.modules
+            .iter()
+            .filter(|e| e.leaf)
+            .fold((0.0, 0.0), |(f, b), e| {
+                (f + self.entry_forward_ms(e), b + self.entry_backward_ms(e))
+            })
     }
 
     fn entry_backward_ms(&self, e: &ModuleCostEntry) -> f64 {
@@ -148,9 +194,14 @@ impl CostModel {
             }
     }
 
-    /// Predicted recompute time of the module at `path` (one more forward), in milliseconds.
+    /// Predicted recompute time of the module at `path` (one more forward, times each type's
+    /// recompute factor), in milliseconds.
     pub fn recompute_ms(&self, path: &str) -> f64 {
-        self.forward_ms(path)
+        self.modules
+            .iter()
+            .filter(|e| within(&e.path, path))
+            .map(|e| self.entry_recompute_ms(e))
+            .sum()
     }
 
     /// Predicted optimizer update, in milliseconds: measured when calibrated, otherwise five
@@ -168,10 +219,11 @@ impl CostModel {
 
     /// Predicted extra time of `plan` over the baseline, in milliseconds: every module runs one
     /// more forward per recomputing plan entry at or above it (nested checkpoints recompute
-    /// their inside once per enclosing segment), and each entry's saved input is compressed and
-    /// decompressed (and, when offloaded, copied out and back) once. An entry naming a run of
-    /// children covers those children; its saved input is the first one's. A segment run in
-    /// time chunks adds the passes of its training BatchNorms
+    /// their inside once per enclosing segment), each entry's saved input is compressed and
+    /// decompressed (and, when offloaded, copied out and back), and under
+    /// [`Policy::StorePacked`] the layers' spike inputs are packed and unpacked once. An entry
+    /// naming a run of children covers those children; its saved input is the first one's. A
+    /// segment run in time chunks adds the passes of its training BatchNorms
     /// (`batch_norm_passes_ms`).
     pub fn plan_extra_ms(&self, plan: &Plan) -> f64 {
         let targets: Vec<(Vec<String>, Policy)> = plan
@@ -188,12 +240,18 @@ impl CostModel {
                     .iter()
                     .filter(|(paths, _)| paths.iter().any(|p| within(&m.path, p)))
                     .count();
-                times as f64 * self.entry_forward_ms(m)
+                times as f64 * self.entry_recompute_ms(m)
             })
             .sum();
-        let transfer: u64 = targets
+        let saved: f64 = targets
             .iter()
-            .filter_map(|(paths, policy)| paths.first().map(|p| self.saved_input_traffic(p, *policy)))
+            .filter_map(|(paths, policy)| paths.first().map(|p| self.saved_input_ms(p, *policy)))
+            .sum();
+        let packed_stores: f64 = plan
+            .entries
+            .iter()
+            .filter(|e| e.policy == Policy::StorePacked)
+            .map(|e| self.packed_store_ms(&self.covered(e)))
             .sum();
         // Chunked segments with training BatchNorm run passes; one nested in another chunked
         // segment finds the statistics given and runs none.
@@ -211,22 +269,61 @@ impl CostModel {
             })
             .map(|paths| self.batch_norm_passes_ms(paths))
             .sum();
-        recompute + passes + 1e3 * transfer as f64 / self.throughput.bytes_per_s
+        recompute + saved + passes + packed_stores
+    }
+
+    /// Predicted time of [`Policy::StorePacked`] over `paths`, in milliseconds: every
+    /// convolution and linear layer below them whose input is f32 spikes packs it in forward
+    /// and unpacks it one time step at a time in backward, at the measured speed of
+    /// [`CompressorKind::BitSpike`] when the model has one ([`CostModel::codecs`]), otherwise
+    /// the bytes moved ([`Self::packed_store_traffic`]) at `throughput.bytes_per_s`.
+    pub fn packed_store_ms(&self, paths: &[String]) -> f64 {
+        match self.codecs.get(CompressorKind::BitSpike.name()) {
+            Some(speed) => self
+                .packed_store_inputs(paths)
+                .map(|x| {
+                    let bytes = x.bytes() as f64;
+                    1e3 * (bytes / speed.compress_bytes_per_s + bytes / speed.decompress_bytes_per_s)
+                })
+                .sum(),
+            None => 1e3 * self.packed_store_traffic(paths) as f64 / self.throughput.bytes_per_s,
+        }
+    }
+
+    /// The f32 spike inputs of the convolution and linear layers under `paths`: what
+    /// [`Policy::StorePacked`] packs.
+    fn packed_store_inputs<'a>(&'a self, paths: &'a [String]) -> impl Iterator<Item = &'a InputInfo> + 'a {
+        self.modules
+            .iter()
+            .filter(|m| m.leaf && matches!(m.module_type.as_str(), "Conv2d" | "Linear"))
+            .filter(move |m| paths.iter().any(|p| within(&m.path, p)))
+            .filter_map(|m| m.inputs.first())
+            .filter(|x| x.is_spike && x.dtype == memopt_core::DType::F32)
+    }
+
+    /// Bytes moved by [`Policy::StorePacked`] over `paths` (the uncalibrated pricing of
+    /// [`Self::packed_store_ms`]): each packed input is read and its payload written in
+    /// forward, and the reverse in backward.
+    pub fn packed_store_traffic(&self, paths: &[String]) -> u64 {
+        self.packed_store_inputs(paths)
+            .map(|x| 2 * (x.bytes() + (x.shape.elem_count() as u64).div_ceil(8)))
+            .sum()
     }
 
     /// The extra passes of a segment (the modules under `paths`) run in time chunks, for its
     /// training BatchNorms (`memopt_checkpoint`'s `policy/chunk_passes.rs`), in milliseconds:
     /// per BatchNorm a statistics pass in forward (the leaves up to it, once more) and a
     /// gradient-sums pass in backward (the whole segment's forward once more, and the backward
-    /// of the BatchNorm and the leaves after it). Leaves in module order stand for the order in
-    /// which they run. Zero without BatchNorm.
+    /// of the BatchNorm and the leaves after it). The forward passes are recomputations and are
+    /// priced at each type's recompute factor, the backward ones at its backward factor. Leaves
+    /// in module order stand for the order in which they run. Zero without BatchNorm.
     fn batch_norm_passes_ms(&self, paths: &[String]) -> f64 {
         let leaves: Vec<&ModuleCostEntry> = self
             .modules
             .iter()
             .filter(|m| m.leaf && paths.iter().any(|p| within(&m.path, p)))
             .collect();
-        let forward: Vec<f64> = leaves.iter().map(|m| self.entry_forward_ms(m)).collect();
+        let forward: Vec<f64> = leaves.iter().map(|m| self.entry_recompute_ms(m)).collect();
         let whole: f64 = forward.iter().sum();
         leaves
             .iter()
@@ -270,16 +367,83 @@ impl CostModel {
         self.plan_extra_ms(plan) / self.baseline_step_ms().max(f64::MIN_POSITIVE)
     }
 
-    /// Bytes moved to save and restore `path`'s inputs under `policy`.
-    fn saved_input_traffic(&self, path: &str, policy: Policy) -> u64 {
+    /// Predicted time to save and restore `path`'s inputs under `policy`, in milliseconds:
+    /// packing and unpacking at the measured speed of the compressor when the model has one
+    /// ([`CostModel::codecs`]), otherwise the bytes moved ([`Self::saved_input_traffic`]) at
+    /// `throughput.bytes_per_s`; an offloaded payload is copied out and back at
+    /// `throughput.bytes_per_s`. Spikes read packed (see [`Self::saved_input_traffic`]) are
+    /// unpacked twice, each time at the measured unpacking speed.
+    pub fn saved_input_ms(&self, path: &str, policy: Policy) -> f64 {
         let (compressor, offload) = match policy {
-            Policy::Store => return 0,
+            Policy::Store | Policy::StorePacked => return 0.0,
+            Policy::Checkpoint { compressor, .. } => (compressor, false),
+            Policy::Offload { compressor } => (compressor, true),
+        };
+        let Some(speed) = self.codecs.get(compressor.name()) else {
+            return 1e3 * self.saved_input_traffic(path, policy) as f64 / self.throughput.bytes_per_s;
+        };
+        let Some(entry) = self.modules.iter().find(|m| m.path == path) else {
+            return 0.0;
+        };
+        let layer_reads_packed = self.first_layer_reads_packed(path);
+        entry
+            .inputs
+            .iter()
+            .map(|x| {
+                if compressor.requires_binary() && !x.is_spike {
+                    // Kept as it is (null compressor): no work, but an offload copies it.
+                    return if offload {
+                        2e3 * x.bytes() as f64 / self.throughput.bytes_per_s
+                    } else {
+                        0.0
+                    };
+                }
+                let bytes = x.bytes() as f64;
+                let packed_reads = compressor == CompressorKind::BitSpike
+                    && x.dtype == memopt_core::DType::F32
+                    && layer_reads_packed;
+                let unpacks = if packed_reads { 2.0 } else { 1.0 };
+                let codec = 1e3
+                    * (bytes / speed.compress_bytes_per_s + unpacks * bytes / speed.decompress_bytes_per_s);
+                let payload = compressor.build().packed_size(&x.shape, x.dtype).upper_bound();
+                codec
+                    + if offload {
+                        2e3 * payload as f64 / self.throughput.bytes_per_s
+                    } else {
+                        0.0
+                    }
+            })
+            .sum()
+    }
+
+    /// Whether the segment at `path` starts with a convolution or a linear layer, which reads
+    /// bit-packed f32 spikes packed. Modules come parents first, in model order: the first leaf
+    /// at or below `path` is the segment's first layer.
+    fn first_layer_reads_packed(&self, path: &str) -> bool {
+        self.modules
+            .iter()
+            .find(|m| m.leaf && within(&m.path, path))
+            .is_some_and(|m| matches!(m.module_type.as_str(), "Conv2d" | "Linear"))
+    }
+
+    /// Bytes moved to save and restore `path`'s inputs under `policy` (the uncalibrated
+    /// pricing of [`Self::saved_input_ms`]). Compressing reads the input and writes the
+    /// payload; each decompression reads the payload and writes the input. Bit-packed f32
+    /// spikes are read packed by a segment whose first layer is a convolution or a linear
+    /// layer: it unpacks them one time step at a time twice, in the recomputation and for the
+    /// weight gradient, instead of once whole. (Later readers of the same input, a residual
+    /// identity or a downsampling convolution, unpack it once or twice more; the per-module
+    /// costs do not show which module reads which value, so they are not counted.)
+    pub fn saved_input_traffic(&self, path: &str, policy: Policy) -> u64 {
+        let (compressor, offload) = match policy {
+            Policy::Store | Policy::StorePacked => return 0,
             Policy::Checkpoint { compressor, .. } => (compressor, false),
             Policy::Offload { compressor } => (compressor, true),
         };
         let Some(entry) = self.modules.iter().find(|m| m.path == path) else {
             return 0;
         };
+        let layer_reads_packed = self.first_layer_reads_packed(path);
         entry
             .inputs
             .iter()
@@ -293,8 +457,11 @@ impl CostModel {
                 let (payload, codec) = if kind == CompressorKind::Null {
                     (x.bytes(), 0)
                 } else {
-                    // compress: read input, write payload; decompress: the reverse.
-                    (payload, 2 * (x.bytes() + payload))
+                    let packed_reads = kind == CompressorKind::BitSpike
+                        && x.dtype == memopt_core::DType::F32
+                        && layer_reads_packed;
+                    let unpacks = if packed_reads { 2 } else { 1 };
+                    (payload, (1 + unpacks) * (x.bytes() + payload))
                 };
                 codec + if offload { 2 * payload } else { 0 }
             })
@@ -302,8 +469,10 @@ impl CostModel {
     }
 
     /// Fits the per-type factors, the time outside modules and the optimizer time to a
-    /// measurement: each type's factor makes its leaves' summed prediction equal their summed
-    /// median time (forward and backward separately).
+    /// measurement of a step storing everything: each type's factor makes its leaves' summed
+    /// prediction equal their summed median time (forward and backward separately);
+    /// recomputation is predicted at the forward's factor until
+    /// [`CostModel::calibrate_recompute`] measures it.
     pub fn calibrate(&mut self, timing: &TimingReport) {
         let mut sums: BTreeMap<String, [f64; 4]> = BTreeMap::new();
         for e in self.modules.iter().filter(|e| e.leaf) {
@@ -315,26 +484,23 @@ impl CostModel {
             s[3] += raw * self.backward_ratio;
         }
         for (ty, [mf, pf, mb, pb]) in sums {
-            let f = self.factors.entry(ty).or_default();
-            if mf > 0.0 && pf > 0.0 {
-                f.forward = mf / pf;
+            // A type whose forward was not seen keeps its factors (1 when never calibrated).
+            if !(mf > 0.0 && pf > 0.0) {
+                continue;
             }
-            if mb > 0.0 && pb > 0.0 {
-                f.backward = mb / pb;
-            }
+            let forward = mf / pf;
+            self.factors.insert(
+                ty,
+                TypeFactors {
+                    forward,
+                    backward: if pb > 0.0 { mb / pb } else { forward },
+                    // Until a recomputation is measured (`calibrate_recompute`), it is
+                    // predicted to take a forward's time.
+                    recompute: forward,
+                },
+            );
         }
-        let leaves_fwd: f64 = self
-            .modules
-            .iter()
-            .filter(|e| e.leaf)
-            .map(|e| self.entry_forward_ms(e))
-            .sum();
-        let leaves_bwd: f64 = self
-            .modules
-            .iter()
-            .filter(|e| e.leaf)
-            .map(|e| self.entry_backward_ms(e))
-            .sum();
+        let (leaves_fwd, leaves_bwd) = self.leaves_ms();
         self.forward_overhead_ms = (timing.median_ms("", Phase::Forward) - leaves_fwd).max(0.0);
         self.backward_overhead_ms = (timing.median_ms("", Phase::Backward) - leaves_bwd).max(0.0);
         if timing.module("", Phase::Optimizer).is_some() {

@@ -10,7 +10,7 @@ use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 /// Where the marks of a run come from.
-enum Clock {
+pub(crate) enum Clock {
     /// Host instants (the CPU computes synchronously, so wall time is its time).
     Host(Vec<Instant>),
     /// CUDA events on the GPU's stream: kernels run asynchronously, so a scope's time is the
@@ -19,7 +19,8 @@ enum Clock {
 }
 
 impl Clock {
-    fn for_device(device: Device) -> Result<Clock, CoreError> {
+    /// The clock of `device`: CUDA events on a GPU, host instants elsewhere.
+    pub(crate) fn for_device(device: Device) -> Result<Clock, CoreError> {
         Ok(match device {
             Device::Cuda(ordinal) => Clock::Gpu(EventClock::new(ordinal)?),
             _ => Clock::Host(Vec::new()),
@@ -27,7 +28,7 @@ impl Clock {
     }
 
     /// A new mark now (`at` is the host instant of the transition).
-    fn mark(&mut self, at: Instant) -> Result<usize, CoreError> {
+    pub(crate) fn mark(&mut self, at: Instant) -> Result<usize, CoreError> {
         match self {
             Clock::Host(v) => {
                 v.push(at);
@@ -37,8 +38,8 @@ impl Clock {
         }
     }
 
-    /// Every mark's time after the first.
-    fn resolve(&self) -> Result<Vec<Duration>, CoreError> {
+    /// Every mark's time after the first (on a GPU, waits for the marked work to finish).
+    pub(crate) fn resolve(&self) -> Result<Vec<Duration>, CoreError> {
         match self {
             Clock::Host(v) => Ok(v.iter().map(|t| t.saturating_duration_since(v[0])).collect()),
             Clock::Gpu(c) => Ok(c

@@ -123,6 +123,20 @@ impl fmt::Display for TimingReport {
 
 pub use memopt_core::stats::median;
 
+/// The lower and upper quartiles of `v` (Tukey's hinges: the medians of the lower and upper
+/// halves, the middle value in both for an odd count); (0, 0) for none. With the median they
+/// say how far the middle half of the samples spreads, which is what separates a difference
+/// of medians from noise.
+pub fn quartiles(v: &[f64]) -> (f64, f64) {
+    if v.is_empty() {
+        return (0.0, 0.0);
+    }
+    let mut s = v.to_vec();
+    s.sort_by(f64::total_cmp);
+    let half = s.len().div_ceil(2);
+    (median(&s[..half]), median(&s[s.len() - half..]))
+}
+
 #[cfg(test)]
 mod tests {
     #[test]
@@ -130,5 +144,13 @@ mod tests {
         assert_eq!(super::median(&[3.0, 1.0, 2.0]), 2.0);
         assert_eq!(super::median(&[4.0, 1.0, 3.0, 2.0]), 2.5);
         assert_eq!(super::median(&[]), 0.0);
+    }
+
+    #[test]
+    fn quartiles_are_the_medians_of_the_halves() {
+        assert_eq!(super::quartiles(&[5.0, 1.0, 3.0, 2.0, 4.0]), (2.0, 4.0));
+        assert_eq!(super::quartiles(&[4.0, 1.0, 3.0, 2.0]), (1.5, 3.5));
+        assert_eq!(super::quartiles(&[7.0]), (7.0, 7.0));
+        assert_eq!(super::quartiles(&[]), (0.0, 0.0));
     }
 }

@@ -17,8 +17,8 @@ pub const SHAPE_ONLY: [CompressorKind; 5] = [
 ];
 
 /// A random valid plan for `model` from the random choices in `picks`: each module (the root
-/// included) is stored, checkpointed (random compressor from `compressors`, random chunks where
-/// the segment allows them) or offloaded, and random runs of consecutive children of containers
+/// included) is stored, stored with packed spike inputs, checkpointed (random compressor from
+/// `compressors`, random chunks where the segment allows them) or offloaded, and random runs of consecutive children of containers
 /// that support them share a checkpoint. `picks[0]` sets the density (from every module
 /// considered to about a quarter of them). Entries that would make the plan invalid are retried
 /// with one chunk, then left out.
@@ -59,7 +59,8 @@ pub fn random_plan(model: &Model, picks: &[u32], compressors: &[CompressorKind])
         }
         let compressor = compressors[(r / 8) as usize % compressors.len()];
         let candidates = match r % 5 {
-            0 | 1 => continue,
+            0 => continue,
+            1 => vec![Policy::StorePacked],
             2 => vec![Policy::Offload { compressor }],
             _ => checkpoint(compressor, 1 + (r as usize / 64) % t),
         };

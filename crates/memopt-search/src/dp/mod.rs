@@ -1,45 +1,83 @@
-//! The optimal plans of a [`ChainModel`]: a dynamic program over the chain whose states are
-//! prefixes of plans, each with (K: bytes kept so far, M: largest term so far, extra time).
+//! The optimal plans of a [`ChainModel`]: the Pareto front of (peak, extra time) over every
+//! plan the chain allows, found exactly by a dynamic program over plan suffixes, from the end of
+//! the chain to its start; every question (least peak, least time within a budget, least peak
+//! within a time limit) is a look-up on it.
 //!
-//! # Why the pruning loses nothing
+//! # Why it is exact
 //!
-//! Every later term of the peak (see [`crate::chain`]) is `base + K + c`, where `K` is what the
-//! prefix keeps and `c` (what later segments keep before that term, plus the term's own figure)
-//! depends on the later segments' options alone. So under every completion the plan's peak is
-//! `max(M, base + K + G_c)` (`G_c`: the completion's largest `c`), non-decreasing in `K` and
-//! `M`, and its time is `ms + later ms`, extra times never being negative.
+//! **Terms.** By [`crate::chain`], a plan's peak is `max(base, update, max_i base + K(<i) +
+//! own_i)`, where `K(<i)` is what the segments before segment `i` keep, `update = base + P(all)`
+//! and `own_i` is segment `i`'s larger own term under its option, `max(S(<i) + F_i, S(all) +
+//! P(>i) + W_i)` (`bounds::Position::own`). When every way through every splittable node
+//! leaves the same states and gradients behind (`bounds::consistent`; measured chains do),
+//! `S(<i)` and `P(>i)` depend on the position alone, and so does `own_i` for a given option.
 //!
-//! 1. **Lifting to the least completion.** `rest.rs` computes, for every position, the least
-//!    `G` over every completion, `G(pos) = min_o max(c_o, kept_o + G(next))`, backwards over the
-//!    chain. Replacing `M` by `max(M, base + K + G(pos))` changes no completion's peak
-//!    (`max(M, base + K + G_c)` with `G_c >= G(pos)`), and where nothing follows nothing is
-//!    lifted, so the final peak is the exact one. The lifted `M` is the least peak the prefix
-//!    can still reach: a prefix over a budget is dropped at once, and prefixes whose own `M` is
-//!    below what is coming anyway compare on `K` and time alone.
-//! 2. **Dominance, by question** (`Keep`). A prefix with `K`, `M` and time no larger than
-//!    another's is at least as good under every completion (all three: the Pareto front). For
-//!    the least time within a budget, `M` matters only for feasibility, already decided by (1),
-//!    so `K` and time suffice (`M` breaks equal times). For "does any plan fit", the least `K`
-//!    suffices: one prefix per position.
-//! 3. **Bisection.** The least peak is the least budget any plan fits (question 3 of (2), cheap);
-//!    the least peak within a time limit is the least budget whose least-time plan is within the
-//!    limit, and that plan's peak is that budget.
+//! **1. Suffixes.** A suffix `σ` starting at position `p` has `c(σ)`, the largest over its
+//! segments `j` of `K_σ(<j) + own_j` (`K_σ(<j)`: what `σ`'s segments before `j` keep; 0 for the
+//! empty suffix), so `c(o·σ) = max(own_o, kept_o + c(σ))`. Completing a prefix `π` that reaches
+//! `p` with kept bytes `K_π` and largest term `M_π`, the plan's peak is
+//! `max(M_π, base + K_π + c(σ), update)` and its time `t(π) + t(σ)`: non-decreasing in `c(σ)` and
+//! in `t(σ)`. So a suffix whose `c` and time are no larger than another's is at least as good
+//! after every prefix, and at each position the search keeps only the suffixes no other one
+//! beats on both (the front, `backward.rs`). At the start (`K = 0`, `M = base`) the peak is
+//! `max(base + c, update)`, non-decreasing in `c`: the front there, so mapped, is the Pareto
+//! front of (peak, time) over every plan. Every plan dropped on the way is beaten or equalled
+//! on both by a kept one, so every point of the front is reached by a kept plan.
+//!
+//! **2. Lifting.** Let `H(p)` be the least `M_π - K_π` over the prefixes reaching `p`. For any
+//! such prefix and any `c <= H(p) - base`, `base + K_π + c <= M_π`, so `max(M_π, base + K_π + c)
+//! = max(M_π, base + K_π + max(c, H(p) - base))`: lifting every suffix's `c` to at least
+//! `H(p) - base` changes no plan's peak, and the suffixes below it then tie on `c`, so only the
+//! fastest of them stays. `H` comes from one forward pass (`bounds.rs`):
+//! `M' - K' = max(M - K, base + own_o) - kept_o` is non-decreasing in `M - K`, so the least is
+//! reached from the least; where paths join, the lesser. At the start `H = base`: nothing is
+//! lifted there, and the `c` the search ends with is exact.
+//!
+//! **3. Caps.** A question with a peak limit `B` or a time limit `T` drops the suffixes no plan
+//! within the limit can use: every prefix reaching `p` keeps at least `Kmin(p)` and takes at
+//! least `Tmin(p)` (the same forward pass), and a plan through a suffix peaks at least at
+//! `base + K_π + c` (with `c` lifted or not, by 2) and takes `t(π) + t(σ)`; so suffixes with
+//! `base + Kmin(p) + c > B` or `Tmin(p) + t > T` are over the limit in every plan.
+//!
+//! **4. Questions.** The least time within `B`: the last point of the front capped at `B`
+//! (sorted by peak, time strictly falling; of equal times the lower peak). Capping it at a
+//! time `T` as well keeps every point with a time up to `T`, so when the front capped at `B`
+//! and `T` has a point, its last one is that answer; `FastestWithin` starts at `T = 0` and
+//! doubles `T` (from the least time an option adds, up to more than any plan takes) until it
+//! has one, so that a fast plan under a generous budget costs the front of the plans at most
+//! about twice as slow, not of every plan under the budget. The least peak: a first pass
+//! keeps only the least `c` at each position (the least `c` of what follows has optimal
+//! substructure: `max(own, kept + c)` is non-decreasing in `c`), which is the least peak; then
+//! the front capped at it, its only point being the fastest plan there. The least peak within
+//! `T`: the first point of the front capped at `T`.
+//!
+//! **5. Times** are whole femtoseconds (`ticks.rs`): sums are exact and independent of their
+//! order, so "no larger" above is exact (each option's time is rounded once, by at most
+//! 0.5 fs; reported times are the plan's own `f64` sums).
+//!
+//! **Other chains.** When a splittable node's children or runs hold other states or gradients
+//! than what they replace, positions depend on the path, and the search runs forward over
+//! prefixes instead (`forward.rs`), comparing prefixes with equal path totals on kept bytes,
+//! largest term and time (all three: the later terms are `base + K + c`, and `M` stays).
 //!
 //! `dp::tests` checks every entry point against brute force over every plan of random chains
-//! (changing a bound by one byte makes them fail), and bounds how the work grows with the
-//! chain's length.
+//! (both kinds), with limits at every plan's own peak and time, and shows that each bound
+//! tightened by one byte or one femtosecond makes that comparison fail.
 //!
-//! Plans are kept as shared back-pointer lists, so extending a prefix costs O(1), and full
-//! dominance is found in O(n log n) with a staircase of (M, least time) over prefixes sorted
-//! by `K`.
+//! **Cost.** Each position merges the fronts its options extend (already sorted) in linear
+//! time. The front of a chain whose options trade bytes for time at many granularities grows
+//! with its length (about 4 points per layer on a chain of conv-LIF layers), so the work is
+//! about `layers × options × front`; caps shrink the front to the plans within the limit.
 
 use crate::Result;
-use crate::chain::{ChainModel, ChainNode, ChainSegment, Chosen, Walk, run_bounds};
-use rest::{NodeRest, SplitRest};
-use std::collections::BTreeMap;
-use std::rc::Rc;
+use crate::chain::{ChainModel, ChainNode, ChainSegment, Chosen};
+use backward::Links;
+use ticks::Ticks;
 
-mod rest;
+mod backward;
+mod bounds;
+mod forward;
+mod ticks;
 
 /// A plan found by the dynamic program, with its predicted figures.
 #[derive(Debug, Clone)]
@@ -52,354 +90,301 @@ pub struct Solution<'a> {
     pub extra_ms: f64,
 }
 
-/// A prefix's choices, last first; shared between the prefixes that extend it.
-struct Trail<'a> {
-    chosen: Chosen<'a>,
-    prev: Option<Rc<Trail<'a>>>,
+/// What a search keeps: suffixes within a peak (bytes) and a time, or only the least `c`.
+#[derive(Clone, Copy, Debug)]
+struct Caps {
+    peak: u64,
+    ticks: Ticks,
+    first_only: bool,
 }
 
-impl Drop for Trail<'_> {
-    /// Iterative, so that dropping a long plan does not recurse once per segment.
-    fn drop(&mut self) {
-        let mut prev = self.prev.take();
-        while let Some(rc) = prev {
-            match Rc::try_unwrap(rc) {
-                Ok(mut t) => prev = t.prev.take(),
-                Err(_) => break,
-            }
-        }
-    }
-}
-
-/// A prefix: its walk, its time and its choices. A new prefix shares its parent's trail and
-/// holds its own last choice apart, so that a prefix that is pruned right away costs no
-/// allocation; [`settle`] moves the last choice into the trail of the survivors.
-#[derive(Clone)]
-struct State<'a> {
-    walk: Walk,
-    ms: f64,
-    trail: Option<Rc<Trail<'a>>>,
-    last: Option<Chosen<'a>>,
-}
-
-impl<'a> State<'a> {
-    fn plan(&self) -> Vec<Chosen<'a>> {
-        let mut out: Vec<Chosen<'a>> = self.last.into_iter().collect();
-        let mut t = self.trail.as_deref();
-        while let Some(trail) = t {
-            out.push(trail.chosen);
-            t = trail.prev.as_deref();
-        }
-        out.reverse();
-        out
-    }
-
-    fn solution(&self) -> Solution<'a> {
-        Solution {
-            plan: self.plan(),
-            peak: self.walk.finish(),
-            extra_ms: self.ms,
-        }
-    }
-}
-
-/// What the prefixes are compared on, by what the search asks for (each exact for its
-/// question, see the module documentation).
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-enum Keep {
-    /// Kept bytes, peak and time: every Pareto-optimal plan.
-    Front,
-    /// Kept bytes and time, the peak deciding only between equal times: the least time within
-    /// a budget (the budget itself is checked on every prefix).
-    LeastTime,
-    /// Kept bytes alone: whether any plan fits the budget.
-    Feasible,
-}
-
-/// Keeps the states no other state dominates under `keep` (the first of equal ones), sorted by
-/// (K, M, time).
-fn prune(mut states: Vec<State<'_>>, keep: Keep) -> Vec<State<'_>> {
-    // Stable: of equal states the first (in the order the chain offers them) is kept.
-    states.sort_by(|a, b| {
-        (a.walk.kept, a.walk.max)
-            .cmp(&(b.walk.kept, b.walk.max))
-            .then(a.ms.total_cmp(&b.ms))
-    });
-    match keep {
-        Keep::Front => prune_front(states),
-        Keep::LeastTime => {
-            // An earlier state (K no larger) with less time, or equal time and M no larger.
-            let mut best: Option<(f64, u64)> = None;
-            states
-                .into_iter()
-                .filter(|s| {
-                    let dominated = best.is_some_and(|(ms, m)| ms < s.ms || (ms == s.ms && m <= s.walk.max));
-                    if !dominated {
-                        best = Some(match best {
-                            Some((ms, m)) if ms == s.ms => (ms, m.min(s.walk.max)),
-                            _ => (s.ms, s.walk.max),
-                        });
-                    }
-                    !dominated
-                })
-                .collect()
-        }
-        // The least K (ties: least M, then least time) answers every later question of fit.
-        Keep::Feasible => states.into_iter().take(1).collect(),
-    }
-}
-
-/// Full dominance on (K, M, time) of states sorted by (K, M, time): a state is dominated
-/// exactly when an earlier one has M and time no larger, which the staircase (M -> least time
-/// among earlier states with at most that M, strictly falling) answers in O(log n).
-fn prune_front(states: Vec<State<'_>>) -> Vec<State<'_>> {
-    let mut stairs: BTreeMap<u64, f64> = BTreeMap::new();
-    let mut kept: Vec<State<'_>> = Vec::with_capacity(states.len());
-    for s in states {
-        let dominated = stairs
-            .range(..=s.walk.max)
-            .next_back()
-            .is_some_and(|(_, &ms)| ms <= s.ms);
-        if dominated {
-            continue;
-        }
-        // Entries above with no less time are now dominated by this one.
-        let above: Vec<u64> = stairs
-            .range(s.walk.max..)
-            .take_while(|(_, ms)| **ms >= s.ms)
-            .map(|(&m, _)| m)
-            .collect();
-        for m in above {
-            stairs.remove(&m);
-        }
-        stairs.insert(s.walk.max, s.ms);
-        kept.push(s);
-    }
-    kept
-}
-
-/// The byte budget a prefix must stay within (item 3) and what prefixes are compared on.
-#[derive(Clone, Copy)]
-struct Limits {
-    budget: u64,
-    keep: Keep,
+impl Caps {
+    const NONE: Caps = Caps {
+        peak: u64::MAX,
+        ticks: Ticks::MAX,
+        first_only: false,
+    };
 }
 
 #[cfg(test)]
 thread_local! {
-    /// Prefixes created on this thread (tests of how the search scales).
+    /// Test-only: how much the bounds are tightened (floor raised, byte and time caps lowered),
+    /// to show that the tests catch a bound that loses plans.
+    static TIGHTEN: std::cell::Cell<(u64, u64, Ticks)> = const { std::cell::Cell::new((0, 0, 0)) };
+    /// Candidate suffixes (or prefixes) created on this thread, to bound how the work grows.
     static CREATED: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
 }
 
-fn apply<'a>(states: &[State<'a>], seg: &'a ChainSegment, limits: Limits) -> Result<Vec<State<'a>>> {
-    #[cfg(test)]
-    CREATED.with(|c| c.set(c.get() + (states.len() * seg.options.len()) as u64));
-    let mut out = Vec::with_capacity(states.len() * seg.options.len());
-    for s in states {
-        for (o, option) in seg.options.iter().enumerate() {
-            let mut walk = s.walk;
-            walk.step(seg, option)?;
-            let ms = s.ms + option.extra_ms;
-            if walk.max > limits.budget {
-                continue;
-            }
-            out.push(State {
-                walk,
-                ms,
-                trail: s.trail.clone(),
-                last: Some(Chosen {
-                    segment: seg,
-                    option: o,
-                }),
-            });
-        }
-    }
-    Ok(out)
+/// A chain ready to be searched: its nodes with their positions' reaches and options' steps
+/// when it is consistent (the backward search), `None` otherwise (the forward search).
+struct Prepared<'a> {
+    chain: &'a ChainModel,
+    nodes: Option<Vec<bounds::NodeReach<'a>>>,
+    /// Bytes held during the optimizer update.
+    update: u64,
 }
 
-/// Lifts every state by `rest` (the bound of what follows; `None`: nothing follows), drops
-/// those over the budget and the dominated ones.
-fn settle<'a>(mut states: Vec<State<'a>>, rest: Option<u64>, limits: Limits) -> Vec<State<'a>> {
-    if let Some(rest) = rest {
-        for s in &mut states {
-            s.walk.lift(rest);
-        }
-        states.retain(|s| s.walk.max <= limits.budget);
+impl<'a> Prepared<'a> {
+    fn new(chain: &'a ChainModel) -> Result<Self> {
+        Ok(Prepared {
+            chain,
+            nodes: if bounds::consistent(chain)? {
+                Some(bounds::reach(chain)?)
+            } else {
+                None
+            },
+            update: crate::chain::add(
+                "",
+                "the bytes held during the optimizer update",
+                chain.base,
+                chain.param_grads_total()?,
+            )?,
+        })
     }
-    let mut kept = prune(states, limits.keep);
-    for s in &mut kept {
-        if let Some(chosen) = s.last.take() {
-            s.trail = Some(Rc::new(Trail {
-                chosen,
-                prev: s.trail.take(),
-            }));
-        }
-    }
-    kept
 }
 
-/// Runs `nodes` on `states`; `rests` (when lifting) says what follows each node.
-fn process<'a>(
-    nodes: &'a [ChainNode],
-    rests: Option<&[NodeRest]>,
-    mut states: Vec<State<'a>>,
-    limits: Limits,
-) -> Result<Vec<State<'a>>> {
-    for (k, node) in nodes.iter().enumerate() {
-        let rest = rests.map(|r| &r[k]);
-        states = match node {
-            ChainNode::Segment(seg) => apply(&states, seg, limits)?,
-            ChainNode::Splittable { whole, parts, runs } => {
-                let mut both = apply(&states, whole, limits)?;
-                let split = rest.and_then(|r| r.split.as_ref());
-                both.extend(process_parts(parts, runs, split, states, limits)?);
-                both
+/// A plan on a front: its first choice in the front's [`Links`], or listed.
+enum PlanOf<'a> {
+    Linked(u32),
+    Listed(Vec<Chosen<'a>>),
+}
+
+/// One point of a front: the plan's peak (bytes) and time.
+struct Point<'a> {
+    peak: u64,
+    ticks: Ticks,
+    plan: PlanOf<'a>,
+}
+
+/// The plans of a chain no other beats on (peak, time) within some caps, by increasing peak
+/// (time strictly falling).
+pub(crate) struct Front<'a> {
+    points: Vec<Point<'a>>,
+    links: Links<'a>,
+}
+
+impl<'a> Front<'a> {
+    fn search(prepared: &Prepared<'a>, caps: Caps) -> Result<Front<'a>> {
+        let chain = prepared.chain;
+        let (mut points, links): (Vec<Point<'a>>, Links<'a>) = match &prepared.nodes {
+            Some(nodes) => {
+                let (front, links) = backward::search(chain.base, nodes, caps)?;
+                let points = front
+                    .into_iter()
+                    .map(|s| {
+                        let peak = crate::chain::add("", "the step's peak", chain.base, s.c)?;
+                        Ok(Point {
+                            peak: peak.max(prepared.update),
+                            ticks: s.ticks,
+                            plan: PlanOf::Linked(s.plan),
+                        })
+                    })
+                    .collect::<Result<_>>()?;
+                (points, links)
             }
+            None => (
+                forward::search(chain, caps)?
+                    .into_iter()
+                    .map(|(peak, ticks, plan)| Point {
+                        peak,
+                        ticks,
+                        plan: PlanOf::Listed(plan),
+                    })
+                    .collect(),
+                Links::default(),
+            ),
         };
-        states = settle(states, rest.and_then(|r| r.after), limits);
-    }
-    Ok(states)
-}
-
-/// The children of a split node as a DAG over positions: from position `i`, child `i` leads to
-/// `i + 1` and a run `i..j` to `j`. The states reaching the end are settled by the caller.
-fn process_parts<'a>(
-    parts: &'a [ChainNode],
-    runs: &'a [ChainSegment],
-    rest: Option<&SplitRest>,
-    states: Vec<State<'a>>,
-    limits: Limits,
-) -> Result<Vec<State<'a>>> {
-    let n = parts.len();
-    let mut at: Vec<Vec<State<'a>>> = vec![Vec::new(); n + 1];
-    at[0] = states;
-    for i in 0..n {
-        let here = settle(std::mem::take(&mut at[i]), rest.and_then(|r| r.at[i]), limits);
-        for run in runs.iter().filter(|r| run_bounds(r)[0] == i) {
-            let end = run_bounds(run)[1];
-            if end > n {
-                continue;
+        points.retain(|p| p.peak <= caps.peak && p.ticks <= caps.ticks);
+        // Sorted by peak, then time: each point kept when faster than every one before it.
+        points.sort_by(|a, b| a.peak.cmp(&b.peak).then(a.ticks.cmp(&b.ticks)));
+        let mut front: Vec<Point<'a>> = Vec::with_capacity(points.len());
+        for p in points {
+            if front.last().is_none_or(|l| p.ticks < l.ticks) {
+                front.push(p);
             }
-            let reached = apply(&here, run, limits)?;
-            at[end].extend(reached);
         }
-        let child_rests = rest.map(|r| &r.parts[i..i + 1]);
-        let next = process(&parts[i..i + 1], child_rests, here, limits)?;
-        at[i + 1].extend(next);
+        Ok(Front { points: front, links })
     }
-    Ok(std::mem::take(&mut at[n]))
+
+    fn solution(&self, point: &Point<'a>) -> Solution<'a> {
+        let plan = match &point.plan {
+            PlanOf::Listed(plan) => plan.clone(),
+            PlanOf::Linked(head) => self.links.plan(*head),
+        };
+        Solution {
+            extra_ms: ChainModel::extra_ms(&plan),
+            plan,
+            peak: point.peak,
+        }
+    }
+
+    /// The fastest plan whose peak is at most `budget` bytes (ties: the lower peak).
+    pub(crate) fn least_time_within(&self, budget: u64) -> Option<Solution<'a>> {
+        let last = self.points.partition_point(|p| p.peak <= budget).checked_sub(1)?;
+        Some(self.solution(&self.points[last]))
+    }
+
+    /// The plan of least peak (ties: least time).
+    fn least_peak(&self) -> Option<Solution<'a>> {
+        self.points.first().map(|p| self.solution(p))
+    }
+
+    /// Every plan, by increasing peak.
+    fn solutions(&self) -> Vec<Solution<'a>> {
+        self.points.iter().map(|p| self.solution(p)).collect()
+    }
 }
 
-/// Every Pareto-optimal complete plan within `limits`.
-fn finals<'a>(chain: &'a ChainModel, limits: Limits) -> Result<Vec<Solution<'a>>> {
-    let walk = Walk::start(chain)?;
-    let rests = rest::lay_out(chain)?;
-    let start = State {
-        walk,
-        ms: 0.0,
-        trail: None,
-        last: None,
-    };
-    Ok(process(&chain.nodes, rests.as_deref(), vec![start], limits)?
-        .iter()
-        .map(State::solution)
-        .filter(|s| s.peak <= limits.budget)
-        .collect())
+/// The fastest plans within budgets asked one after another, each search capped in time as
+/// well as in bytes: the front of plans within the budget and within a time cap holds the
+/// fastest plan within the budget whenever that plan's time is within the cap, so the cap
+/// starts at no time at all and doubles (from the least time any option adds) until it does,
+/// or until it covers every plan's time. A fast plan under a generous budget is then found
+/// without the front of every slower plan under it.
+pub(crate) struct FastestWithin<'a> {
+    prepared: Prepared<'a>,
+    /// The least peak of any plan (no budget below it has a plan).
+    least_peak: u64,
+    /// Least time any option adds (the first nonzero cap), and more than any plan takes.
+    step: Ticks,
+    bound: Ticks,
+    /// The last front searched, with its byte budget and time cap.
+    front: Option<(u64, Ticks, Front<'a>)>,
+}
+
+impl<'a> FastestWithin<'a> {
+    pub(crate) fn new(chain: &'a ChainModel) -> Result<Self> {
+        let mut step = Ticks::MAX;
+        let mut bound: Ticks = 0;
+        fn visit(seg: &ChainSegment, step: &mut Ticks, bound: &mut Ticks) -> Result<()> {
+            let ticks = bounds::option_ticks(seg)?;
+            for &t in &ticks {
+                if t > 0 {
+                    *step = (*step).min(t);
+                }
+            }
+            *bound = bound.saturating_add(ticks.into_iter().max().unwrap_or(0));
+            Ok(())
+        }
+        fn walk(nodes: &[ChainNode], step: &mut Ticks, bound: &mut Ticks) -> Result<()> {
+            for node in nodes {
+                visit(node.segment(), step, bound)?;
+                if let ChainNode::Splittable { parts, runs, .. } = node {
+                    walk(parts, step, bound)?;
+                    for run in runs {
+                        visit(run, step, bound)?;
+                    }
+                }
+            }
+            Ok(())
+        }
+        walk(&chain.nodes, &mut step, &mut bound)?;
+        let prepared = Prepared::new(chain)?;
+        Ok(FastestWithin {
+            least_peak: least_peak(&prepared)?,
+            prepared,
+            step,
+            bound,
+            front: None,
+        })
+    }
+
+    /// The plan of least extra time whose predicted peak is at most `budget` bytes (ties:
+    /// lower peak); `None` when no plan fits.
+    pub(crate) fn least_time_within(&mut self, budget: u64) -> Result<Option<Solution<'a>>> {
+        if budget < self.least_peak {
+            return Ok(None);
+        }
+        let mut cap = 0;
+        // The last front answers when it covers this budget (budgets asked one after another
+        // only fall).
+        if let Some((searched, searched_cap, front)) = &self.front
+            && *searched >= budget
+        {
+            if let Some(s) = front.least_time_within(budget) {
+                return Ok(Some(s));
+            }
+            if *searched_cap >= self.bound {
+                return Ok(None);
+            }
+            cap = self.next_cap(*searched_cap);
+        }
+        loop {
+            let caps = Caps {
+                peak: budget,
+                ticks: cap,
+                first_only: false,
+            };
+            let front = Front::search(&self.prepared, caps)?;
+            let found = front.least_time_within(budget);
+            self.front = Some((budget, cap, front));
+            if found.is_some() || cap >= self.bound {
+                return Ok(found);
+            }
+            cap = self.next_cap(cap);
+        }
+    }
+
+    /// The plan of least peak (ties: least time): the front within the least peak.
+    pub(crate) fn min_peak(&self) -> Result<Solution<'a>> {
+        let caps = Caps {
+            peak: self.least_peak,
+            ..Caps::NONE
+        };
+        Front::search(&self.prepared, caps)?.least_peak().ok_or_else(|| {
+            crate::SearchError::Internal("no plan reaches the least peak the chain found".into())
+        })
+    }
+
+    fn next_cap(&self, cap: Ticks) -> Ticks {
+        cap.saturating_mul(2).max(self.step).min(self.bound)
+    }
 }
 
 /// The plan of least extra time whose predicted peak is at most `budget` bytes (ties: lower
 /// peak); `None` when no plan fits.
 pub fn least_time_within(chain: &ChainModel, budget: u64) -> Result<Option<Solution<'_>>> {
-    let limits = Limits {
-        budget,
-        keep: Keep::LeastTime,
+    FastestWithin::new(chain)?.least_time_within(budget)
+}
+
+/// The least predicted peak of any plan, in bytes: the search keeping only the least `c`.
+fn least_peak(prepared: &Prepared<'_>) -> Result<u64> {
+    let caps = Caps {
+        first_only: true,
+        ..Caps::NONE
     };
-    Ok(finals(chain, limits)?
-        .into_iter()
-        .min_by(|a, b| a.extra_ms.total_cmp(&b.extra_ms).then(a.peak.cmp(&b.peak))))
+    Front::search(prepared, caps)?
+        .points
+        .first()
+        .map(|p| p.peak)
+        .ok_or_else(|| crate::SearchError::Internal("the chain has no plan".into()))
 }
 
-/// Whether some plan's predicted peak is at most `budget` bytes: prefixes compared on kept
-/// bytes alone, so one per position.
-fn fits(chain: &ChainModel, budget: u64) -> Result<bool> {
-    let limits = Limits {
-        budget,
-        keep: Keep::Feasible,
-    };
-    Ok(!finals(chain, limits)?.is_empty())
-}
-
-/// Peak of storing everything (every node whole, option 0), in bytes: a plan always exists.
-fn store_all_peak(chain: &ChainModel) -> Result<u64> {
-    chain.peak(&chain.pick_plan(&mut |_| 0))
-}
-
-/// The least `b` in `lo..=hi` with `ok(b)`, given `ok(hi)`; `ok` may answer with a smaller
-/// value that is known to pass, which it then returns instead of `true`.
-fn least_passing(mut lo: u64, mut hi: u64, mut ok: impl FnMut(u64) -> Result<Option<u64>>) -> Result<u64> {
-    while lo < hi {
-        let mid = lo + (hi - lo) / 2;
-        match ok(mid)? {
-            Some(reached) => hi = reached.min(mid),
-            None => lo = mid + 1,
-        }
-    }
-    Ok(hi)
-}
-
-/// The least predicted peak of any plan, in bytes: bisection over the budget with the
-/// kept-bytes-only feasibility search.
-fn least_peak(chain: &ChainModel) -> Result<u64> {
-    let hi = store_all_peak(chain)?;
-    least_passing(chain.base, hi, |b| Ok(fits(chain, b)?.then_some(b)))
-}
-
-/// The plan of least predicted peak (ties: least extra time): the least peak by bisection
-/// (`fits`), then the least time within it.
+/// The plan of least predicted peak (ties: least extra time): the least peak, then the front
+/// capped at it.
 pub fn min_peak(chain: &ChainModel) -> Result<Solution<'_>> {
-    let least = least_peak(chain)?;
-    least_time_within(chain, least)?
-        .ok_or_else(|| crate::SearchError::Internal("no plan reaches the least peak the chain found".into()))
+    FastestWithin::new(chain)?.min_peak()
 }
 
 /// The plan of least predicted peak whose extra time is at most `max_extra_ms` (ties: least
-/// time): the least budget whose least-time plan is within the limit, by bisection between the
-/// least peak and storing everything (which takes no extra time), then that plan. Its peak is
-/// that budget: a plan below it would make a smaller budget pass.
+/// time): the front capped at that time, its first point.
 pub fn min_peak_within_time(chain: &ChainModel, max_extra_ms: f64) -> Result<Solution<'_>> {
-    let hi = store_all_peak(chain)?;
-    let lo = least_peak(chain)?;
-    let budget = least_passing(lo, hi, |b| {
-        Ok(least_time_within(chain, b)?
-            .filter(|s| s.extra_ms <= max_extra_ms)
-            .map(|s| s.peak))
+    let ticks = ticks::of_limit(max_extra_ms).ok_or_else(|| {
+        crate::SearchError::InvalidSetting(format!("a time limit is a number of ms >= 0, got {max_extra_ms}"))
     })?;
-    least_time_within(chain, budget)?
-        .filter(|s| s.extra_ms <= max_extra_ms)
+    let caps = Caps { ticks, ..Caps::NONE };
+    Front::search(&Prepared::new(chain)?, caps)?
+        .least_peak()
         .ok_or_else(|| {
-            crate::SearchError::Internal(
-                "storing everything takes no extra time, yet no plan was found".into(),
-            )
+            crate::SearchError::Internal(format!(
+                "no plan takes at most {max_extra_ms} ms more than storing everything, which takes none"
+            ))
         })
 }
 
 /// The plans on the Pareto front of (peak, extra time), by increasing peak.
 pub fn pareto_front(chain: &ChainModel) -> Result<Vec<Solution<'_>>> {
-    let mut all = finals(
-        chain,
-        Limits {
-            budget: u64::MAX,
-            keep: Keep::Front,
-        },
-    )?;
-    all.sort_by(|a, b| a.peak.cmp(&b.peak).then(a.extra_ms.total_cmp(&b.extra_ms)));
-    let mut front: Vec<Solution<'_>> = Vec::new();
-    for s in all {
-        if front.last().is_none_or(|l| s.extra_ms < l.extra_ms) {
-            front.push(s);
-        }
-    }
-    Ok(front)
+    Ok(Front::search(&Prepared::new(chain)?, Caps::NONE)?.solutions())
 }
 
 #[cfg(test)]

@@ -3,7 +3,7 @@
 //! allocated or reserved bytes), a Meta step checks each proposal's peak of the budget's kind.
 
 use crate::chain::plan_entries;
-use crate::dp::{least_time_within, min_peak};
+use crate::dp::FastestWithin;
 use crate::session::PlanningSession;
 use crate::{Result, SearchError};
 use memopt_checkpoint::Plan;
@@ -75,11 +75,17 @@ pub(crate) fn fastest_fitting(
     let mut target = limit;
     let mut checked = 0usize;
     let mut least: Option<(u64, usize)> = None;
+    // Every candidate is the fastest plan within a falling target: searches that reuse their
+    // front while it answers.
+    let chain = session.shared_chain();
+    let mut fastest = FastestWithin::new(&chain)?;
     loop {
-        let candidate = least_time_within(session.chain(), target)?.map(|s| (s.peak, plan_of(&s.plan)));
+        let candidate = fastest
+            .least_time_within(target)?
+            .map(|s| (s.peak, plan_of(&s.plan)));
         let Some((requested, plan)) = candidate else {
             // Nothing left below the target: the least-peak plan is the best there is.
-            let best = plan_of(&min_peak(session.chain())?.plan);
+            let best = plan_of(&fastest.min_peak()?.plan);
             let (peaks, fitted) = check(session, kind, limit, &best)?;
             checked += 1;
             if let Some(fitted) = fitted {

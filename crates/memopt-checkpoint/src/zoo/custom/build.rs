@@ -194,6 +194,14 @@ impl Module for Residual {
         "Residual"
     }
 
+    fn config_key(&self) -> Option<String> {
+        Some(format!(
+            "shortcut={} after={}",
+            self.shortcut.is_some(),
+            self.after.is_some()
+        ))
+    }
+
     fn forward<'m>(&'m self, cx: &mut Cx<'m>, inputs: Vec<Var>) -> Result<Vec<Var>> {
         let x = one_input(inputs, "Residual")?;
         let b = cx.call1("body", &self.body, x.clone())?;
@@ -201,10 +209,12 @@ impl Module for Residual {
             Some(sc) => cx.call1("shortcut", sc, x)?,
             None => x,
         };
-        let y = ops::add(cx, &b, &s)?;
         Ok(vec![match &self.after {
-            Some(after) => cx.call1("after", after, y)?,
-            None => y,
+            Some(after) => {
+                let y = ops::add(cx, b, s)?;
+                cx.final_op(|cx| cx.call1("after", after, y))?
+            }
+            None => cx.final_op(|cx| ops::add(cx, b, s))?,
         }])
     }
 

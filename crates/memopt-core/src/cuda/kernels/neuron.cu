@@ -4,7 +4,8 @@
 //
 // Forward, per neuron i (x, spikes, h_seq are [T, n]; states [n]):
 //   H = charge(V, X[t]); S = H >= vth; V = reset(H, S); h_seq[t] = H; spikes[t] = S.
-// With h_seq == x (in place), each potential overwrites the input it was charged from.
+// With h_seq == x (in place), each potential overwrites the input it was charged from. A null
+// h_seq keeps no potentials; a null spikes writes no spikes (a forward for backward only).
 
 enum { CHARGE_IF = 0, CHARGE_DECAY = 1, CHARGE_NO_DECAY = 2 };
 
@@ -33,7 +34,7 @@ __device__ __forceinline__ void forward(const float* x, u64 steps, u64 n, const 
             const float h = charge<CHARGE>(v, x[at], k, vr);
             const float s = fire(h, vth);
             if (h_seq) h_seq[at] = h;
-            spikes[at] = s;
+            if (spikes) spikes[at] = s;
             v = reset<HARD>(h, s, vth, vr);
         }
         v_final[i] = v;

@@ -22,7 +22,8 @@ pub(super) struct TrainPtrs {
     pub x: CudaPtr,
     pub weight: Option<CudaPtr>,
     pub bias: Option<CudaPtr>,
-    pub y: CudaPtr,
+    /// The normalised output; `None` skips the elementwise pass (statistics only).
+    pub y: Option<CudaPtr>,
     pub save_mean: CudaPtr,
     pub save_invstd: CudaPtr,
     /// Running mean and variance, updated in place.
@@ -103,6 +104,10 @@ pub(super) fn train(gpu: CudaBackend, l: Layout, (momentum, eps): (f32, f32), p:
         (p.save_mean, p.save_invstd),
         p.running,
     )?;
+    // Statistics only when nobody reads the output.
+    let Some(y) = p.y else {
+        return Ok(());
+    };
     normalize(
         gpu,
         l,
@@ -112,7 +117,7 @@ pub(super) fn train(gpu: CudaBackend, l: Layout, (momentum, eps): (f32, f32), p:
             invstd: p.save_invstd,
             weight: p.weight,
             bias: p.bias,
-            y: p.y,
+            y,
         },
     )
 }

@@ -234,6 +234,19 @@ pub struct BatchNormTrain<'a> {
 /// [`batch_norm_stat_sums`] over consecutive parts of the batch gives the same bits.
 /// Outputs are Activation; tracked workspace of `8 * (2*B*C + 3*C)` bytes lives during the call.
 pub fn batch_norm_train(args: BatchNormTrain<'_>) -> Result<BatchNormOutput> {
+    train(args, true)
+}
+
+/// [`batch_norm_train`] for a backward only: the same statistics (bit for bit) and running
+/// update, without the normalised output, which is returned as an unmaterialised stand-in
+/// ([`Tensor::unmaterialised`], shape of `x`): no `y` buffer is allocated and the elementwise
+/// pass is skipped. Used when nobody reads `y` (a recomputed segment's output, whose gradient is
+/// all its backward needs; [`batch_norm_backward`] reads `x`, not `y`).
+pub fn batch_norm_train_for_backward(args: BatchNormTrain<'_>) -> Result<BatchNormOutput> {
+    train(args, false)
+}
+
+fn train(args: BatchNormTrain<'_>, with_y: bool) -> Result<BatchNormOutput> {
     let BatchNormTrain {
         x,
         weight,
@@ -263,7 +276,9 @@ pub fn batch_norm_train(args: BatchNormTrain<'_>) -> Result<BatchNormOutput> {
     let wr = weight.map(|w| w.read::<f32>(OP)).transpose()?;
     let br = bias.map(|b| b.read::<f32>(OP)).transpose()?;
     let dev = x.device();
-    let mut y = KernelBuffer::<f32>::new(OP, dev, x.elem_count(), MemoryKind::Activation, Init::Overwritten)?;
+    let mut y = with_y
+        .then(|| KernelBuffer::<f32>::new(OP, dev, x.elem_count(), MemoryKind::Activation, Init::Overwritten))
+        .transpose()?;
     let mut save_mean = KernelBuffer::<f32>::new(OP, dev, l.c, MemoryKind::Activation, Init::Overwritten)?;
     let mut save_invstd = KernelBuffer::<f32>::new(OP, dev, l.c, MemoryKind::Activation, Init::Overwritten)?;
     // Workspace: per-plane (sum(x - shift), sum((x - shift)^2)) pairs, then the shift and the
@@ -285,7 +300,7 @@ pub fn batch_norm_train(args: BatchNormTrain<'_>) -> Result<BatchNormOutput> {
                 x: xr.cuda_ptr()?,
                 weight: wr.as_ref().map(|r| r.cuda_ptr()).transpose()?,
                 bias: br.as_ref().map(|r| r.cuda_ptr()).transpose()?,
-                y: y.cuda_ptr()?,
+                y: y.as_mut().map(|y| y.cuda_ptr()).transpose()?,
                 save_mean: save_mean.cuda_ptr()?,
                 save_invstd: save_invstd.cuda_ptr()?,
                 running,
@@ -295,7 +310,7 @@ pub fn batch_norm_train(args: BatchNormTrain<'_>) -> Result<BatchNormOutput> {
         }
         let (xs, ys, ms, is, w) = (
             xr.host()?,
-            y.host_mut()?,
+            y.as_mut().map(|y| y.host_mut()).transpose()?,
             save_mean.host_mut()?,
             save_invstd.host_mut()?,
             ws.host_mut()?,
@@ -324,13 +339,19 @@ pub fn batch_norm_train(args: BatchNormTrain<'_>) -> Result<BatchNormOutput> {
             wr.as_ref().map(|r| r.host()).transpose()?,
             br.as_ref().map(|r| r.host()).transpose()?,
         );
-        sums::normalize(l, xs, ys, (ms, is), (ws_, bs_));
+        if let Some(ys) = ys {
+            sums::normalize(l, xs, ys, (ms, is), (ws_, bs_));
+        }
         Ok(())
     })?;
     drop(run_w);
     drop(ws);
+    let y = match y {
+        Some(y) => y.into_tensor(x.shape().clone())?,
+        None => Tensor::unmaterialised(x.shape().clone(), crate::DType::F32, dev)?,
+    };
     Ok(BatchNormOutput {
-        y: y.into_tensor(x.shape().clone())?,
+        y,
         save_mean: save_mean.into_tensor([l.c])?,
         save_invstd: save_invstd.into_tensor([l.c])?,
     })

@@ -16,11 +16,13 @@ mod im2col;
 mod implicit;
 mod pack;
 mod params;
+mod stepwise;
 #[cfg(test)]
 mod tests;
 mod tile;
 
 pub use params::Conv2dParams;
+pub use stepwise::{Conv2dBackwardStepwise, conv2d_backward_stepwise, conv2d_stepwise};
 
 use super::matmul::{GemmPar, check_f32_same_device};
 use super::{GradNeeds, WeightGradAcc};
@@ -169,20 +171,7 @@ pub fn conv2d(
     time_steps: usize,
 ) -> Result<Tensor> {
     const OP: &str = "conv2d";
-    check_f32_same_device(OP, &[x, w])?;
-    if let Some(b) = b {
-        check_f32_same_device(OP, &[x, b])?;
-    }
-    let g = ConvGeom::new(OP, x, w, p)?;
-    if let Some(b) = b
-        && b.dims() != [g.co]
-    {
-        return Err(CoreError::shape(
-            OP,
-            format!("a bias of shape [{}] (one per output channel)", g.co),
-            b.shape(),
-        ));
-    }
+    let g = forward_geometry(OP, x, w, b, p)?;
     let step = g.with_batch(OP, per_step(OP, g.b, time_steps)?)?;
     let (xr, wr) = (x.read::<f32>(OP)?, w.read::<f32>(OP)?);
     let br = b.map(|b| b.read::<f32>(OP)).transpose()?;
@@ -228,6 +217,38 @@ pub fn conv2d(
     out.into_tensor(g.out_dims())
 }
 
+/// The shape `[B, Co, Ho, Wo]` [`conv2d`] gives for these arguments, which are validated as
+/// [`conv2d`] validates them; nothing is read or allocated. Used to stand in for an output that
+/// is not computed because nobody reads it.
+pub fn conv2d_output_shape(x: &Tensor, w: &Tensor, b: Option<&Tensor>, p: &Conv2dParams) -> Result<Shape> {
+    Ok(forward_geometry("conv2d", x, w, b, p)?.out_dims().into())
+}
+
+/// Validates a conv2d forward call (dtypes, devices, sizes, the bias's shape).
+fn forward_geometry(
+    op: &'static str,
+    x: &Tensor,
+    w: &Tensor,
+    b: Option<&Tensor>,
+    p: &Conv2dParams,
+) -> Result<ConvGeom> {
+    check_f32_same_device(op, &[x, w])?;
+    if let Some(b) = b {
+        check_f32_same_device(op, &[x, b])?;
+    }
+    let g = ConvGeom::new(op, x, w, p)?;
+    if let Some(b) = b
+        && b.dims() != [g.co]
+    {
+        return Err(CoreError::shape(
+            op,
+            format!("a bias of shape [{}] (one per output channel)", g.co),
+            b.shape(),
+        ));
+    }
+    Ok(g)
+}
+
 /// Validates a conv2d backward call (dtypes, devices, sizes, the output gradient's shape) and
 /// returns its geometry.
 pub(super) fn backward_geometry(
@@ -239,6 +260,12 @@ pub(super) fn backward_geometry(
 ) -> Result<ConvGeom> {
     check_f32_same_device(op, &[grad, x, w])?;
     let g = ConvGeom::new(op, x, w, p)?;
+    check_grad_shape(op, grad, &g)?;
+    Ok(g)
+}
+
+/// Checks that the output gradient `grad` has the output's shape of geometry `g`.
+pub(super) fn check_grad_shape(op: &'static str, grad: &Tensor, g: &ConvGeom) -> Result<()> {
     if grad.dims() != g.out_dims() {
         return Err(CoreError::shape(
             op,
@@ -249,7 +276,7 @@ pub(super) fn backward_geometry(
             grad.shape(),
         ));
     }
-    Ok(g)
+    Ok(())
 }
 
 /// Images per time step of a batch of `b` folding `time_steps` steps.
@@ -400,10 +427,8 @@ fn whole_backward(
 }
 
 /// The input and weight gradients of an implicit-GEMM call `g` on the CPU: the input gradient
-/// (when `gx` is given, every element written) as a convolution of the output gradient with the
-/// flipped weights where it is one, otherwise by im2col + GEMM + col2im in `ws`'s chunks, each
-/// within one group of `per_step` images (`gx` arrives zeroed then); the weight gradient added
-/// into `gw` over the images `images` in that order.
+/// (when `gx` is given) by [`implicit_input_grad`], the weight gradient added into `gw` over
+/// the images `images` in that order (one chain per element, continued from `gw`'s value).
 pub(super) fn implicit_backward(
     g: &ConvGeom,
     (grad, x, w): (&[f32], &[f32], &[f32]),
@@ -412,35 +437,51 @@ pub(super) fn implicit_backward(
     per_step: usize,
     images: &[usize],
 ) -> Result<()> {
-    let s = g.shape();
     if let Some(gx) = gx {
-        if implicit::input_grad_is_conv(&s) {
-            let flip = ws.flip_mut()?;
-            implicit::flip_weights(&s, w, flip);
-            implicit::input_grad(&s, grad, flip, gx);
-        } else {
-            let (col, stage) = ws.slices()?;
-            // Images are grouped for im2col within one time step.
-            let (in_len, out_len) = (g.c * g.in_pixels(), g.co * g.out_pixels());
-            let step = per_step;
-            let one_step = g.with_batch("conv2d_backward", step)?;
-            for t in 0..g.b.checked_div(step).unwrap_or(0) {
-                let bufs = backward::BackwardBufs {
-                    gx: Some(&mut gx[t * step * in_len..][..step * in_len]),
-                    gw: None,
-                    gb: None,
-                    col: &mut *col,
-                    stage: &mut *stage,
-                    accumulate: false,
-                };
-                let gs = &grad[t * step * out_len..][..step * out_len];
-                let xs = &x[t * step * in_len..][..step * in_len];
-                backward::backward(&one_step, gs, xs, w, bufs);
-            }
-        }
+        implicit_input_grad(g, grad, w, ws, gx, per_step)?;
     }
     if let Some(gw) = gw {
-        implicit::weight_grad(&s, grad, x, images, gw);
+        implicit::weight_grad(&g.shape(), grad, x, images, gw);
+    }
+    Ok(())
+}
+
+/// The input gradient `gx` (every element written) of an implicit-GEMM call `g` on the CPU,
+/// which reads only the output gradient and the weight: a convolution of the output gradient
+/// with the flipped weights (in `ws`) where it is one, otherwise im2col + GEMM + col2im in
+/// `ws`'s chunks, each within one group of `per_step` images (`gx` arrives zeroed then). The
+/// stepwise backward calls it as the dense one does, so both give the same bits.
+pub(super) fn implicit_input_grad(
+    g: &ConvGeom,
+    grad: &[f32],
+    w: &[f32],
+    ws: &mut Workspace,
+    gx: &mut [f32],
+    per_step: usize,
+) -> Result<()> {
+    let s = g.shape();
+    if implicit::input_grad_is_conv(&s) {
+        let flip = ws.flip_mut()?;
+        implicit::flip_weights(&s, w, flip);
+        implicit::input_grad(&s, grad, flip, gx);
+        return Ok(());
+    }
+    let (col, stage) = ws.slices()?;
+    // Images are grouped for im2col within one time step.
+    let (in_len, out_len) = (g.c * g.in_pixels(), g.co * g.out_pixels());
+    let step = per_step;
+    let one_step = g.with_batch("conv2d_backward", step)?;
+    for t in 0..g.b.checked_div(step).unwrap_or(0) {
+        let bufs = backward::BackwardBufs {
+            gx: Some(&mut gx[t * step * in_len..][..step * in_len]),
+            gw: None,
+            gb: None,
+            col: &mut *col,
+            stage: &mut *stage,
+            accumulate: false,
+        };
+        // No weight gradient: the input is never read.
+        backward::backward(&one_step, &grad[t * step * out_len..][..step * out_len], &[], w, bufs);
     }
     Ok(())
 }

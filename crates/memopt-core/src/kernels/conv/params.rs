@@ -1,6 +1,6 @@
 //! Convolution hyper-parameters and the geometry (all derived sizes) of one conv2d call.
 
-use crate::{CoreError, Result, Tensor};
+use crate::{CoreError, Device, Result, Shape, Tensor};
 use serde::{Deserialize, Serialize};
 
 /// Output columns (images x output pixels) that one im2col chunk aims for on the CPU: images with
@@ -140,12 +140,24 @@ impl ConvGeom {
     /// Validates the ranks and sizes of `x` and `w` against `p` (dtypes and devices are checked
     /// by the caller).
     pub fn new(op: &'static str, x: &Tensor, w: &Tensor, p: &Conv2dParams) -> Result<Self> {
+        Self::for_input(op, x.shape(), x.device(), w, p)
+    }
+
+    /// [`ConvGeom::new`] for an input of shape `x` on `device` that is not a tensor (a
+    /// [`crate::kernels::StepInput`]).
+    pub fn for_input(
+        op: &'static str,
+        x: &Shape,
+        device: Device,
+        w: &Tensor,
+        p: &Conv2dParams,
+    ) -> Result<Self> {
         p.validate(op)?;
         let &[b, c, h, wd] = x.dims() else {
             return Err(CoreError::shape(
                 op,
                 "an input of rank 4 [batch, channels, height, width]",
-                x.shape(),
+                x,
             ));
         };
         let &[co, cg, kh, kw] = w.dims() else {
@@ -196,8 +208,8 @@ impl ConvGeom {
             ho,
             wo,
             p: *p,
-            chunk_columns: x.device().target().conv_chunk_columns(),
-            implicit_gemm: x.device().target().conv_implicit_gemm(),
+            chunk_columns: device.target().conv_chunk_columns(),
+            implicit_gemm: device.target().conv_implicit_gemm(),
             out_len: 0,
             col_len: 0,
             stage_len: 0,

@@ -4,12 +4,14 @@
 
 mod accumulate;
 mod gemm;
+mod stepwise;
 #[cfg(test)]
 pub(crate) mod tests;
 
 #[cfg(test)]
 pub(crate) use gemm::GEMM_PAR_MIN_MACS;
 pub(crate) use gemm::{GemmPar, MatRef, gemm_f32};
+pub use stepwise::{LinearBackwardStepwise, linear_backward_stepwise, linear_stepwise};
 
 use super::par::PAR_THRESHOLD;
 use super::{GradNeeds, WeightGradAcc};
@@ -18,7 +20,7 @@ use crate::cuda::gemm::{GpuMat, gemm, workspace_of};
 use crate::cuda::grid_for;
 use crate::cuda::launchers::conv as conv_k;
 use crate::memory::MemoryKind;
-use crate::{CoreError, DType, KernelBuffer, Result, Tensor};
+use crate::{CoreError, DType, KernelBuffer, Result, Shape, Tensor};
 use rayon::prelude::*;
 
 /// Checks that every tensor is f32 and that all live on the first one's device.
@@ -81,7 +83,7 @@ struct LinearDims {
     n: usize,
 }
 
-fn linear_dims(op: &'static str, x: &Tensor, w: &Tensor) -> Result<LinearDims> {
+fn linear_dims(op: &'static str, x: &Shape, w: &Tensor) -> Result<LinearDims> {
     let &[n, k] = w.dims() else {
         return Err(CoreError::shape(
             op,
@@ -91,14 +93,14 @@ fn linear_dims(op: &'static str, x: &Tensor, w: &Tensor) -> Result<LinearDims> {
     };
     match x.dims().last() {
         Some(&kx) if kx == k => Ok(LinearDims {
-            m: x.dims()[..x.rank() - 1].iter().product(),
+            m: x.dims()[..x.dims().len() - 1].iter().product(),
             k,
             n,
         }),
         _ => Err(CoreError::shape(
             op,
             format!("an input [.., {k}] (in_features of the weight {})", w.shape()),
-            x.shape(),
+            x,
         )),
     }
 }
@@ -107,6 +109,12 @@ fn linear_dims(op: &'static str, x: &Tensor, w: &Tensor) -> Result<LinearDims> {
 /// returns its sizes.
 fn backward_dims(op: &'static str, grad: &Tensor, x: &Tensor, w: &Tensor) -> Result<LinearDims> {
     check_f32_same_device(op, &[grad, x, w])?;
+    grad_dims(op, grad, x.shape(), w)
+}
+
+/// Validates the sizes of a linear backward call with an input of shape `x` (dtypes and devices
+/// are checked by the caller) and returns them.
+fn grad_dims(op: &'static str, grad: &Tensor, x: &Shape, w: &Tensor) -> Result<LinearDims> {
     let dims = linear_dims(op, x, w)?;
     let out_dims = with_last(x, dims.n);
     if grad.dims() != out_dims.as_slice() {
@@ -134,7 +142,7 @@ fn check_bias(op: &'static str, b: &Tensor, n: usize) -> Result<()> {
 }
 
 /// x's shape with the last dimension replaced by `n`.
-fn with_last(x: &Tensor, n: usize) -> Vec<usize> {
+fn with_last(x: &Shape, n: usize) -> Vec<usize> {
     let mut dims = x.dims().to_vec();
     if let Some(last) = dims.last_mut() {
         *last = n;
@@ -153,7 +161,7 @@ pub fn linear(x: &Tensor, w: &Tensor, b: Option<&Tensor>, time_steps: usize) -> 
     if let Some(b) = b {
         check_f32_same_device(OP, &[x, b])?;
     }
-    let LinearDims { m, k, n } = linear_dims(OP, x, w)?;
+    let LinearDims { m, k, n } = linear_dims(OP, x.shape(), w)?;
     if let Some(b) = b {
         check_bias(OP, b, n)?;
     }
@@ -197,7 +205,7 @@ pub fn linear(x: &Tensor, w: &Tensor, b: Option<&Tensor>, time_steps: usize) -> 
         }
         Ok(())
     })?;
-    out.into_tensor(with_last(x, n))
+    out.into_tensor(with_last(x.shape(), n))
 }
 
 /// Rows per time step of `m` rows folding `time_steps` steps.

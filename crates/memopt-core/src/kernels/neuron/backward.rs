@@ -7,7 +7,7 @@ use super::config::{DecayGrad, Dynamics, fire, reset};
 use super::surrogate::{atan_grad, sigmoid_grad};
 
 /// Data of one backward call: sequences are `[T, n]`, states `[n]`, `partials` `T` slots per
-/// chunk (PLIF only).
+/// block of [`super::PLIF_PARTIAL_NEURONS`] neurons, block-major (PLIF only).
 pub(super) struct BackwardIo<'a> {
     pub steps: usize,
     pub n: usize,
@@ -22,7 +22,7 @@ pub(super) struct BackwardIo<'a> {
     pub partials: Option<&'a mut [f32]>,
 }
 
-/// Runs the reverse recurrence for every neuron. For PLIF, each chunk's sum over its neurons of
+/// Runs the reverse recurrence for every neuron. For PLIF, each block's sum over its neurons of
 /// `dL/dH[t] * dH[t]/dk` (`k = 1/tau`) goes to slot `t` of its row of `io.partials`.
 pub(super) fn backward_cpu(d: &Dynamics, surrogate: Surrogate, io: BackwardIo<'_>) {
     macro_rules! run {
@@ -163,8 +163,11 @@ fn run_rows<const HARD: bool, const PLIF: bool, const IN_PLACE: bool, S, K>(
                             step(g, h, gs, gx, a, vp);
                         }
                     }
-                    if let Some(row) = partial_row.as_deref_mut() {
-                        row[t] = acc.iter().map(|&a| a as f64).sum::<f64>() as f32;
+                    if let Some(rows) = partial_row.as_deref_mut() {
+                        // One partial per block of PLIF_PARTIAL_NEURONS neurons (block-major rows).
+                        for (b, block) in acc.chunks(super::PLIF_PARTIAL_NEURONS).enumerate() {
+                            rows[b * steps + t] = block.iter().map(|&a| a as f64).sum::<f64>() as f32;
+                        }
                     }
                 } else {
                     let step = |g: &mut f32, h: f32, gs: f32, gx: &mut f32| {

@@ -10,7 +10,12 @@ use std::ops::Range;
 /// Neurons per chunk. Each chunk keeps up to three f32 arrays of this length on the stack (96 KiB
 /// in backward) that stay in L1/L2, and reads each time row in runs of 32 KiB, long enough for
 /// the hardware prefetchers (measured: 2048 and 4096 were up to 1.5x slower, 16384 no faster).
-pub(super) const CHUNK: usize = crate::backend::Target::Cpu.neuron_block();
+pub(super) const CHUNK: usize = 8192;
+
+/// PLIF partial-sum blocks per chunk (a chunk covers whole blocks, so every block lies in one
+/// chunk).
+pub(super) const BLOCKS_PER_CHUNK: usize = CHUNK / super::PLIF_PARTIAL_NEURONS;
+const _: () = assert!(CHUNK.is_multiple_of(super::PLIF_PARTIAL_NEURONS));
 
 /// Number of chunks for `n` neurons (depends only on the shape, never on the thread count).
 pub(super) fn chunk_count(n: usize) -> usize {
@@ -22,9 +27,9 @@ fn chunk_range(c: usize, n: usize) -> Range<usize> {
 }
 
 /// Runs `f` on every chunk of `n` neurons, in parallel when `n * steps` is large enough. When
-/// `partials` is given (`steps` slots per chunk), chunk `c` receives its own row
-/// `partials[c * steps..(c + 1) * steps]`, so that later sums over the rows are independent of
-/// scheduling. `f` should be an `#[inline(always)]` closure, so that it is compiled into the
+/// `partials` is given (`steps` slots per block of [`super::PLIF_PARTIAL_NEURONS`] neurons,
+/// block-major), chunk `c` receives the rows of its own blocks, `steps` slots each, so that later
+/// sums over the rows are independent of scheduling. `f` should be an `#[inline(always)]` closure, so that it is compiled into the
 /// wide-vector variant of [`with_wide_vectors`].
 pub(super) fn for_each_chunk(
     n: usize,
@@ -43,13 +48,15 @@ pub(super) fn for_each_chunk(
     let parallel = chunks > 1 && n.saturating_mul(steps) >= PAR_THRESHOLD;
     match partials {
         Some(p) if steps > 0 => {
-            debug_assert_eq!(p.len(), chunks * steps);
+            debug_assert_eq!(p.len(), n.div_ceil(super::PLIF_PARTIAL_NEURONS) * steps);
+            // The last chunk's rows are fewer when it holds fewer blocks.
+            let rows = BLOCKS_PER_CHUNK * steps;
             if parallel {
-                p.par_chunks_mut(steps)
+                p.par_chunks_mut(rows)
                     .enumerate()
                     .for_each(|(c, row)| f(c, Some(row)));
             } else {
-                p.chunks_mut(steps)
+                p.chunks_mut(rows)
                     .enumerate()
                     .for_each(|(c, row)| f(c, Some(row)));
             }

@@ -5,13 +5,13 @@
 use super::Surrogate;
 use super::config::{Charge, DecayGrad, Dynamics};
 use crate::Result;
-use crate::backend::{CudaBackend, Target};
+use crate::backend::CudaBackend;
 use crate::cuda::launchers::neuron as k;
 use crate::cuda::{BLOCK_THREADS, CudaPtr, LaunchConfig, NeuronBackwardConsts, blocks, grid_for};
 
 /// Neurons per PLIF partial sum: one block of [`BLOCK_THREADS`] threads handles this many
 /// (`NEURON_CHUNK` of `neuron.cu`, 256 threads x 4 neurons).
-const PLIF_CHUNK: usize = Target::Cuda.neuron_block();
+const PLIF_CHUNK: usize = super::PLIF_PARTIAL_NEURONS;
 const _: () = assert!(PLIF_CHUNK == 4 * BLOCK_THREADS as usize);
 
 /// Every forward kernel takes (x, steps, n, v_init, k, vr, vth, spikes, h_seq, v_final).
@@ -35,7 +35,8 @@ type ForwardKernel = fn(
 pub(super) struct ForwardPtrs {
     pub x: CudaPtr,
     pub v_init: Option<CudaPtr>,
-    pub spikes: CudaPtr,
+    /// `None` writes no spikes (a forward for backward only).
+    pub spikes: Option<CudaPtr>,
     pub h_seq: Option<CudaPtr>,
     pub v_final: CudaPtr,
 }
@@ -64,7 +65,7 @@ pub(super) fn forward(gpu: CudaBackend, d: &Dynamics, steps: usize, n: usize, p:
         kk,
         vr,
         d.v_threshold,
-        p.spikes,
+        p.spikes.unwrap_or(null),
         p.h_seq.unwrap_or(null),
         p.v_final,
     )

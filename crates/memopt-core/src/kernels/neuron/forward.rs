@@ -4,13 +4,14 @@ use super::chunks::{CHUNK, SharedOut, for_each_chunk};
 use super::config::{Charge, Dynamics, fire, reset};
 
 /// Data of one forward call: `x` is `[T, n]` (absent when it is read from `h_seq`, which then
-/// holds the input on entry and the membrane potentials on return), the states `[n]`.
+/// holds the input on entry and the membrane potentials on return), the states `[n]`. Without
+/// `spikes` the spikes are computed (they drive the reset) but not kept.
 pub(super) struct ForwardIo<'a> {
     pub steps: usize,
     pub n: usize,
     pub x: Option<&'a [f32]>,
     pub v_init: Option<&'a [f32]>,
-    pub spikes: &'a mut [f32],
+    pub spikes: Option<&'a mut [f32]>,
     pub h_seq: Option<&'a mut [f32]>,
     pub v_final: &'a mut [f32],
 }
@@ -47,7 +48,7 @@ where
         v_final,
     } = io;
     let (vth, vr) = (d.v_threshold, d.v_reset);
-    let spikes = SharedOut::new(spikes);
+    let spikes = spikes.map(SharedOut::new);
     let h_seq = h_seq.map(SharedOut::new);
     let v_final = SharedOut::new(v_final);
     for_each_chunk(
@@ -58,14 +59,20 @@ where
         |r, _| {
             let mut state = [0f32; CHUNK];
             let v = &mut state[..r.len()];
+            // Where the spikes of a row go when they are not kept.
+            let mut discarded = [0f32; CHUNK];
             match v_init {
                 Some(vi) => v.copy_from_slice(&vi[r.clone()]),
                 None => v.fill(vr),
             }
             for t in 0..steps {
                 let row = t * n + r.start..t * n + r.end;
-                // SAFETY: `row` is this task's chunk of time row `t`; no other slice of it is live.
-                let ss = unsafe { spikes.slice(row.clone()) };
+                let ss: &mut [f32] = match &spikes {
+                    // SAFETY: `row` is this task's chunk of time row `t`; no other slice of it is
+                    // live.
+                    Some(spikes) => unsafe { spikes.slice(row.clone()) },
+                    None => &mut discarded[..r.len()],
+                };
                 match (&h_seq, x) {
                     (Some(hs), None) => {
                         // In place: each potential overwrites the input it was charged from.

@@ -35,6 +35,13 @@ use backward::{BackwardIo, backward_cpu};
 use config::Dynamics;
 use forward::{ForwardIo, forward_cpu};
 
+/// Neurons per partial sum of the PLIF parameter's gradient, on every target: each time step's
+/// `dL/dk` contributions of a block of this many consecutive neurons are summed in f64 in
+/// neuron order and rounded to one f32 partial, and the partials of a step are summed in block
+/// order. The same blocks on the CPU (eight per rayon chunk) and on CUDA (one thread block of
+/// 256 threads x 4 neurons each) make the parameter's gradient bit-identical across devices.
+pub const PLIF_PARTIAL_NEURONS: usize = 1024;
+
 /// Outputs of [`neuron_forward`].
 #[derive(Debug, Clone)]
 pub struct NeuronOutput {
@@ -77,8 +84,35 @@ pub fn neuron_forward<'a>(
     w: Option<&Tensor>,
     save_for_backward: bool,
 ) -> Result<NeuronOutput> {
+    forward(cfg, x.into(), v_init, w, save_for_backward, true)
+}
+
+/// [`neuron_forward`] with `save_for_backward` for a backward only: the same `h_seq` and
+/// `v_final` (bit for bit), without the spikes, which are returned as an unmaterialised stand-in
+/// ([`Tensor::unmaterialised`], spike flag set): no spike buffer is allocated or written. Used
+/// when nobody reads the spikes (a recomputed segment's output, whose gradient is all its
+/// backward needs; [`neuron_backward`] reads `h_seq`, not the spikes).
+///
+/// Allocates, in this order: `h_seq` `[T, ...]` (unless `x` is handed over and reused),
+/// `v_final` `[...]`; nothing else.
+pub fn neuron_forward_for_backward<'a>(
+    cfg: &NeuronConfig,
+    x: impl Into<Operand<'a>>,
+    v_init: Option<&Tensor>,
+    w: Option<&Tensor>,
+) -> Result<NeuronOutput> {
+    forward(cfg, x.into(), v_init, w, true, false)
+}
+
+fn forward(
+    cfg: &NeuronConfig,
+    x: Operand<'_>,
+    v_init: Option<&Tensor>,
+    w: Option<&Tensor>,
+    save_for_backward: bool,
+    with_spikes: bool,
+) -> Result<NeuronOutput> {
     const OP: &str = "neuron_forward";
-    let x = x.into();
     let xt = x.tensor();
     cfg.validate()?;
     let (steps, n) = sequence_dims(OP, "x", xt)?;
@@ -98,7 +132,9 @@ pub fn neuron_forward<'a>(
 
     let device = xt.device();
     let kind = MemoryKind::Activation;
-    let mut spikes = KernelBuffer::<f32>::new(OP, device, steps * n, kind, Init::Overwritten)?;
+    let mut spikes = with_spikes
+        .then(|| KernelBuffer::<f32>::new(OP, device, steps * n, kind, Init::Overwritten))
+        .transpose()?;
     let mut h_seq = (save_for_backward && !in_place)
         .then(|| KernelBuffer::<f32>::new(OP, device, steps * n, kind, Init::Overwritten))
         .transpose()?;
@@ -119,7 +155,7 @@ pub fn neuron_forward<'a>(
             let ptrs = cuda::ForwardPtrs {
                 x,
                 v_init: vr.as_ref().map(|r| r.cuda_ptr()).transpose()?,
-                spikes: spikes.cuda_ptr()?,
+                spikes: spikes.as_mut().map(|b| b.cuda_ptr()).transpose()?,
                 h_seq: h,
                 v_final: v_final.cuda_ptr()?,
             };
@@ -135,7 +171,7 @@ pub fn neuron_forward<'a>(
             n,
             x: xr.as_ref().map(|r| r.host()).transpose()?,
             v_init: vr.as_ref().map(|r| r.host()).transpose()?,
-            spikes: spikes.host_mut()?,
+            spikes: spikes.as_mut().map(|b| b.host_mut()).transpose()?,
             h_seq: h,
             v_final: v_final.host_mut()?,
         };
@@ -149,8 +185,12 @@ pub fn neuron_forward<'a>(
         (None, true) => x.into_given().map(|t| t.with_spike_flag(false)),
         (None, false) => None,
     };
+    let spikes = match spikes {
+        Some(b) => b.into_tensor(shape)?,
+        None => Tensor::unmaterialised(shape, crate::DType::F32, device)?,
+    };
     Ok(NeuronOutput {
-        spikes: spikes.into_tensor(shape)?.with_spike_flag(true),
+        spikes: spikes.with_spike_flag(true),
         v_final: v_final.into_tensor(state)?,
         h_seq,
     })
@@ -187,8 +227,7 @@ pub struct NeuronBackward<'a> {
 ///
 /// Allocates, in this order: grad_x `[T, ...]` (unless written over `grad_spikes`),
 /// grad_v_init `[...]` (when asked), grad_w `[1]` (PLIF without `w_acc`), and for PLIF a
-/// workspace of `T` f32 per block of `device.target().neuron_block()` neurons, freed before
-/// returning.
+/// workspace of `T` f32 per block of [`PLIF_PARTIAL_NEURONS`] neurons, freed before returning.
 pub fn neuron_backward(args: NeuronBackward<'_>) -> Result<NeuronGrads> {
     const OP: &str = "neuron_backward";
     let NeuronBackward {
@@ -260,7 +299,7 @@ pub fn neuron_backward(args: NeuronBackward<'_>) -> Result<NeuronGrads> {
             KernelBuffer::<f32>::workspace(
                 OP,
                 device,
-                n.div_ceil(device.target().neuron_block()) * steps,
+                n.div_ceil(PLIF_PARTIAL_NEURONS) * steps,
                 Init::Overwritten,
             )
         })

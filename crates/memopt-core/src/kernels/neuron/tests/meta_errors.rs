@@ -81,10 +81,10 @@ fn meta_and_cpu_allocate_identically() {
                 .iter()
                 .filter(|e| e.2 == MemoryKind::Workspace && e.0 == MemoryAction::Alloc)
                 .collect();
-            let chunks = n.div_ceil(super::super::chunks::CHUNK) as u64;
+            let blocks = n.div_ceil(super::super::PLIF_PARTIAL_NEURONS) as u64;
             assert_eq!(ws.len(), is_plif as usize);
             if is_plif {
-                assert_eq!(ws[0].1, 4 * chunks * steps as u64);
+                assert_eq!(ws[0].1, 4 * blocks * steps as u64);
             }
             let grads: u64 = cpu_events
                 .iter()

@@ -1,0 +1,157 @@
+//! The cost model's extra time of one segment under one policy, priced on the modules the
+//! segment covers. [`CostModel::plan_extra_ms`] walks every module of the model for every
+//! entry, which makes pricing every segment of a chain quadratic in its length; a one-entry
+//! plan's extra time comes from the modules that entry covers (each recomputed module's
+//! forward time, the saved input of its first), so the same call on a cost model holding only
+//! those gives the same number. `tests::pricing_on_the_covered_modules_is_the_full_models`
+//! checks it to the bit on every segment of several models.
+
+use crate::sites::Site;
+use memopt_checkpoint::policy::PLAN_VERSION;
+use memopt_checkpoint::{Plan, PlanEntry, Policy};
+use memopt_core::ModulePath;
+use memopt_profiler::CostModel;
+use memopt_profiler::cost::ModuleCostEntry;
+use std::collections::HashMap;
+
+/// Prices segments of one model.
+pub(crate) struct SegmentPricing<'c> {
+    cost: &'c CostModel,
+    /// The cost model without modules, filled per segment.
+    empty: CostModel,
+    /// Index of each module's entry by path.
+    by_path: HashMap<&'c str, usize>,
+    /// For each module with children: the entries under each child (the child included), in
+    /// the cost model's order.
+    under_child: HashMap<&'c str, Vec<Vec<usize>>>,
+}
+
+impl<'c> SegmentPricing<'c> {
+    pub(crate) fn new(cost: &'c CostModel) -> Self {
+        let mut empty = cost.clone();
+        empty.modules.clear();
+        let by_path: HashMap<&'c str, usize> = cost
+            .modules
+            .iter()
+            .enumerate()
+            .map(|(i, m)| (m.path.as_str(), i))
+            .collect();
+        // Each container's children by path, then every entry filed under each of its
+        // ancestors' children.
+        let mut child_index: HashMap<&'c str, HashMap<String, usize>> = HashMap::new();
+        let mut under_child: HashMap<&'c str, Vec<Vec<usize>>> = HashMap::new();
+        for m in cost.modules.iter().filter(|m| !m.children.is_empty()) {
+            let parent = ModulePath::from(m.path.as_str());
+            child_index.insert(
+                m.path.as_str(),
+                m.children
+                    .iter()
+                    .enumerate()
+                    .map(|(k, name)| (parent.child(name).as_str().to_string(), k))
+                    .collect(),
+            );
+            under_child.insert(m.path.as_str(), vec![Vec::new(); m.children.len()]);
+        }
+        for (i, m) in cost.modules.iter().enumerate() {
+            let mut child = ModulePath::from(m.path.as_str());
+            while let Some(parent) = child.parent() {
+                if let Some((&container, index)) = child_index.get_key_value(parent.as_str())
+                    && let Some(&k) = index.get(child.as_str())
+                    && let Some(groups) = under_child.get_mut(container)
+                {
+                    groups[k].push(i);
+                }
+                child = parent;
+            }
+        }
+        SegmentPricing {
+            cost,
+            empty,
+            by_path,
+            under_child,
+        }
+    }
+
+    /// The indices of the entries under children `range` of the module at `path`.
+    fn under(&self, path: &str, range: std::ops::Range<usize>) -> Vec<usize> {
+        let mut out: Vec<usize> = self
+            .under_child
+            .get(path)
+            .map(|groups| {
+                groups
+                    .iter()
+                    .take(range.end)
+                    .skip(range.start)
+                    .flatten()
+                    .copied()
+                    .collect()
+            })
+            .unwrap_or_default();
+        out.sort_unstable();
+        out
+    }
+
+    /// The entries `site` covers, in the cost model's order: its module and everything below,
+    /// or for a run, the container (its children's names outside the run blanked) and the
+    /// run's children with everything below them.
+    fn covered(&self, site: &Site) -> Vec<ModuleCostEntry> {
+        let Some(&at) = self.by_path.get(site.path.as_str()) else {
+            return Vec::new();
+        };
+        let Some([start, end]) = site.run else {
+            let mut all = self.under(&site.path, 0..usize::MAX);
+            all.push(at);
+            all.sort_unstable();
+            return all.into_iter().map(|i| self.cost.modules[i].clone()).collect();
+        };
+        let mut all = self.under(&site.path, start..end);
+        all.push(at);
+        all.sort_unstable();
+        all.into_iter()
+            .map(|i| {
+                let m = &self.cost.modules[i];
+                if i != at {
+                    return m.clone();
+                }
+                // The run's children by index; the names before it are not read.
+                ModuleCostEntry {
+                    path: m.path.clone(),
+                    module_type: m.module_type.clone(),
+                    leaf: m.leaf,
+                    children: m
+                        .children
+                        .iter()
+                        .take(end)
+                        .enumerate()
+                        .map(|(k, n)| if k < start { String::new() } else { n.clone() })
+                        .collect(),
+                    calls: m.calls,
+                    flops: m.flops,
+                    bytes: m.bytes,
+                    inputs: m.inputs.clone(),
+                }
+            })
+            .collect()
+    }
+
+    /// The cost model holding only the modules `site` covers.
+    pub(crate) fn for_site(&self, site: &Site) -> CostModel {
+        let mut model = self.empty.clone();
+        model.modules = self.covered(site);
+        model
+    }
+}
+
+/// Predicted time `policy` adds to `site` on `cost` (recomputation and compression traffic),
+/// in ms.
+pub(crate) fn extra_ms(cost: &CostModel, site: &Site, policy: Policy) -> f64 {
+    let plan = Plan {
+        version: PLAN_VERSION,
+        entries: vec![PlanEntry {
+            path: site.path.clone(),
+            children: site.run,
+            policy,
+        }],
+    };
+    cost.plan_extra_ms(&plan)
+}

@@ -1,0 +1,149 @@
+//! When two segments are the same for measuring: on Meta a segment's figures are a function of
+//! what it runs (each module's type, configuration ([`Module::config_key`]), parameter and
+//! buffer shapes, and children, in order), its inputs' shapes, dtypes and spike flags, the
+//! policy, and whether its input is the batch; nothing depends on data or on module names.
+//! A chain of repeated blocks measures each distinct segment once
+//! ([`crate::builder::chain_model`]).
+
+use crate::Result;
+use crate::measure::{Figures, measure};
+use crate::sites::Site;
+use memopt_checkpoint::module::ValueInfo;
+use memopt_checkpoint::{Model, Module, Policy};
+use memopt_core::ModulePath;
+use std::collections::HashMap;
+
+/// The keys of one model's segments; module subtrees are described once each.
+pub(crate) struct SegmentKeys<'m> {
+    model: &'m Model,
+    /// Each module's subtree as an interned number (`None`: a module in it is not described).
+    by_path: HashMap<String, Option<u32>>,
+    interned: HashMap<String, u32>,
+}
+
+impl<'m> SegmentKeys<'m> {
+    pub(crate) fn new(model: &'m Model) -> Self {
+        SegmentKeys {
+            model,
+            by_path: HashMap::new(),
+            interned: HashMap::new(),
+        }
+    }
+
+    fn intern(&mut self, description: String) -> u32 {
+        let next = self.interned.len() as u32;
+        *self.interned.entry(description).or_insert(next)
+    }
+
+    /// The number of the subtree at `path` (`None` when some module in it has no
+    /// configuration key, or there is no module there).
+    fn subtree(&mut self, path: &str) -> Option<u32> {
+        if let Some(&id) = self.by_path.get(path) {
+            return id;
+        }
+        let id = self.describe(path);
+        self.by_path.insert(path.to_string(), id);
+        id
+    }
+
+    fn describe(&mut self, path: &str) -> Option<u32> {
+        let module = self.model.module(path)?;
+        let own = own_description(module)?;
+        let parent = ModulePath::from(path);
+        let mut children = Vec::new();
+        for (name, _) in module.children() {
+            children.push(self.subtree(parent.child(&name).as_str())?);
+        }
+        Some(self.intern(format!("{own}{{{children:?}}}")))
+    }
+
+    /// The key of `site` measured under `policy` (`first`: its input is the batch), or `None`
+    /// when it cannot be told apart from other segments safely (then it is measured alone).
+    pub(crate) fn of(&mut self, site: &Site, policy: Policy, first: bool) -> Option<String> {
+        let structure = match site.run {
+            None => format!("module {}", self.subtree(&site.path)?),
+            Some([start, end]) => {
+                let container = self.model.module(&site.path)?;
+                let own = own_description(container)?;
+                let parent = ModulePath::from(site.path.as_str());
+                let mut children = Vec::new();
+                for (name, _) in container.children_in(start, end) {
+                    children.push(self.subtree(parent.child(&name).as_str())?);
+                }
+                format!("run of {own} {children:?}")
+            }
+        };
+        Some(format!("{structure} | {:?} | {policy:?} | {first}", site.inputs))
+    }
+}
+
+/// A module's type, configuration, parameter and buffer shapes (its children apart).
+fn own_description(module: &dyn Module) -> Option<String> {
+    let config = module.config_key()?;
+    let params: Vec<(&str, ValueInfo)> = module
+        .params()
+        .into_iter()
+        .map(|(name, p)| (name, ValueInfo::of(p.tensor())))
+        .collect();
+    let buffers: Vec<(&str, ValueInfo)> = module
+        .buffers()
+        .into_iter()
+        .map(|(name, b)| (name, ValueInfo::of(b.tensor())))
+        .collect();
+    Some(format!("{}({config}) {params:?} {buffers:?}", module.type_name()))
+}
+
+/// Measurements of one model's segments, each distinct segment measured once.
+pub(crate) struct Measurements<'m> {
+    model: &'m Model,
+    keys: SegmentKeys<'m>,
+    figures: HashMap<String, Figures>,
+    /// Segments measured (distinct ones and those without a key).
+    pub(crate) measured: usize,
+    /// Segments whose figures were another's.
+    pub(crate) reused: usize,
+    /// Whether equal keys share figures (tests compare with measuring each).
+    reuse: bool,
+}
+
+impl<'m> Measurements<'m> {
+    pub(crate) fn new(model: &'m Model) -> Self {
+        Measurements {
+            model,
+            keys: SegmentKeys::new(model),
+            figures: HashMap::new(),
+            measured: 0,
+            reused: 0,
+            reuse: true,
+        }
+    }
+
+    /// Every segment measured on its own (to check that sharing changes nothing).
+    #[cfg(test)]
+    pub(crate) fn measuring_each(model: &'m Model) -> Self {
+        Measurements {
+            reuse: false,
+            ..Self::new(model)
+        }
+    }
+
+    /// The figures of `site` under `policy` ([`measure`]), measured unless a segment with the
+    /// same key was.
+    pub(crate) fn of(&mut self, site: &Site, policy: Policy, first: bool) -> Result<Figures> {
+        let key = if self.reuse {
+            self.keys.of(site, policy, first)
+        } else {
+            None
+        };
+        if let Some(f) = key.as_ref().and_then(|k| self.figures.get(k)) {
+            self.reused += 1;
+            return Ok(*f);
+        }
+        let f = measure(self.model, site, policy, first)?;
+        self.measured += 1;
+        if let Some(k) = key {
+            self.figures.insert(k, f);
+        }
+        Ok(f)
+    }
+}

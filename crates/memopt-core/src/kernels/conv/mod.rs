@@ -481,7 +481,13 @@ pub(super) fn implicit_input_grad(
             accumulate: false,
         };
         // No weight gradient: the input is never read.
-        backward::backward(&one_step, &grad[t * step * out_len..][..step * out_len], &[], w, bufs);
+        backward::backward(
+            &one_step,
+            &grad[t * step * out_len..][..step * out_len],
+            &[],
+            w,
+            bufs,
+        );
     }
     Ok(())
 }

@@ -56,6 +56,140 @@ proptest! {
     }
 }
 
+/// Values in [-1, 1) with full mantissas from a seed (weights, gradients, accumulators).
+fn floats(n: usize, seed: u64) -> Vec<f32> {
+    (0..n as u64)
+        .map(|i| {
+            let h = (seed ^ i.wrapping_mul(0x9E37_79B9_7F4A_7C15)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+            ((h >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+        })
+        .collect()
+}
+
+/// A conv layer reading `t` time steps of `n` spike images, dense or packed.
+#[derive(Debug, Clone)]
+struct PackedConvCase {
+    t: usize,
+    n: usize,
+    c: usize,
+    hw: usize,
+    co: usize,
+    k: usize,
+    params: Conv2dParams,
+    needs_input: bool,
+    seed: u64,
+}
+
+fn packed_conv_cases() -> impl Strategy<Value = PackedConvCase> {
+    (
+        (1usize..=4, 1usize..=3, 1usize..=36, 1usize..=13),
+        (2usize..=10, 1usize..=3, 1usize..=2, 1usize..=2),
+        (1usize..=3, 0usize..=2, any::<bool>(), any::<u64>()),
+    )
+        .prop_map(
+            |((t, n, c, co), (hw, k, dil, groups), (stride, pad, needs_input, seed))| {
+                // Two groups only where both channel counts split.
+                let groups = if c % 2 == 0 && co % 2 == 0 { groups } else { 1 };
+                PackedConvCase {
+                    t,
+                    n,
+                    c,
+                    hw: hw.max(dil * (k - 1) + 1),
+                    co,
+                    k,
+                    params: Conv2dParams {
+                        stride: [stride; 2],
+                        padding: [pad; 2],
+                        dilation: [dil; 2],
+                        groups,
+                    },
+                    needs_input,
+                    seed,
+                }
+            },
+        )
+}
+
+/// The output, input gradient and weight and bias accumulators (started from random values) of
+/// the case's layer on dense spikes (`packed` false) or the same spikes bit-packed.
+fn run_packed_conv(c: &PackedConvCase, packed: bool) -> Vec<Vec<u32>> {
+    let f = |dims: &[usize], seed: u64| {
+        let n = dims.iter().product();
+        tensor(&floats(n, seed), dims, DType::F32, Device::Cpu)
+    };
+    let x_dims = [c.t * c.n, c.c, c.hw, c.hw];
+    let w_dims = [c.co, c.c / c.params.groups, c.k, c.k];
+    let x = tensor(
+        &spikes(x_dims.iter().product(), c.seed),
+        &x_dims,
+        DType::F32,
+        Device::Cpu,
+    )
+    .with_spike_flag(true);
+    let p = PackedSpikes::pack(&x).unwrap();
+    let (w, b) = (f(&w_dims, c.seed ^ 1), f(&[c.co], c.seed ^ 2));
+    let y = if packed {
+        kernels::conv2d_stepwise(&p, &w, Some(&b), &c.params, c.t).unwrap()
+    } else {
+        kernels::conv2d(&x, &w, Some(&b), &c.params, c.t).unwrap()
+    };
+    let grad = f(y.dims(), c.seed ^ 3);
+    let (wa, ba) = (f(&w_dims, c.seed ^ 4), f(&[c.co], c.seed ^ 5));
+    let acc = kernels::WeightGradAcc {
+        weight: Some(&wa),
+        bias: Some(&ba),
+        time_steps: c.t,
+    };
+    let gx = if packed {
+        kernels::conv2d_backward_stepwise(kernels::Conv2dBackwardStepwise {
+            grad: &grad,
+            x: &p,
+            w: &w,
+            params: &c.params,
+            input: c.needs_input,
+            acc,
+        })
+        .unwrap()
+    } else {
+        kernels::conv2d_backward(kernels::Conv2dBackward {
+            grad: &grad,
+            x: &x,
+            w: &w,
+            has_bias: true,
+            params: &c.params,
+            needs: kernels::GradNeeds {
+                input: c.needs_input,
+                ..kernels::GradNeeds::ALL
+            },
+            acc: Some(acc),
+        })
+        .unwrap()
+        .x
+    };
+    let mut out = vec![bits(&y), bits(&wa), bits(&ba)];
+    out.extend(gx.as_ref().map(bits));
+    out
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(40))]
+
+    /// A plan storing a conv layer's input spikes packed gives the bits of storing them as f32:
+    /// the output, the input gradient and the accumulated weight and bias gradients, over
+    /// strides, padding, dilation, groups, channels (inner dimensions past one packed block of
+    /// the implicit GEMM) and time steps.
+    #[test]
+    fn packed_conv_is_bit_identical_to_the_dense_conv(c in packed_conv_cases()) {
+        let dense = run_packed_conv(&c, false);
+        let packed = run_packed_conv(&c, true);
+        let names = ["output", "weight gradient", "bias gradient", "input gradient"];
+        prop_assert_eq!(dense.len(), packed.len());
+        for (i, (d, p)) in dense.iter().zip(&packed).enumerate() {
+            prop_assert!(d == p, "{} differs: {:?}", names[i], c);
+        }
+    }
+}
+
 #[test]
 fn packed_conv_and_linear_match_the_dense_layers_bit_for_bit() {
     // T = 3 steps of 3 images [2, 5, 5] (150 values per step: steps start inside a byte).

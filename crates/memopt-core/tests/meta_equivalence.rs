@@ -154,20 +154,23 @@ fn step(device: Device) -> Trace {
             needs: GradNeeds::ALL,
         })
         .unwrap();
-        let g_conv = kernels::conv2d_backward(kernels::Conv2dBackward {
-            grad: g_y.x.as_ref().unwrap(),
-            x: &x,
-            w: &conv_w,
-            has_bias: false,
-            params: &pad1,
-            needs: GradNeeds {
-                input: false,
-                weight: true,
-                bias: false,
-            },
-            acc: None,
-        })
-        .unwrap();
+        let g_conv = {
+            let _m = enter_module("conv");
+            kernels::conv2d_backward(kernels::Conv2dBackward {
+                grad: g_y.x.as_ref().unwrap(),
+                x: &x,
+                w: &conv_w,
+                has_bias: false,
+                params: &pad1,
+                needs: GradNeeds {
+                    input: true,
+                    weight: true,
+                    bias: false,
+                },
+                acc: None,
+            })
+            .unwrap()
+        };
         drop(_bwd);
 
         let _opt = enter_phase(Phase::Optimizer);
@@ -226,6 +229,6 @@ fn meta_and_cpu_record_identical_event_streams_and_peaks() {
         cpu_events
             .iter()
             .any(|e| e.3 == "conv" && e.2 == MemoryKind::Workspace),
-        "im2col is attributed to its module"
+        "the conv's workspace (flipped weights of its input gradient) is attributed to its module"
     );
 }

@@ -38,32 +38,85 @@ fn linear_adds_the_targets_gemm_workspace() {
 
 #[test]
 fn conv_im2col_chunks_follow_the_target() {
-    // 4x4 outputs (16 columns per image) over 512 images: the CPU groups 64 images per chunk,
-    // the CUDA target 256.
-    let (b, c, co, hw) = (512usize, 2usize, 3usize, 4usize);
+    // 4x4 outputs (16 columns per image) over 512 images. The CUDA target groups 256 images
+    // per im2col chunk; the CPU runs one-group convolutions as implicit GEMMs (no workspace)
+    // and grouped ones in chunks of 64 images.
+    let (b, c, co, hw) = (512usize, 2usize, 4usize, 4usize);
+    for groups in [1, 2] {
+        let p = Conv2dParams {
+            stride: [1, 1],
+            padding: [1, 1],
+            dilation: [1, 1],
+            groups,
+        };
+        let mut peaks = Vec::new();
+        for target in TARGETS {
+            let device = Device::Meta(target);
+            let (x, w) = (
+                meta(&[b, c, hw, hw], device),
+                meta(&[co, c / groups, 3, 3], device),
+            );
+            let peak = extra_peak(device, |_| {
+                kernels::conv2d(&x, &w, None, &p, 1).unwrap();
+            });
+            let pixels = hw * hw;
+            let out = b * co * pixels;
+            let (col, stage) = if target.conv_implicit_gemm() && groups == 1 {
+                (0, 0)
+            } else {
+                let images = target.conv_chunk_columns().div_ceil(pixels).clamp(1, b);
+                let stage = if images > 1 { co * images * pixels } else { 0 };
+                (c * 9 * images * pixels, stage)
+            };
+            let want = 4 * (out + col + stage) + target.gemm_workspace_bytes();
+            assert_eq!(peak, want as u64, "{target}, {groups} groups");
+            peaks.push(peak);
+        }
+        assert_ne!(peaks[0], peaks[1], "the targets' rules differ for this shape");
+    }
+}
+
+#[test]
+fn conv_input_gradients_flip_the_weights_on_the_cpu() {
+    // The CPU's implicit input gradient of a stride-1 convolution holds the flipped weights;
+    // CUDA's runs im2col chunks.
+    let (b, c, co, hw) = (4usize, 3usize, 5usize, 6usize);
     let p = Conv2dParams {
         stride: [1, 1],
         padding: [1, 1],
         dilation: [1, 1],
         groups: 1,
     };
-    let mut peaks = Vec::new();
     for target in TARGETS {
         let device = Device::Meta(target);
         let (x, w) = (meta(&[b, c, hw, hw], device), meta(&[co, c, 3, 3], device));
+        let grad = meta(&[b, co, hw, hw], device);
         let peak = extra_peak(device, |_| {
-            kernels::conv2d(&x, &w, None, &p, 1).unwrap();
+            kernels::conv2d_backward(kernels::Conv2dBackward {
+                grad: &grad,
+                x: &x,
+                w: &w,
+                has_bias: false,
+                params: &p,
+                needs: kernels::GradNeeds {
+                    input: true,
+                    weight: false,
+                    bias: false,
+                },
+                acc: None,
+            })
+            .unwrap();
         });
         let pixels = hw * hw;
-        let images = target.conv_chunk_columns().div_ceil(pixels).clamp(1, b);
-        let col = c * 9 * images * pixels;
-        let stage = if images > 1 { co * images * pixels } else { 0 };
-        let out = b * co * pixels;
-        let want = 4 * (out + col + stage) + target.gemm_workspace_bytes();
+        let workspace = if target.conv_implicit_gemm() {
+            co * c * 9
+        } else {
+            let images = target.conv_chunk_columns().div_ceil(pixels).clamp(1, b);
+            c * 9 * images * pixels + if images > 1 { co * images * pixels } else { 0 }
+        };
+        let want = 4 * (b * c * pixels + workspace) + target.gemm_workspace_bytes();
         assert_eq!(peak, want as u64, "{target}");
-        peaks.push(peak);
     }
-    assert_ne!(peaks[0], peaks[1], "the targets' rules differ for this shape");
 }
 
 #[test]

@@ -92,6 +92,8 @@ pub struct TrainJson {
     pub sample_every: usize,
     /// Loss of every `sample_every`-th step, the first included (empty on Meta).
     pub losses: Vec<f32>,
+    /// Time of every `sample_every`-th step, the first (warm-up) included, in ms.
+    pub step_ms: Vec<f64>,
     /// On a GPU: its memory after the steps, memopt's pool and what lies outside it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub gpu: Option<GpuMemory>,
@@ -181,6 +183,7 @@ pub fn run(args: &TrainArgs, out: &mut dyn Write) -> Result<()> {
             last_loss,
             sample_every: losses.every(),
             losses: losses.into_values(),
+            step_ms: times.into_values(),
             gpu,
         };
         return out!(out, "{}", serde_json::to_string_pretty(&json).unwrap_or_default());

@@ -22,7 +22,9 @@ impl Target {
     /// Output pixels (GEMM columns) per im2col chunk of a convolution: enough images are
     /// grouped to reach this many columns (at least one image per chunk).
     ///
-    /// - CPU: 1024 columns, which keeps the `[C*kh*kw, cols]` chunk in cache.
+    /// - CPU: 1024 columns, which keeps the `[C*kh*kw, cols]` chunk in cache (grouped
+    ///   convolutions, and input gradients that are not convolutions themselves: see
+    ///   [`Target::conv_implicit_gemm`]).
     /// - CUDA: 4096 columns, so that each cuBLAS GEMM (`Co x 4096` outputs) fills the GPU while
     ///   the im2col chunk stays in tens of MB for wide layers; the CUDA im2col kernel writes the
     ///   same `[C*kh*kw, cols]` layout, and the same staging buffer is used when a chunk holds
@@ -31,6 +33,23 @@ impl Target {
         match self {
             Target::Cpu => 1024,
             Target::Cuda => 4096,
+        }
+    }
+
+    /// Whether a convolution with one group runs as an implicit GEMM, with no im2col workspace:
+    /// its forward and weight gradient pack the columns straight from the images into
+    /// thread-local panels (a fixed 128 KiB per thread, untracked like the `gemm` crate's
+    /// packing buffers), and its input gradient, where it is a convolution itself (stride 1,
+    /// dilation 1, padding below the kernel size), takes one workspace buffer of the weight's
+    /// size for the flipped weights; other input gradients keep im2col's chunks
+    /// ([`Target::conv_chunk_columns`]).
+    ///
+    /// - CPU: yes.
+    /// - CUDA: no; im2col + cuBLAS in chunks of [`Target::conv_chunk_columns`].
+    pub const fn conv_implicit_gemm(self) -> bool {
+        match self {
+            Target::Cpu => true,
+            Target::Cuda => false,
         }
     }
 

@@ -65,6 +65,38 @@ fn conv_cases() -> impl Strategy<Value = ConvCase> {
         )
 }
 
+/// One-group conv problems large enough for the implicit GEMM's blocking: inner dimensions
+/// `c * k * k` past one packed block (256), output channels past one row panel (6) with a tail,
+/// columns past one column block (128) and across images, dilation, and strides whose input
+/// gradient is not a convolution.
+fn wide_conv_cases() -> impl Strategy<Value = ConvCase> {
+    (
+        (1usize..=3, 1usize..=3, 1usize..=40, 1usize..=14),
+        (3usize..=11, 1usize..=3, 1usize..=2),
+        (1usize..=3, 0usize..=2),
+        (any::<bool>(), any::<bool>(), any::<u64>()),
+    )
+        .prop_map(
+            |((t, n, c, co), (hw, k, dil), (stride, pad), (bias, needs_input, seed))| ConvCase {
+                t,
+                n,
+                c,
+                hw: hw.max(dil * (k - 1) + 1),
+                co,
+                k,
+                p: Conv2dParams {
+                    stride: [stride; 2],
+                    padding: [pad; 2],
+                    dilation: [dil; 2],
+                    groups: 1,
+                },
+                bias,
+                needs_input,
+                seed,
+            },
+        )
+}
+
 /// Forward, then backward with accumulators starting from random values, by the dense kernels
 /// (`stepwise` false) or the stepwise ones reading `x` through [`DenseSteps`]: the output, the
 /// input gradient and the two accumulators.
@@ -207,6 +239,13 @@ proptest! {
 
     #[test]
     fn conv2d_stepwise_is_bit_identical_to_conv2d(c in conv_cases()) {
+        let dense = run_conv(&c, false, Device::Cpu);
+        let stepwise = run_conv(&c, true, Device::Cpu);
+        assert_same(dense, stepwise, &format!("{c:?}"));
+    }
+
+    #[test]
+    fn implicit_conv2d_stepwise_is_bit_identical_to_conv2d(c in wide_conv_cases()) {
         let dense = run_conv(&c, false, Device::Cpu);
         let stepwise = run_conv(&c, true, Device::Cpu);
         assert_same(dense, stepwise, &format!("{c:?}"));

@@ -3,7 +3,7 @@
 use super::backward::{BackwardBufs, backward, bias_grad};
 use super::cuda;
 use super::params::Conv2dParams;
-use super::{Workspace, backward_geometry};
+use super::{Workspace, backward_geometry, implicit, implicit_backward};
 use crate::backend::{Compute, Init, compute, gemm_workspace};
 use crate::kernels::WeightGradAcc;
 use crate::memory::MemoryKind;
@@ -29,16 +29,16 @@ pub(super) fn conv2d_backward_acc(
     let step = g.with_batch(OP, super::per_step(OP, g.b, acc.time_steps)?)?;
     let (gr, xr, wr) = (grad.read::<f32>(OP)?, x.read::<f32>(OP)?, w.read::<f32>(OP)?);
     let device = x.device();
-    let mut gx = input
-        .then(|| KernelBuffer::<f32>::new(OP, device, x.elem_count(), MemoryKind::Gradient, Init::Zeroed))
-        .transpose()?;
-    let needed = input || acc.weight.is_some();
-    let (col, stage) = if needed {
-        (step.col_len(), step.stage_len())
+    // col2im scatter-adds into the input gradient; an implicit convolution writes all of it.
+    let gx_init = if g.implicit() && implicit::input_grad_is_conv(&g.shape()) {
+        Init::Overwritten
     } else {
-        (0, 0)
+        Init::Zeroed
     };
-    let mut ws = Workspace::with_lens(OP, device, col, stage)?;
+    let mut gx = input
+        .then(|| KernelBuffer::<f32>::new(OP, device, x.elem_count(), MemoryKind::Gradient, gx_init))
+        .transpose()?;
+    let mut ws = Workspace::for_backward(OP, device, &step, input, acc.weight.is_some())?;
     let mut wacc = acc.weight.map(|t| t.write::<f32>(OP)).transpose()?;
     let mut bacc = acc.bias.map(|t| t.write::<f32>(OP)).transpose()?;
     let mut gemm_ws = gemm_workspace(OP, device)?;
@@ -74,6 +74,25 @@ pub(super) fn conv2d_backward_acc(
             return Ok(());
         }
         let (gs, xs, wv) = (gr.host()?, xr.host()?, wr.host()?);
+        if g.implicit() {
+            // Time step T-1 first, each step's images in order: one chain per weight gradient
+            // element, continued from the accumulator.
+            let images: Vec<usize> = (0..acc.time_steps)
+                .rev()
+                .flat_map(|t| t * per_step..(t + 1) * per_step)
+                .collect();
+            let gx = gx.as_mut().map(|b| b.host_mut()).transpose()?;
+            let gw = wacc.as_mut().map(|a| a.host_mut()).transpose()?;
+            implicit_backward(&g, (gs, xs, wv), &mut ws, (gx, gw), per_step, &images)?;
+            if let Some(ab) = bacc.as_mut().map(|a| a.host_mut()).transpose()? {
+                let mut partial = vec![0f32; g.co];
+                for t in (0..acc.time_steps).rev() {
+                    bias_grad(&step, &gs[t * out_step..][..out_step], &mut partial);
+                    ab.iter_mut().zip(&partial).for_each(|(a, &s)| *a += s);
+                }
+            }
+            return Ok(());
+        }
         let (col, stage) = ws.slices()?;
         if let Some(gx) = gx.as_mut().map(|b| b.host_mut()).transpose()? {
             for t in 0..acc.time_steps {

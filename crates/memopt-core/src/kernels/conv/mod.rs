@@ -13,10 +13,13 @@ mod backward;
 mod cuda;
 mod forward;
 mod im2col;
+mod implicit;
+mod pack;
 mod params;
 mod stepwise;
 #[cfg(test)]
 mod tests;
+mod tile;
 
 pub use params::Conv2dParams;
 pub use stepwise::{Conv2dBackwardStepwise, conv2d_backward_stepwise, conv2d_stepwise};
@@ -53,10 +56,12 @@ fn for_each_product(
     }
 }
 
-/// The im2col and staging workspace of one call, allocated on the calling thread.
+/// The im2col and staging workspace of one call and the flipped weights of an implicit input
+/// gradient, allocated on the calling thread.
 pub(super) struct Workspace {
     col: Option<KernelBuffer<f32>>,
     stage: Option<KernelBuffer<f32>>,
+    flip: Option<KernelBuffer<f32>>,
 }
 
 impl Workspace {
@@ -67,11 +72,17 @@ impl Workspace {
         } else {
             (0, 0)
         };
-        Self::with_lens(op, device, col, stage)
+        Self::with_lens(op, device, col, stage, 0)
     }
 
-    /// Allocates `col` and `stage` elements (no buffer for 0).
-    pub(super) fn with_lens(op: &'static str, device: Device, col: usize, stage: usize) -> Result<Self> {
+    /// Allocates `col`, `stage` and `flip` elements, in that order (no buffer for 0).
+    pub(super) fn with_lens(
+        op: &'static str,
+        device: Device,
+        col: usize,
+        stage: usize,
+        flip: usize,
+    ) -> Result<Self> {
         let alloc = |len: usize| {
             (len > 0)
                 .then(|| KernelBuffer::<f32>::workspace(op, device, len, Init::Overwritten))
@@ -80,6 +91,40 @@ impl Workspace {
         Ok(Workspace {
             col: alloc(col)?,
             stage: alloc(stage)?,
+            flip: alloc(flip)?,
+        })
+    }
+
+    /// The buffers of a backward call of `g` (whole batch or one time step of it) wanting the
+    /// input gradient (`input`) and/or the weight gradient (`weight`): im2col columns and
+    /// staging where the call runs im2col + GEMM, the flipped weights where its input gradient
+    /// is an implicit convolution.
+    pub(super) fn for_backward(
+        op: &'static str,
+        device: Device,
+        g: &ConvGeom,
+        input: bool,
+        weight: bool,
+    ) -> Result<Self> {
+        if g.implicit() {
+            let conv = input && implicit::input_grad_is_conv(&g.shape());
+            let im2col = input && !conv;
+            let (col, stage) = if im2col {
+                (g.col_len(), g.stage_len())
+            } else {
+                (0, 0)
+            };
+            let flip = if conv { g.co * g.k() } else { 0 };
+            return Self::with_lens(op, device, col, stage, flip);
+        }
+        Self::new(op, device, g, input || weight)
+    }
+
+    /// The flipped weights (empty when the call needs none).
+    pub(super) fn flip_mut(&mut self) -> Result<&mut [f32]> {
+        Ok(match self.flip.as_mut().map(|b| b.host_mut()).transpose()? {
+            Some(s) => s,
+            None => &mut [],
         })
     }
 
@@ -133,7 +178,7 @@ pub fn conv2d(
     let device = x.device();
     let mut out =
         KernelBuffer::<f32>::new(OP, device, g.out_len(), MemoryKind::Activation, Init::Overwritten)?;
-    let mut ws = Workspace::new(OP, device, &step, true)?;
+    let mut ws = Workspace::new(OP, device, &step, !step.implicit())?;
     let mut gemm_ws = gemm_workspace(OP, device)?;
     compute(device, |backend| {
         if let Compute::Cuda(gpu) = backend {
@@ -150,6 +195,12 @@ pub fn conv2d(
         }
         let (xs, wv, o) = (xr.host()?, wr.host()?, out.host_mut()?);
         let bias = br.as_ref().map(|b| b.host()).transpose()?;
+        if g.implicit() {
+            // Every output is one chain over the inner index whatever the grouping of images,
+            // so the time steps run together.
+            implicit::forward(&g.shape(), xs, wv, bias, o);
+            return Ok(());
+        }
         let (col, stage) = ws.slices()?;
         let (in_step, out_step) = (step.b * g.c * g.h * g.w, step.out_len());
         for t in 0..time_steps {
@@ -316,12 +367,19 @@ fn whole_backward(
         need.then(|| KernelBuffer::<f32>::new(OP, device, len, MemoryKind::Gradient, init))
             .transpose()
     };
-    // col2im scatter-adds into the input gradient; the weight gradient is written by the first
-    // chunk's GEMM, but stays zero for an empty batch.
-    let mut gx = alloc(needs.input, x.elem_count(), Init::Zeroed)?;
+    // col2im scatter-adds into the input gradient (an implicit convolution writes all of it);
+    // the weight gradient is written by the first chunk's GEMM or accumulated by the implicit
+    // GEMM, and stays zero for an empty batch.
+    let input_conv = g.implicit() && implicit::input_grad_is_conv(&g.shape());
+    let gx_init = if input_conv {
+        Init::Overwritten
+    } else {
+        Init::Zeroed
+    };
+    let mut gx = alloc(needs.input, x.elem_count(), gx_init)?;
     let mut gw = alloc(needs.weight, w.elem_count(), Init::Zeroed)?;
     let mut gb = alloc(needs.bias && has_bias, g.co, Init::Overwritten)?;
-    let mut ws = Workspace::new(OP, device, &g, needs.input || needs.weight)?;
+    let mut ws = Workspace::for_backward(OP, device, &g, needs.input, needs.weight)?;
     let mut gemm_ws = gemm_workspace(OP, device)?;
     compute(device, |backend| {
         if let Compute::Cuda(gpu) = backend {
@@ -337,10 +395,21 @@ fn whole_backward(
             return cuda::backward(gpu, &g, inputs, &grads, &bufs);
         }
         let (gs, xs, wv) = (gr.host()?, xr.host()?, wr.host()?);
+        let mut gx = gx.as_mut().map(|b| b.host_mut()).transpose()?;
+        let mut gw = gw.as_mut().map(|b| b.host_mut()).transpose()?;
+        if g.implicit() {
+            let images: Vec<usize> = (0..g.b).collect();
+            let grads = (gx.as_deref_mut(), gw.as_deref_mut());
+            implicit_backward(&g, (gs, xs, wv), &mut ws, grads, g.b, &images)?;
+            if let Some(gb) = gb.as_mut().map(|b| b.host_mut()).transpose()? {
+                backward::bias_grad(&g, gs, gb);
+            }
+            return Ok(());
+        }
         let (col, stage) = ws.slices()?;
         let bufs = backward::BackwardBufs {
-            gx: gx.as_mut().map(|b| b.host_mut()).transpose()?,
-            gw: gw.as_mut().map(|b| b.host_mut()).transpose()?,
+            gx,
+            gw,
             gb: gb.as_mut().map(|b| b.host_mut()).transpose()?,
             col,
             stage,
@@ -355,4 +424,70 @@ fn whole_backward(
         w: gw.map(|b| b.into_tensor(w.shape().clone())).transpose()?,
         b: gb.map(|b| b.into_tensor([g.co])).transpose()?,
     })
+}
+
+/// The input and weight gradients of an implicit-GEMM call `g` on the CPU: the input gradient
+/// (when `gx` is given) by [`implicit_input_grad`], the weight gradient added into `gw` over
+/// the images `images` in that order (one chain per element, continued from `gw`'s value).
+pub(super) fn implicit_backward(
+    g: &ConvGeom,
+    (grad, x, w): (&[f32], &[f32], &[f32]),
+    ws: &mut Workspace,
+    (gx, gw): (Option<&mut [f32]>, Option<&mut [f32]>),
+    per_step: usize,
+    images: &[usize],
+) -> Result<()> {
+    if let Some(gx) = gx {
+        implicit_input_grad(g, grad, w, ws, gx, per_step)?;
+    }
+    if let Some(gw) = gw {
+        implicit::weight_grad(&g.shape(), grad, x, images, gw);
+    }
+    Ok(())
+}
+
+/// The input gradient `gx` (every element written) of an implicit-GEMM call `g` on the CPU,
+/// which reads only the output gradient and the weight: a convolution of the output gradient
+/// with the flipped weights (in `ws`) where it is one, otherwise im2col + GEMM + col2im in
+/// `ws`'s chunks, each within one group of `per_step` images (`gx` arrives zeroed then). The
+/// stepwise backward calls it as the dense one does, so both give the same bits.
+pub(super) fn implicit_input_grad(
+    g: &ConvGeom,
+    grad: &[f32],
+    w: &[f32],
+    ws: &mut Workspace,
+    gx: &mut [f32],
+    per_step: usize,
+) -> Result<()> {
+    let s = g.shape();
+    if implicit::input_grad_is_conv(&s) {
+        let flip = ws.flip_mut()?;
+        implicit::flip_weights(&s, w, flip);
+        implicit::input_grad(&s, grad, flip, gx);
+        return Ok(());
+    }
+    let (col, stage) = ws.slices()?;
+    // Images are grouped for im2col within one time step.
+    let (in_len, out_len) = (g.c * g.in_pixels(), g.co * g.out_pixels());
+    let step = per_step;
+    let one_step = g.with_batch("conv2d_backward", step)?;
+    for t in 0..g.b.checked_div(step).unwrap_or(0) {
+        let bufs = backward::BackwardBufs {
+            gx: Some(&mut gx[t * step * in_len..][..step * in_len]),
+            gw: None,
+            gb: None,
+            col: &mut *col,
+            stage: &mut *stage,
+            accumulate: false,
+        };
+        // No weight gradient: the input is never read.
+        backward::backward(
+            &one_step,
+            &grad[t * step * out_len..][..step * out_len],
+            &[],
+            w,
+            bufs,
+        );
+    }
+    Ok(())
 }

@@ -128,6 +128,9 @@ pub(crate) struct ConvGeom {
     pub p: Conv2dParams,
     /// Columns one im2col chunk aims for, the target's [`crate::Target::conv_chunk_columns`].
     chunk_columns: usize,
+    /// Whether the target runs one-group convolutions as an implicit GEMM
+    /// ([`crate::Target::conv_implicit_gemm`]).
+    implicit_gemm: bool,
     out_len: usize,
     col_len: usize,
     stage_len: usize,
@@ -206,6 +209,7 @@ impl ConvGeom {
             wo,
             p: *p,
             chunk_columns: device.target().conv_chunk_columns(),
+            implicit_gemm: device.target().conv_implicit_gemm(),
             out_len: 0,
             col_len: 0,
             stage_len: 0,
@@ -231,6 +235,30 @@ impl ConvGeom {
     /// Output shape `[b, co, ho, wo]`.
     pub fn out_dims(&self) -> [usize; 4] {
         [self.b, self.co, self.ho, self.wo]
+    }
+
+    /// Whether this call runs as an implicit GEMM (the target's rule, one group only): no
+    /// im2col buffer, columns packed from the images into thread-local panels.
+    pub fn implicit(&self) -> bool {
+        self.implicit_gemm && self.groups == 1
+    }
+
+    /// The call as the implicit GEMM sees it (meaningful for one group).
+    pub(super) fn shape(&self) -> super::pack::ConvShape {
+        super::pack::ConvShape {
+            b: self.b,
+            c: self.c,
+            h: self.h,
+            w: self.w,
+            co: self.co,
+            kh: self.kh,
+            kw: self.kw,
+            stride: self.p.stride,
+            pad: self.p.padding,
+            dil: self.p.dilation,
+            ho: self.ho,
+            wo: self.wo,
+        }
     }
 
     /// A 1x1 kernel with stride 1 and no padding: the input is its own column matrix.

@@ -1,12 +1,19 @@
 //! conv2d and its accumulating backward on an input read one time step at a time
 //! ([`StepInput`]): each step's images are written into a one-step buffer, then run through the
-//! same per-step algorithm as [`super::conv2d`] (same geometry, buffers and GEMMs), so the
-//! results are bit-identical while only one step of the input ever exists as f32.
+//! same algorithm as [`super::conv2d`], so the results are bit-identical while only one step of
+//! the input ever exists as f32.
+//!
+//! On the CPU (one group) that algorithm is the implicit GEMM, whose every output element is
+//! one chain of fused multiply-adds whatever images a call holds: the forward runs one call per
+//! time step; the input gradient (which reads no input) runs exactly the dense kernel's call;
+//! the weight gradient continues each element's chain from the accumulator over time step
+//! `T-1`'s pixels first, then `T-2`'s, ..., the order of the dense kernel's single call. Grouped
+//! convolutions and CUDA run im2col + GEMM per time step, as the dense kernels do.
 
 use super::backward::{BackwardBufs, backward, bias_grad};
 use super::forward::{ForwardBufs, forward};
 use super::params::{Conv2dParams, ConvGeom};
-use super::{Workspace, check_grad_shape, cuda, per_step};
+use super::{Workspace, check_grad_shape, cuda, implicit, implicit_input_grad, per_step};
 use crate::backend::{Compute, Init, compute, gemm_workspace};
 use crate::cuda::CudaPtr;
 use crate::kernels::WeightGradAcc;
@@ -17,8 +24,8 @@ use crate::{CoreError, KernelBuffer, Result, Tensor};
 
 /// [`super::conv2d`] of an input read one time step at a time: `x [T*N, C, H, W]` folding
 /// `time_steps` steps, `w [Co, C / groups, kh, kw]`, `b [Co]`. Allocates, in this order, the
-/// output ([`MemoryKind::Activation`]), the im2col and staging workspace, one time step of the
-/// input (`N*C*H*W` f32, [`MemoryKind::Workspace`]) and the GEMM workspace; the workspace is
+/// output ([`MemoryKind::Activation`]), the im2col and staging workspace (none for an implicit
+/// GEMM: [`crate::backend::Target::conv_implicit_gemm`]), one time step of the input (`N*C*H*W` f32, [`MemoryKind::Workspace`]) and the GEMM workspace; the workspace is
 /// freed before returning. Bit-identical to [`super::conv2d`] on the same values.
 pub fn conv2d_stepwise(
     x: &dyn StepInput,
@@ -50,7 +57,7 @@ pub fn conv2d_stepwise(
     let br = b.map(|b| b.read::<f32>(OP)).transpose()?;
     let mut out =
         KernelBuffer::<f32>::new(OP, device, g.out_len(), MemoryKind::Activation, Init::Overwritten)?;
-    let mut ws = Workspace::new(OP, device, &step, true)?;
+    let mut ws = Workspace::new(OP, device, &step, !step.implicit())?;
     let mut x_t = KernelBuffer::<f32>::workspace(OP, device, in_step, Init::Overwritten)?;
     let mut gemm_ws = gemm_workspace(OP, device)?;
     for t in 0..time_steps {
@@ -64,9 +71,16 @@ pub fn conv2d_stepwise(
             }
             let (wv, o) = (wr.host()?, out.host_mut()?);
             let bias = br.as_ref().map(|b| b.host()).transpose()?;
+            let out_t = &mut o[t * out_step..][..out_step];
+            if step.implicit() {
+                // Each output's chain is the dense call's: it does not depend on the images
+                // the call holds.
+                implicit::forward(&step.shape(), x_t.host_mut()?, wv, bias, out_t);
+                return Ok(());
+            }
             let (col, stage) = ws.slices()?;
             let bufs = ForwardBufs {
-                out: &mut o[t * out_step..][..out_step],
+                out: out_t,
                 col,
                 stage,
             };
@@ -113,8 +127,9 @@ pub struct Conv2dBackwardStepwise<'a> {
 /// [`MemoryKind::Gradient`] tensor; it needs no input values) and adds the weight and bias
 /// gradients into the accumulators, time step `T-1` first, unpacking each step's input into a
 /// one-step buffer just before its weight gradient. Allocates, in this order, the input
-/// gradient, the im2col and staging workspace, the one-step input buffer (only when the weight
-/// gradient is wanted) and the GEMM workspace. Bit-identical to the dense backward.
+/// gradient, the workspace the dense backward takes ([`Workspace::for_backward`]), the one-step
+/// input buffer (only when the weight gradient is wanted) and the GEMM workspace. Bit-identical
+/// to the dense backward with accumulators.
 pub fn conv2d_backward_stepwise(args: Conv2dBackwardStepwise<'_>) -> Result<Option<Tensor>> {
     const OP: &str = "conv2d_backward_stepwise";
     let Conv2dBackwardStepwise {
@@ -133,19 +148,19 @@ pub fn conv2d_backward_stepwise(args: Conv2dBackwardStepwise<'_>) -> Result<Opti
     let step = g.with_batch(OP, acc.check(OP, w.dims(), g.co, g.b, &[grad, w])?)?;
     let (in_step, out_step) = (step_len(OP, &step)?, step.out_len());
     let (gr, wr) = (grad.read::<f32>(OP)?, w.read::<f32>(OP)?);
+    // col2im scatter-adds into the input gradient; an implicit convolution writes all of it.
+    let gx_init = if g.implicit() && implicit::input_grad_is_conv(&g.shape()) {
+        Init::Overwritten
+    } else {
+        Init::Zeroed
+    };
     let mut gx = input
         .then(|| {
             let len = x.shape().elem_count();
-            KernelBuffer::<f32>::new(OP, device, len, MemoryKind::Gradient, Init::Zeroed)
+            KernelBuffer::<f32>::new(OP, device, len, MemoryKind::Gradient, gx_init)
         })
         .transpose()?;
-    let needed = input || acc.weight.is_some();
-    let (col, stage) = if needed {
-        (step.col_len(), step.stage_len())
-    } else {
-        (0, 0)
-    };
-    let mut ws = Workspace::with_lens(OP, device, col, stage)?;
+    let mut ws = Workspace::for_backward(OP, device, &step, input, acc.weight.is_some())?;
     let mut x_t = acc
         .weight
         .is_some()
@@ -175,6 +190,10 @@ pub fn conv2d_backward_stepwise(args: Conv2dBackwardStepwise<'_>) -> Result<Opti
                 return Ok(());
             }
             let (gs, wv, gxs) = (gr.host()?, wr.host()?, gx.host_mut()?);
+            if g.implicit() {
+                // The dense kernel's call, on the whole batch.
+                return implicit_input_grad(&g, gs, wv, &mut ws, gxs, step.b);
+            }
             let (col, stage) = ws.slices()?;
             for t in 0..acc.time_steps {
                 let bufs = BackwardBufs {
@@ -192,6 +211,7 @@ pub fn conv2d_backward_stepwise(args: Conv2dBackwardStepwise<'_>) -> Result<Opti
         })?;
     }
     let mut partial = vec![0f32; g.co];
+    let images: Vec<usize> = (0..step.b).collect();
     // Time step T-1 first, each added into the accumulators (the dense kernel's order).
     for t in (0..acc.time_steps).rev() {
         if let Some(x_t) = x_t.as_mut() {
@@ -217,17 +237,25 @@ pub fn conv2d_backward_stepwise(args: Conv2dBackwardStepwise<'_>) -> Result<Opti
             }
             let gs_t = &gr.host()?[t * out_step..][..out_step];
             let wv = wr.host()?;
-            let (col, stage) = ws.slices()?;
-            if let (Some(aw), Some(x_t)) = (wacc.as_mut().map(|a| a.host_mut()).transpose()?, x_t.as_mut()) {
-                let bufs = BackwardBufs {
-                    gx: None,
-                    gw: Some(aw),
-                    gb: None,
-                    col,
-                    stage,
-                    accumulate: true,
-                };
-                backward(&step, gs_t, x_t.host_mut()?, wv, bufs);
+            let aw = wacc.as_mut().map(|a| a.host_mut()).transpose()?;
+            if let (Some(aw), Some(x_t)) = (aw, x_t.as_mut()) {
+                let xs_t = x_t.host_mut()?;
+                if step.implicit() {
+                    // Each element's chain continues from the accumulator over this step's
+                    // pixels, as the dense call's continues from step t+1's into step t's.
+                    implicit::weight_grad(&step.shape(), gs_t, xs_t, &images, aw);
+                } else {
+                    let (col, stage) = ws.slices()?;
+                    let bufs = BackwardBufs {
+                        gx: None,
+                        gw: Some(aw),
+                        gb: None,
+                        col,
+                        stage,
+                        accumulate: true,
+                    };
+                    backward(&step, gs_t, xs_t, wv, bufs);
+                }
             }
             if let Some(ab) = bacc.as_mut().map(|a| a.host_mut()).transpose()? {
                 bias_grad(&step, gs_t, &mut partial);

@@ -364,35 +364,112 @@ fn meta_matches_cpu_shapes_and_events() {
             .map(|e| e.1)
             .collect();
         let g = c.geom();
-        if g.pointwise() {
-            assert!(workspace.is_empty(), "{workspace:?}");
-        } else {
-            // Forward and the three backward calls that need an input or weight gradient.
-            let per_call = [g.col_len(), g.stage_len()].into_iter().filter(|&l| l > 0);
-            let want: Vec<u64> = (0..4)
-                .flat_map(|_| per_call.clone())
-                .map(|l| 4 * l as u64)
-                .collect();
-            assert_eq!(workspace, want, "{c:?}");
+        // Forward and the three backward calls that need an input or weight gradient.
+        let mut want: Vec<usize> = expected_workspace(&g, None);
+        for needs in &all_needs[..3] {
+            want.extend(expected_workspace(&g, Some(*needs)));
         }
+        let want: Vec<u64> = want.into_iter().map(|l| 4 * l as u64).collect();
+        assert_eq!(workspace, want, "{c:?}");
+    }
+}
+
+/// The workspace buffers (elements, in allocation order) of the forward (`needs` None) or of a
+/// backward call of `g` on the CPU, by the target's documented rules: im2col columns and
+/// staging for grouped convolutions and for input gradients that are not convolutions
+/// themselves, the flipped weights for those that are, nothing else for implicit GEMMs.
+fn expected_workspace(g: &ConvGeom, needs: Option<GradNeeds>) -> Vec<usize> {
+    let im2col = || {
+        if g.pointwise() {
+            vec![]
+        } else {
+            [g.col_len(), g.stage_len()]
+                .into_iter()
+                .filter(|&l| l > 0)
+                .collect()
+        }
+    };
+    match needs {
+        None if g.implicit() => vec![],
+        None => im2col(),
+        Some(n) if g.implicit() => {
+            let conv = g.p.stride == [1, 1]
+                && g.p.dilation == [1, 1]
+                && g.p.padding[0] < g.kh
+                && g.p.padding[1] < g.kw;
+            match (n.input, conv) {
+                (false, _) => vec![],
+                (true, true) => vec![g.co * g.k()],
+                (true, false) => im2col(),
+            }
+        }
+        Some(n) if n.input || n.weight => im2col(),
+        Some(_) => vec![],
     }
 }
 
 #[test]
 fn workspace_is_sized_by_shapes_and_freed_before_return() {
-    let c = case([8, 16, 12, 12], 32, 3, params(1, 1, 1, 1));
-    let g = c.geom();
     let tracker = MemoryTracker::new(Device::Cpu);
     let _guard = MemoryTracker::install(tracker.clone());
+    let peak_of = |f: &mut dyn FnMut()| {
+        tracker.reset_peak();
+        f();
+        let ws = tracker.stats().kind(MemoryKind::Workspace);
+        assert_eq!(ws.current, 0, "workspace freed before return");
+        ws.peak
+    };
+    // Grouped: 144 pixels per image: 8 images (capped by the batch) of 16 / 2 * 9 rows per
+    // group, and the staging.
+    let c = case([8, 16, 12, 12], 32, 3, params(1, 1, 1, 2));
+    let g = c.geom();
+    assert!(!g.implicit());
     let (x, w, b) = c.tensors(Device::Cpu);
-    let out = conv2d(&x, &w, Some(&b), &c.p, 1).unwrap();
-    let ws = tracker.stats().kind(MemoryKind::Workspace);
-    assert_eq!(ws.current, 0);
-    // 144 pixels per image: 8 images (capped by the batch) of 16 * 9 rows, and the staging.
+    let mut out = None;
+    let fwd = peak_of(&mut || out = Some(conv2d(&x, &w, Some(&b), &c.p, 1).unwrap()));
     assert_eq!(g.images_per_chunk(), 8);
-    assert_eq!(ws.peak, 4 * (16 * 9 * 8 * 144 + 32 * 8 * 144) as u64);
-    crate::kernels::testkit::conv2d_backward_with(&out, &x, &w, true, &c.p, GradNeeds::ALL).unwrap();
-    assert_eq!(tracker.stats().kind(MemoryKind::Workspace).current, 0);
+    assert_eq!(fwd, 4 * (16 * 9 * 8 * 144 + 32 * 8 * 144) as u64);
+    let out = out.unwrap();
+    peak_of(&mut || {
+        crate::kernels::testkit::conv2d_backward_with(&out, &x, &w, true, &c.p, GradNeeds::ALL).unwrap();
+    });
+    // One group: no workspace forward; the input gradient flips the weights.
+    let c = case([8, 16, 12, 12], 32, 3, params(1, 1, 1, 1));
+    assert!(c.geom().implicit());
+    let (x, w, b) = c.tensors(Device::Cpu);
+    let mut out = None;
+    assert_eq!(
+        peak_of(&mut || out = Some(conv2d(&x, &w, Some(&b), &c.p, 1).unwrap())),
+        0
+    );
+    let out = out.unwrap();
+    let bwd = peak_of(&mut || {
+        crate::kernels::testkit::conv2d_backward_with(&out, &x, &w, true, &c.p, GradNeeds::ALL).unwrap();
+    });
+    assert_eq!(bwd, 4 * w.elem_count() as u64);
+}
+
+#[test]
+fn implicit_gemm_blocks_tails_and_strided_input_gradients_match_naive_loops() {
+    // 360 inner indices (two blocks), 147 columns across images (two column blocks, a partial
+    // tile), 13 output channels (a partial tile of rows); then stride 2, whose input gradient
+    // keeps im2col + col2im.
+    for p in [params(1, 1, 1, 1), params(2, 1, 1, 1), params(1, 2, 2, 1)] {
+        let c = case([3, 40, 9, 9], 13, 3, p);
+        assert!(c.geom().implicit());
+        check_against_reference(&c, GradNeeds::ALL);
+    }
+}
+
+#[test]
+fn implicit_outputs_do_not_depend_on_the_time_steps_folded() {
+    let c = case([6, 5, 7, 7], 9, 3, params(1, 1, 1, 1));
+    let (x, w, b) = c.tensors(Device::Cpu);
+    let one = conv2d(&x, &w, Some(&b), &c.p, 1).unwrap().to_vec_f32().unwrap();
+    for t in [2, 3, 6] {
+        let folded = conv2d(&x, &w, Some(&b), &c.p, t).unwrap().to_vec_f32().unwrap();
+        assert_eq!(one, folded, "{t} time steps");
+    }
 }
 
 #[test]

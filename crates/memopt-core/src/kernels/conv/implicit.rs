@@ -1,0 +1,386 @@
+//! conv2d on the CPU as an implicit GEMM (one group): the columns im2col would write are packed
+//! straight from the images into small thread-local panels, `KC` inner indices by `NC` columns,
+//! and multiplied by [`TileKernel`] tiles of `MR` rows by `NR` columns.
+//!
+//! - forward: `out[co, col] = bias[co] + sum_k w[co, k] x col[k]`, the chain over `k` in order;
+//! - weight gradient: `dw[co, k] += sum over pixels of grad[co, pixel] x col[k, pixel]`, the
+//!   chain over the pixels of the images in the order given (a time-folded batch passes its
+//!   time steps last first), continued straight from the accumulator's value;
+//! - input gradient (stride 1, dilation 1, padding below the kernel): a forward convolution of
+//!   the output gradient with the weights flipped and transposed (`[c, co, kh, kw]`) and padding
+//!   `k - 1 - p`.
+//!
+//! Every output element is one chain of fused multiply-adds computed by one task, so the result
+//! depends on neither the task partition, the thread count nor how the time steps of a batch
+//! are grouped into calls; tasks are split to keep every thread busy.
+
+use super::pack::{ConvShape, PixelRun, pack_columns, pack_taps};
+use super::tile::{MR, NR, Tile, TileKernel};
+use rayon::prelude::*;
+use std::cell::RefCell;
+use std::marker::PhantomData;
+
+/// Inner indices per packed block (a tile's `b` operand, `KC x NR` f32 = 16 KiB, stays in L1).
+const KC: usize = 256;
+/// Tile panels of rows (`MC * MR` rows) whose operand `a` stays in L2 while the tiles walk a
+/// packed micro-panel of columns, kept in L1.
+const MC: usize = 16;
+/// Columns per task's packed block (`KC x NC` f32 = 128 KiB, in L2).
+const NC: usize = 8 * NR;
+/// Multiply-adds below which a call runs on the calling thread.
+const PAR_MIN_MACS: usize = 1 << 22;
+
+thread_local! {
+    /// The packed block of the task running on this thread (`KC * NC` f32, untracked like the
+    /// `gemm` crate's packing buffers: a fixed 128 KiB per thread, never a function of shapes).
+    static PANEL: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Runs `f` with this thread's packed block.
+fn with_panel<R>(f: impl FnOnce(&mut [f32]) -> R) -> R {
+    PANEL.with_borrow_mut(|p| {
+        if p.len() < KC * NC {
+            p.resize(KC * NC, 0.0);
+        }
+        f(&mut p[..KC * NC])
+    })
+}
+
+/// A buffer the tasks write concurrently, each only its own elements.
+struct Shared<'a> {
+    ptr: *mut f32,
+    len: usize,
+    _borrow: PhantomData<&'a mut [f32]>,
+}
+
+// SAFETY: elements are only reached through the unsafe methods, whose contract makes
+// concurrent accesses disjoint; the buffer is exclusively borrowed for `'a`.
+unsafe impl Send for Shared<'_> {}
+// SAFETY: as above.
+unsafe impl Sync for Shared<'_> {}
+
+impl<'a> Shared<'a> {
+    fn new(buf: &'a mut [f32]) -> Self {
+        Shared {
+            ptr: buf.as_mut_ptr(),
+            len: buf.len(),
+            _borrow: PhantomData,
+        }
+    }
+
+    /// Reads element `i` (panics when out of bounds).
+    ///
+    /// # Safety
+    /// No other task may write element `i` during the call.
+    unsafe fn get(&self, i: usize) -> f32 {
+        assert!(i < self.len, "shared buffer index out of bounds");
+        // SAFETY: in bounds; no concurrent writer (caller's contract).
+        unsafe { *self.ptr.add(i) }
+    }
+
+    /// Writes element `i` (panics when out of bounds).
+    ///
+    /// # Safety
+    /// No other task may read or write element `i` during the call.
+    unsafe fn set(&self, i: usize, v: f32) {
+        assert!(i < self.len, "shared buffer index out of bounds");
+        // SAFETY: in bounds; exclusive (caller's contract).
+        unsafe { *self.ptr.add(i) = v }
+    }
+
+    /// The tile whose row `r` is the `NR` elements at `off + r * ldc` (panics when it reaches
+    /// past the end).
+    ///
+    /// # Safety
+    /// No other task may access those elements while the pointer is used.
+    unsafe fn tile(&self, off: usize, ldc: usize) -> *mut f32 {
+        assert!(off + (MR - 1) * ldc + NR <= self.len, "shared tile out of bounds");
+        // SAFETY: in bounds (asserted).
+        unsafe { self.ptr.add(off) }
+    }
+
+    /// Elements `off..off + len` (panics when out of bounds).
+    ///
+    /// # Safety
+    /// No other task may access them while the slice lives.
+    #[allow(clippy::mut_from_ref)]
+    unsafe fn slice(&self, off: usize, len: usize) -> &mut [f32] {
+        assert!(off + len <= self.len, "shared slice out of bounds");
+        // SAFETY: in bounds (asserted); exclusive (caller's contract).
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.add(off), len) }
+    }
+}
+
+/// Where the tile columns `j0..j0 + NR` of a forward call land in `[b, co, ho, wo]`.
+#[derive(Clone, Copy)]
+struct TileCols {
+    /// Columns below the batch's end.
+    valid: usize,
+    /// Output offset of each column in channel 0 (the last valid one repeated).
+    offs: [usize; NR],
+    /// Whether all `NR` columns are valid and consecutive in one image.
+    contiguous: bool,
+}
+
+impl TileCols {
+    fn new(s: &ConvShape, j0: usize) -> Self {
+        let (pix, ncols) = (s.pix(), s.b * s.pix());
+        let valid = (ncols - j0).min(NR);
+        let offs = std::array::from_fn(|jj| {
+            let j = j0 + jj.min(valid - 1);
+            (j / pix) * s.co * pix + j % pix
+        });
+        TileCols {
+            valid,
+            offs,
+            contiguous: valid == NR && j0 % pix + NR <= pix,
+        }
+    }
+}
+
+/// Splits `items` into consecutive ranges so that `outer * ranges` tasks keep every thread
+/// busy (the split never changes a result: each output is computed whole by one task).
+fn row_groups(items: usize, outer: usize) -> Vec<(usize, usize)> {
+    let want = (4 * rayon::current_num_threads()).div_ceil(outer.max(1));
+    let groups = want.clamp(1, items.max(1));
+    let per = items.div_ceil(groups).max(1);
+    (0..items)
+        .step_by(per)
+        .map(|s| (s, (s + per).min(items)))
+        .collect()
+}
+
+/// Runs `f` on every task, in parallel when the call has at least `macs` multiply-adds.
+fn run_tasks<T: Sync>(tasks: &[T], macs: usize, f: impl Fn(&T) + Sync + Send) {
+    if macs >= PAR_MIN_MACS && tasks.len() > 1 {
+        tasks.par_iter().for_each(f);
+    } else {
+        tasks.iter().for_each(f);
+    }
+}
+
+/// The rows of tile panel `panel` of a `rows`-row matrix (rows past the end repeat the last
+/// one; their results are discarded).
+fn panel_rows(panel: usize, rows: usize) -> [usize; MR] {
+    std::array::from_fn(|r| (panel * MR + r).min(rows - 1))
+}
+
+/// `out = conv(x, w) + bias` for the images `x` (`[b, c, h, w]`), `w` as a row-major
+/// `co x (c * kh * kw)` matrix, `out` `[b, co, ho, wo]`, every element written.
+pub(super) fn forward(s: &ConvShape, x: &[f32], w: &[f32], bias: Option<&[f32]>, out: &mut [f32]) {
+    let (k, pix) = (s.k(), s.pix());
+    let ncols = s.b * pix;
+    if ncols == 0 || s.co == 0 {
+        return;
+    }
+    assert!(
+        x.len() >= s.b * s.in_len() && w.len() >= s.co * k && out.len() >= s.co * ncols,
+        "conv forward operands shorter than the shape"
+    );
+    let kernel = TileKernel::detect();
+    let panels = s.co.div_ceil(MR);
+    let col_blocks = ncols.div_ceil(NC);
+    let groups = row_groups(panels, col_blocks);
+    let tasks: Vec<(usize, (usize, usize))> = (0..col_blocks)
+        .flat_map(|cb| groups.iter().map(move |&g| (cb, g)))
+        .collect();
+    let out = Shared::new(out);
+    run_tasks(&tasks, s.co * k * ncols, |&(cb, (p0, p1))| {
+        let c0 = cb * NC;
+        let micro = (ncols - c0).min(NC).div_ceil(NR);
+        let cols: Vec<TileCols> = (0..micro).map(|m| TileCols::new(s, c0 + m * NR)).collect();
+        with_panel(|panel| {
+            for k0 in (0..k).step_by(KC) {
+                let kc = KC.min(k - k0);
+                for m in 0..micro {
+                    pack_columns(s, x, c0 + m * NR, k0, kc, &mut panel[m * KC * NR..]);
+                }
+                for pb in (p0..p1).step_by(MC) {
+                    for (m, tc) in cols.iter().enumerate() {
+                        let b = &panel[m * KC * NR..];
+                        for p in pb..(pb + MC).min(p1) {
+                            let rows = panel_rows(p, s.co);
+                            let a: [&[f32]; MR] = rows.map(|r| &w[r * k + k0..][..kc]);
+                            let valid_rows = (s.co - p * MR).min(MR);
+                            if tc.contiguous && valid_rows == MR {
+                                let off = tc.offs[0] + rows[0] * pix;
+                                if k0 == 0 {
+                                    for (r, &co) in rows.iter().enumerate() {
+                                        // SAFETY: this task alone owns rows p0..p1 x columns of
+                                        // block cb of the output.
+                                        let row = unsafe { out.slice(off + r * pix, NR) };
+                                        row.fill(bias.map_or(0.0, |b| b[co]));
+                                    }
+                                }
+                                // SAFETY: as above.
+                                unsafe { kernel.run_at(kc, a, b, out.tile(off, pix), pix) };
+                                continue;
+                            }
+                            let mut tile: Tile = [[0.0; NR]; MR];
+                            for (r, row) in tile.iter_mut().enumerate().take(valid_rows) {
+                                let co = rows[r];
+                                for (jj, v) in row.iter_mut().enumerate().take(tc.valid) {
+                                    *v = if k0 == 0 {
+                                        bias.map_or(0.0, |b| b[co])
+                                    } else {
+                                        // SAFETY: as above.
+                                        unsafe { out.get(tc.offs[jj] + co * pix) }
+                                    };
+                                }
+                            }
+                            kernel.run(kc, a, b, &mut tile);
+                            for (r, row) in tile.iter().enumerate().take(valid_rows) {
+                                let co = rows[r];
+                                for (jj, &v) in row.iter().enumerate().take(tc.valid) {
+                                    // SAFETY: as above.
+                                    unsafe { out.set(tc.offs[jj] + co * pix, v) };
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        });
+    });
+}
+
+/// `dw[co, k] += sum over pixels of grad[co, pixel] x col[k, pixel]` for the images `images`
+/// of the batch, in that order (each image's pixels in order), for `grad` `[b, co, ho, wo]` and
+/// `x` `[b, c, h, w]`; `dw` is the row-major `co x (c * kh * kw)` accumulator.
+pub(super) fn weight_grad(s: &ConvShape, grad: &[f32], x: &[f32], images: &[usize], dw: &mut [f32]) {
+    let (k, pix) = (s.k(), s.pix());
+    let total = images.len() * pix;
+    if total == 0 || k == 0 {
+        return;
+    }
+    assert!(
+        grad.len() >= s.b * s.co * pix
+            && x.len() >= s.b * s.in_len()
+            && dw.len() >= s.co * k
+            && images.iter().all(|&i| i < s.b),
+        "conv weight-gradient operands shorter than the shape"
+    );
+    let kernel = TileKernel::detect();
+    // The pixels in chain order, in blocks of at most KC: each block a list of runs.
+    let mut blocks: Vec<Vec<PixelRun>> = Vec::new();
+    let (mut cur, mut filled) = (Vec::new(), 0);
+    for &img in images {
+        let mut p0 = 0;
+        while p0 < pix {
+            let len = (pix - p0).min(KC - filled);
+            cur.push(PixelRun { img, p0, len });
+            (filled, p0) = (filled + len, p0 + len);
+            if filled == KC {
+                blocks.push(std::mem::take(&mut cur));
+                filled = 0;
+            }
+        }
+    }
+    if !cur.is_empty() {
+        blocks.push(cur);
+    }
+    let panels = s.co.div_ceil(MR);
+    let k_blocks = k.div_ceil(NC);
+    let groups = row_groups(panels, k_blocks);
+    let tasks: Vec<(usize, (usize, usize))> = (0..k_blocks)
+        .flat_map(|kb| groups.iter().map(move |&g| (kb, g)))
+        .collect();
+    let dw = Shared::new(dw);
+    run_tasks(&tasks, s.co * k * total, |&(kb, (p0, p1))| {
+        let k_start = kb * NC;
+        let micro = (k - k_start).min(NC).div_ceil(NR);
+        with_panel(|panel| {
+            for runs in &blocks {
+                let rows_in_block: usize = runs.iter().map(|r| r.len).sum();
+                for m in 0..micro {
+                    pack_taps(s, x, runs, k_start + m * NR, &mut panel[m * KC * NR..]);
+                }
+                for p in p0..p1 {
+                    let rows = panel_rows(p, s.co);
+                    let valid_rows = (s.co - p * MR).min(MR);
+                    for m in 0..micro {
+                        let j0 = k_start + m * NR;
+                        let valid_cols = (k - j0).min(NR);
+                        let b = &panel[m * KC * NR..][..rows_in_block * NR];
+                        let runs_into = |c: *mut f32, ldc: usize| {
+                            let mut at = 0;
+                            for run in runs {
+                                let base = run.img * s.co * pix + run.p0;
+                                let a: [&[f32]; MR] = rows.map(|r| &grad[base + r * pix..][..run.len]);
+                                // SAFETY: `c` is a tile this task alone owns (below).
+                                unsafe { kernel.run_at(run.len, a, &b[at * NR..], c, ldc) };
+                                at += run.len;
+                            }
+                        };
+                        if valid_rows == MR && valid_cols == NR {
+                            // SAFETY: this task alone owns rows p0..p1 x columns of block kb of
+                            // the accumulator.
+                            runs_into(unsafe { dw.tile(rows[0] * k + j0, k) }, k);
+                            continue;
+                        }
+                        let mut tile: Tile = [[0.0; NR]; MR];
+                        for (r, row) in tile.iter_mut().enumerate().take(valid_rows) {
+                            for (jj, v) in row.iter_mut().enumerate().take(valid_cols) {
+                                // SAFETY: as above.
+                                *v = unsafe { dw.get(rows[r] * k + j0 + jj) };
+                            }
+                        }
+                        runs_into(tile.as_mut_ptr().cast(), NR);
+                        for (r, row) in tile.iter().enumerate().take(valid_rows) {
+                            for (jj, &v) in row.iter().enumerate().take(valid_cols) {
+                                // SAFETY: as above.
+                                unsafe { dw.set(rows[r] * k + j0 + jj, v) };
+                            }
+                        }
+                    }
+                }
+            }
+        });
+    });
+}
+
+/// Whether the input gradient of `s` is a forward convolution of the output gradient (stride
+/// 1, dilation 1, padding at most the kernel size - 1 on both axes).
+pub(super) fn input_grad_is_conv(s: &ConvShape) -> bool {
+    s.stride == [1, 1] && s.dil == [1, 1] && s.pad[0] < s.kh && s.pad[1] < s.kw
+}
+
+/// The weights `[co, c, kh, kw]` flipped and transposed into `[c, co, kh, kw]` (`out`).
+pub(super) fn flip_weights(s: &ConvShape, w: &[f32], out: &mut [f32]) {
+    let taps = s.kh * s.kw;
+    let one = |(ci, dst): (usize, &mut [f32])| {
+        for (o, d) in dst.chunks_exact_mut(taps).enumerate() {
+            let src = &w[(o * s.c + ci) * taps..][..taps];
+            for (t, v) in d.iter_mut().enumerate() {
+                *v = src[taps - 1 - t];
+            }
+        }
+    };
+    let out = &mut out[..s.c * s.co * taps];
+    if out.len() >= 1 << 15 {
+        out.par_chunks_mut(s.co * taps).enumerate().for_each(one);
+    } else {
+        out.chunks_mut(s.co * taps).enumerate().for_each(one);
+    }
+}
+
+/// The input gradient `gx` (`[b, c, h, w]`, every element written) of `grad` (`[b, co, ho, wo]`)
+/// given the flipped weights of [`flip_weights`]; requires [`input_grad_is_conv`].
+pub(super) fn input_grad(s: &ConvShape, grad: &[f32], flipped: &[f32], gx: &mut [f32]) {
+    debug_assert!(input_grad_is_conv(s));
+    let t = ConvShape {
+        b: s.b,
+        c: s.co,
+        h: s.ho,
+        w: s.wo,
+        co: s.c,
+        kh: s.kh,
+        kw: s.kw,
+        stride: [1, 1],
+        pad: [s.kh - 1 - s.pad[0], s.kw - 1 - s.pad[1]],
+        dil: [1, 1],
+        ho: s.h,
+        wo: s.w,
+    };
+    forward(&t, grad, flipped, None, gx);
+}

@@ -135,7 +135,10 @@ fn without_the_states_the_peak_drops_by_exactly_their_bytes() {
             let kept = step(build, &Plan::store_all(), device, true);
             let released = step(build, &Plan::store_all(), device, false);
             assert!(kept.states > 0 && kept.state_bytes > 0, "{name}: no states");
-            assert_eq!(released.states, 0, "{name}: states returned without being asked for");
+            assert_eq!(
+                released.states, 0,
+                "{name}: states returned without being asked for"
+            );
             assert_eq!(
                 kept.peak - released.peak,
                 kept.state_bytes,

@@ -143,7 +143,12 @@ fn check_plan_is_exact_with(
     let mut model = build();
     model.apply_plan(&plan).unwrap();
     let released = fingerprint_with(&model, steps, n, false);
-    prop_assert_eq!(&released, &baseline.without_states(), "plan {} without states", plan.to_json());
+    prop_assert_eq!(
+        &released,
+        &baseline.without_states(),
+        "plan {} without states",
+        plan.to_json()
+    );
     Ok(())
 }
 

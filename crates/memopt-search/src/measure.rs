@@ -6,9 +6,7 @@ use crate::sites::Site;
 use crate::{Result, SearchError};
 use memopt_checkpoint::autograd::VarId;
 use memopt_checkpoint::policy::PLAN_VERSION;
-use memopt_checkpoint::{
-    Cx, Model, Plan, PlanEntry, Policy, PolicyTable, Recording, RunShape, Var, ops,
-};
+use memopt_checkpoint::{Cx, Model, Plan, PlanEntry, Policy, PolicyTable, Recording, RunShape, Var, ops};
 use memopt_core::memory::{Phase, Scope, enter_scope};
 use memopt_core::{DType, Device, MemoryKind, MemoryTracker, Philox, Tensor};
 use memopt_profiler::PLANNED_STEP;

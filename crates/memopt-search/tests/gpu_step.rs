@@ -266,7 +266,11 @@ fn check_model(name: &str, n: usize, plans: usize) {
             "{what}: Meta (CUDA target) peak vs GPU peak"
         );
         let released = step_keeping(&workload, plan, GPU, false);
-        assert_eq!(bits(&released.grads), bits(&gpu.grads), "{what}: gradients, states released");
+        assert_eq!(
+            bits(&released.grads),
+            bits(&gpu.grads),
+            "{what}: gradients, states released"
+        );
         assert_eq!(
             step_keeping(&workload, plan, GPU.meta(), false).peak,
             released.peak,

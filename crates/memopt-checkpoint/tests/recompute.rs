@@ -262,6 +262,78 @@ fn a_chunked_segment_assembles_its_input_gradient_in_the_output_gradient_it_cons
     }
 }
 
+/// `pre` = [conv 2->2, LIF] on `[T, N, 2, 4, 4]`, `blk` = [conv 2->8 stride 2, LIF] giving
+/// `[T, N, 8, 2, 2]` (as many elements per time step as its input, in another shape, as a
+/// VGG block with pooling), a flatten and a linear head.
+fn reshaping(device: Device) -> Model {
+    let mut init = Init::new(device, 7);
+    let pad1 = Conv2dParams {
+        padding: [1, 1],
+        ..Conv2dParams::default()
+    };
+    let down = Conv2dParams {
+        stride: [2, 2],
+        padding: [1, 1],
+        ..Conv2dParams::default()
+    };
+    let pre = Sequential::new()
+        .push(Conv2d::new(&mut init, 2, 2, 3, pad1, true).unwrap())
+        .push(Neuron::new(&mut init, NeuronConfig::lif(2.0), 2.0).unwrap());
+    let blk = Sequential::new()
+        .push(Conv2d::new(&mut init, 2, 8, 3, down, true).unwrap())
+        .push(Neuron::new(&mut init, NeuronConfig::lif(2.0), 2.0).unwrap());
+    let root = Sequential::new()
+        .push_named("pre", pre)
+        .push_named("blk", blk)
+        .push_named("flat", Flatten::new(2))
+        .push_named("fc", Linear::new(&mut init, 32, 5, true).unwrap());
+    let spec = InputSpec {
+        time_steps: T,
+        sample: vec![2, 4, 4],
+        classes: 5,
+    };
+    Model::new("reshaping-test", Box::new(root), spec, device)
+}
+
+#[test]
+fn a_chunked_segment_hosts_its_input_gradient_in_an_output_gradient_of_another_shape() {
+    // blk's input [T, N, 2, 4, 4] and output [T, N, 8, 2, 2] hold 32 f32 per sample and step.
+    let full = (T * N * 32 * 4) as u64;
+    let mut per_device = Vec::new();
+    for device in [Device::Cpu, Device::META] {
+        for chunks in [2, 4] {
+            let ev = events(&reshaping, &checkpoint("blk", chunks), device, N);
+            let full_grads = ev.iter().filter(|e| {
+                e.0 == MemoryAction::Alloc && e.1 == full && e.2 == MemoryKind::Gradient && e.3 == "blk"
+            });
+            assert_eq!(
+                full_grads.count(),
+                0,
+                "{device}, {chunks} chunks: the input gradient lives in the output gradient's buffer"
+            );
+            per_device.push(
+                ev.into_iter()
+                    .map(|e| (e.0, e.1, e.2, e.3, e.4))
+                    .collect::<Vec<_>>(),
+            );
+        }
+    }
+    assert_eq!(per_device[..2], per_device[2..], "Meta records the CPU's events");
+    let build = |plan: &Plan| {
+        let mut m = reshaping(Device::Cpu);
+        m.apply_plan(plan).unwrap();
+        m
+    };
+    let stored = fingerprint(&build(&Plan::store_all()), 2, N);
+    for chunks in [1, 2, 4] {
+        assert_eq!(
+            fingerprint(&build(&checkpoint("blk", chunks)), 2, N),
+            stored,
+            "{chunks} chunks"
+        );
+    }
+}
+
 /// `pre` = [conv 2->C, LIF] gives spikes; `seg` = [conv C->C] reads them. Checkpointed with
 /// BitSpike, `seg` restores its input bit-packed and its convolution reads it one time step at
 /// a time. With `view_last` a flatten is `seg`'s last child, so the convolution's output is

@@ -34,6 +34,12 @@ pub struct Cx<'m> {
     /// How many chunked segments enclose the current call (see [`Cx::in_time_chunk`]).
     pub(crate) time_chunk_depth: usize,
     pub(crate) states: StateStore,
+    /// Whether the caller reads the final neuron states after the pass (see
+    /// [`Cx::set_keep_final_states`]).
+    keep_final_states: bool,
+    /// How many enclosing forward passes over time chunks run a chunk that later chunks follow
+    /// (they read the states it leaves; see [`Cx::final_state_read`]).
+    chunks_following: usize,
     /// Whether convolution and linear layers keep spike inputs bit-packed for backward (inside
     /// a module under [`Policy::StorePacked`]).
     packs_saved_spikes: bool,
@@ -68,6 +74,8 @@ impl<'m> Cx<'m> {
             recompute_depth: 0,
             time_chunk_depth: 0,
             states: StateStore::default(),
+            keep_final_states: true,
+            chunks_following: 0,
             packs_saved_spikes: false,
             batch_stats: BatchStats::default(),
             policies,
@@ -207,6 +215,57 @@ impl<'m> Cx<'m> {
     /// Sets the state of the stateful module at the current scope path.
     pub fn set_state(&mut self, state: Var) {
         self.states.set(current_scope().module_path().clone(), state);
+    }
+
+    /// Sets the final state a stateful module leaves at the current scope path, as it is when
+    /// something may still read it ([`Cx::final_state_read`]); otherwise released: an
+    /// unmaterialised stand-in with the same shape and tape id takes its place (a recomputed
+    /// chunk's final state seeds the gradient carried from the next chunk by its id only), and
+    /// the state's bytes are freed once the caller drops its handles. The choice depends on
+    /// this context's options and position only, never on data, so Meta frees what the CPU
+    /// frees.
+    pub fn set_final_state(&mut self, state: Var) -> Result<()> {
+        let state = if self.final_state_read() {
+            state
+        } else {
+            state.released()?
+        };
+        self.set_state(state);
+        Ok(())
+    }
+
+    /// Whether a final state written now may be read later in this pass: the caller keeps the
+    /// final states ([`Cx::set_keep_final_states`]), or a time chunk runs that later chunks of
+    /// the same forward pass follow (they start from the states it leaves). A recomputation's
+    /// chunks start from the states saved in forward, so it reads none of the final states it
+    /// recomputes (a checkpointed segment keeps only their tape ids, to seed the gradients
+    /// carried between chunks).
+    pub fn final_state_read(&self) -> bool {
+        self.keep_final_states || self.chunks_following > 0
+    }
+
+    /// Whether the final neuron states are kept for the caller ([`Cx::states`] after the pass).
+    /// Kept by default; a training step keeps them only when asked
+    /// (`StepOptions::keep_states`).
+    pub fn keeps_final_states(&self) -> bool {
+        self.keep_final_states
+    }
+
+    /// Sets whether the caller reads the final neuron states after this pass. When it does not,
+    /// a neuron's final state is released as soon as nothing can read it: right after the
+    /// neuron runs, or, inside a segment run in time chunks, in the last chunk (see
+    /// [`Cx::set_final_state`]); [`Cx::states`] then holds unmaterialised stand-ins.
+    pub fn set_keep_final_states(&mut self, keep: bool) {
+        self.keep_final_states = keep;
+    }
+
+    /// Runs `f`, one time chunk of a forward pass over a segment's chunks; `followed` says
+    /// whether later chunks of the same pass follow it (and read the final states it leaves).
+    pub(crate) fn run_time_chunk<T>(&mut self, followed: bool, f: impl FnOnce(&mut Self) -> T) -> T {
+        self.chunks_following += usize::from(followed);
+        let out = f(self);
+        self.chunks_following -= usize::from(followed);
+        out
     }
 
     /// Forgets all neuron states (start of a step: every neuron starts from its reset value).

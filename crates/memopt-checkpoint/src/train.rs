@@ -34,7 +34,11 @@ pub struct StepOptions {
     pub keep_grads: bool,
     /// Compute and return the gradient of the input.
     pub input_grad: bool,
-    /// Return the final neuron states.
+    /// Return the final neuron states. Without it, each neuron's final state is released as
+    /// soon as nothing in the step can read it (after the neuron runs, or after the last time
+    /// chunk of a chunked segment), so the step's peak does not hold them; with it, every final
+    /// state is held from the neuron's forward to the end of the step. Gradients, statistics
+    /// and parameters are bit-identical either way.
     pub keep_states: bool,
     /// Return the time-averaged output `[N, C]` (for accuracy).
     pub keep_output: bool,
@@ -115,6 +119,8 @@ impl Trainer {
             Recording::On,
             model.is_training(),
         );
+        // Without the caller reading them, the final states go as soon as nothing reads them.
+        cx.set_keep_final_states(opts.keep_states);
         let (loss, output, x_id) = {
             let _fwd = enter_scope(Scope::new("", Phase::Forward));
             let x = cx.leaf(batch.input.clone(), opts.input_grad);

@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{fingerprint, tiny_conv_snn, zoo_small};
+use common::{fingerprint, fingerprint_with, tiny_conv_snn, zoo_small};
 use memopt_checkpoint::{Model, Plan, PlanEntry, Policy};
 use memopt_compress::CompressorKind;
 use memopt_core::Device;
@@ -139,6 +139,16 @@ fn check_plan_is_exact_with(
     model.apply_plan(&plan).unwrap();
     let got = fingerprint(&model, steps, n);
     prop_assert_eq!(&got, &baseline, "plan {}", plan.to_json());
+    // Without the final states (released as soon as nothing reads them), the same step.
+    let mut model = build();
+    model.apply_plan(&plan).unwrap();
+    let released = fingerprint_with(&model, steps, n, false);
+    prop_assert_eq!(
+        &released,
+        &baseline.without_states(),
+        "plan {} without states",
+        plan.to_json()
+    );
     Ok(())
 }
 
@@ -191,6 +201,9 @@ fn nested_chunked_checkpoints_everywhere_are_exact() {
     );
     model.apply_plan(&plan).unwrap();
     assert_eq!(fingerprint(&model, 2, 2), baseline);
+    let mut model = build();
+    model.apply_plan(&plan).unwrap();
+    assert_eq!(fingerprint_with(&model, 2, 2, false), baseline.without_states());
 }
 
 fn chunked(path: &str, children: Option<[usize; 2]>, chunks: usize, compressor: CompressorKind) -> PlanEntry {
@@ -232,5 +245,8 @@ proptest! {
         let mut model = build();
         model.apply_plan(&plan).unwrap();
         prop_assert_eq!(&fingerprint(&model, 2, 2), &baseline, "plan {}", plan.to_json());
+        let mut model = build();
+        model.apply_plan(&plan).unwrap();
+        prop_assert_eq!(&fingerprint_with(&model, 2, 2, false), &baseline.without_states(), "plan {} without states", plan.to_json());
     }
 }

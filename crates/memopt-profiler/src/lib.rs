@@ -42,7 +42,8 @@ pub use memory::{AllocatorFigures, AllocatorLevels, MemoryRecorder, MemoryReport
 pub use timing::{TimingProfiler, TimingReport};
 pub use verify::{Mismatch, PlanCheck, Quantity, StepRecord, verify_plan};
 pub use workload::{
-    ModelBuilder, ModelSource, OptimizerChoice, StepSession, Workload, plan_is_data_dependent, random_batch,
+    ModelBuilder, ModelSource, OptimizerChoice, PLANNED_STEP, StepSession, Workload, plan_is_data_dependent,
+    random_batch,
 };
 
 // The types this crate's public signatures use, so that depending on memopt-profiler suffices.

@@ -1,6 +1,9 @@
 //! Checking a plan with real steps: a fresh model with the same seeds runs one training step
 //! storing everything and one under the plan, and everything the step produces is compared bit
-//! for bit, with the measured peak against the exact (Meta) peak.
+//! for bit, with the measured peak against the exact (Meta) peak. The peak is measured on a step
+//! run with the options plans are made for ([`PLANNED_STEP`]: final neuron states released as
+//! soon as nothing reads them); the final states, which such a step does not return, come from
+//! the same first step run again on another fresh model keeping them.
 //!
 //! ```
 //! use memopt_checkpoint::{Plan, Policy};
@@ -13,7 +16,7 @@
 //! assert!(check.passed(), "{}", check.summary());
 //! ```
 
-use crate::{Estimator, ProfilerError, Result, StepSession, Workload, plan_is_data_dependent};
+use crate::{Estimator, PLANNED_STEP, ProfilerError, Result, StepSession, Workload, plan_is_data_dependent};
 use memopt_checkpoint::{Plan, StepOptions};
 use memopt_core::{Device, MemoryTracker, Tensor};
 use serde::Serialize;
@@ -22,20 +25,25 @@ use std::fmt;
 /// Everything one training step produced, as bits, in a fixed order.
 #[derive(Debug, Clone, PartialEq)]
 pub struct StepRecord {
-    /// Peak bytes of the step, parameters, optimizer state and batch included (a fresh
+    /// Peak bytes of the step run with the planned options ([`PLANNED_STEP`], the gradients
+    /// kept after the update), parameters, optimizer state and batch included (a fresh
     /// tracker's own figure).
     pub peak_bytes: u64,
+    /// Peak bytes of the same first step keeping the final neuron states
+    /// (`StepOptions::keep_states`), which it holds from each neuron's forward to the end of the
+    /// step (a fresh tracker's own figure, on another fresh model).
+    pub peak_bytes_keeping_states: u64,
     /// Loss of the step.
     pub loss_bits: Option<u32>,
     /// Every parameter gradient, by parameter path (empty for a parameter without one).
     pub gradients: Vec<(String, Vec<u32>)>,
     /// Every buffer after the step (BatchNorm running statistics), by path.
     pub buffers: Vec<(String, Vec<u32>)>,
-    /// Every neuron's final membrane state, by module path.
+    /// Every neuron's final membrane state, by module path (from the step keeping them).
     pub neuron_states: Vec<(String, Vec<u32>)>,
     /// Every parameter after the optimizer's update, by path.
     pub parameters: Vec<(String, Vec<u32>)>,
-    /// Wall time of the step, in ms.
+    /// Wall time of the step with the planned options, in ms.
     pub step_ms: f64,
 }
 
@@ -45,22 +53,39 @@ fn bits(t: &Tensor) -> Result<Vec<u32>> {
 
 impl StepRecord {
     /// Builds `workload` under `plan` on `device` (not Meta: it has no data) in a fresh tracker
-    /// and records its first training step. Returns the session too, so that the caller can run
-    /// more steps (to time them, for instance). Fresh models with the same seeds give the same
-    /// first step under any plan, which is what makes records comparable across plans.
+    /// and records its first training step, run with the planned options ([`PLANNED_STEP`],
+    /// keeping the gradients after the update, which leaves the peak as it is); then records
+    /// the final neuron states from the same first step of another fresh model in its own
+    /// tracker, keeping them. Returns the first session too, so that the caller can run more
+    /// steps (to time them, for instance). Fresh models with the same seeds give the same first
+    /// step under any plan, which is what makes records comparable across plans.
     pub fn first_step(workload: &Workload, plan: &Plan, device: Device) -> Result<(StepRecord, StepSession)> {
         if device.is_meta() {
             return Err(ProfilerError::Invalid(
                 "a step on the Meta device computes nothing to compare: record it on cpu".into(),
             ));
         }
+        let (neuron_states, peak_bytes_keeping_states) = {
+            let tracker = MemoryTracker::new(device);
+            let _installed = MemoryTracker::install(tracker.clone());
+            let mut session = workload.instantiate(device, plan)?;
+            let out = session.step_with(StepOptions {
+                keep_states: true,
+                ..PLANNED_STEP
+            })?;
+            let mut states = Vec::new();
+            for (path, t) in &out.final_states {
+                states.push((path.clone(), bits(t)?));
+            }
+            drop(out);
+            (states, tracker.peak_bytes())
+        };
         let tracker = MemoryTracker::new(device);
         let _installed = MemoryTracker::install(tracker.clone());
         let mut session = workload.instantiate(device, plan)?;
         let opts = StepOptions {
             keep_grads: true,
-            keep_states: true,
-            ..StepOptions::default()
+            ..PLANNED_STEP
         };
         let started = std::time::Instant::now();
         let out = session.step_with(opts)?;
@@ -83,12 +108,9 @@ impl StepRecord {
         for (path, b) in model.buffers() {
             buffers.push((path, bits(b.tensor())?));
         }
-        let mut neuron_states = Vec::new();
-        for (path, t) in &out.final_states {
-            neuron_states.push((path.clone(), bits(t)?));
-        }
         let record = StepRecord {
             peak_bytes,
+            peak_bytes_keeping_states,
             loss_bits: out.loss.map(f32::to_bits),
             gradients,
             buffers,
@@ -266,8 +288,9 @@ impl PlanCheck {
 
 /// Checks `plan` with real steps on `device`: one step storing everything and one under the
 /// plan, each on a fresh model with the same seeds, compared bit for bit (loss, gradients,
-/// BatchNorm running statistics, neuron states, updated parameters), and the measured peak
-/// compared with the plan's exact peak from a Meta step.
+/// BatchNorm running statistics, neuron states, updated parameters), and the measured peak of
+/// the step run with the planned options ([`PLANNED_STEP`]) compared with the plan's exact
+/// peak from a Meta step with the same options (see [`StepRecord::first_step`]).
 pub fn verify_plan(workload: &Workload, plan: &Plan, device: Device) -> Result<PlanCheck> {
     let planned_peak = Estimator::new(workload)?.peak_bytes(plan)?;
     let (baseline, _) = StepRecord::first_step(workload, &Plan::store_all(), device)?;

@@ -266,6 +266,19 @@ pub fn random_batch(model: &Model, n: usize, seed: u64) -> Result<Batch> {
     })
 }
 
+/// The step options every plan is made for and every Meta step that predicts a plan's peak
+/// runs with (the estimator, the planner's segment measurements, the memory profile): those of
+/// `memopt train` ([`StepOptions::default`]). The final neuron states are not kept, so each is
+/// released as soon as nothing in the step reads it; a step that keeps them
+/// (`StepOptions::keep_states`) holds them on top of the planned peak.
+pub const PLANNED_STEP: StepOptions = StepOptions {
+    keep_grads: false,
+    input_grad: false,
+    keep_states: false,
+    keep_output: false,
+    skip_update: false,
+};
+
 /// A model, its trainer and a batch, ready to step.
 pub struct StepSession {
     model: Model,
@@ -289,9 +302,11 @@ impl StepSession {
         Ok(self.model.apply_plan(plan)?)
     }
 
-    /// One training step (forward, backward, update); the gradients are freed after the update.
+    /// One training step (forward, backward, update) with the options plans are made for
+    /// ([`PLANNED_STEP`]): the gradients are freed after the update and the final neuron states
+    /// as soon as nothing reads them.
     pub fn step(&mut self) -> Result<StepOutput> {
-        self.step_with(StepOptions::default())
+        self.step_with(PLANNED_STEP)
     }
 
     /// One training step with `opts` (keep the gradients or the final neuron states, ...).

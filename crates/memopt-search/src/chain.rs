@@ -11,9 +11,12 @@
 //! ```
 //!
 //! where `K` are the bytes a segment keeps from its forward to its backward (saved activations,
-//! a compressed input, chunk-boundary states), `S` the neuron states every segment holds until
-//! the step ends, `P` its parameter gradients, `F` and `W` its own forward and backward peaks.
-//! Only `K`, `F`, `W` and the extra time depend on the option.
+//! a compressed input, chunk-boundary states), `S` what a segment holds until the step ends,
+//! `P` its parameter gradients, `F` and `W` its own forward and backward peaks. Only `K`, `F`,
+//! `W` and the extra time depend on the option. Plans are made for the step `memopt train`
+//! runs ([`memopt_profiler::PLANNED_STEP`]), which keeps no final neuron state (each is
+//! released as soon as nothing reads it), so `S` is 0 for the model's segments; the loss holds
+//! its value.
 
 use crate::{Result, SearchError};
 use memopt_checkpoint::{PlanEntry, Policy};
@@ -47,7 +50,9 @@ pub struct ChainSegment {
     /// The ways to run it; index 0 stores everything (runs of children, which are only ever
     /// checkpointed, have no store option).
     pub options: Vec<SegmentOption>,
-    /// Bytes of neuron states it holds until the end of the step.
+    /// Bytes it holds until the end of the step: neuron states a step that keeps them would
+    /// hold (none under the planned step options, [`memopt_profiler::PLANNED_STEP`]); the
+    /// loss's value for the loss.
     pub states: u64,
     /// Bytes of its parameter gradients.
     pub param_grads: u64,

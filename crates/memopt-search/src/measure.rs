@@ -9,6 +9,7 @@ use memopt_checkpoint::policy::PLAN_VERSION;
 use memopt_checkpoint::{Cx, Model, Plan, PlanEntry, Policy, PolicyTable, Recording, RunShape, Var, ops};
 use memopt_core::memory::{Phase, Scope, enter_scope};
 use memopt_core::{DType, Device, MemoryKind, MemoryTracker, Philox, Tensor};
+use memopt_profiler::PLANNED_STEP;
 
 /// Exact figures of one segment under one option, in bytes (see [`crate::chain`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -19,7 +20,9 @@ pub struct Figures {
     pub kept: u64,
     /// Peak during its backward pass (recomputation included), states excluded.
     pub backward_peak: u64,
-    /// Neuron states held until the end of the step.
+    /// Neuron states held until the end of the step: none under the planned step options
+    /// ([`PLANNED_STEP`], which release each final state as soon as nothing reads it); for the
+    /// loss, its value.
     pub states: u64,
     /// Parameter gradients.
     pub param_grads: u64,
@@ -78,6 +81,9 @@ pub fn measure(model: &Model, site: &Site, policy: Policy, first: bool) -> Resul
         Recording::On,
         model.is_training(),
     );
+    // The planner plans the step `memopt train` runs: final states not kept
+    // (`StepOptions::keep_states` false), so each is released as soon as nothing reads it.
+    cx.set_keep_final_states(PLANNED_STEP.keep_states);
     let leaves: Vec<Var> = inputs.into_iter().map(|t| cx.leaf(t, !first)).collect();
     let outputs = {
         let _scope = enter_scope(Scope::new(site.path.as_str(), Phase::Forward));

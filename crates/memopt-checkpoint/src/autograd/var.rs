@@ -144,6 +144,18 @@ impl Var {
         Var { id: Some(id), ..self }
     }
 
+    /// The same value's stand-in: an unmaterialised tensor ([`Tensor::unmaterialised`]) of the
+    /// same shape, dtype, device and spike flag, with the same tape id. Dropping the original
+    /// handle then frees its bytes; reading the stand-in is an error on every device.
+    pub(crate) fn released(self) -> Result<Var> {
+        let stand_in = Tensor::unmaterialised(self.shape().clone(), self.dtype(), self.device())?
+            .with_spike_flag(self.is_spike());
+        Ok(Var {
+            value: Value::Dense(stand_in),
+            id: self.id,
+        })
+    }
+
     /// The tape id, if gradients flow to this value.
     pub fn id(&self) -> Option<VarId> {
         self.id
@@ -167,10 +179,11 @@ impl Var {
         self.shape().dims()
     }
 
-    /// Bytes the value holds: its tensor's view, or the whole payload of packed spikes (shared by
-    /// every view of it).
+    /// Bytes the value holds: its tensor's view (none for an unmaterialised stand-in), or the
+    /// whole payload of packed spikes (shared by every view of it).
     pub fn held_bytes(&self) -> u64 {
         match &self.value {
+            Value::Dense(t) if !t.is_materialised() => 0,
             Value::Dense(t) => t.view_bytes(),
             Value::Packed(p) => p.payload().view_bytes(),
         }

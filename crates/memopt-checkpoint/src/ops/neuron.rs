@@ -8,7 +8,8 @@ use memopt_core::Tensor;
 use memopt_core::kernels::{self, NeuronConfig};
 
 /// Runs a neuron over `x [T, ...]` from the state stored for the current module path (reset
-/// value when absent), stores the final state there and returns the spikes. The state is an
+/// value when absent), stores the final state there ([`Cx::set_final_state`]: released at once
+/// when nothing can read it) and returns the spikes. The state is an
 /// explicit input and output on the tape, so gradients flow through it across checkpointed
 /// segments and time chunks. `w` is the PLIF parameter (`1/tau = sigmoid(w)`). The input is
 /// taken by value: when nothing else holds it, the membrane potentials kept for backward are
@@ -31,7 +32,7 @@ pub fn neuron<'m>(cx: &mut Cx<'m>, cfg: &NeuronConfig, x: Var, w: Option<&Var>) 
         kernels::neuron_forward(cfg, x, v, w_t, needs_grad)?
     };
     let Some(h_seq) = out.h_seq.filter(|_| needs_grad) else {
-        cx.set_state(Var::constant(out.v_final));
+        cx.set_final_state(Var::constant(out.v_final))?;
         return Ok(Var::constant(out.spikes));
     };
     let op = NeuronBackward {
@@ -43,7 +44,7 @@ pub fn neuron<'m>(cx: &mut Cx<'m>, cfg: &NeuronConfig, x: Var, w: Option<&Var>) 
     drop(h_seq);
     let mut vars = cx.record_ids(op, input_ids, vec![out.spikes, out.v_final]);
     let v_final = vars.pop().expect("two outputs recorded");
-    cx.set_state(v_final);
+    cx.set_final_state(v_final)?;
     Ok(vars.pop().expect("two outputs recorded"))
 }
 

@@ -262,7 +262,7 @@ fn chunk_outputs<'m>(
     let mut saves = Vec::with_capacity(spans.len());
     let mut outputs: Vec<Tensor> = Vec::new();
     let mut whole = Some(inputs);
-    for span in spans {
+    for (i, span) in spans.iter().enumerate() {
         if chunked {
             // Every chunk replays the same random stream: dropout masks are shared over time.
             cx.rng.set_state(rng_entry);
@@ -285,7 +285,9 @@ fn chunk_outputs<'m>(
             .iter()
             .map(|x| SavedInput::save(x, compressor, host))
             .collect::<Result<Vec<_>>>()?;
-        let ys = segment.forward(cx, xs)?;
+        // Later chunks start from the states this one leaves; the last one's are read only
+        // where an enclosing chunk or the caller reads them.
+        let ys = cx.run_time_chunk(i + 1 < spans.len(), |cx| segment.forward(cx, xs))?;
         saves.push(ChunkSave {
             inputs: saved,
             states,

@@ -124,7 +124,7 @@ fn statistics_pass<'m>(
             .iter()
             .map(|v| v.narrow0(span.start, span.len()))
             .collect::<Result<Vec<_>>>()?;
-        match segment.forward(cx, xs) {
+        match cx.run_time_chunk(i + 1 < spans.len(), |cx| segment.forward(cx, xs)) {
             Err(CheckpointError::StatisticsPass { .. }) => {}
             // Every BatchNorm the chunks run has its statistics.
             Ok(_) if i == 0 => return Ok(()),

@@ -115,13 +115,35 @@ fn bits(t: &Tensor) -> Vec<u32> {
     t.to_vec_f32().unwrap().into_iter().map(f32::to_bits).collect()
 }
 
-/// Runs `steps` training steps and fingerprints the last one (plus parameters after it).
+impl Fingerprint {
+    /// The same fingerprint without the final states (what a step that does not keep them
+    /// gives).
+    pub fn without_states(&self) -> Fingerprint {
+        Fingerprint {
+            loss: self.loss,
+            grads: self.grads.clone(),
+            input_grad: self.input_grad.clone(),
+            states: Vec::new(),
+            buffers: self.buffers.clone(),
+            params_after: self.params_after.clone(),
+        }
+    }
+}
+
+/// Runs `steps` training steps and fingerprints the last one (plus parameters after it),
+/// keeping the final states.
 pub fn fingerprint(model: &Model, steps: usize, n: usize) -> Fingerprint {
+    fingerprint_with(model, steps, n, true)
+}
+
+/// [`fingerprint`], keeping the final states (`StepOptions::keep_states`) or not (then released
+/// as soon as nothing reads them, and the fingerprint has none).
+pub fn fingerprint_with(model: &Model, steps: usize, n: usize, keep_states: bool) -> Fingerprint {
     let mut trainer = trainer(model);
     let opts = StepOptions {
         keep_grads: true,
         input_grad: true,
-        keep_states: true,
+        keep_states,
         skip_update: false,
         keep_output: false,
     };

@@ -20,7 +20,9 @@ rejected and its row says why): the exact peak, the measured peak, the median st
 its range over --steps rounds (default 10), the measured and predicted overhead over the
 baseline side by side with their gap, the planning time and whether the step's values (loss,
 gradients, running statistics, neuron states, updated parameters) are bit-identical to the
-baseline's (same). Each plan's first step runs on a fresh model (peak and values); then every
+baseline's (same). Each plan's first step runs on a fresh model (peak and values; it keeps no
+final neuron state, like `memopt train`, and the states compared come from one more step of a
+fresh model that keeps them); then every
 round runs one step of each plan in turn on one model, and a row's overhead is the median
 over rounds of its step over the baseline's step of the same round, so a change in the
 machine's load reaches every row alike; `middle half` gives the quartiles of a row's per-round

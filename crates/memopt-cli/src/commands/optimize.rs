@@ -46,10 +46,15 @@ Strategies (--strategy, or inferred from the options given):
                 An impossible budget is an error stating the smallest peak found.
   min-memory    the least peak reachable, whatever the time.
 
+Plans are made for the step `memopt train` runs, which keeps no final neuron state (each is
+freed as soon as nothing reads it); `profile --plan`, `train --plan` and `bench` measure that
+step.
+
 --verify runs a real CPU step of a fresh model with and without the plan (same seeds) and
 checks that the measured peak is the planned one and that the loss, every gradient, the
-BatchNorm running statistics, the neuron states and the updated parameters are bit-identical
-(the library's memopt_profiler::verify).";
+BatchNorm running statistics and the updated parameters are bit-identical; the neuron states,
+which that step does not keep, are compared bit for bit from one more step of a fresh model
+that keeps them (the library's memopt_profiler::verify).";
 
 /// Options of `memopt optimize`.
 #[derive(Debug, Clone, clap::Args)]

@@ -22,7 +22,8 @@ Measure one training step (forward, loss, backward, optimizer update: SGD moment
 --optimizer adam) on synthetic data: the peak, what it is made of (parameters, optimizer state,
 activations saved for backward, packed spikes, workspace, ...), which modules hold it, and per
 module and phase (forward, backward, recompute) the bytes allocated, held at exit, the peak
-reached inside and the time taken.
+reached inside and the time taken. The step is the one `memopt train` runs and plans are made
+for: it keeps no final neuron state (each is freed as soon as nothing reads it).
 
 --device cpu measures a real step (and times it over --runs steps); --device cuda[:N] does so on
 a GPU (times from CUDA events; the GPU memory outside memopt's pool is reported separately);

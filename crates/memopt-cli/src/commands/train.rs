@@ -10,7 +10,7 @@ use crate::out;
 use crate::progress::{Progress, StepStatus};
 use crate::samples::StepSamples;
 use crate::selection::{DEFAULT_MODEL, ModelArgs};
-use memopt_checkpoint::{Plan, StepOptions};
+use memopt_checkpoint::Plan;
 use memopt_core::MemoryTracker;
 use memopt_profiler::timing::median;
 use serde::Serialize;
@@ -148,7 +148,8 @@ pub fn run(args: &TrainArgs, out: &mut dyn Write) -> Result<()> {
     let started = Instant::now();
     for step in 0..args.steps {
         let t = Instant::now();
-        let o = trainer.step(&model, &batch, StepOptions::default())?;
+        // The options plans are made for, so that the peak is the planned one.
+        let o = trainer.step(&model, &batch, memopt_profiler::PLANNED_STEP)?;
         times.offer(step, t.elapsed().as_secs_f64() * 1e3);
         if let Some(l) = o.loss {
             losses.offer(step, l);

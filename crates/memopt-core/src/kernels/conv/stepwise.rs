@@ -127,7 +127,7 @@ pub struct Conv2dBackwardStepwise<'a> {
 /// [`MemoryKind::Gradient`] tensor; it needs no input values) and adds the weight and bias
 /// gradients into the accumulators, time step `T-1` first, unpacking each step's input into a
 /// one-step buffer just before its weight gradient. Allocates, in this order, the input
-/// gradient, the workspace the dense backward takes ([`Workspace::for_backward`]), the one-step
+/// gradient, the workspace the dense backward takes (`Workspace::for_backward`), the one-step
 /// input buffer (only when the weight gradient is wanted) and the GEMM workspace. Bit-identical
 /// to the dense backward with accumulators.
 pub fn conv2d_backward_stepwise(args: Conv2dBackwardStepwise<'_>) -> Result<Option<Tensor>> {

@@ -6,31 +6,11 @@
 
 mod common;
 
-use common::{fingerprint_with, tiny_conv_snn, zoo_small};
+use common::{Recorded, Recorder, fingerprint_with, tiny_conv_snn, zoo_small};
 use memopt_checkpoint::{Model, Plan, PlanEntry, Policy, StepOptions};
 use memopt_compress::CompressorKind;
-use memopt_core::memory::{MemoryAction, MemoryEvent, MemorySubscriber, Phase};
-use memopt_core::{Device, MemoryKind, MemoryTracker};
-use std::sync::{Arc, Mutex};
-
-/// One event as compared: action, bytes, kind, module path, phase, bytes held after it.
-type Recorded = (MemoryAction, u64, MemoryKind, String, Phase, u64);
-
-#[derive(Default)]
-struct Recorder(Mutex<Vec<Recorded>>);
-
-impl MemorySubscriber for Recorder {
-    fn on_event(&self, e: &MemoryEvent) {
-        self.0.lock().unwrap().push((
-            e.action,
-            e.bytes,
-            e.kind,
-            e.scope.path().to_string(),
-            e.scope.phase(),
-            e.current_bytes,
-        ));
-    }
-}
+use memopt_core::{Device, MemoryTracker};
+use std::sync::Arc;
 
 /// What one step measured: its requested peak (a fresh tracker's, model and batch included),
 /// its events, and the bytes of the final states it returned.

@@ -7,33 +7,14 @@
 
 mod common;
 
-use common::fingerprint;
+use common::{Recorded, Recorder, fingerprint};
 use memopt_checkpoint::module::{BatchNorm, Conv2d, Flatten, Init, Linear, Neuron, Sequential};
 use memopt_checkpoint::{InputSpec, Model, Plan, Policy, StepOptions, zoo};
 use memopt_compress::CompressorKind;
 use memopt_core::kernels::{Conv2dParams, NeuronConfig};
-use memopt_core::memory::{MemoryAction, MemoryEvent, MemorySubscriber, Phase};
+use memopt_core::memory::{MemoryAction, Phase};
 use memopt_core::{Device, MemoryKind, MemoryTracker};
-use std::sync::{Arc, Mutex};
-
-/// One event as compared: action, bytes, kind, module path, phase, bytes held after it.
-type Recorded = (MemoryAction, u64, MemoryKind, String, Phase, u64);
-
-#[derive(Default)]
-struct Recorder(Mutex<Vec<Recorded>>);
-
-impl MemorySubscriber for Recorder {
-    fn on_event(&self, e: &MemoryEvent) {
-        self.0.lock().unwrap().push((
-            e.action,
-            e.bytes,
-            e.kind,
-            e.scope.path().to_string(),
-            e.scope.phase(),
-            e.current_bytes,
-        ));
-    }
-}
+use std::sync::Arc;
 
 /// The events of one training step of `model` (built on `device`) under `plan`.
 fn events(build: &dyn Fn(Device) -> Model, plan: &Plan, device: Device, n: usize) -> Vec<Recorded> {

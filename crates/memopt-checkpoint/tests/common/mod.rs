@@ -9,7 +9,9 @@ use memopt_checkpoint::module::{
 use memopt_checkpoint::optim::Sgd;
 use memopt_checkpoint::{Batch, InputSpec, Model, StepOptions, StepOutput, Target, Trainer, zoo};
 use memopt_core::kernels::{Conv2dParams, NeuronConfig, NeuronKind, SgdConfig};
+use memopt_core::memory::{MemoryAction, MemoryEvent, MemorySubscriber, Phase};
 use memopt_core::{Device, MemoryKind, Philox, Tensor};
+use std::sync::Mutex;
 
 /// Conv-BN-LIF, MaxPool, Conv-BN-PLIF, AvgPool, Flatten, [Dropout, Linear, IF], Linear, on
 /// `[T, N, 2, 8, 8]`: every layer kind, a parametric neuron, dropout and pooling.
@@ -175,5 +177,25 @@ pub fn fingerprint_with(model: &Model, steps: usize, n: usize, keep_states: bool
             .into_iter()
             .map(|(p, param)| (p, bits(param.tensor())))
             .collect(),
+    }
+}
+
+/// One event as compared: action, bytes, kind, module path, phase, bytes held after it.
+pub type Recorded = (MemoryAction, u64, MemoryKind, String, Phase, u64);
+
+/// Records every memory event of a tracker it subscribes to.
+#[derive(Default)]
+pub struct Recorder(pub Mutex<Vec<Recorded>>);
+
+impl MemorySubscriber for Recorder {
+    fn on_event(&self, e: &MemoryEvent) {
+        self.0.lock().unwrap().push((
+            e.action,
+            e.bytes,
+            e.kind,
+            e.scope.path().to_string(),
+            e.scope.phase(),
+            e.current_bytes,
+        ));
     }
 }

@@ -5,12 +5,13 @@
 use crate::Result;
 use crate::chain::{ChainModel, ChainNode, ChainSegment, SegmentOption};
 use crate::measure::{Figures, measure_loss};
+use crate::parallel::Request;
 use crate::pricing::{SegmentPricing, extra_ms};
 use crate::segment_key::Measurements;
 use crate::sites::Site;
 use memopt_checkpoint::{Model, Policy};
 use memopt_compress::CompressorKind;
-use memopt_profiler::CostModel;
+use memopt_profiler::{CostModel, Workload};
 
 /// Which options the planners consider for each segment.
 #[derive(Debug, Clone, PartialEq)]
@@ -51,15 +52,10 @@ fn option(policy: Policy, f: &Figures, extra_ms: f64) -> SegmentOption {
     }
 }
 
-fn segment(
-    model: &Model,
-    site: &Site,
-    first: bool,
-    space: &OptionSpace,
-    pricing: &SegmentPricing<'_>,
-    measurements: &mut Measurements<'_>,
-) -> Result<ChainSegment> {
-    let t = model.spec().time_steps;
+/// The policies measured for `site` in a chain of `t` time steps, in the order [`segment`]
+/// measures them: storing, checkpointing, time chunks where the site can run on part of the
+/// time steps, and last [`Policy::StorePacked`] when the space offers it.
+fn policies(site: &Site, t: usize, space: &OptionSpace) -> Vec<Policy> {
     let mut policies = vec![
         Policy::Store,
         Policy::Checkpoint {
@@ -79,25 +75,78 @@ fn segment(
                 }),
         );
     }
-    let mut options = Vec::with_capacity(policies.len());
+    if space.store_packed {
+        policies.push(Policy::StorePacked);
+    }
+    policies
+}
+
+/// The runs of consecutive parts of `site` that are segments of their own: `[start, end)`, at
+/// least two parts and at most [`OptionSpace::max_run`], never all of them.
+fn runs(site: &Site, space: &OptionSpace) -> Vec<(usize, usize)> {
+    let n = site.parts.len();
+    let mut out = Vec::new();
+    if site.runs_allowed {
+        for start in 0..n {
+            for end in start + 2..=n.min(start + space.max_run) {
+                if (start, end) != (0, n) {
+                    out.push((start, end));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Every measurement [`chain_model`] asks for under `site` (`first`: its input is the batch),
+/// in the order it asks: each segment's [`policies`], then its parts', then its runs'.
+pub(crate) fn requests(site: &Site, first: bool, t: usize, space: &OptionSpace, out: &mut Vec<Request>) {
+    for policy in policies(site, t, space) {
+        out.push(Request {
+            site: site.clone(),
+            policy,
+            first,
+        });
+    }
+    for (i, part) in site.parts.iter().enumerate() {
+        requests(part, first && i == 0, t, space, out);
+    }
+    for (start, end) in runs(site, space) {
+        let run = site.run_of(start, end);
+        for policy in policies(&run, t, space) {
+            out.push(Request {
+                site: run.clone(),
+                policy,
+                first: first && start == 0,
+            });
+        }
+    }
+}
+
+fn segment(
+    model: &Model,
+    site: &Site,
+    first: bool,
+    space: &OptionSpace,
+    pricing: &SegmentPricing<'_>,
+    measurements: &mut Measurements<'_>,
+) -> Result<ChainSegment> {
+    let t = model.spec().time_steps;
+    let mut options = Vec::new();
     let mut fixed = None;
     let cost = pricing.for_site(site);
-    for p in policies {
+    for p in policies(site, t, space) {
         let f = measurements.of(site, p, first)?;
         fixed.get_or_insert((f.states, f.param_grads));
-        options.push(option(p, &f, extra_ms(&cost, site, p)));
-    }
-    // Offered only where packing changes a figure of storing (a layer there takes spikes).
-    let store = options.first().map(|o| (o.forward_peak, o.kept, o.backward_peak));
-    if space.store_packed {
-        let f = measurements.of(site, Policy::StorePacked, first)?;
-        if store != Some((f.forward_peak, f.kept, f.backward_peak)) {
-            options.push(option(
-                Policy::StorePacked,
-                &f,
-                extra_ms(&cost, site, Policy::StorePacked),
-            ));
+        // Offered only where packing changes a figure of storing (a layer there takes spikes).
+        if p == Policy::StorePacked
+            && options.first().is_some_and(|o: &SegmentOption| {
+                (o.forward_peak, o.kept, o.backward_peak) == (f.forward_peak, f.kept, f.backward_peak)
+            })
+        {
+            continue;
         }
+        options.push(option(p, &f, extra_ms(&cost, site, p)));
     }
     let (states, param_grads) = fixed.unwrap_or((0, 0));
     Ok(ChainSegment {
@@ -127,24 +176,19 @@ fn node(
         .enumerate()
         .map(|(i, p)| node(model, p, first && i == 0, space, pricing, measurements))
         .collect::<Result<Vec<_>>>()?;
-    let n = site.parts.len();
-    let mut runs = Vec::new();
-    if site.runs_allowed {
-        for start in 0..n {
-            for end in start + 2..=n.min(start + space.max_run) {
-                if (start, end) != (0, n) {
-                    runs.push(segment(
-                        model,
-                        &site.run_of(start, end),
-                        first && start == 0,
-                        space,
-                        pricing,
-                        measurements,
-                    )?);
-                }
-            }
-        }
-    }
+    let runs = runs(site, space)
+        .into_iter()
+        .map(|(start, end)| {
+            segment(
+                model,
+                &site.run_of(start, end),
+                first && start == 0,
+                space,
+                pricing,
+                measurements,
+            )
+        })
+        .collect::<Result<Vec<_>>>()?;
     Ok(ChainNode::Splittable { whole, parts, runs })
 }
 
@@ -160,6 +204,27 @@ pub fn chain_model(
     cost: &CostModel,
 ) -> Result<ChainModel> {
     build(model, root, n, base, space, cost, &mut Measurements::new(model))
+}
+
+/// [`chain_model`] with the distinct segments measured in advance on up to `threads` threads
+/// (`model` is `workload`'s model on its Meta device; each further thread builds its own
+/// copy): the same chain model, figure for figure, as measuring on this thread.
+#[allow(clippy::too_many_arguments)]
+pub fn chain_model_on_threads(
+    workload: &Workload,
+    model: &Model,
+    root: &Site,
+    n: usize,
+    base: u64,
+    space: &OptionSpace,
+    cost: &CostModel,
+    threads: usize,
+) -> Result<ChainModel> {
+    let mut measurements = Measurements::new(model);
+    let mut wanted = Vec::new();
+    requests(root, true, model.spec().time_steps, space, &mut wanted);
+    measurements.prefetch(workload, wanted, threads)?;
+    build(model, root, n, base, space, cost, &mut measurements)
 }
 
 /// [`chain_model`] with the measurements given.

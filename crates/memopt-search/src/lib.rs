@@ -55,6 +55,7 @@ pub mod chain;
 pub mod dp;
 mod error;
 pub mod measure;
+mod parallel;
 mod pricing;
 pub mod report;
 mod segment_key;

@@ -7,11 +7,13 @@
 
 use crate::Result;
 use crate::measure::{Figures, measure};
+use crate::parallel::{Request, measure_distinct};
 use crate::sites::Site;
 use memopt_checkpoint::module::ValueInfo;
 use memopt_checkpoint::{Model, Module, Policy};
 use memopt_core::ModulePath;
-use std::collections::HashMap;
+use memopt_profiler::Workload;
+use std::collections::{HashMap, HashSet};
 
 /// The keys of one model's segments; module subtrees are described once each.
 pub(crate) struct SegmentKeys<'m> {
@@ -97,9 +99,12 @@ fn own_description(module: &dyn Module) -> Option<String> {
 pub(crate) struct Measurements<'m> {
     model: &'m Model,
     keys: SegmentKeys<'m>,
-    figures: HashMap<String, Figures>,
-    /// Segments measured (distinct ones and those without a key).
+    /// Figures by key, and whether [`Self::of`] has answered with them yet.
+    figures: HashMap<String, (Figures, bool)>,
+    /// Segments measured (distinct ones and those without a key), in advance or on demand.
     pub(crate) measured: usize,
+    /// Segments measured on demand by [`Self::of`] (not in advance by [`Self::prefetch`]).
+    pub(crate) on_demand: usize,
     /// Segments whose figures were another's.
     pub(crate) reused: usize,
     /// Whether equal keys share figures (tests compare with measuring each).
@@ -113,6 +118,7 @@ impl<'m> Measurements<'m> {
             keys: SegmentKeys::new(model),
             figures: HashMap::new(),
             measured: 0,
+            on_demand: 0,
             reused: 0,
             reuse: true,
         }
@@ -127,22 +133,68 @@ impl<'m> Measurements<'m> {
         }
     }
 
+    /// The key `site` under `policy` is stored under: its segment key, or for a segment
+    /// without one a key of its own (its place in the model: measured once, shared with none);
+    /// `None` when nothing is shared.
+    fn key(&mut self, site: &Site, policy: Policy, first: bool) -> Option<String> {
+        if !self.reuse {
+            return None;
+        }
+        Some(
+            self.keys
+                .of(site, policy, first)
+                .unwrap_or_else(|| format!("at {} | {policy:?} | {first}", site.target())),
+        )
+    }
+
+    /// Measures the distinct segments among `requests` in advance, on up to `threads` threads
+    /// ([`measure_distinct`]), so that [`Self::of`] finds their figures. `workload` builds
+    /// this measurement's model (each further thread measures on its own copy).
+    pub(crate) fn prefetch(
+        &mut self,
+        workload: &Workload,
+        requests: Vec<Request>,
+        threads: usize,
+    ) -> Result<()> {
+        if !self.reuse {
+            return Ok(());
+        }
+        let mut keys = Vec::new();
+        let mut distinct = Vec::new();
+        let mut seen = HashSet::new();
+        for r in requests {
+            let Some(key) = self.key(&r.site, r.policy, r.first) else {
+                continue;
+            };
+            if !self.figures.contains_key(&key) && seen.insert(key.clone()) {
+                keys.push(key);
+                distinct.push(r);
+            }
+        }
+        let figures = measure_distinct(workload, self.model, &distinct, threads)?;
+        self.measured += figures.len();
+        for (key, f) in keys.into_iter().zip(figures) {
+            self.figures.insert(key, (f, false));
+        }
+        Ok(())
+    }
+
     /// The figures of `site` under `policy` ([`measure`]), measured unless a segment with the
     /// same key was.
     pub(crate) fn of(&mut self, site: &Site, policy: Policy, first: bool) -> Result<Figures> {
-        let key = if self.reuse {
-            self.keys.of(site, policy, first)
-        } else {
-            None
-        };
-        if let Some(f) = key.as_ref().and_then(|k| self.figures.get(k)) {
-            self.reused += 1;
+        let key = self.key(site, policy, first);
+        if let Some((f, answered)) = key.as_ref().and_then(|k| self.figures.get_mut(k)) {
+            if *answered {
+                self.reused += 1;
+            }
+            *answered = true;
             return Ok(*f);
         }
         let f = measure(self.model, site, policy, first)?;
         self.measured += 1;
+        self.on_demand += 1;
         if let Some(k) = key {
-            self.figures.insert(k, f);
+            self.figures.insert(k, (f, true));
         }
         Ok(f)
     }

@@ -1,9 +1,10 @@
 //! A planning session: one workload, its exact estimator, its cost model and its chain model,
 //! shared by the strategies.
 
-use crate::builder::{OptionSpace, chain_model};
+use crate::builder::{OptionSpace, chain_model_on_threads};
 use crate::chain::{ChainModel, plan_entries};
 use crate::dp::pareto_front;
+use crate::parallel::measure_threads;
 use crate::report::{PipelineSummary, PlanReport};
 use crate::sites::{Site, discover};
 use crate::{Result, SearchError};
@@ -76,13 +77,15 @@ impl PlanningSession {
             )?
             .with_spike_flag(model.spike_input());
             let root = discover(&model, &input)?;
-            let chain = chain_model(
+            let chain = chain_model_on_threads(
+                workload,
                 &model,
                 &root,
                 workload.batch_size,
                 estimator.persistent_bytes(),
                 &space,
                 &cost,
+                measure_threads(),
             )?;
             (model, root, chain)
         };

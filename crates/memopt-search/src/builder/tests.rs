@@ -195,3 +195,32 @@ fn pricing_on_the_covered_modules_is_the_full_models() {
         }
     }
 }
+
+#[test]
+fn measuring_on_threads_gives_the_same_figures_and_asks_nothing_twice() {
+    for workload in workloads() {
+        let _own = MemoryTracker::install(MemoryTracker::new(workload.meta_device()));
+        let (model, root, cost) = setup(&workload);
+        let space = OptionSpace::default();
+        let mut serial = Measurements::new(&model);
+        let one = build(&model, &root, 2, 0, &space, &cost, &mut serial).unwrap();
+        for threads in [1, 2, 3] {
+            let mut ahead = Measurements::new(&model);
+            let mut wanted = Vec::new();
+            requests(&root, true, model.spec().time_steps, &space, &mut wanted);
+            ahead.prefetch(&workload, wanted, threads).unwrap();
+            let measured_ahead = ahead.measured;
+            let many = build(&model, &root, 2, 0, &space, &cost, &mut ahead).unwrap();
+            assert_eq!(one, many, "{} on {threads} threads", workload.name());
+            // The requests are every measurement the chain model asks for: none is left to
+            // measure on demand, each distinct segment is measured once, and the figures are
+            // shared exactly as measuring in order shares them.
+            assert_eq!(ahead.on_demand, 0, "{} on {threads} threads", workload.name());
+            assert_eq!(measured_ahead, serial.measured, "{}", workload.name());
+            assert_eq!(ahead.measured, serial.measured, "{}", workload.name());
+            assert_eq!(ahead.reused, serial.reused, "{}", workload.name());
+        }
+        let public = chain_model_on_threads(&workload, &model, &root, 2, 0, &space, &cost, 2).unwrap();
+        assert_eq!(one, public, "{}", workload.name());
+    }
+}

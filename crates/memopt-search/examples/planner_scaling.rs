@@ -3,8 +3,8 @@
 //! 1000-layer model from the start of the session (measuring every segment on Meta) to its
 //! verified plan. The chains are a linear-LIF chain (its peak is set by its parameters, so
 //! every budget is loose) and a conv-LIF chain (its peak is its activations, so budgets bind
-//! at every layer and the fronts of plans are long). Times are wall-clock, with the thread's
-//! CPU time beside them (the machine may be shared). Exits with status 1 when a wall time is
+//! at every layer and the fronts of plans are long). Times are wall-clock, with the process's
+//! CPU time (all threads) beside them (the machine may be shared). Exits with status 1 when a wall time is
 //! over twice its limit (the margin keeps the check about scaling, not about noise).
 //!
 //! `cargo run --release -p memopt-search --example planner_scaling [-- LAYERS]`
@@ -64,11 +64,20 @@ fn conv_chain(layers: usize) -> String {
     )
 }
 
-/// CPU time of this thread so far, in ms (`None` where the kernel does not say).
+/// CPU time of this process so far (every thread's, those that ended included: a session
+/// measures its segments on several threads), in ms, at the kernel's tick resolution
+/// (usually 10 ms); `None` where the kernel does not say.
 fn cpu_ms() -> Option<f64> {
-    let stat = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
-    Some(stat.split_whitespace().next()?.parse::<f64>().ok()? / 1e6)
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // Fields after the command name (which may hold spaces, hence the last ')'): utime and
+    // stime are the 12th and 13th.
+    let fields: Vec<&str> = stat.get(stat.rfind(')')? + 2..)?.split_whitespace().collect();
+    let ticks: f64 = fields.get(11)?.parse::<f64>().ok()? + fields.get(12)?.parse::<f64>().ok()?;
+    Some(ticks * 1e3 / TICKS_PER_S)
 }
+
+/// The kernel's clock ticks per second for process times (USER_HZ: 100 on Linux).
+const TICKS_PER_S: f64 = 100.0;
 
 /// Wall and CPU ms of `f`.
 fn timed<T>(f: impl FnOnce() -> T) -> (T, f64, Option<f64>) {

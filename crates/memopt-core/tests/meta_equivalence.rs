@@ -35,7 +35,11 @@ type Trace = (
 );
 
 fn step(device: Device) -> Trace {
-    let tracker = MemoryTracker::new(device);
+    step_on(MemoryTracker::new(device))
+}
+
+fn step_on(tracker: Arc<MemoryTracker>) -> Trace {
+    let device = tracker.device();
     let _installed = MemoryTracker::install(tracker.clone());
     let recorder = Arc::new(Recorder::default());
     let _sub = tracker.subscribe(recorder.clone());
@@ -231,4 +235,27 @@ fn meta_and_cpu_record_identical_event_streams_and_peaks() {
             .any(|e| e.3 == "conv" && e.2 == MemoryKind::Workspace),
         "the conv's workspace (flipped weights of its input gradient) is attributed to its module"
     );
+}
+
+/// A counting tracker (no caching allocator behind it) records the Meta tracker's event stream
+/// and its requested figures, overall and per kind, with allocated bytes equal to requested
+/// ones and nothing reserved.
+#[test]
+fn a_counting_tracker_records_the_requested_figures_of_meta() {
+    let (meta_events, meta) = step(Device::META);
+    let counting = MemoryTracker::counting(memopt_core::Target::Cpu);
+    assert!(counting.is_counting() && !MemoryTracker::new(Device::META).is_counting());
+    let (events, counted) = step_on(counting);
+    assert_eq!(events, meta_events);
+    assert_eq!((counted.current, counted.peak), (meta.current, meta.peak));
+    for (c, m) in counted.by_kind.iter().zip(&meta.by_kind) {
+        assert_eq!((c.current, c.peak), (m.current, m.peak));
+        assert_eq!((c.allocated, c.allocated_peak), (c.current, c.peak));
+    }
+    assert_eq!((counted.allocated_peak, counted.reserved_peak), (counted.peak, 0));
+    assert!(meta.allocated_peak > meta.peak, "Meta rounds to blocks; counting does not");
+    // No host memory behind it.
+    assert!(MemoryTracker::counting(memopt_core::Target::Cpu)
+        .allocate_host(8, MemoryKind::Activation)
+        .is_err());
 }

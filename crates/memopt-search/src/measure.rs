@@ -35,6 +35,16 @@ fn placeholder(info: &memopt_checkpoint::module::ValueInfo, device: Device) -> R
     )
 }
 
+/// The tracker a measurement installs: the figures are requested bytes, which a counting
+/// tracker gives on Meta without replaying the caching allocator (the same figures, see
+/// [`MemoryTracker::counting`]); elsewhere an ordinary one.
+fn measuring_tracker(device: Device) -> std::sync::Arc<MemoryTracker> {
+    match device {
+        Device::Meta(target) => MemoryTracker::counting(target),
+        other => MemoryTracker::new(other),
+    }
+}
+
 /// Runs `site` of `model` (built on Meta) under `policy`. `first` marks the first segment,
 /// whose input is the batch (held by the caller, not by the segment, and needing no gradient).
 pub fn measure(model: &Model, site: &Site, policy: Policy, first: bool) -> Result<Figures> {
@@ -64,7 +74,7 @@ pub fn measure(model: &Model, site: &Site, policy: Policy, first: bool) -> Resul
     } else {
         Vec::new()
     };
-    let tracker = MemoryTracker::new(model.device());
+    let tracker = measuring_tracker(model.device());
     let _installed = MemoryTracker::install(tracker.clone());
     let inputs = if first {
         outside
@@ -131,7 +141,7 @@ pub fn measure_loss(model_output: &Site, n: usize, device: Device) -> Result<Fig
         .first()
         .ok_or_else(|| SearchError::Internal("the model returned nothing".into()))?;
     let labels = Tensor::zeros([n], DType::I64, device, MemoryKind::Input)?;
-    let tracker = MemoryTracker::new(device);
+    let tracker = measuring_tracker(device);
     let _installed = MemoryTracker::install(tracker.clone());
     let input = placeholder(output, device)?;
     let policies = PolicyTable::default();

@@ -4,7 +4,7 @@ use super::block::{BlockLease, DeviceBlock, HostBlock};
 use super::caching::{BlockId, CachingAllocator, Grant, NoBacking, SegmentBacking};
 use super::{Allocation, AllocationId, MemoryAction, MemoryEvent, MemoryKind, current_scope};
 use crate::storage::{CudaBacking, HostBacking};
-use crate::{CoreError, Device, Result};
+use crate::{CoreError, Device, Result, Target};
 use std::cell::RefCell;
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::Instant;
@@ -116,6 +116,8 @@ type SubscriberList = Arc<[(u64, Arc<dyn MemorySubscriber>)]>;
 /// that allocated it, so its free is recorded there whichever thread drops it.
 pub struct MemoryTracker {
     device: Device,
+    /// Whether the caching allocator is bypassed: requested bytes only ([`Self::counting`]).
+    counting: bool,
     created: Instant,
     state: Mutex<TrackerState>,
     subscribers: RwLock<SubscriberList>,
@@ -157,11 +159,33 @@ impl MemoryTracker {
         Self::with_backing(device, backing)
     }
 
+    /// A fresh tracker on Meta of `target` that counts requested bytes only: no caching
+    /// allocator stands behind it, so each buffer's allocated bytes are its requested bytes and
+    /// nothing is reserved. Its requested figures (current, peak, per kind) are those of a
+    /// [`MemoryTracker::new`] tracker for the same allocations, which never depend on the
+    /// allocator; it is for measurements that read only those, at less bookkeeping per
+    /// allocation (the planner measures thousands of segments on Meta). Meta only: a CPU or GPU
+    /// buffer needs its memory from the allocator.
+    pub fn counting(target: Target) -> Arc<Self> {
+        let device = Device::Meta(target);
+        let mut tracker = Self::with_backing(device, Box::new(NoBacking));
+        if let Some(t) = Arc::get_mut(&mut tracker) {
+            t.counting = true;
+        }
+        tracker
+    }
+
+    /// Whether this tracker counts requested bytes only ([`MemoryTracker::counting`]).
+    pub fn is_counting(&self) -> bool {
+        self.counting
+    }
+
     /// A fresh tracker for `device` whose caching allocator takes its segments from `backing`
     /// (tests use a backing with a fixed capacity to exercise out-of-memory paths).
     pub fn with_backing(device: Device, backing: Box<dyn SegmentBacking>) -> Arc<Self> {
         Arc::new(MemoryTracker {
             device,
+            counting: false,
             created: Instant::now(),
             state: Mutex::new(TrackerState {
                 next_id: 0,
@@ -281,6 +305,9 @@ impl MemoryTracker {
         bytes: u64,
         kind: MemoryKind,
     ) -> Result<(Allocation, Option<BlockLease>)> {
+        if self.counting && bytes > 0 {
+            return Err(self.no_memory("host or GPU", "cpu or cuda"));
+        }
         let (id, grant, event) = self.record_alloc(bytes, kind)?;
         let (lease, memoryless) = match (grant.block, grant.memory) {
             (Some(block), Some((segment, offset))) => (
@@ -353,10 +380,30 @@ impl MemoryTracker {
         })
     }
 
-    fn record_alloc(&self, bytes: u64, kind: MemoryKind) -> Result<(AllocationId, Grant, MemoryEvent)> {
+    fn record_alloc(&self, bytes: u64, kind: MemoryKind) -> Result<(AllocationId, Grant, Option<MemoryEvent>)> {
         let mut s = self.lock();
         self.check_fits(&s, bytes)?;
-        let grant = match s.allocator.malloc(bytes) {
+        let grant = if self.counting {
+            Grant {
+                block: None,
+                size: bytes,
+                memory: None,
+                zeroed: false,
+            }
+        } else {
+            self.malloc(&mut s, bytes)?
+        };
+        let id = AllocationId(s.next_id);
+        s.next_id += 1;
+        s.add(kind, bytes, grant.size);
+        s.live += 1;
+        let event = self.event(&mut s, MemoryAction::Alloc, id, bytes, grant.size, kind);
+        Ok((id, grant, event))
+    }
+
+    /// A block of `bytes` from the caching allocator.
+    fn malloc(&self, s: &mut TrackerState, bytes: u64) -> Result<Grant> {
+        Ok(match s.allocator.malloc(bytes) {
             Ok(grant) => grant,
             Err(CoreError::OutOfMemory {
                 bytes: segment_bytes, ..
@@ -370,13 +417,7 @@ impl MemoryTracker {
                 });
             }
             Err(e) => return Err(e),
-        };
-        let id = AllocationId(s.next_id);
-        s.next_id += 1;
-        s.add(kind, bytes, grant.size);
-        s.live += 1;
-        let event = self.event(&mut s, MemoryAction::Alloc, id, bytes, grant.size, kind);
-        Ok((id, grant, event))
+        })
     }
 
     pub(super) fn record_free(&self, alloc: &Allocation, block: Option<BlockId>) {
@@ -425,10 +466,15 @@ impl MemoryTracker {
         bytes: u64,
         allocated: u64,
         kind: MemoryKind,
-    ) -> MemoryEvent {
+    ) -> Option<MemoryEvent> {
         let seq = s.seq;
         s.seq += 1;
-        MemoryEvent {
+        // Nobody to deliver it to: the scope and clock reads are skipped (the sequence number
+        // still counts the event).
+        if self.subscribers.read().unwrap_or_else(|e| e.into_inner()).is_empty() {
+            return None;
+        }
+        Some(MemoryEvent {
             seq,
             action,
             allocation,
@@ -441,10 +487,13 @@ impl MemoryTracker {
             current_allocated: s.allocated,
             current_reserved: s.allocator.reserved(),
             time_ns: self.created.elapsed().as_nanos() as u64,
-        }
+        })
     }
 
-    fn publish(&self, event: MemoryEvent) {
+    fn publish(&self, event: Option<MemoryEvent>) {
+        let Some(event) = event else {
+            return;
+        };
         let subs = self.subscribers.read().unwrap_or_else(|e| e.into_inner()).clone();
         for (_, sub) in subs.iter() {
             sub.on_event(&event);

@@ -253,9 +253,14 @@ fn a_counting_tracker_records_the_requested_figures_of_meta() {
         assert_eq!((c.allocated, c.allocated_peak), (c.current, c.peak));
     }
     assert_eq!((counted.allocated_peak, counted.reserved_peak), (counted.peak, 0));
-    assert!(meta.allocated_peak > meta.peak, "Meta rounds to blocks; counting does not");
+    assert!(
+        meta.allocated_peak > meta.peak,
+        "Meta rounds to blocks; counting does not"
+    );
     // No host memory behind it.
-    assert!(MemoryTracker::counting(memopt_core::Target::Cpu)
-        .allocate_host(8, MemoryKind::Activation)
-        .is_err());
+    assert!(
+        MemoryTracker::counting(memopt_core::Target::Cpu)
+            .allocate_host(8, MemoryKind::Activation)
+            .is_err()
+    );
 }

@@ -380,7 +380,11 @@ impl MemoryTracker {
         })
     }
 
-    fn record_alloc(&self, bytes: u64, kind: MemoryKind) -> Result<(AllocationId, Grant, Option<MemoryEvent>)> {
+    fn record_alloc(
+        &self,
+        bytes: u64,
+        kind: MemoryKind,
+    ) -> Result<(AllocationId, Grant, Option<MemoryEvent>)> {
         let mut s = self.lock();
         self.check_fits(&s, bytes)?;
         let grant = if self.counting {
@@ -471,7 +475,12 @@ impl MemoryTracker {
         s.seq += 1;
         // Nobody to deliver it to: the scope and clock reads are skipped (the sequence number
         // still counts the event).
-        if self.subscribers.read().unwrap_or_else(|e| e.into_inner()).is_empty() {
+        if self
+            .subscribers
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_empty()
+        {
             return None;
         }
         Some(MemoryEvent {

@@ -21,13 +21,7 @@ fn vgg() -> CostModel {
 }
 
 fn checkpoint(path: &str, chunks: usize) -> Plan {
-    Plan::from_entries([(
-        path,
-        Policy::Checkpoint {
-            compressor: CompressorKind::BitSpike,
-            chunks,
-        },
-    )])
+    Plan::from_entries([(path, Policy::checkpoint(CompressorKind::BitSpike, chunks))])
 }
 
 #[test]
@@ -52,36 +46,12 @@ fn chunked_batch_norm_segments_price_their_passes() {
     );
     // A chunked segment inside another chunked segment runs no passes of its own.
     let nested = Plan::from_entries([
-        (
-            "features",
-            Policy::Checkpoint {
-                compressor: CompressorKind::BitSpike,
-                chunks: 2,
-            },
-        ),
-        (
-            "features.1",
-            Policy::Checkpoint {
-                compressor: CompressorKind::BitSpike,
-                chunks: 2,
-            },
-        ),
+        ("features", Policy::checkpoint(CompressorKind::BitSpike, 2)),
+        ("features.1", Policy::checkpoint(CompressorKind::BitSpike, 2)),
     ]);
     let flat = Plan::from_entries([
-        (
-            "features",
-            Policy::Checkpoint {
-                compressor: CompressorKind::BitSpike,
-                chunks: 2,
-            },
-        ),
-        (
-            "features.1",
-            Policy::Checkpoint {
-                compressor: CompressorKind::BitSpike,
-                chunks: 1,
-            },
-        ),
+        ("features", Policy::checkpoint(CompressorKind::BitSpike, 2)),
+        ("features.1", Policy::checkpoint(CompressorKind::BitSpike, 1)),
     ]);
     assert_eq!(m.plan_extra_ms(&nested), m.plan_extra_ms(&flat));
 }

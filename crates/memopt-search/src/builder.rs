@@ -8,7 +8,7 @@ use crate::measure::{Figures, measure_loss};
 use crate::pricing::{SegmentPricing, extra_ms};
 use crate::segment_key::Measurements;
 use crate::sites::Site;
-use memopt_checkpoint::{Model, Policy};
+use memopt_checkpoint::{ChunkBoundaries, Model, Policy};
 use memopt_compress::CompressorKind;
 use memopt_profiler::CostModel;
 
@@ -27,6 +27,9 @@ pub struct OptionSpace {
     /// Whether a stored segment may keep its convolution and linear layers' spike inputs
     /// bit-packed ([`Policy::StorePacked`]); offered only where that changes its figures.
     pub store_packed: bool,
+    /// Whether every time-chunked option is also offered with its boundary states replayed
+    /// instead of kept ([`ChunkBoundaries::Replayed`]: less memory, more recomputation).
+    pub replay_boundaries: bool,
 }
 
 impl Default for OptionSpace {
@@ -36,6 +39,7 @@ impl Default for OptionSpace {
             chunk_counts: vec![2, 4, 8],
             max_run: 6,
             store_packed: true,
+            replay_boundaries: true,
         }
     }
 }
@@ -87,22 +91,18 @@ fn segment(
     measurements: &mut Measurements<'_>,
 ) -> Result<ChainSegment> {
     let t = model.spec().time_steps;
-    let mut policies = vec![
-        Policy::Store,
-        Policy::Checkpoint {
-            compressor: space.compressor,
-            chunks: 1,
-        },
-    ];
+    let mut policies = vec![Policy::Store, Policy::checkpoint(space.compressor, 1)];
     if site.time_separable {
-        policies.extend(
-            chunk_candidates(&space.chunk_counts, t)
-                .into_iter()
-                .map(|chunks| Policy::Checkpoint {
+        for chunks in chunk_candidates(&space.chunk_counts, t) {
+            policies.push(Policy::checkpoint(space.compressor, chunks));
+            if space.replay_boundaries {
+                policies.push(Policy::Checkpoint {
                     compressor: space.compressor,
                     chunks,
-                }),
-        );
+                    boundaries: ChunkBoundaries::Replayed,
+                });
+            }
+        }
     }
     let mut options = Vec::with_capacity(policies.len());
     let mut fixed = None;

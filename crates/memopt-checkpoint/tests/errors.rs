@@ -47,6 +47,40 @@ fn chunks_beyond_the_time_steps_are_rejected() {
 }
 
 #[test]
+fn replayed_boundaries_without_chunks_are_rejected_and_leave_the_plan_as_it_was() {
+    let mut model = zoo_small("toy-if", Device::META, 0);
+    let kept = Plan::from_entries([("0", Policy::checkpoint(CompressorKind::BitSpike, 2))]);
+    model.apply_plan(&kept).unwrap();
+    let p = Policy::Checkpoint {
+        compressor: CompressorKind::BitSpike,
+        chunks: 1,
+        boundaries: memopt_checkpoint::ChunkBoundaries::Replayed,
+    };
+    let msg = model
+        .apply_plan(&Plan::from_entries([("0", p)]))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        msg.contains("replayed boundaries need time chunks (chunks >= 2)"),
+        "{msg}"
+    );
+    assert_eq!(model.plan(), kept);
+    // Written and read back by plan files as `"boundaries": "replayed"`; omitted when kept.
+    let replayed = Plan::from_entries([(
+        "0",
+        Policy::Checkpoint {
+            compressor: CompressorKind::BitSpike,
+            chunks: 2,
+            boundaries: memopt_checkpoint::ChunkBoundaries::Replayed,
+        },
+    )]);
+    let json = replayed.to_json();
+    assert!(json.contains(r#""boundaries": "replayed""#), "{json}");
+    assert!(!kept.to_json().contains("boundaries"));
+    assert_eq!(Plan::from_json(&json).unwrap(), replayed);
+}
+
+#[test]
 fn chunking_a_segment_with_batch_norm_is_accepted() {
     // Training BatchNorm couples the time steps through its statistics; chunked segments
     // compute them in passes (tests/chunked_batch_norm.rs shows the results are exact).

@@ -93,3 +93,53 @@ fn calibrated_passes_use_the_recompute_and_backward_factors() {
         "{extra} vs {at_forward}"
     );
 }
+
+fn replayed(path: &str, chunks: usize) -> Plan {
+    Plan::from_entries([(
+        path,
+        Policy::Checkpoint {
+            compressor: CompressorKind::BitSpike,
+            chunks,
+            boundaries: memopt_checkpoint::ChunkBoundaries::Replayed,
+        },
+    )])
+}
+
+/// Replayed boundary states cost, per backward pass, the forward of the chunks before each
+/// chunk: with T = 4, 3 chunks ([2, 1, 1], starting at 0, 2, 3) replay 5/4 of the segment's
+/// recomputed forward per pass; the passes are the backward proper and one gradient-sums pass
+/// per BatchNorm (features.1 has one), none of those for a segment nested in a chunked one.
+#[test]
+fn replayed_boundaries_price_the_chunks_they_run_again() {
+    let m = vgg();
+    assert_eq!(m.time_steps, 4);
+    let forward = m.recompute_ms("features.1");
+    let extra = m.plan_extra_ms(&replayed("features.1", 3)) - m.plan_extra_ms(&checkpoint("features.1", 3));
+    let want = 2.0 * (5.0 / 4.0) * forward;
+    assert!((extra - want).abs() <= 1e-9 * want, "{extra} vs {want}");
+    // 4 chunks of one step: 0 + 1 + 2 + 3 steps replayed, 6/4 per pass.
+    let extra = m.plan_extra_ms(&replayed("features.1", 4)) - m.plan_extra_ms(&checkpoint("features.1", 4));
+    let want = 2.0 * (6.0 / 4.0) * forward;
+    assert!((extra - want).abs() <= 1e-9 * want, "{extra} vs {want}");
+    // Nested in a chunked segment: the backward pass only.
+    let outer = ("features", Policy::checkpoint(CompressorKind::BitSpike, 2));
+    let inner = |boundaries| {
+        (
+            "features.1",
+            Policy::Checkpoint {
+                compressor: CompressorKind::BitSpike,
+                chunks: 2,
+                boundaries,
+            },
+        )
+    };
+    let extra = m.plan_extra_ms(&Plan::from_entries([
+        outer,
+        inner(memopt_checkpoint::ChunkBoundaries::Replayed),
+    ])) - m.plan_extra_ms(&Plan::from_entries([
+        outer,
+        inner(memopt_checkpoint::ChunkBoundaries::Kept),
+    ]));
+    let want = (2.0 / 4.0) * forward;
+    assert!((extra - want).abs() <= 1e-9 * want, "{extra} vs {want}");
+}

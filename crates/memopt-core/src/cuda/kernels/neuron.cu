@@ -139,9 +139,9 @@ __device__ __forceinline__ void backward_plain(const float* grad_spikes, const f
 }
 
 // PLIF partial sums are per (block of neurons, t): Target::Cuda.neuron_block() = 1024 neurons,
-// one thread block of 256 threads x 4 neurons (the CPU uses 8192-neuron chunks, so the PLIF
-// parameter's gradient agrees with the CPU's within rounding, not bit for bit; on the GPU it is
-// the same under any plan).
+// one thread block of 256 threads x 4 neurons; the CPU sums the same blocks (eight per chunk
+// of 8192 neurons, side by side) in the same order, so the PLIF parameter's gradient is bit
+// for bit the CPU's.
 #define NEURON_CHUNK 1024
 #define PLIF_THREADS 256
 #define PLIF_PER_THREAD (NEURON_CHUNK / PLIF_THREADS)

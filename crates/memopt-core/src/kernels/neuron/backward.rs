@@ -243,3 +243,44 @@ fn add_columns<const BLOCK: usize>(sums: &mut [f64], blocks: &[[f32; BLOCK]]) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The side-by-side block sums are, bit for bit, each block's sum in neuron order (f64 from
+    /// -0.0, rounded to f32), the order the CUDA kernel adds in: for a whole chunk, a chunk of
+    /// whole blocks and one ending in a partial block.
+    #[test]
+    fn block_sums_add_each_block_in_neuron_order() {
+        const BLOCK: usize = crate::kernels::neuron::PLIF_PARTIAL_NEURONS;
+        let mut state = 0x2545_f491_4f6c_dd1du64;
+        let mut next = || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            // Magnitudes from 2^-20 to 2^20, both signs: f64 sums that round differently when
+            // the order changes.
+            let m = (state >> 40) as f32 / (1u64 << 24) as f32 - 0.5;
+            m * 2f32.powi((state % 41) as i32 - 20)
+        };
+        let acc: Vec<f32> = (0..CHUNK).map(|_| next()).collect();
+        for len in [CHUNK, 3 * BLOCK, 5 * BLOCK + 17, 9, 0] {
+            let acc = &acc[..len];
+            let mut got = vec![f32::NAN; len.div_ceil(BLOCK)];
+            block_sums(acc, |b, s| got[b] = s);
+            let want: Vec<f32> = acc
+                .chunks(BLOCK)
+                .map(|block| {
+                    let mut s = -0.0f64;
+                    for &a in block {
+                        s += a as f64;
+                    }
+                    s as f32
+                })
+                .collect();
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&got), bits(&want), "{len} neurons");
+        }
+    }
+}

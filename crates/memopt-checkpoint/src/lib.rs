@@ -36,5 +36,5 @@ pub use error::{CheckpointError, Result};
 pub use model::{InputSpec, Model};
 pub use module::Module;
 pub use param::{Buffer, Param, ParamId};
-pub use policy::{PLAN_VERSION, Plan, PlanEntry, Policy, PolicyTable, RunShape};
+pub use policy::{ChunkBoundaries, PLAN_VERSION, Plan, PlanEntry, Policy, PolicyTable, RunShape, time_spans};
 pub use train::{Batch, StepOptions, StepOutput, Target, Trainer};

@@ -8,16 +8,15 @@
 
 mod common;
 
-use common::{batch, fingerprint, tiny_conv_snn, trainer, zoo_small};
-use memopt_checkpoint::{Model, Plan, PlanEntry, Policy, StepOptions};
+use common::{Recorder, batch, fingerprint, tiny_conv_snn, trainer, zoo_small};
+use memopt_checkpoint::{ChunkBoundaries, Model, Plan, PlanEntry, Policy, StepOptions};
 use memopt_compress::CompressorKind;
+use memopt_core::memory::Phase;
 use memopt_core::{Device, MemoryTracker};
+use std::sync::Arc;
 
 fn chunked(chunks: usize) -> Policy {
-    Policy::Checkpoint {
-        compressor: CompressorKind::BitSpike,
-        chunks,
-    }
+    Policy::checkpoint(CompressorKind::BitSpike, chunks)
 }
 
 fn run(path: &str, children: [usize; 2], chunks: usize) -> PlanEntry {
@@ -211,4 +210,90 @@ fn chunked_batch_norm_segments_compose_with_packed_reads_and_store_packed() {
     ]);
     assert_exact(&dvs_vgg, &p, 2);
     assert_meta_matches_cpu(&dvs_vgg, &p, 2);
+}
+
+fn replayed(entry: PlanEntry) -> PlanEntry {
+    let Policy::Checkpoint {
+        compressor, chunks, ..
+    } = entry.policy
+    else {
+        return entry;
+    };
+    PlanEntry {
+        policy: Policy::Checkpoint {
+            compressor,
+            chunks,
+            boundaries: ChunkBoundaries::Replayed,
+        },
+        ..entry
+    }
+}
+
+#[test]
+fn replayed_boundaries_are_exact_and_meta_matches_cpu() {
+    // Backward rebuilds each chunk's starting states by replaying the chunks before it, in
+    // every pass (gradient sums of both BatchNorms, then the backward proper), also nested.
+    for p in [
+        plan(vec![replayed(entry("block1", 4)), replayed(entry("block2", 3))]),
+        plan(vec![replayed(run("", [0, 4], 4)), replayed(entry("block2", 2))]),
+        plan(vec![replayed(run("", [0, 4], 3)), entry("block1", 2)]),
+    ] {
+        assert_exact(&tiny, &p, 2);
+        assert_meta_matches_cpu(&tiny, &p, 2);
+    }
+    let p = plan(vec![
+        replayed(entry("features.0", 4)),
+        replayed(run("features", [1, 3], 3)),
+    ]);
+    assert_exact(&dvs_vgg, &p, 2);
+    assert_meta_matches_cpu(&dvs_vgg, &p, 2);
+}
+
+/// Bytes held when the step's backward starts under `plan`, on Meta.
+fn held_at_backward(plan: &Plan) -> u64 {
+    let tracker = MemoryTracker::new(Device::META);
+    let _installed = MemoryTracker::install(tracker.clone());
+    let mut model = tiny(Device::META);
+    model.apply_plan(plan).unwrap();
+    let mut trainer = trainer(&model);
+    let recorder = Arc::new(Recorder::default());
+    let _sub = tracker.subscribe(recorder.clone());
+    trainer
+        .step(&model, &batch(&model, 2, 0), StepOptions::default())
+        .unwrap();
+    let events = recorder.0.lock().unwrap();
+    let first_backward = events
+        .iter()
+        .position(|e| e.4 == Phase::Backward)
+        .expect("the step has a backward");
+    events[first_backward - 1].5
+}
+
+#[test]
+fn replayed_boundaries_keep_no_chunk_boundary_state_through_the_forward() {
+    // Blocks 1-2 (two LIF-like neurons) in k chunks keep one state of each neuron per boundary,
+    // k - 1 of them, when kept; none when replayed.
+    let model = tiny(Device::Cpu);
+    let out = trainer(&model)
+        .step(
+            &model,
+            &batch(&model, 2, 0),
+            StepOptions {
+                keep_states: true,
+                ..StepOptions::default()
+            },
+        )
+        .unwrap();
+    let boundary: u64 = out
+        .final_states
+        .iter()
+        .filter(|(p, _)| p.starts_with("block1.") || p.starts_with("block2."))
+        .map(|(_, t)| t.view_bytes())
+        .sum();
+    assert!(boundary > 0, "blocks 1-2 hold neuron states");
+    for k in [2, 3, 4] {
+        let kept = held_at_backward(&plan(vec![run("", [0, 4], k)]));
+        let replay = held_at_backward(&plan(vec![replayed(run("", [0, 4], k))]));
+        assert_eq!(kept - replay, (k as u64 - 1) * boundary, "{k} chunks");
+    }
 }

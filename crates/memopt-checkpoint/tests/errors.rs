@@ -26,10 +26,7 @@ fn unknown_paths_are_named_with_suggestions() {
 fn chunks_beyond_the_time_steps_are_rejected() {
     let mut model = zoo_small("toy-if", Device::META, 0);
     let t = model.spec().time_steps;
-    let p = Policy::Checkpoint {
-        compressor: CompressorKind::BitSpike,
-        chunks: t + 1,
-    };
+    let p = Policy::checkpoint(CompressorKind::BitSpike, t + 1);
     let msg = model
         .apply_plan(&Plan::from_entries([("0", p)]))
         .unwrap_err()
@@ -41,10 +38,7 @@ fn chunks_beyond_the_time_steps_are_rejected() {
         )),
         "{msg}"
     );
-    let zero = Policy::Checkpoint {
-        compressor: CompressorKind::BitSpike,
-        chunks: 0,
-    };
+    let zero = Policy::checkpoint(CompressorKind::BitSpike, 0);
     let msg = model
         .apply_plan(&Plan::from_entries([("0", zero)]))
         .unwrap_err()
@@ -53,14 +47,45 @@ fn chunks_beyond_the_time_steps_are_rejected() {
 }
 
 #[test]
+fn replayed_boundaries_without_chunks_are_rejected_and_leave_the_plan_as_it_was() {
+    let mut model = zoo_small("toy-if", Device::META, 0);
+    let kept = Plan::from_entries([("0", Policy::checkpoint(CompressorKind::BitSpike, 2))]);
+    model.apply_plan(&kept).unwrap();
+    let p = Policy::Checkpoint {
+        compressor: CompressorKind::BitSpike,
+        chunks: 1,
+        boundaries: memopt_checkpoint::ChunkBoundaries::Replayed,
+    };
+    let msg = model
+        .apply_plan(&Plan::from_entries([("0", p)]))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        msg.contains("replayed boundaries need time chunks (chunks >= 2)"),
+        "{msg}"
+    );
+    assert_eq!(model.plan(), kept);
+    // Written and read back by plan files as `"boundaries": "replayed"`; omitted when kept.
+    let replayed = Plan::from_entries([(
+        "0",
+        Policy::Checkpoint {
+            compressor: CompressorKind::BitSpike,
+            chunks: 2,
+            boundaries: memopt_checkpoint::ChunkBoundaries::Replayed,
+        },
+    )]);
+    let json = replayed.to_json();
+    assert!(json.contains(r#""boundaries": "replayed""#), "{json}");
+    assert!(!kept.to_json().contains("boundaries"));
+    assert_eq!(Plan::from_json(&json).unwrap(), replayed);
+}
+
+#[test]
 fn chunking_a_segment_with_batch_norm_is_accepted() {
     // Training BatchNorm couples the time steps through its statistics; chunked segments
     // compute them in passes (tests/chunked_batch_norm.rs shows the results are exact).
     let mut model = tiny_conv_snn(Device::META, 0, 4);
-    let p = Policy::Checkpoint {
-        compressor: CompressorKind::BitSpike,
-        chunks: 2,
-    };
+    let p = Policy::checkpoint(CompressorKind::BitSpike, 2);
     model.apply_plan(&Plan::from_entries([("block1", p)])).unwrap();
     model.apply_plan(&Plan::from_entries([("block2.bn", p)])).unwrap();
 }
@@ -81,10 +106,7 @@ fn chunking_a_segment_with_per_element_dropout_says_which_module_and_why() {
         classes: 3,
     };
     let mut model = Model::new("per-element-dropout", Box::new(root), spec, Device::META);
-    let p = Policy::Checkpoint {
-        compressor: CompressorKind::BitSpike,
-        chunks: 2,
-    };
+    let p = Policy::checkpoint(CompressorKind::BitSpike, 2);
     let msg = model
         .apply_plan(&Plan::from_entries([("body", p)]))
         .unwrap_err()
@@ -194,10 +216,7 @@ fn runs_of_children_are_validated() {
     let entry = |path: &str, a, b, chunks| memopt_checkpoint::PlanEntry {
         path: path.into(),
         children: Some([a, b]),
-        policy: Policy::Checkpoint {
-            compressor: CompressorKind::BitSpike,
-            chunks,
-        },
+        policy: Policy::checkpoint(CompressorKind::BitSpike, chunks),
     };
     let plan = |entries: Vec<memopt_checkpoint::PlanEntry>| Plan { version: 1, entries };
     model

@@ -49,10 +49,7 @@ fn checkpoint(path: &str, children: Option<[usize; 2]>, chunks: usize) -> PlanEn
     PlanEntry {
         path: path.into(),
         children,
-        policy: Policy::Checkpoint {
-            compressor: CompressorKind::BitSpike,
-            chunks,
-        },
+        policy: Policy::checkpoint(CompressorKind::BitSpike, chunks),
     }
 }
 

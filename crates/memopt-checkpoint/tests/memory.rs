@@ -49,15 +49,7 @@ fn step(build: &dyn Fn(Device) -> Model, plan: &Plan, device: Device, n: usize) 
 }
 
 fn vgg_blocks(compressor: CompressorKind) -> Plan {
-    Plan::from_entries((0..8).map(|i| {
-        (
-            format!("features.{i}"),
-            Policy::Checkpoint {
-                compressor,
-                chunks: 1,
-            },
-        )
-    }))
+    Plan::from_entries((0..8).map(|i| (format!("features.{i}"), Policy::checkpoint(compressor, 1))))
 }
 
 fn vgg(d: Device) -> Model {
@@ -124,10 +116,7 @@ fn chunks_lower_the_peak_of_long_sequences() {
     };
     let plan = |chunks| {
         Plan::from_entries((0..3).map(move |i| {
-            let p = Policy::Checkpoint {
-                compressor: CompressorKind::BitSpike,
-                chunks,
-            };
+            let p = Policy::checkpoint(CompressorKind::BitSpike, chunks);
             (i.to_string(), p)
         }))
     };

@@ -145,10 +145,7 @@ fn packed_reads_leave_every_result_bit_identical_to_storing_everything() {
         checkpoint_run([1, 3]),
         Plan::from_entries([(
             "block",
-            Policy::Checkpoint {
-                compressor: memopt_compress::CompressorKind::BitSpike,
-                chunks: 3,
-            },
+            Policy::checkpoint(memopt_compress::CompressorKind::BitSpike, 3),
         )]),
         Plan::from_entries([(
             "block",

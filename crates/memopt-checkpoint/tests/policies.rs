@@ -6,10 +6,19 @@
 mod common;
 
 use common::{fingerprint, fingerprint_with, tiny_conv_snn, zoo_small};
-use memopt_checkpoint::{Model, Plan, PlanEntry, Policy};
+use memopt_checkpoint::{ChunkBoundaries, Model, Plan, PlanEntry, Policy};
 use memopt_compress::CompressorKind;
 use memopt_core::Device;
 use proptest::prelude::*;
+
+/// Kept or replayed chunk-boundary states, from a random choice.
+fn boundaries(r: u32) -> ChunkBoundaries {
+    if (r / 64) % 2 == 1 {
+        ChunkBoundaries::Replayed
+    } else {
+        ChunkBoundaries::Kept
+    }
+}
 
 const LOSSLESS: [CompressorKind; 4] = [
     CompressorKind::Null,
@@ -42,16 +51,17 @@ fn random_plan_with(model: &Model, picks: &[u32], compressors: &[CompressorKind]
             4 => Policy::StorePacked,
             _ => {
                 let chunks = 1 + (r as usize / 32) % t;
-                let chunked = Policy::Checkpoint { compressor, chunks };
+                let chunked = Policy::Checkpoint {
+                    compressor,
+                    chunks,
+                    boundaries: boundaries(r),
+                };
                 let plan = Plan::from_entries([(info.path.clone(), chunked)]);
                 let mut probe = Model::clone_policies_probe(model);
                 if chunks > 1 && probe(&plan) {
                     chunked
                 } else {
-                    Policy::Checkpoint {
-                        compressor,
-                        chunks: 1,
-                    }
+                    Policy::checkpoint(compressor, 1)
                 }
             }
         };
@@ -74,11 +84,12 @@ fn random_plan_with(model: &Model, picks: &[u32], compressors: &[CompressorKind]
         let compressor = compressors[(r / 5) as usize % compressors.len()];
         let chunks = 1 + (r as usize / 11) % t;
         for policy in [
-            Policy::Checkpoint { compressor, chunks },
             Policy::Checkpoint {
                 compressor,
-                chunks: 1,
+                chunks,
+                boundaries: boundaries(r),
             },
+            Policy::checkpoint(compressor, 1),
         ] {
             let mut candidate = plan.clone();
             candidate.entries.push(PlanEntry {
@@ -206,11 +217,20 @@ fn nested_chunked_checkpoints_everywhere_are_exact() {
     assert_eq!(fingerprint_with(&model, 2, 2, false), baseline.without_states());
 }
 
-fn chunked(path: &str, children: Option<[usize; 2]>, chunks: usize, compressor: CompressorKind) -> PlanEntry {
+fn chunked(
+    path: &str,
+    children: Option<[usize; 2]>,
+    chunks: usize,
+    (compressor, boundaries): (CompressorKind, ChunkBoundaries),
+) -> PlanEntry {
     PlanEntry {
         path: path.into(),
         children,
-        policy: Policy::Checkpoint { compressor, chunks },
+        policy: Policy::Checkpoint {
+            compressor,
+            chunks,
+            boundaries,
+        },
     }
 }
 
@@ -219,16 +239,19 @@ proptest! {
 
     /// Segments with training BatchNorm chunked over time (a block, a bare BatchNorm, a run of
     /// root children through both blocks, nested inside one another), with random chunk
-    /// counts and compressors: bit-identical to storing everything.
+    /// counts, compressors and boundary states kept or replayed: bit-identical to storing
+    /// everything.
     #[test]
     fn chunked_batch_norm_segments_are_exact(
         t in 2usize..6,
         ks in proptest::collection::vec(2usize..6, 3),
         shape in 0usize..4,
         c in 0usize..LOSSLESS.len(),
+        replay in any::<bool>(),
     ) {
         let k = |i: usize| ks[i].min(t);
-        let comp = LOSSLESS[c];
+        let replayed = if replay { ChunkBoundaries::Replayed } else { ChunkBoundaries::Kept };
+        let comp = (LOSSLESS[c], replayed);
         let entries = match shape {
             0 => vec![chunked("block1", None, k(0), comp), chunked("block2", None, k(1), comp)],
             1 => vec![chunked("block1.bn", None, k(0), comp), chunked("block2", Some([0, 2]), k(1), comp)],

@@ -9,9 +9,9 @@ fn the_readme_plan_applies_to_the_vgg() {
     let start = readme.find("```json\n").expect("a json block") + "```json\n".len();
     let json = &readme[start..start + readme[start..].find("```").unwrap()];
     let plan = Plan::from_json(json).unwrap();
-    assert_eq!(plan.entries.len(), 5);
+    assert_eq!(plan.entries.len(), 6);
     let spec = zoo::entry("cifar10dvs-vgg").unwrap().small;
     let mut model = zoo::build("cifar10dvs-vgg", &spec, Device::META, 0).unwrap();
     model.apply_plan(&plan).unwrap();
-    assert_eq!(model.plan().entries.len(), 5);
+    assert_eq!(model.plan().entries.len(), 6);
 }

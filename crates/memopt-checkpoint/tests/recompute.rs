@@ -84,10 +84,7 @@ fn model(device: Device, last: Last, view_last: bool) -> Model {
 fn checkpoint(path: &str, chunks: usize) -> Plan {
     Plan::from_entries([(
         path.to_string(),
-        Policy::Checkpoint {
-            compressor: CompressorKind::BitSpike,
-            chunks,
-        },
+        Policy::checkpoint(CompressorKind::BitSpike, chunks),
     )])
 }
 

@@ -71,10 +71,7 @@ fn dropout_replays_its_mask_in_recomputation() {
     let base = fingerprint(&dropout_net(Device::Cpu), 3, 4);
     for chunks in [1, 2, 4] {
         let mut model = dropout_net(Device::Cpu);
-        let p = Policy::Checkpoint {
-            compressor: CompressorKind::Null,
-            chunks,
-        };
+        let p = Policy::checkpoint(CompressorKind::Null, chunks);
         model.apply_plan(&Plan::from_entries([("block", p)])).unwrap();
         assert_eq!(fingerprint(&model, 3, 4), base, "chunks = {chunks}");
     }

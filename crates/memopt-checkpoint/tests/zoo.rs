@@ -476,13 +476,7 @@ fn checkpointed_blocks_are_exact(name: &str) {
         .flat_map(|l| (0..2).map(move |b| format!("layer{l}.{b}")))
         .map(|p| (p, Policy::CHECKPOINT))
         .collect();
-    entries.push((
-        "sn1".into(),
-        Policy::Checkpoint {
-            compressor: CompressorKind::BitSpike,
-            chunks: 2,
-        },
-    ));
+    entries.push(("sn1".into(), Policy::checkpoint(CompressorKind::BitSpike, 2)));
     model.apply_plan(&Plan::from_entries(entries)).unwrap();
     model.split_policy("layer4.0").unwrap();
     assert!(model.policies().get("layer4.0").is_none());

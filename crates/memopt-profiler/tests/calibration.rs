@@ -382,10 +382,7 @@ fn calibrated_packing_prices_spike_inputs_only() {
     let entry = |path: &str, compressor| PlanEntry {
         path: path.into(),
         children: None,
-        policy: Policy::Checkpoint {
-            compressor,
-            chunks: 1,
-        },
+        policy: Policy::checkpoint(compressor, 1),
     };
     // features.2 takes spikes: BitSpike costs its measured packing; features.0 takes the
     // (non-spike) input frames, kept as they are.

@@ -68,15 +68,7 @@ fn plans_cost_their_recomputation_and_compression() {
     // features.1 runs forward once more inside the recomputation of `features`.
     let expected = m.recompute_ms("features") + m.recompute_ms("features.1");
     assert!(m.plan_extra_ms(&nested) >= expected);
-    let spikes = |c| {
-        Plan::from_entries([(
-            "features.2",
-            Policy::Checkpoint {
-                compressor: c,
-                chunks: 1,
-            },
-        )])
-    };
+    let spikes = |c| Plan::from_entries([("features.2", Policy::checkpoint(c, 1))]);
     // The input of features.2 is spikes: packing costs time, storing it as is costs none.
     assert!(
         m.plan_extra_ms(&spikes(CompressorKind::BitSpike)) > m.plan_extra_ms(&spikes(CompressorKind::Null))

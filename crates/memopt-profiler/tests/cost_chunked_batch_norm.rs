@@ -21,13 +21,7 @@ fn vgg() -> CostModel {
 }
 
 fn checkpoint(path: &str, chunks: usize) -> Plan {
-    Plan::from_entries([(
-        path,
-        Policy::Checkpoint {
-            compressor: CompressorKind::BitSpike,
-            chunks,
-        },
-    )])
+    Plan::from_entries([(path, Policy::checkpoint(CompressorKind::BitSpike, chunks))])
 }
 
 #[test]
@@ -52,36 +46,12 @@ fn chunked_batch_norm_segments_price_their_passes() {
     );
     // A chunked segment inside another chunked segment runs no passes of its own.
     let nested = Plan::from_entries([
-        (
-            "features",
-            Policy::Checkpoint {
-                compressor: CompressorKind::BitSpike,
-                chunks: 2,
-            },
-        ),
-        (
-            "features.1",
-            Policy::Checkpoint {
-                compressor: CompressorKind::BitSpike,
-                chunks: 2,
-            },
-        ),
+        ("features", Policy::checkpoint(CompressorKind::BitSpike, 2)),
+        ("features.1", Policy::checkpoint(CompressorKind::BitSpike, 2)),
     ]);
     let flat = Plan::from_entries([
-        (
-            "features",
-            Policy::Checkpoint {
-                compressor: CompressorKind::BitSpike,
-                chunks: 2,
-            },
-        ),
-        (
-            "features.1",
-            Policy::Checkpoint {
-                compressor: CompressorKind::BitSpike,
-                chunks: 1,
-            },
-        ),
+        ("features", Policy::checkpoint(CompressorKind::BitSpike, 2)),
+        ("features.1", Policy::checkpoint(CompressorKind::BitSpike, 1)),
     ]);
     assert_eq!(m.plan_extra_ms(&nested), m.plan_extra_ms(&flat));
 }
@@ -122,4 +92,54 @@ fn calibrated_passes_use_the_recompute_and_backward_factors() {
         (extra - at_forward).abs() > 1e-3 * at_forward,
         "{extra} vs {at_forward}"
     );
+}
+
+fn replayed(path: &str, chunks: usize) -> Plan {
+    Plan::from_entries([(
+        path,
+        Policy::Checkpoint {
+            compressor: CompressorKind::BitSpike,
+            chunks,
+            boundaries: memopt_checkpoint::ChunkBoundaries::Replayed,
+        },
+    )])
+}
+
+/// Replayed boundary states cost, per backward pass, the forward of the chunks before each
+/// chunk: with T = 4, 3 chunks ([2, 1, 1], starting at 0, 2, 3) replay 5/4 of the segment's
+/// recomputed forward per pass; the passes are the backward proper and one gradient-sums pass
+/// per BatchNorm (features.1 has one), none of those for a segment nested in a chunked one.
+#[test]
+fn replayed_boundaries_price_the_chunks_they_run_again() {
+    let m = vgg();
+    assert_eq!(m.time_steps, 4);
+    let forward = m.recompute_ms("features.1");
+    let extra = m.plan_extra_ms(&replayed("features.1", 3)) - m.plan_extra_ms(&checkpoint("features.1", 3));
+    let want = 2.0 * (5.0 / 4.0) * forward;
+    assert!((extra - want).abs() <= 1e-9 * want, "{extra} vs {want}");
+    // 4 chunks of one step: 0 + 1 + 2 + 3 steps replayed, 6/4 per pass.
+    let extra = m.plan_extra_ms(&replayed("features.1", 4)) - m.plan_extra_ms(&checkpoint("features.1", 4));
+    let want = 2.0 * (6.0 / 4.0) * forward;
+    assert!((extra - want).abs() <= 1e-9 * want, "{extra} vs {want}");
+    // Nested in a chunked segment: the backward pass only.
+    let outer = ("features", Policy::checkpoint(CompressorKind::BitSpike, 2));
+    let inner = |boundaries| {
+        (
+            "features.1",
+            Policy::Checkpoint {
+                compressor: CompressorKind::BitSpike,
+                chunks: 2,
+                boundaries,
+            },
+        )
+    };
+    let extra = m.plan_extra_ms(&Plan::from_entries([
+        outer,
+        inner(memopt_checkpoint::ChunkBoundaries::Replayed),
+    ])) - m.plan_extra_ms(&Plan::from_entries([
+        outer,
+        inner(memopt_checkpoint::ChunkBoundaries::Kept),
+    ]));
+    let want = (2.0 / 4.0) * forward;
+    assert!((extra - want).abs() <= 1e-9 * want, "{extra} vs {want}");
 }

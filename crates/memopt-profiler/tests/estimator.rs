@@ -129,13 +129,7 @@ proptest! {
 #[test]
 fn sparse_compression_is_flagged_and_bounded_from_above() {
     let workload = Workload::zoo_small("toy-if", 2).unwrap();
-    let plan = Plan::from_entries([(
-        "0.2",
-        Policy::Checkpoint {
-            compressor: CompressorKind::Sparse,
-            chunks: 1,
-        },
-    )]);
+    let plan = Plan::from_entries([("0.2", Policy::checkpoint(CompressorKind::Sparse, 1))]);
     let measured = profile_memory(&workload, &plan, Device::Cpu).unwrap();
     let mut estimator = Estimator::new(&workload).unwrap();
     let estimated = estimator.report(&plan).unwrap();

@@ -12,10 +12,7 @@ fn plans() -> Vec<Plan> {
     let checkpoint = |path: &str, chunks| PlanEntry {
         path: path.into(),
         children: None,
-        policy: Policy::Checkpoint {
-            compressor: CompressorKind::BitSpike,
-            chunks,
-        },
+        policy: Policy::checkpoint(CompressorKind::BitSpike, chunks),
     };
     vec![
         Plan::store_all(),

@@ -142,10 +142,7 @@ fn per_module_figures_sum_to_the_global_figures() {
             Plan::from_entries([
                 (
                     "0",
-                    Policy::Checkpoint {
-                        compressor: memopt_compress::CompressorKind::BitSpike,
-                        chunks: 3,
-                    },
+                    Policy::checkpoint(memopt_compress::CompressorKind::BitSpike, 3),
                 ),
                 ("0.1", Policy::CHECKPOINT),
             ]),

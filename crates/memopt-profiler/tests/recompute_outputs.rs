@@ -34,10 +34,7 @@ fn the_last_layer_of_a_recomputed_segment_holds_no_output_at_exit() {
         ),
     ];
     let plan = Plan::from_entries(cases.iter().map(|(seg, _, _)| {
-        let p = Policy::Checkpoint {
-            compressor: CompressorKind::BitSpike,
-            chunks: 1,
-        };
+        let p = Policy::checkpoint(CompressorKind::BitSpike, 1);
         (seg.to_string(), p)
     }));
     let mut figures = Vec::new();

@@ -25,10 +25,7 @@ fn cpu_step_within(workload: &Workload, plan: &Plan, limit: u64) -> Result<(u64,
 }
 
 fn checkpointed_blocks() -> Plan {
-    let bits = Policy::Checkpoint {
-        compressor: CompressorKind::BitSpike,
-        chunks: 1,
-    };
+    let bits = Policy::checkpoint(CompressorKind::BitSpike, 1);
     Plan::from_entries([("features.0", bits), ("features.2", bits), ("features.4", bits)])
 }
 

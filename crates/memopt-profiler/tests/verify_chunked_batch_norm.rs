@@ -12,10 +12,7 @@ fn chunked(path: &str, children: Option<[usize; 2]>, chunks: usize) -> PlanEntry
     PlanEntry {
         path: path.into(),
         children,
-        policy: Policy::Checkpoint {
-            compressor: CompressorKind::BitSpike,
-            chunks,
-        },
+        policy: Policy::checkpoint(CompressorKind::BitSpike, chunks),
     }
 }
 

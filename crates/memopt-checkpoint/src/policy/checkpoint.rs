@@ -3,10 +3,10 @@
 //! with recording, backpropagates and frees — chunk by chunk in reverse when the time dimension
 //! is split.
 
-use super::Policy;
 use super::chunk_passes::{self, Carry, ChunkData, Pass, Recompute};
 use super::saved_input::SavedInput;
 use super::segment::Segment;
+use super::{ChunkBoundaries, Policy};
 use crate::autograd::{BackwardGrads, BackwardOp, SavedTensor, Var, VarId};
 use crate::context::Cx;
 use crate::{CheckpointError, Result};
@@ -14,7 +14,8 @@ use memopt_core::kernels::BatchNormStats;
 use memopt_core::{MemoryKind, ModulePath, RngState, Tensor, kernels};
 use std::ops::Range;
 
-/// What one chunk needs for its recomputation.
+/// What one chunk needs for its recomputation (with replayed boundaries, every chunk but the
+/// first has no states: backward rebuilds them).
 pub(super) struct ChunkSave {
     pub(super) inputs: Vec<SavedInput>,
     pub(super) states: Vec<(ModulePath, SavedTensor)>,
@@ -40,6 +41,9 @@ struct CheckpointBackward<'m> {
     /// Whether the forward ran where layers keep spike inputs packed (the recomputation does
     /// too).
     packs_saved_spikes: bool,
+    /// Whether backward rebuilds each chunk's starting states by replaying the chunks before
+    /// it ([`ChunkBoundaries::Replayed`] with more than one chunk).
+    replay_boundaries: bool,
     /// The training BatchNorms whose whole-batch statistics this chunked segment computed, in
     /// forward order (`chunk_passes.rs`).
     batch_norms: Vec<(ModulePath, BatchNormStats)>,
@@ -139,9 +143,13 @@ pub(crate) fn forward<'m>(
     inputs: Vec<Var>,
     policy: Policy,
 ) -> Result<Vec<Var>> {
-    let (compressor, chunks, offload) = match policy {
-        Policy::Checkpoint { compressor, chunks } => (compressor, chunks, false),
-        Policy::Offload { compressor } => (compressor, 1, true),
+    let (compressor, chunks, boundaries, offload) = match policy {
+        Policy::Checkpoint {
+            compressor,
+            chunks,
+            boundaries,
+        } => (compressor, chunks, boundaries, false),
+        Policy::Offload { compressor } => (compressor, 1, ChunkBoundaries::Kept, true),
         Policy::Store => return segment.forward(cx, inputs),
         Policy::StorePacked => return cx.with_packed_saves(true, |cx| segment.forward(cx, inputs)),
     };
@@ -159,6 +167,7 @@ pub(crate) fn forward<'m>(
     let inputs: Vec<Var> = inputs.into_iter().map(Var::into_constant).collect();
     let outer_tape = cx.tape.take();
     let chunked = spans.len() > 1;
+    let replay_boundaries = chunked && boundaries == ChunkBoundaries::Replayed;
     cx.time_chunk_depth += usize::from(chunked);
     let ran = run_chunks(
         cx,
@@ -167,7 +176,7 @@ pub(crate) fn forward<'m>(
         inputs,
         &spans,
         rng_entry,
-        compressor,
+        (compressor, replay_boundaries),
         host,
     );
     cx.time_chunk_depth -= usize::from(chunked);
@@ -189,6 +198,7 @@ pub(crate) fn forward<'m>(
         spans,
         input_needs,
         packs_saved_spikes,
+        replay_boundaries,
         entry_states: entry.into_iter().map(|(p, _)| p).collect(),
         final_states: finals.iter().map(|(p, _)| p.clone()).collect(),
         n_out,
@@ -218,7 +228,7 @@ fn run_chunks<'m>(
     inputs: Vec<Var>,
     spans: &[Range<usize>],
     rng_entry: RngState,
-    compressor: memopt_compress::CompressorKind,
+    saving: (memopt_compress::CompressorKind, bool),
     host: Option<memopt_core::Device>,
 ) -> Result<ChunkRun> {
     let batch_norms =
@@ -232,7 +242,7 @@ fn run_chunks<'m>(
         inputs,
         spans,
         rng_entry,
-        compressor,
+        saving,
         host,
     );
     let checked = ran.and_then(|r| cx.batch_stats.check_counts(paths()).map(|()| r));
@@ -246,7 +256,9 @@ fn run_chunks<'m>(
     Ok((saves, outputs, batch_norms))
 }
 
-/// The forward of every chunk (the last pass when there are statistics passes).
+/// The forward of every chunk (the last pass when there are statistics passes). `saving`: the
+/// compressor of saved inputs, and whether boundary states are replayed (then only the first
+/// chunk saves the states it starts from).
 #[allow(clippy::too_many_arguments)]
 fn chunk_outputs<'m>(
     cx: &mut Cx<'m>,
@@ -255,7 +267,7 @@ fn chunk_outputs<'m>(
     inputs: Vec<Var>,
     spans: &[Range<usize>],
     rng_entry: RngState,
-    compressor: memopt_compress::CompressorKind,
+    (compressor, replay_boundaries): (memopt_compress::CompressorKind, bool),
     host: Option<memopt_core::Device>,
 ) -> Result<(Vec<ChunkSave>, Vec<Tensor>)> {
     let chunked = spans.len() > 1;
@@ -275,12 +287,15 @@ fn chunk_outputs<'m>(
                 .collect::<Result<_>>()?,
             _ => whole.take().unwrap_or_default(),
         };
-        let states = cx
-            .states
-            .under_any(state_prefixes)
-            .into_iter()
-            .map(|(p, v)| Ok((p, cx.save(&*v.tensor()?))))
-            .collect::<Result<Vec<_>>>()?;
+        let states = if replay_boundaries && i > 0 {
+            Vec::new()
+        } else {
+            cx.states
+                .under_any(state_prefixes)
+                .into_iter()
+                .map(|(p, v)| Ok((p, cx.save(&*v.tensor()?))))
+                .collect::<Result<Vec<_>>>()?
+        };
         let saved = xs
             .iter()
             .map(|x| SavedInput::save(x, compressor, host))
@@ -355,6 +370,7 @@ impl<'m> CheckpointBackward<'m> {
             final_states,
             n_out,
             packs_saved_spikes: _,
+            replay_boundaries,
             batch_norms,
         } = self;
         let state_grads = out_grads.split_off(n_out);
@@ -369,6 +385,7 @@ impl<'m> CheckpointBackward<'m> {
             state_prefixes: &state_prefixes,
             spans: &spans,
             input_needs: &input_needs,
+            replay_boundaries,
         };
         for (p, stats) in &batch_norms {
             cx.batch_stats.give(p.clone(), stats.clone());

@@ -153,6 +153,9 @@ pub(super) struct Recompute<'a, 'm> {
     pub(super) state_prefixes: &'a [ModulePath],
     pub(super) spans: &'a [Range<usize>],
     pub(super) input_needs: &'a [bool],
+    /// Whether each chunk's starting states are rebuilt by replaying the chunks before it
+    /// (only the first chunk saved its states).
+    pub(super) replay_boundaries: bool,
 }
 
 /// A chunk's saved inputs and states: kept (a gradient-sums pass restores copies) or consumed
@@ -160,6 +163,55 @@ pub(super) struct Recompute<'a, 'm> {
 pub(super) enum ChunkData<'a> {
     Kept(&'a ChunkSave),
     Owned(ChunkSave),
+}
+
+impl ChunkData<'_> {
+    fn save(&self) -> &ChunkSave {
+        match self {
+            ChunkData::Kept(c) => c,
+            ChunkData::Owned(c) => c,
+        }
+    }
+}
+
+/// The neuron states the chunk after `earlier` starts from, rebuilt by running the chunks of
+/// `earlier` again from the states the first one saved: forward only, without recording, each
+/// from its saved inputs (kept) and random stream, so every value is the forward's bit for
+/// bit. Only the states stay; every other value is freed as the chunks run.
+fn replay_states<'m>(
+    cx: &mut Cx<'m>,
+    rc: &Recompute<'_, 'm>,
+    earlier: &[ChunkData<'_>],
+) -> Result<Vec<(ModulePath, Tensor)>> {
+    let tape = cx.tape.take();
+    cx.states.clear();
+    if let Some(first) = earlier.first() {
+        for (p, s) in &first.save().states {
+            cx.states.set(p.clone(), Var::constant(s.tensor().clone()));
+        }
+    }
+    let ran = (|| {
+        let _replay = enter_scope(Scope::new(rc.path.clone(), Phase::Recompute));
+        for chunk in earlier {
+            let c = chunk.save();
+            cx.rng.set_state(c.rng);
+            let xs = c
+                .inputs
+                .iter()
+                .map(|s| s.restore_kept(None))
+                .collect::<Result<Vec<_>>>()?;
+            // Followed by the chunk being rebuilt: the neurons keep their final states.
+            drop(cx.run_time_chunk(true, |cx| rc.segment.forward(cx, xs))?);
+        }
+        cx.states
+            .under_any(rc.state_prefixes)
+            .into_iter()
+            .map(|(p, v)| Ok((p, v.into_tensor()?)))
+            .collect::<Result<Vec<_>>>()
+    })();
+    cx.states.clear();
+    cx.tape = tape;
+    ran
 }
 
 /// The gradient-sums passes of the BatchNorms of `batch_norms` (given in `cx`), last first;
@@ -223,7 +275,22 @@ pub(super) fn backward_chunks<'m>(
     let sums_pass = pass == Pass::GradientSums;
     let mut reached_any = false;
     let mut input_grads: Vec<Option<Tensor>> = vec![None; rc.input_needs.len()];
-    for (span, chunk) in rc.spans.iter().zip(chunks).rev() {
+    let mut chunks = chunks;
+    for (i, span) in rc.spans.iter().enumerate().rev() {
+        let chunk = chunks.pop().ok_or_else(|| {
+            pass_error(
+                rc.path,
+                rc.segment,
+                format!("time chunk {i} has nothing saved for its recomputation"),
+            )
+        })?;
+        // Rebuilt before the chunk's inputs are restored, so the replay's values never
+        // coexist with them.
+        let replayed = if rc.replay_boundaries && i > 0 {
+            Some(replay_states(cx, rc, &chunks)?)
+        } else {
+            None
+        };
         cx.batch_stats.set_reached(false);
         // Inputs wanting a gradient become leaves of the chunk's tape (not in the segment's
         // own gradient-sums pass, whose inputs are constants); bit-packed spikes stay packed.
@@ -259,6 +326,7 @@ pub(super) fn backward_chunks<'m>(
                 c.rng,
             ),
         };
+        let states = replayed.unwrap_or(states);
         cx.rng.set_state(rng);
         cx.states.clear();
         let mut state_ids = Vec::with_capacity(states.len());

@@ -1,7 +1,7 @@
 //! The policies in force, by module path, and their validation.
 
 use super::segment::Segment;
-use super::{PLAN_VERSION, Plan, PlanEntry, Policy};
+use super::{ChunkBoundaries, PLAN_VERSION, Plan, PlanEntry, Policy};
 use crate::module::{Module, find_module, module_infos};
 use crate::{CheckpointError, Result};
 use memopt_core::ModulePath;
@@ -223,9 +223,19 @@ fn check_entry(root: &dyn Module, e: &PlanEntry, run: RunShape) -> Result<()> {
             )));
         }
     }
-    if let Policy::Checkpoint { chunks, .. } = e.policy {
+    if let Policy::Checkpoint {
+        chunks, boundaries, ..
+    } = e.policy
+    {
         if chunks == 0 {
             return Err(invalid("chunks must be at least 1".into()));
+        }
+        if chunks == 1 && boundaries == ChunkBoundaries::Replayed {
+            return Err(invalid(
+                "replayed boundaries need time chunks (chunks >= 2): one chunk has no boundary; drop \"boundaries\" \
+                 or give \"chunks\""
+                    .into(),
+            ));
         }
         if chunks > 1 {
             if let Some(t) = run.time_steps

@@ -97,7 +97,9 @@ impl CallObserver for Sink {
 
 /// Per-module forward costs of `workload` and its parameter bytes, from one step on Meta with
 /// every module stored (nothing is computed), in module order (parents before children).
-pub(crate) fn collect(workload: &Workload) -> Result<(Vec<ModuleCostEntry>, u64)> {
+/// Per-module cost entries (parents before children), the parameter bytes and the time steps
+/// of one Meta step of `workload`.
+pub(crate) fn collect(workload: &Workload) -> Result<(Vec<ModuleCostEntry>, u64, usize)> {
     let tracker = MemoryTracker::new(workload.meta_device());
     let _installed = MemoryTracker::install(tracker);
     let mut session = workload.instantiate(workload.meta_device(), &Plan::store_all())?;
@@ -119,5 +121,5 @@ pub(crate) fn collect(workload: &Workload) -> Result<(Vec<ModuleCostEntry>, u64)
             entries.push(e);
         }
     }
-    Ok((entries, param_bytes))
+    Ok((entries, param_bytes, session.model().spec().time_steps))
 }

@@ -5,7 +5,7 @@ use super::collect::{InputInfo, ModuleCostEntry, collect};
 use crate::Result;
 use crate::timing::TimingReport;
 use crate::workload::Workload;
-use memopt_checkpoint::{Plan, PlanEntry, Policy};
+use memopt_checkpoint::{ChunkBoundaries, Plan, PlanEntry, Policy, time_spans};
 use memopt_compress::CompressorKind;
 use memopt_core::{ModulePath, Phase};
 use serde::{Deserialize, Serialize};
@@ -90,6 +90,10 @@ pub struct CostModel {
     /// a compressor not in it is priced by the bytes it moves at `throughput.bytes_per_s`.
     #[serde(default)]
     pub codecs: BTreeMap<String, CodecSpeed>,
+    /// Time steps T of the workload (0: unknown, in cost models saved before it was recorded);
+    /// prices the chunk replays of [`ChunkBoundaries::Replayed`].
+    #[serde(default)]
+    pub time_steps: usize,
 }
 
 /// How fast a compressor packs and unpacks on a device, in bytes of the unpacked tensor per
@@ -111,7 +115,7 @@ fn within(path: &str, ancestor: &str) -> bool {
 impl CostModel {
     /// The cost model of `workload`, from one step on Meta (nothing is computed).
     pub fn from_workload(workload: &Workload, throughput: Throughput) -> Result<CostModel> {
-        let (modules, param_bytes) = collect(workload)?;
+        let (modules, param_bytes, time_steps) = collect(workload)?;
         Ok(CostModel {
             workload: workload.describe(),
             throughput,
@@ -123,6 +127,7 @@ impl CostModel {
             param_bytes,
             modules,
             codecs: BTreeMap::new(),
+            time_steps,
         })
     }
 
@@ -255,21 +260,61 @@ impl CostModel {
             .sum();
         // Chunked segments with training BatchNorm run passes; one nested in another chunked
         // segment finds the statistics given and runs none.
-        let chunked: Vec<&Vec<String>> = targets
+        let chunked: Vec<(&Vec<String>, Policy)> = targets
             .iter()
             .filter(|(_, policy)| policy.chunks() > 1)
-            .map(|(paths, _)| paths)
+            .map(|(paths, policy)| (paths, *policy))
             .collect();
+        let nested = |paths: &Vec<String>| {
+            chunked
+                .iter()
+                .any(|(outer, _)| *outer != paths && paths.iter().all(|p| outer.iter().any(|o| within(p, o))))
+        };
         let passes: f64 = chunked
             .iter()
-            .filter(|paths| {
-                !chunked
-                    .iter()
-                    .any(|outer| outer != *paths && paths.iter().all(|p| outer.iter().any(|o| within(p, o))))
-            })
-            .map(|paths| self.batch_norm_passes_ms(paths))
+            .filter(|(paths, _)| !nested(paths))
+            .map(|(paths, _)| self.batch_norm_passes_ms(paths))
             .sum();
-        recompute + saved + passes + packed_stores
+        let replays: f64 = chunked
+            .iter()
+            .map(|(paths, policy)| self.boundary_replays_ms(paths, *policy, !nested(paths)))
+            .sum();
+        recompute + saved + passes + packed_stores + replays
+    }
+
+    /// The chunk replays of a segment (the modules under `paths`) whose boundary states are
+    /// [`ChunkBoundaries::Replayed`], in milliseconds: in each backward pass, chunk `i` first
+    /// runs chunks `0..i` forward again, so a pass replays `sum(start of chunk i) / T` of the
+    /// segment's forward (`(k - 1) / 2` for `k` equal chunks; that figure when T is unknown),
+    /// priced at each leaf's recompute factor. The passes are the backward proper and, for a
+    /// segment that computes its BatchNorm statistics itself (`computes_statistics`: not
+    /// nested in another chunked segment), one gradient-sums pass per training BatchNorm.
+    fn boundary_replays_ms(&self, paths: &[String], policy: Policy, computes_statistics: bool) -> f64 {
+        let Policy::Checkpoint {
+            chunks,
+            boundaries: ChunkBoundaries::Replayed,
+            ..
+        } = policy
+        else {
+            return 0.0;
+        };
+        let share = if self.time_steps >= chunks && chunks > 1 {
+            let starts: usize = time_spans(self.time_steps, chunks).iter().map(|s| s.start).sum();
+            starts as f64 / self.time_steps as f64
+        } else {
+            chunks.saturating_sub(1) as f64 / 2.0
+        };
+        let leaves = || {
+            self.modules
+                .iter()
+                .filter(|m| m.leaf && paths.iter().any(|p| within(&m.path, p)))
+        };
+        let forward: f64 = leaves().map(|m| self.entry_recompute_ms(m)).sum();
+        let batch_norms = leaves()
+            .filter(|m| m.module_type.starts_with("BatchNorm"))
+            .count();
+        let passes = 1 + if computes_statistics { batch_norms } else { 0 };
+        passes as f64 * share * forward
     }
 
     /// Predicted time of [`Policy::StorePacked`] over `paths`, in milliseconds: every

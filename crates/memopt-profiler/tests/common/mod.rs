@@ -2,7 +2,7 @@
 
 #![allow(dead_code)]
 
-use memopt_checkpoint::{Model, Plan, PlanEntry, Policy, PolicyTable, RunShape};
+use memopt_checkpoint::{ChunkBoundaries, Model, Plan, PlanEntry, Policy, PolicyTable, RunShape};
 use memopt_compress::CompressorKind;
 use memopt_core::Device;
 use memopt_profiler::MemoryReport;
@@ -43,13 +43,20 @@ pub fn random_plan(model: &Model, picks: &[u32], compressors: &[CompressorKind])
             }
         }
     };
-    let checkpoint = |compressor, chunks| {
+    // Chunk-boundary states kept or replayed, from a bit of the random choice.
+    let checkpoint = |compressor, chunks, r: u32| {
+        let boundaries = if (r / 1024) % 2 == 1 {
+            ChunkBoundaries::Replayed
+        } else {
+            ChunkBoundaries::Kept
+        };
         vec![
-            Policy::Checkpoint { compressor, chunks },
             Policy::Checkpoint {
                 compressor,
-                chunks: 1,
+                chunks,
+                boundaries,
             },
+            Policy::checkpoint(compressor, 1),
         ]
     };
     let density = picks.first().map_or(0, |p| p % 4);
@@ -62,7 +69,7 @@ pub fn random_plan(model: &Model, picks: &[u32], compressors: &[CompressorKind])
             0 => continue,
             1 => vec![Policy::StorePacked],
             2 => vec![Policy::Offload { compressor }],
-            _ => checkpoint(compressor, 1 + (r as usize / 64) % t),
+            _ => checkpoint(compressor, 1 + (r as usize / 64) % t, r),
         };
         push(&mut plan, &info.path, None, candidates);
     }
@@ -81,7 +88,7 @@ pub fn random_plan(model: &Model, picks: &[u32], compressors: &[CompressorKind])
             &mut plan,
             &info.path,
             Some([start, end]),
-            checkpoint(compressor, 1 + (r as usize / 11) % t),
+            checkpoint(compressor, 1 + (r as usize / 11) % t, r / 3),
         );
     }
     plan

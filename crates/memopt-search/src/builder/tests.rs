@@ -170,10 +170,7 @@ fn pricing_on_the_covered_modules_is_the_full_models() {
     let policies = [
         Policy::Store,
         Policy::CHECKPOINT,
-        Policy::Checkpoint {
-            compressor: memopt_compress::CompressorKind::BitSpike,
-            chunks: 2,
-        },
+        Policy::checkpoint(memopt_compress::CompressorKind::BitSpike, 2),
     ];
     for workload in workloads() {
         let _own = MemoryTracker::install(MemoryTracker::new(workload.meta_device()));

@@ -297,7 +297,7 @@ impl Strategy for Pipeline {
                 let mut changed = false;
                 while chunks <= time_steps {
                     let next = PlanEntry {
-                        policy: Policy::Checkpoint { compressor, chunks },
+                        policy: Policy::checkpoint(compressor, chunks),
                         ..current.clone()
                     };
                     let candidate: Vec<PlanEntry> = run

@@ -56,25 +56,28 @@ NEURON_FORWARD(neuron_forward_nodecay_soft, CHARGE_NO_DECAY, false)
 
 // --- surrogates (neuron/surrogate.rs), bit for bit ---
 
-// exp(x) for x <= 0 (clamped to [-87, 0]): Cody-Waite reduction and a degree-6 polynomial.
+// exp(x) for x <= 0 (below -87 clamped to -87): Cody-Waite reduction with fused multiply-adds
+// and a degree-6 polynomial, each step one IEEE operation as in surrogate.rs (explicit fmaf
+// calls are fused under --fmad=false too, and round once as Rust's mul_add does).
 __device__ __forceinline__ float exp_nonpositive(float x) {
     const float LOG2E = 1.44269502f;
     const float SHIFT = 12582912.0f;
     const float LN2_HI = 0.693359375f;
     const float LN2_LO = -2.12194440e-4f;
-    // f32::clamp: NaN passes through.
-    x = x < -87.0f ? -87.0f : (x > 0.0f ? 0.0f : x);
-    const float shifted = x * LOG2E + SHIFT;
+    // The lower clamp only (callers pass -|y|); NaN compares false and passes through.
+    x = x < -87.0f ? -87.0f : x;
+    const float shifted = fmaf(x, LOG2E, SHIFT);
     const float nf = shifted - SHIFT;
+    float r = fmaf(nf, -LN2_HI, x);
+    r = fmaf(nf, -LN2_LO, r);
+    float p = 1.3933642e-3f;
+    p = fmaf(p, r, 8.369149e-3f);
+    p = fmaf(p, r, 4.1666467e-2f);
+    p = fmaf(p, r, 0.16666505f);
+    p = fmaf(p, r, 0.5f);
+    p = fmaf(p, r, 1.0f);
+    const float e_r = fmaf(p, r, 1.0f);
     const int n_int = (int)(__float_as_uint(shifted) - __float_as_uint(SHIFT));
-    const float r = x - nf * LN2_HI - nf * LN2_LO;
-    float p = 1.9875691e-4f;
-    p = p * r + 1.3981999e-3f;
-    p = p * r + 8.333452e-3f;
-    p = p * r + 4.1665796e-2f;
-    p = p * r + 0.16666665f;
-    p = p * r + 0.5f;
-    const float e_r = p * r * r + r + 1.0f;
     return e_r * __uint_as_float((u32)(n_int + 127) << 23);
 }
 
@@ -136,9 +139,9 @@ __device__ __forceinline__ void backward_plain(const float* grad_spikes, const f
 }
 
 // PLIF partial sums are per (block of neurons, t): Target::Cuda.neuron_block() = 1024 neurons,
-// one thread block of 256 threads x 4 neurons (the CPU uses 8192-neuron chunks, so the PLIF
-// parameter's gradient agrees with the CPU's within rounding, not bit for bit; on the GPU it is
-// the same under any plan).
+// one thread block of 256 threads x 4 neurons; the CPU sums the same blocks (eight per chunk
+// of 8192 neurons, side by side) in the same order, so the PLIF parameter's gradient is bit
+// for bit the CPU's.
 #define NEURON_CHUNK 1024
 #define PLIF_THREADS 256
 #define PLIF_PER_THREAD (NEURON_CHUNK / PLIF_THREADS)

@@ -2,7 +2,7 @@
 //! gradient of the membrane state in a stack array.
 
 use super::Surrogate;
-use super::chunks::{CHUNK, SharedOut, for_each_chunk};
+use super::chunks::{BLOCKS_PER_CHUNK, CHUNK, SharedOut, for_each_chunk};
 use super::config::{DecayGrad, Dynamics, fire, reset};
 use super::surrogate::{atan_grad, sigmoid_grad};
 
@@ -120,10 +120,16 @@ fn run_rows<const HARD: bool, const PLIF: bool, const IN_PLACE: bool, S, K>(
             if let Some(g) = grad_v_final {
                 gv.copy_from_slice(&g[r.clone()]);
             }
-            // PLIF only: V[t-1] of the step, and the per-neuron dL/dH * dH/dk of the step.
+            // PLIF only: V[t-1] of the first step, and the per-neuron dL/dH * dH/dk of the step.
             let mut vprev_buf = [0f32; CHUNK];
             let mut acc_buf = [0f32; CHUNK];
             let (vprev, acc) = (&mut vprev_buf[..len], &mut acc_buf[..len]);
+            if PLIF {
+                match v_init {
+                    Some(vi) => vprev.copy_from_slice(&vi[r.clone()]),
+                    None => vprev.fill(vr),
+                }
+            }
             for t in (0..steps).rev() {
                 let row = t * n + r.start..t * n + r.end;
                 let hs = &h_seq[row.clone()];
@@ -136,38 +142,22 @@ fn run_rows<const HARD: bool, const PLIF: bool, const IN_PLACE: bool, S, K>(
                 // SAFETY: `row` is this task's chunk of time row `t`; no other slice of it is live.
                 let gx = unsafe { grad_x.slice(row) };
                 if PLIF {
-                    if t > 0 {
-                        let prev = &h_seq[(t - 1) * n + r.start..(t - 1) * n + r.end];
-                        for (vp, &h) in vprev.iter_mut().zip(prev) {
-                            *vp = reset::<HARD>(h, fire(h, vth), vth, vr);
-                        }
-                    } else {
-                        match v_init {
-                            Some(vi) => vprev.copy_from_slice(&vi[r.clone()]),
-                            None => vprev.fill(vr),
-                        }
-                    }
                     let step = |g: &mut f32, h: f32, gs: f32, gx: &mut f32, a: &mut f32, vp: f32| {
                         let gh = grad_h::<HARD>(*g, gs, h, surrogate(h - vth), vth, vr, reset_grad);
                         *gx = gh * dh_dx;
                         *g = gh * dh_dv;
                         *a = gh * dh_dk(h, vp);
                     };
-                    let lanes = gv.iter_mut().zip(hs).zip(acc.iter_mut()).zip(vprev.iter());
-                    if IN_PLACE {
-                        for ((((g, &h), a), &vp), gx) in lanes.zip(gx.iter_mut()) {
-                            step(g, h, *gx, gx, a, vp);
-                        }
+                    // V[t-1]: the reset of H[t-1], computed in the same pass, or the initial state.
+                    if t > 0 {
+                        let prev = &h_seq[(t - 1) * n + r.start..(t - 1) * n + r.end];
+                        let v_of = |hp: f32| reset::<HARD>(hp, fire(hp, vth), vth, vr);
+                        plif_row::<IN_PLACE>(gv, hs, gss, gx, acc, prev, v_of, step);
                     } else {
-                        for (((((g, &h), a), &vp), gx), &gs) in lanes.zip(gx.iter_mut()).zip(gss) {
-                            step(g, h, gs, gx, a, vp);
-                        }
+                        plif_row::<IN_PLACE>(gv, hs, gss, gx, acc, vprev, |v| v, step);
                     }
                     if let Some(rows) = partial_row.as_deref_mut() {
-                        // One partial per block of PLIF_PARTIAL_NEURONS neurons (block-major rows).
-                        for (b, block) in acc.chunks(super::PLIF_PARTIAL_NEURONS).enumerate() {
-                            rows[b * steps + t] = block.iter().map(|&a| a as f64).sum::<f64>() as f32;
-                        }
+                        block_sums(acc, |b, s| rows[b * steps + t] = s);
                     }
                 } else {
                     let step = |g: &mut f32, h: f32, gs: f32, gx: &mut f32| {
@@ -192,4 +182,105 @@ fn run_rows<const HARD: bool, const PLIF: bool, const IN_PLACE: bool, S, K>(
             }
         },
     );
+}
+
+/// One PLIF time row: `step(gv, h, gs, gx, acc, V[t-1])` per neuron, `V[t-1] = v_of(prev)`, with
+/// the spikes' gradient from `gss` or (in place) from `gx` itself.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn plif_row<const IN_PLACE: bool>(
+    gv: &mut [f32],
+    hs: &[f32],
+    gss: &[f32],
+    gx: &mut [f32],
+    acc: &mut [f32],
+    prev: &[f32],
+    v_of: impl Fn(f32) -> f32,
+    step: impl Fn(&mut f32, f32, f32, &mut f32, &mut f32, f32),
+) {
+    let lanes = gv.iter_mut().zip(hs).zip(acc.iter_mut()).zip(prev);
+    if IN_PLACE {
+        for ((((g, &h), a), &p), gx) in lanes.zip(gx.iter_mut()) {
+            step(g, h, *gx, gx, a, v_of(p));
+        }
+    } else {
+        for (((((g, &h), a), &p), gx), &gs) in lanes.zip(gx.iter_mut()).zip(gss) {
+            step(g, h, gs, gx, a, v_of(p));
+        }
+    }
+}
+
+/// The partial sums of `acc` per block of [`super::PLIF_PARTIAL_NEURONS`] neurons, each in f64
+/// from -0.0 in neuron order and rounded to f32, given to `out(block, sum)`: the order of the
+/// CUDA kernel's block sums, so the bits agree. The full blocks are summed side by side (one
+/// accumulator per block, the same additions in the same order per block), which keeps the
+/// additions of different blocks independent instead of one chain of dependent additions.
+#[inline(always)]
+fn block_sums(acc: &[f32], mut out: impl FnMut(usize, f32)) {
+    const BLOCK: usize = super::PLIF_PARTIAL_NEURONS;
+    let (full, rest) = acc.as_chunks::<BLOCK>();
+    let mut sums = [-0.0f64; BLOCKS_PER_CHUNK];
+    // A chunk holds at most BLOCKS_PER_CHUNK blocks; all of them (a constant count) but in the
+    // last chunk.
+    match <&[[f32; BLOCK]; BLOCKS_PER_CHUNK]>::try_from(full) {
+        Ok(blocks) => add_columns(&mut sums, blocks),
+        Err(_) => add_columns(&mut sums[..full.len()], full),
+    }
+    for (b, &s) in sums[..full.len()].iter().enumerate() {
+        out(b, s as f32);
+    }
+    if !rest.is_empty() {
+        out(full.len(), rest.iter().fold(-0.0f64, |s, &a| s + a as f64) as f32);
+    }
+}
+
+/// `sums[b] += blocks[b][j]` (in f64) for `j` in order, the blocks side by side.
+#[inline(always)]
+fn add_columns<const BLOCK: usize>(sums: &mut [f64], blocks: &[[f32; BLOCK]]) {
+    for j in 0..BLOCK {
+        for (s, block) in sums.iter_mut().zip(blocks) {
+            *s += block[j] as f64;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The side-by-side block sums are, bit for bit, each block's sum in neuron order (f64 from
+    /// -0.0, rounded to f32), the order the CUDA kernel adds in: for a whole chunk, a chunk of
+    /// whole blocks and one ending in a partial block.
+    #[test]
+    fn block_sums_add_each_block_in_neuron_order() {
+        const BLOCK: usize = crate::kernels::neuron::PLIF_PARTIAL_NEURONS;
+        let mut state = 0x2545_f491_4f6c_dd1du64;
+        let mut next = || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            // Magnitudes from 2^-20 to 2^20, both signs: f64 sums that round differently when
+            // the order changes.
+            let m = (state >> 40) as f32 / (1u64 << 24) as f32 - 0.5;
+            m * 2f32.powi((state % 41) as i32 - 20)
+        };
+        let acc: Vec<f32> = (0..CHUNK).map(|_| next()).collect();
+        for len in [CHUNK, 3 * BLOCK, 5 * BLOCK + 17, 9, 0] {
+            let acc = &acc[..len];
+            let mut got = vec![f32::NAN; len.div_ceil(BLOCK)];
+            block_sums(acc, |b, s| got[b] = s);
+            let want: Vec<f32> = acc
+                .chunks(BLOCK)
+                .map(|block| {
+                    let mut s = -0.0f64;
+                    for &a in block {
+                        s += a as f64;
+                    }
+                    s as f32
+                })
+                .collect();
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&got), bits(&want), "{len} neurons");
+        }
+    }
 }

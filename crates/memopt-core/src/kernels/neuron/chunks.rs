@@ -71,9 +71,11 @@ pub(super) fn for_each_chunk(
     }
 }
 
-/// Runs `f` compiled for AVX2 when the CPU has it (the baseline x86-64 target has only SSE2),
-/// otherwise as compiled. The results are bitwise identical: the kernels use plain IEEE
-/// operations per lane and Rust never contracts a multiply and an add into an FMA.
+/// Runs `f` compiled for AVX2 and FMA when the CPU has both (the baseline x86-64 target has
+/// only SSE2), otherwise as compiled. The results are bitwise identical: the kernels use plain
+/// IEEE operations per lane, Rust never contracts a multiply and an add into an FMA, and the
+/// explicit fused multiply-adds (`f32::mul_add`, in the sigmoid surrogate's `exp`) round once in
+/// both builds (an FMA instruction here, the correctly rounded libm `fmaf` in the baseline).
 #[inline(always)]
 fn with_wide_vectors<R>(f: impl FnOnce() -> R) -> R {
     #[cfg(test)]
@@ -81,9 +83,9 @@ fn with_wide_vectors<R>(f: impl FnOnce() -> R) -> R {
         return f();
     }
     #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx2") {
-        // SAFETY: the CPU supports AVX2 (checked just above).
-        return unsafe { avx2(f) };
+    if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
+        // SAFETY: the CPU supports AVX2 and FMA (checked just above).
+        return unsafe { avx2_fma(f) };
     }
     f()
 }
@@ -93,8 +95,8 @@ fn with_wide_vectors<R>(f: impl FnOnce() -> R) -> R {
 pub(super) static BASELINE_ONLY: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-fn avx2<R>(f: impl FnOnce() -> R) -> R {
+#[target_feature(enable = "avx2,fma")]
+fn avx2_fma<R>(f: impl FnOnce() -> R) -> R {
     f()
 }
 

@@ -12,7 +12,7 @@
 //!
 //! The kernels make one pass over `T` per neuron with the state on the stack, in parallel over
 //! chunks of neurons; each chunk walks the time rows so that every access is contiguous. On
-//! x86-64 an AVX2 build of the loops is chosen at run time; its results are bitwise identical
+//! x86-64 an AVX2+FMA build of the loops is chosen at run time; its results are bitwise identical
 //! to the baseline build, and every result is independent of the thread count.
 
 mod backward;

@@ -412,7 +412,7 @@ fn temporal_chunks_compose() {
     }
 }
 
-/// The AVX2 build of the kernels (chosen at run time) and the baseline build give bitwise
+/// The AVX2+FMA build of the kernels (chosen at run time) and the baseline build give bitwise
 /// identical results for every kind, reset, surrogate and PLIF gradient, so results do not
 /// depend on the machine's vector width.
 #[test]

@@ -80,10 +80,15 @@ pub(super) enum Start {
 /// `a + (p * MR + r) * lda` and is the `NR` floats at `c + p * MR * ldc + r * ldc`.
 #[derive(Clone, Copy)]
 pub(super) struct Panels {
+    /// Row 0 of the broadcast operand, from the call's first inner index.
     pub a: *const f32,
+    /// Floats between consecutive rows of `a`.
     pub lda: usize,
+    /// Row 0 of the first tile.
     pub c: *mut f32,
+    /// Floats between consecutive rows of the output.
     pub ldc: usize,
+    /// Tiles (panels of `MR` rows).
     pub count: usize,
 }
 

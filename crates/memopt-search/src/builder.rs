@@ -17,8 +17,10 @@ use memopt_profiler::CostModel;
 pub struct OptionSpace {
     /// Compressor of checkpointed inputs (applied to spike inputs only).
     pub compressor: CompressorKind,
-    /// Time-chunk counts tried for segments that can run on part of the time steps
-    /// (counts above T are skipped).
+    /// Time-chunk counts tried for segments that can run on part of the time steps (counts
+    /// above T are skipped). Each count k also brings the fewest chunks whose longest chunk is
+    /// as long as k's (see [`chunk_candidates`]): at T = 10, 8 chunks (longest 2 steps) bring
+    /// 5 chunks of 2 steps, which keep 4 boundary states instead of 7.
     pub chunk_counts: Vec<usize>,
     /// Longest run of consecutive children considered as one segment (0: no runs).
     pub max_run: usize,
@@ -36,6 +38,31 @@ impl Default for OptionSpace {
             store_packed: true,
         }
     }
+}
+
+/// The time-chunk counts tried at `t` time steps for the listed `counts`: every listed count
+/// from 2 to `t`, and for each the fewest chunks with the same longest chunk,
+/// `ceil(t / ceil(t / k))`; ascending, each once.
+///
+/// Why the second: a chunked segment keeps one neuron state per chunk boundary until its
+/// backward reaches that chunk, and while its BatchNorm gradient-sums passes run, every
+/// boundary's state and one chunk's recomputed tensors are live at once; the fewest chunks of
+/// a given longest chunk keep the fewest boundaries at the same chunk size. The listed count
+/// stays a candidate because with its more, shorter chunks the last chunks (whose backward
+/// runs while most boundary states are still kept) are shorter, which can win where there is
+/// no BatchNorm; the planner measures both and chooses.
+pub fn chunk_candidates(counts: &[usize], t: usize) -> Vec<usize> {
+    let mut out: Vec<usize> = counts
+        .iter()
+        .filter(|&&k| k > 1 && k <= t)
+        .flat_map(|&k| {
+            let longest = t.div_ceil(k);
+            [k, t.div_ceil(longest)]
+        })
+        .collect();
+    out.sort_unstable();
+    out.dedup();
+    out
 }
 
 /// Path of the pseudo-segment that stands for the loss after the chain.
@@ -69,11 +96,9 @@ fn segment(
     ];
     if site.time_separable {
         policies.extend(
-            space
-                .chunk_counts
-                .iter()
-                .filter(|&&k| k > 1 && k <= t)
-                .map(|&chunks| Policy::Checkpoint {
+            chunk_candidates(&space.chunk_counts, t)
+                .into_iter()
+                .map(|chunks| Policy::Checkpoint {
                     compressor: space.compressor,
                     chunks,
                 }),

@@ -1,6 +1,7 @@
 //! conv2d on the CPU as an implicit GEMM (one group): the columns im2col would write are packed
-//! straight from the images into small thread-local panels, `KC` inner indices by `NC` columns,
-//! and multiplied by [`TileKernel`] tiles of `MR` rows by `NR` columns.
+//! straight from the images into small thread-local panels, at most `KC` inner indices (split
+//! evenly, so that no block is short) by `NC` columns, and multiplied by [`TileKernel`] tiles
+//! of `MR` rows by `NR` columns, the tiles of a column panel stacked in one kernel call.
 //!
 //! - forward: `out[co, col] = bias[co] + sum_k w[co, k] x col[k]`, the chain over `k` in order;
 //! - weight gradient: `dw[co, k] += sum over pixels of grad[co, pixel] x col[k, pixel]`, the
@@ -14,8 +15,8 @@
 //! depends on neither the task partition, the thread count nor how the time steps of a batch
 //! are grouped into calls; tasks are split to keep every thread busy.
 
-use super::pack::{ConvShape, PixelRun, pack_columns, pack_taps};
-use super::tile::{MR, NR, Tile, TileKernel};
+use super::pack::{ConvShape, PanelCols, PixelRun, pack_columns, pack_taps};
+use super::tile::{MR, NR, Panels, Start, Tile, TileKernel};
 use rayon::prelude::*;
 use std::cell::RefCell;
 use std::marker::PhantomData;
@@ -27,6 +28,13 @@ const KC: usize = 256;
 const MC: usize = 16;
 /// Columns per task's packed block (`KC x NC` f32 = 128 KiB, in L2).
 const NC: usize = 8 * NR;
+/// The blocks of at most `KC` that split `n` inner indices most evenly (`(blocks, size)`): a
+/// short last block would pay a tile's fixed costs for little work.
+fn even_blocks(n: usize) -> (usize, usize) {
+    let blocks = n.div_ceil(KC).max(1);
+    (blocks, n.div_ceil(blocks).max(1))
+}
+
 /// Multiply-adds below which a call runs on the calling thread.
 const PAR_MIN_MACS: usize = 1 << 22;
 
@@ -97,17 +105,6 @@ impl<'a> Shared<'a> {
         assert!(off + (MR - 1) * ldc + NR <= self.len, "shared tile out of bounds");
         // SAFETY: in bounds (asserted).
         unsafe { self.ptr.add(off) }
-    }
-
-    /// Elements `off..off + len` (panics when out of bounds).
-    ///
-    /// # Safety
-    /// No other task may access them while the slice lives.
-    #[allow(clippy::mut_from_ref)]
-    unsafe fn slice(&self, off: usize, len: usize) -> &mut [f32] {
-        assert!(off + len <= self.len, "shared slice out of bounds");
-        // SAFETY: in bounds (asserted); exclusive (caller's contract).
-        unsafe { std::slice::from_raw_parts_mut(self.ptr.add(off), len) }
     }
 }
 
@@ -185,37 +182,57 @@ pub(super) fn forward(s: &ConvShape, x: &[f32], w: &[f32], bias: Option<&[f32]>,
         .flat_map(|cb| groups.iter().map(move |&g| (cb, g)))
         .collect();
     let out = Shared::new(out);
+    let kc_max = even_blocks(k).1;
     run_tasks(&tasks, s.co * k * ncols, |&(cb, (p0, p1))| {
         let c0 = cb * NC;
         let micro = (ncols - c0).min(NC).div_ceil(NR);
-        let cols: Vec<TileCols> = (0..micro).map(|m| TileCols::new(s, c0 + m * NR)).collect();
+        let cols: Vec<(TileCols, PanelCols)> = (0..micro)
+            .map(|m| (TileCols::new(s, c0 + m * NR), PanelCols::new(s, c0 + m * NR)))
+            .collect();
+        // Panels p0..full hold MR rows each; a last partial panel goes through a tile copy.
+        let full = p1.min(s.co / MR).max(p0);
         with_panel(|panel| {
-            for k0 in (0..k).step_by(KC) {
-                let kc = KC.min(k - k0);
-                for m in 0..micro {
-                    pack_columns(s, x, c0 + m * NR, k0, kc, &mut panel[m * KC * NR..]);
+            for k0 in (0..k).step_by(kc_max) {
+                let kc = kc_max.min(k - k0);
+                for (m, (_, pc)) in cols.iter().enumerate() {
+                    pack_columns(s, x, pc, k0, kc, &mut panel[m * KC * NR..]);
                 }
                 for pb in (p0..p1).step_by(MC) {
-                    for (m, tc) in cols.iter().enumerate() {
-                        let b = &panel[m * KC * NR..];
-                        for p in pb..(pb + MC).min(p1) {
+                    let pe = (pb + MC).min(p1);
+                    for (m, (tc, _)) in cols.iter().enumerate() {
+                        let b = &panel[m * KC * NR..][..kc * NR];
+                        let (fb, fe) = (pb.min(full), pe.min(full));
+                        if tc.contiguous && fe > fb {
+                            let off = tc.offs[0] + fb * MR * pix;
+                            // Rows fb * MR.. of the weight, from inner index k0.
+                            let a = &w[fb * MR * k + k0..(fe * MR - 1) * k + k0 + kc];
+                            // SAFETY: this task alone owns rows p0..p1 x columns of block cb of
+                            // the output; the tiles of panels fb..fe are inside it (asserted by
+                            // `Shared::tile`), and the weight rows inside `a`.
+                            unsafe {
+                                let c = out.tile(off, pix);
+                                out.tile(off + (fe - fb - 1) * MR * pix, pix);
+                                let panels = Panels {
+                                    a: a.as_ptr(),
+                                    lda: k,
+                                    c,
+                                    ldc: pix,
+                                    count: fe - fb,
+                                };
+                                kernel.run_panels(kc, b, panels, |i| match (k0, bias) {
+                                    (0, Some(bias)) => {
+                                        Start::Rows(std::array::from_fn(|r| bias[(fb + i) * MR + r]))
+                                    }
+                                    (0, None) => Start::Rows([0.0; MR]),
+                                    _ => Start::Tile,
+                                });
+                            }
+                        }
+                        let tiled = if tc.contiguous { fb..fe } else { pb..pb };
+                        for p in (pb..pe).filter(|p| !tiled.contains(p)) {
                             let rows = panel_rows(p, s.co);
                             let a: [&[f32]; MR] = rows.map(|r| &w[r * k + k0..][..kc]);
                             let valid_rows = (s.co - p * MR).min(MR);
-                            if tc.contiguous && valid_rows == MR {
-                                let off = tc.offs[0] + rows[0] * pix;
-                                if k0 == 0 {
-                                    for (r, &co) in rows.iter().enumerate() {
-                                        // SAFETY: this task alone owns rows p0..p1 x columns of
-                                        // block cb of the output.
-                                        let row = unsafe { out.slice(off + r * pix, NR) };
-                                        row.fill(bias.map_or(0.0, |b| b[co]));
-                                    }
-                                }
-                                // SAFETY: as above.
-                                unsafe { kernel.run_at(kc, a, b, out.tile(off, pix), pix) };
-                                continue;
-                            }
                             let mut tile: Tile = [[0.0; NR]; MR];
                             for (r, row) in tile.iter_mut().enumerate().take(valid_rows) {
                                 let co = rows[r];
@@ -261,16 +278,18 @@ pub(super) fn weight_grad(s: &ConvShape, grad: &[f32], x: &[f32], images: &[usiz
         "conv weight-gradient operands shorter than the shape"
     );
     let kernel = TileKernel::detect();
-    // The pixels in chain order, in blocks of at most KC: each block a list of runs.
+    // The pixels in chain order, in blocks of at most KC (as even as possible): each block a
+    // list of runs.
+    let block_len = even_blocks(total).1;
     let mut blocks: Vec<Vec<PixelRun>> = Vec::new();
     let (mut cur, mut filled) = (Vec::new(), 0);
     for &img in images {
         let mut p0 = 0;
         while p0 < pix {
-            let len = (pix - p0).min(KC - filled);
+            let len = (pix - p0).min(block_len - filled);
             cur.push(PixelRun { img, p0, len });
             (filled, p0) = (filled + len, p0 + len);
-            if filled == KC {
+            if filled == block_len {
                 blocks.push(std::mem::take(&mut cur));
                 filled = 0;
             }
@@ -289,35 +308,47 @@ pub(super) fn weight_grad(s: &ConvShape, grad: &[f32], x: &[f32], images: &[usiz
     run_tasks(&tasks, s.co * k * total, |&(kb, (p0, p1))| {
         let k_start = kb * NC;
         let micro = (k - k_start).min(NC).div_ceil(NR);
+        // Panels p0..full hold MR rows each; a last partial panel goes through a tile copy.
+        let full = p1.min(s.co / MR).max(p0);
         with_panel(|panel| {
             for runs in &blocks {
                 let rows_in_block: usize = runs.iter().map(|r| r.len).sum();
                 for m in 0..micro {
                     pack_taps(s, x, runs, k_start + m * NR, &mut panel[m * KC * NR..]);
                 }
-                for p in p0..p1 {
-                    let rows = panel_rows(p, s.co);
-                    let valid_rows = (s.co - p * MR).min(MR);
-                    for m in 0..micro {
-                        let j0 = k_start + m * NR;
-                        let valid_cols = (k - j0).min(NR);
-                        let b = &panel[m * KC * NR..][..rows_in_block * NR];
-                        let runs_into = |c: *mut f32, ldc: usize| {
-                            let mut at = 0;
-                            for run in runs {
-                                let base = run.img * s.co * pix + run.p0;
-                                let a: [&[f32]; MR] = rows.map(|r| &grad[base + r * pix..][..run.len]);
-                                // SAFETY: `c` is a tile this task alone owns (below).
-                                unsafe { kernel.run_at(run.len, a, &b[at * NR..], c, ldc) };
-                                at += run.len;
-                            }
-                        };
-                        if valid_rows == MR && valid_cols == NR {
+                for m in 0..micro {
+                    let j0 = k_start + m * NR;
+                    let valid_cols = (k - j0).min(NR);
+                    let b = &panel[m * KC * NR..][..rows_in_block * NR];
+                    let whole = valid_cols == NR && full > p0;
+                    if whole {
+                        let mut at = 0;
+                        for run in runs {
+                            let base = run.img * s.co * pix + run.p0;
+                            // Rows p0 * MR..full * MR of the output gradient, this run's pixels.
+                            let a = &grad[base + p0 * MR * pix..base + (full * MR - 1) * pix + run.len];
                             // SAFETY: this task alone owns rows p0..p1 x columns of block kb of
-                            // the accumulator.
-                            runs_into(unsafe { dw.tile(rows[0] * k + j0, k) }, k);
-                            continue;
+                            // the accumulator; the tiles of panels p0..full are inside it
+                            // (asserted by `Shared::tile`), the gradient rows inside `a`.
+                            unsafe {
+                                let c = dw.tile(p0 * MR * k + j0, k);
+                                dw.tile((full - 1) * MR * k + j0, k);
+                                let panels = Panels {
+                                    a: a.as_ptr(),
+                                    lda: pix,
+                                    c,
+                                    ldc: k,
+                                    count: full - p0,
+                                };
+                                kernel.run_panels(run.len, &b[at * NR..], panels, |_| Start::Tile);
+                            }
+                            at += run.len;
                         }
+                    }
+                    let first = if whole { full } else { p0 };
+                    for p in first..p1 {
+                        let rows = panel_rows(p, s.co);
+                        let valid_rows = (s.co - p * MR).min(MR);
                         let mut tile: Tile = [[0.0; NR]; MR];
                         for (r, row) in tile.iter_mut().enumerate().take(valid_rows) {
                             for (jj, v) in row.iter_mut().enumerate().take(valid_cols) {
@@ -325,7 +356,13 @@ pub(super) fn weight_grad(s: &ConvShape, grad: &[f32], x: &[f32], images: &[usiz
                                 *v = unsafe { dw.get(rows[r] * k + j0 + jj) };
                             }
                         }
-                        runs_into(tile.as_mut_ptr().cast(), NR);
+                        let mut at = 0;
+                        for run in runs {
+                            let base = run.img * s.co * pix + run.p0;
+                            let a: [&[f32]; MR] = rows.map(|r| &grad[base + r * pix..][..run.len]);
+                            kernel.run(run.len, a, &b[at * NR..], &mut tile);
+                            at += run.len;
+                        }
                         for (r, row) in tile.iter().enumerate().take(valid_rows) {
                             for (jj, &v) in row.iter().enumerate().take(valid_cols) {
                                 // SAFETY: as above.

@@ -67,6 +67,65 @@ impl TileKernel {
     }
 }
 
+/// Where a tile's chains start.
+#[derive(Clone, Copy)]
+pub(super) enum Start {
+    /// From the values the tile holds.
+    Tile,
+    /// From row `r`'s value `v[r]` (a bias), every column alike; the tile's values are ignored.
+    Rows([f32; MR]),
+}
+
+/// `panels` vertically stacked tiles sharing the packed operand `b`: tile `p`'s row `r` reads
+/// `a + (p * MR + r) * lda` and is the `NR` floats at `c + p * MR * ldc + r * ldc`.
+#[derive(Clone, Copy)]
+pub(super) struct Panels {
+    /// Row 0 of the broadcast operand, from the call's first inner index.
+    pub a: *const f32,
+    /// Floats between consecutive rows of `a`.
+    pub lda: usize,
+    /// Row 0 of the first tile.
+    pub c: *mut f32,
+    /// Floats between consecutive rows of the output.
+    pub ldc: usize,
+    /// Tiles (panels of `MR` rows).
+    pub count: usize,
+}
+
+impl TileKernel {
+    /// Runs the kernel over `kc` inner indices on every tile of `p` (`start` gives tile `i`'s
+    /// start values from `starts(i)` when not [`Start::Tile`]): the chains of
+    /// [`TileKernel::run_at`] on each, without a call per tile.
+    ///
+    /// # Safety
+    /// Every row `a + i * lda` (`i < p.count * MR`) must be valid for `kc` reads, `b` for
+    /// `kc * NR`, and every tile row valid for `NR` reads and writes and not accessed by anyone
+    /// else during the call.
+    #[inline]
+    pub(super) unsafe fn run_panels(&self, kc: usize, b: &[f32], p: Panels, starts: impl Fn(usize) -> Start) {
+        assert!(
+            b.len() >= kc * NR,
+            "tile operand shorter than the inner dimension"
+        );
+        for i in 0..p.count {
+            // SAFETY: the caller's contract, tile by tile.
+            unsafe {
+                let a = p.a.add(i * MR * p.lda);
+                let rows: [*const f32; MR] = std::array::from_fn(|r| a.add(r * p.lda));
+                let c = p.c.add(i * MR * p.ldc);
+                if let Start::Rows(v) = starts(i) {
+                    for (r, &v) in v.iter().enumerate() {
+                        std::slice::from_raw_parts_mut(c.add(r * p.ldc), NR).fill(v);
+                    }
+                }
+                if kc > 0 {
+                    (self.0)(kc, rows, b.as_ptr(), c, p.ldc);
+                }
+            }
+        }
+    }
+}
+
 /// The portable kernel: the same chains with `f32::mul_add`.
 ///
 /// # Safety
@@ -205,6 +264,51 @@ mod tests {
             let rest: [&[f32]; MR] = std::array::from_fn(|r| &a[r][split..]);
             kernel.run(kc - split, rest, &b[split * NR..], &mut c);
             assert_eq!(c, want);
+        }
+    }
+
+    #[test]
+    fn stacked_panels_run_the_chains_of_single_tiles() {
+        // Three panels of MR rows of a 40-column matrix a (lda 40) and of a 20-column output c
+        // (ldc 20, the tiles at column 3), started from the tile, from row values, and from
+        // row values with no inner index.
+        let (kc, lda, ldc, col) = (29, 40, 20, 3);
+        let a = values(3 * MR * lda, 5);
+        let b = values(kc * NR, 6);
+        let start = values(3 * MR * ldc, 7);
+        let bias: Vec<f32> = values(3 * MR, 8);
+        for (use_rows, kc) in [(false, kc), (true, kc), (true, 0)] {
+            let mut want = start.clone();
+            for p in 0..3 {
+                let rows: [&[f32]; MR] = std::array::from_fn(|r| &a[(p * MR + r) * lda..][..kc]);
+                let mut tile: Tile = std::array::from_fn(|r| {
+                    std::array::from_fn(|j| match use_rows {
+                        true => bias[p * MR + r],
+                        false => start[(p * MR + r) * ldc + col + j],
+                    })
+                });
+                TileKernel::portable().run(kc, rows, &b, &mut tile);
+                for (r, row) in tile.iter().enumerate() {
+                    want[(p * MR + r) * ldc + col..][..NR].copy_from_slice(row);
+                }
+            }
+            for kernel in [TileKernel::detect(), TileKernel::portable()] {
+                let mut c = start.clone();
+                let panels = Panels {
+                    a: a.as_ptr(),
+                    lda,
+                    c: c[col..].as_mut_ptr(),
+                    ldc,
+                    count: 3,
+                };
+                let starts = |p: usize| match use_rows {
+                    true => Start::Rows(std::array::from_fn(|r| bias[p * MR + r])),
+                    false => Start::Tile,
+                };
+                // SAFETY: 3 * MR rows of lda >= kc values; the tiles lie inside c.
+                unsafe { kernel.run_panels(kc, &b, panels, starts) };
+                assert_eq!(c, want, "rows {use_rows}, kc {kc}");
+            }
         }
     }
 

@@ -10,6 +10,7 @@ mod kind;
 mod module_path;
 mod scope;
 mod tracker;
+mod tracker_stats;
 
 pub use allocation::{Allocation, AllocationId};
 pub use block::{DeviceBlock, HostBlock};
@@ -20,4 +21,5 @@ pub use scope::{
     Phase, PhaseGuard, Scope, ScopeEvent, ScopeGuard, ScopeListener, ScopeListenerGuard, ScopeTransition,
     add_scope_listener, current_scope, enter_module, enter_phase, enter_scope,
 };
-pub use tracker::{KindStats, MemoryStats, MemorySubscriber, MemoryTracker, Subscription, TrackerGuard};
+pub use tracker::{MemorySubscriber, MemoryTracker, Subscription, TrackerGuard};
+pub use tracker_stats::{KindStats, MemoryStats};

@@ -561,8 +561,15 @@ impl<'m> Cx<'m> {
 
     /// Calls a child with one input and one output.
     pub fn call1(&mut self, name: &str, module: &'m dyn Module, x: Var) -> Result<Var> {
-        let path = current_scope().child(name).path().to_string();
-        single(self.call(name, module, vec![x])?, &path, module)
+        let mut out = self.call(name, module, vec![x])?;
+        match out.pop() {
+            Some(y) if out.is_empty() => Ok(y),
+            popped => {
+                // The path is joined only to name the module in the error.
+                out.extend(popped);
+                single(out, current_scope().child(name).path(), module)
+            }
+        }
     }
 
     /// Runs backward from a scalar `loss`: parameter gradients accumulate into

@@ -35,6 +35,15 @@ impl<'m> Tape<'m> {
         }
     }
 
+    /// An empty tape with room for `nodes` ops (a chunk's recomputation records as many ops as
+    /// the chunk before it, so its tape need not grow op by op).
+    pub(crate) fn with_capacity(nodes: usize) -> Self {
+        Tape {
+            nodes: Vec::with_capacity(nodes),
+            ..Tape::new()
+        }
+    }
+
     /// Number of recorded ops.
     pub fn len(&self) -> usize {
         self.nodes.len()

@@ -23,7 +23,8 @@ pub(crate) fn fold_time<'m>(
     }
     if d.len() == rank + 1 {
         let (t, n) = (d[0], d[1]);
-        let mut folded = vec![t * n];
+        let mut folded = Vec::with_capacity(d.len() - 1);
+        folded.push(t * n);
         folded.extend_from_slice(&d[2..]);
         return Ok((ops::reshape(cx, x, folded)?, Some([t, n])));
     }
@@ -42,8 +43,10 @@ pub(crate) fn unfold_time<'m>(cx: &mut Cx<'m>, y: Var, folded: Folded) -> Result
     match folded {
         None => Ok(y),
         Some([t, n]) => {
-            let mut dims = vec![t, n];
-            dims.extend_from_slice(&y.dims()[1..]);
+            let rest = &y.dims()[1..];
+            let mut dims = Vec::with_capacity(rest.len() + 2);
+            dims.extend_from_slice(&[t, n]);
+            dims.extend_from_slice(rest);
             ops::reshape(cx, &y, dims)
         }
     }

@@ -276,6 +276,8 @@ pub(super) fn backward_chunks<'m>(
     let mut reached_any = false;
     let mut input_grads: Vec<Option<Tensor>> = vec![None; rc.input_needs.len()];
     let mut chunks = chunks;
+    // Ops the previous chunk recorded: the next records as many (the same modules run).
+    let mut recorded = 0;
     for (i, span) in rc.spans.iter().enumerate().rev() {
         let chunk = chunks.pop().ok_or_else(|| {
             pass_error(
@@ -294,7 +296,7 @@ pub(super) fn backward_chunks<'m>(
         cx.batch_stats.set_reached(false);
         // Inputs wanting a gradient become leaves of the chunk's tape (not in the segment's
         // own gradient-sums pass, whose inputs are constants); bit-packed spikes stay packed.
-        let mut tape = Tape::new();
+        let mut tape = Tape::with_capacity(recorded);
         let x_ids: Vec<Option<VarId>> = rc
             .input_needs
             .iter()
@@ -351,6 +353,7 @@ pub(super) fn backward_chunks<'m>(
             )
         })?;
         let ys = ys?;
+        recorded = tape.len();
         let mut seeds = Vec::new();
         for (y, g) in ys.iter().zip(out_grads.iter_mut()) {
             let Some(id) = y.id() else { continue };

@@ -15,7 +15,7 @@
 //! depends on neither the task partition, the thread count nor how the time steps of a batch
 //! are grouped into calls; tasks are split to keep every thread busy.
 
-use super::pack::{ConvShape, PanelCols, PixelRun, pack_columns, pack_taps};
+use super::pack::{ColumnTable, ConvShape, PanelCols, PixelRun, pack_columns, pack_taps};
 use super::tile::{MR, NR, Panels, Start, Tile, TileKernel};
 use rayon::prelude::*;
 use std::cell::RefCell;
@@ -189,13 +189,18 @@ pub(super) fn forward(s: &ConvShape, x: &[f32], w: &[f32], bias: Option<&[f32]>,
         let cols: Vec<(TileCols, PanelCols)> = (0..micro)
             .map(|m| (TileCols::new(s, c0 + m * NR), PanelCols::new(s, c0 + m * NR)))
             .collect();
+        let table = ColumnTable::new(s, cols.iter().map(|(_, pc)| pc));
         // Panels p0..full hold MR rows each; a last partial panel goes through a tile copy.
         let full = p1.min(s.co / MR).max(p0);
         with_panel(|panel| {
             for k0 in (0..k).step_by(kc_max) {
                 let kc = kc_max.min(k - k0);
                 for (m, (_, pc)) in cols.iter().enumerate() {
-                    pack_columns(s, x, pc, k0, kc, &mut panel[m * KC * NR..]);
+                    let dst = &mut panel[m * KC * NR..];
+                    match &table {
+                        Some(t) => t.pack(s, x, m, k0, kc, dst),
+                        None => pack_columns(s, x, pc, k0, kc, dst),
+                    }
                 }
                 for pb in (p0..p1).step_by(MC) {
                     let pe = (pb + MC).min(p1);
@@ -382,22 +387,34 @@ pub(super) fn input_grad_is_conv(s: &ConvShape) -> bool {
     s.stride == [1, 1] && s.dil == [1, 1] && s.pad[0] < s.kh && s.pad[1] < s.kw
 }
 
+/// Input channels per task of [`flip_weights`]: each task reads `FLIP_CHANNELS * kh * kw`
+/// consecutive weights per output channel and writes that many rows in order, so both sides
+/// stream through the caches (one channel per task reads `c * kh * kw` apart).
+const FLIP_CHANNELS: usize = 16;
+
 /// The weights `[co, c, kh, kw]` flipped and transposed into `[c, co, kh, kw]` (`out`).
 pub(super) fn flip_weights(s: &ConvShape, w: &[f32], out: &mut [f32]) {
     let taps = s.kh * s.kw;
-    let one = |(ci, dst): (usize, &mut [f32])| {
-        for (o, d) in dst.chunks_exact_mut(taps).enumerate() {
-            let src = &w[(o * s.c + ci) * taps..][..taps];
-            for (t, v) in d.iter_mut().enumerate() {
-                *v = src[taps - 1 - t];
+    let row = s.co * taps;
+    let block = |(bi, dst): (usize, &mut [f32])| {
+        let c0 = bi * FLIP_CHANNELS;
+        let n = dst.len() / row.max(1);
+        for o in 0..s.co {
+            let src = &w[(o * s.c + c0) * taps..][..n * taps];
+            for (j, src) in src.chunks_exact(taps).enumerate() {
+                let d = &mut dst[j * row + o * taps..][..taps];
+                d.iter_mut().zip(src.iter().rev()).for_each(|(v, &x)| *v = x);
             }
         }
     };
-    let out = &mut out[..s.c * s.co * taps];
+    let out = &mut out[..s.c * row];
+    if row == 0 {
+        return;
+    }
     if out.len() >= 1 << 15 {
-        out.par_chunks_mut(s.co * taps).enumerate().for_each(one);
+        out.par_chunks_mut(FLIP_CHANNELS * row).enumerate().for_each(block);
     } else {
-        out.chunks_mut(s.co * taps).enumerate().for_each(one);
+        out.chunks_mut(FLIP_CHANNELS * row).enumerate().for_each(block);
     }
 }
 

@@ -14,6 +14,8 @@ struct Segment {
     off: isize,
     lo: i32,
     hi: i32,
+    /// -1 in the lanes `lo..hi`, 0 elsewhere (the load masks).
+    mask: [i32; NR],
 }
 
 /// The packing of `pack_columns` precomputed for a set of micro-panels of a stride-1 (along
@@ -64,6 +66,7 @@ impl ColumnTable {
                         off: first as isize - (r.at + lo) as isize,
                         lo: (r.at + lo) as i32,
                         hi: (r.at + hi) as i32,
+                        mask: std::array::from_fn(|t| -i32::from((r.at + lo..r.at + hi).contains(&t))),
                     });
                 }
                 ranges.push((start, segments.len() as u32));
@@ -194,7 +197,7 @@ fn avx2_available() -> bool {
 
 #[cfg(target_arch = "x86_64")]
 mod avx2 {
-    use super::{ColumnTable, ConvShape, NR, PixelRun, Segment, TapOffsets};
+    use super::{ColumnTable, ConvShape, NR, PixelRun, TapOffsets};
     use std::arch::x86_64::*;
 
     /// The packed rows `k0..k0 + out.len() / NR` of the micro-panel whose tap ranges are
@@ -215,27 +218,36 @@ mod avx2 {
     ) {
         let plane = s.h * s.w;
         let (mut ci, mut tap) = (k0 / t.taps, k0 % t.taps);
-        let lanes0 = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-        let lanes1 = _mm256_add_epi32(lanes0, _mm256_set1_epi32(8));
-        let mask = |lanes: __m256i, seg: &Segment| {
-            let above = _mm256_cmpgt_epi32(lanes, _mm256_set1_epi32(seg.lo - 1));
-            let below = _mm256_cmpgt_epi32(_mm256_set1_epi32(seg.hi), lanes);
-            _mm256_and_si256(above, below)
-        };
         for dst in out.chunks_exact_mut(NR) {
             let (a, b) = ranges[tap];
             let base = x.as_ptr().wrapping_add(ci * plane);
+            let segments = &t.segments[a as usize..b as usize];
             let (mut v0, mut v1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
-            for seg in &t.segments[a as usize..b as usize] {
-                let p = base.wrapping_offset(seg.off);
-                // SAFETY: only the lanes lo..hi are read (the masks), and those lie in `x`
-                // (the caller's contract); masked-off lanes are never accessed.
-                unsafe {
-                    if seg.lo < 8 {
-                        v0 = _mm256_or_ps(v0, _mm256_maskload_ps(p, mask(lanes0, seg)));
+            match segments {
+                // The common case: the whole row inside the image, two plain loads.
+                [seg] if seg.lo == 0 && seg.hi == NR as i32 => {
+                    let p = base.wrapping_offset(seg.off);
+                    // SAFETY: all NR lanes lie in `x` (the caller's contract).
+                    unsafe {
+                        v0 = _mm256_loadu_ps(p);
+                        v1 = _mm256_loadu_ps(p.add(8));
                     }
-                    if seg.hi > 8 {
-                        v1 = _mm256_or_ps(v1, _mm256_maskload_ps(p.wrapping_add(8), mask(lanes1, seg)));
+                }
+                _ => {
+                    for seg in segments {
+                        let p = base.wrapping_offset(seg.off);
+                        // SAFETY: only the lanes lo..hi are read (the masks), and those lie in
+                        // `x` (the caller's contract); masked-off lanes are never accessed.
+                        unsafe {
+                            let m = seg.mask.as_ptr().cast::<__m256i>();
+                            if seg.lo < 8 {
+                                v0 = _mm256_or_ps(v0, _mm256_maskload_ps(p, _mm256_loadu_si256(m)));
+                            }
+                            if seg.hi > 8 {
+                                let p = p.wrapping_add(8);
+                                v1 = _mm256_or_ps(v1, _mm256_maskload_ps(p, _mm256_loadu_si256(m.add(1))));
+                            }
+                        }
                     }
                 }
             }

@@ -190,3 +190,67 @@ fn implicit_kernels_are_the_fma_chains_on_large_blocked_parallel_shapes() {
         check(&s, 7);
     }
 }
+
+/// The vector packers write exactly the scalar packers' panels (over every column panel and
+/// inner block of `s`), where the CPU has them.
+fn check_packers(s: &ConvShape, seed: u32) {
+    use super::super::pack::{PanelCols, PixelRun, pack_columns, pack_taps};
+    use super::super::pack_simd::{ColumnTable, TapOffsets};
+    use super::super::tile::NR;
+    let x = values(s.b * s.in_len(), seed);
+    let (k, ncols) = (s.k(), s.b * s.pix());
+    let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+    let cols: Vec<PanelCols> = (0..ncols).step_by(NR).map(|j0| PanelCols::new(s, j0)).collect();
+    if let Some(table) = ColumnTable::new(s, cols.iter()) {
+        for (m, pc) in cols.iter().enumerate() {
+            for (k0, kc) in [(0, k), (k / 3, k - k / 3)] {
+                let (mut want, mut got) = (vec![f32::NAN; kc * NR], vec![f32::NAN; kc * NR]);
+                pack_columns(s, &x, pc, k0, kc, &mut want);
+                table.pack(s, &x, m, k0, kc, &mut got);
+                assert_eq!(
+                    bits(&got),
+                    bits(&want),
+                    "columns {j0} from {k0}, {s:?}",
+                    j0 = m * NR
+                );
+            }
+        }
+    }
+    // All pixels, as runs of at most 7 across images.
+    let runs: Vec<PixelRun> = (0..s.b)
+        .flat_map(|img| {
+            (0..s.pix()).step_by(7).map(move |p0| PixelRun {
+                img,
+                p0,
+                len: 7.min(s.pix() - p0),
+            })
+        })
+        .collect();
+    for k0 in (0..k).step_by(NR) {
+        if let Some(offsets) = TapOffsets::new(s, k0) {
+            let (mut want, mut got) = (vec![f32::NAN; ncols * NR], vec![f32::NAN; ncols * NR]);
+            pack_taps(s, &x, &runs, k0, &mut want);
+            offsets.pack(s, &x, &runs, &mut got);
+            assert_eq!(bits(&got), bits(&want), "taps from {k0}, {s:?}");
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    #[test]
+    fn vector_packing_writes_the_scalar_panels(
+        (b, c) in (1usize..=3, 1usize..=6),
+        (h, w) in (1usize..=30, 1usize..=30),
+        (kh, kw) in (1usize..=3, 1usize..=3),
+        stride in proptest::array::uniform2(1usize..=2),
+        pad in proptest::array::uniform2(0usize..=2),
+        dil in proptest::array::uniform2(1usize..=2),
+        seed in any::<u32>(),
+    ) {
+        if let Some(s) = shape([b, c, h, w], 1, [kh, kw], stride, pad, dil) {
+            check_packers(&s, seed);
+        }
+    }
+}

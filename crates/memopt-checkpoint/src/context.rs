@@ -55,6 +55,10 @@ pub struct Cx<'m> {
     /// recomputation for its segment; taken by the next module call
     /// or by an op ([`Cx::take_output_unread`]).
     unread_next: bool,
+    /// Whether the next module call's outputs are its parent module's outputs (armed by
+    /// [`Cx::final_op`] and for a container's last child, whether or not they are read; taken
+    /// by the next module call and reported to call observers as [`ModuleCall::ends_parent`]).
+    final_next: bool,
 }
 
 impl<'m> Cx<'m> {
@@ -82,6 +86,7 @@ impl<'m> Cx<'m> {
             grads: Gradients::default(),
             unread_call: false,
             unread_next: false,
+            final_next: false,
         }
     }
 
@@ -138,8 +143,10 @@ impl<'m> Cx<'m> {
     /// ([`memopt_core::CoreError::Unmaterialised`]), never a wrong value.
     pub fn final_op<T>(&mut self, f: impl FnOnce(&mut Self) -> Result<T>) -> Result<T> {
         self.unread_next = self.unread_call;
+        self.final_next = true;
         let out = f(self);
         self.unread_next = false;
+        self.final_next = false;
         out
     }
 
@@ -157,6 +164,18 @@ impl<'m> Cx<'m> {
     /// does so for its segment).
     pub(crate) fn arm_unread(&mut self, unread: bool) {
         self.unread_next = unread;
+    }
+
+    /// Takes whether the next module call's outputs are its parent's (see
+    /// [`ModuleCall::ends_parent`]); a run of children passes it to its last child with
+    /// [`Cx::arm_ends_parent`].
+    pub(crate) fn take_ends_parent(&mut self) -> bool {
+        std::mem::take(&mut self.final_next)
+    }
+
+    /// Arms whether the next module call's outputs are its parent's.
+    pub(crate) fn arm_ends_parent(&mut self, ends: bool) {
+        self.final_next = ends;
     }
 
     /// Runs `f` (a module's forward called directly, not through [`Cx::call`]) with
@@ -435,6 +454,7 @@ impl<'m> Cx<'m> {
     pub fn call_here(&mut self, module: &'m dyn Module, inputs: Vec<Var>) -> Result<Vec<Var>> {
         let path = current_scope().module_path().clone();
         let policy = self.policies.get(&path).copied().filter(|_| self.is_recording());
+        let ends_parent = std::mem::take(&mut self.final_next);
         if !call_observer::observing() {
             return self.dispatch_armed(path, module, inputs, policy);
         }
@@ -446,6 +466,7 @@ impl<'m> Cx<'m> {
             phase: current_scope().phase(),
             module,
             policy,
+            ends_parent,
             inputs: &infos,
             outputs: &out_infos,
         });
@@ -503,6 +524,7 @@ impl<'m> Cx<'m> {
             xs = parent.before_child(self, i, xs)?;
             // The last run gives the container's outputs: unread when the container's are.
             self.unread_next = end >= n && self.unread_call;
+            self.final_next = end >= n;
             xs = self.call_child_run(parent, i, end, xs)?;
             i = end;
         }

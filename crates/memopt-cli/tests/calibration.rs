@@ -39,7 +39,7 @@ fn optimize_and_bench_predict_with_the_calibration_and_say_so() {
             .unwrap()
             .starts_with("toy-if")
     );
-    assert!(cal["factors"]["Linear"]["recompute"].as_f64().unwrap() > 0.0);
+    assert!(cal["factors"]["Linear"]["recompute_last"].as_f64().unwrap() > 0.0);
     assert!(
         cal["codecs"]["bit_spike"]["compress_bytes_per_s"]
             .as_f64()

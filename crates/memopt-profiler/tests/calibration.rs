@@ -30,7 +30,8 @@ fn raw_ms(m: &CostModel, e: &ModuleCostEntry) -> f64 {
     1e3 * (e.flops as f64 / m.throughput.flops_per_s + e.bytes as f64 / m.throughput.bytes_per_s)
 }
 
-/// The synthetic device's true factors by type: forward, backward, recompute.
+/// The synthetic device's true factors by type: forward, backward, recompute as the leaf that
+/// ends its segment.
 fn truth(ty: &str) -> (f64, f64, f64) {
     match ty {
         "Conv2d" => (0.5, 0.75, 0.55),
@@ -198,7 +199,7 @@ fn calibration_fits_known_factors_and_reproduces_the_measured_steps() {
         let f = c.factors[ty];
         let (tf, tb, tr) = truth(ty);
         assert!(
-            close(f.forward, tf) && close(f.backward, tb) && close(f.recompute, tr),
+            close(f.forward, tf) && close(f.backward, tb) && close(f.recompute_last, tr),
             "{ty}: fitted {f:?}, true ({tf}, {tb}, {tr})"
         );
     }
@@ -225,20 +226,25 @@ fn calibration_fits_known_factors_and_reproduces_the_measured_steps() {
         measured.checkpointed.step_ms
     );
     // A plan it was not measured on: a nested checkpoint recomputes its inside once per
-    // enclosing entry, and packs each entry's input once.
+    // enclosing entry, and packs each entry's input once. A segment's leaves run their forward
+    // (their outputs are read) but the one that ends it (`last`), which runs as it did
+    // checkpointed alone.
     let nested = Plan::from_entries([
         ("features.1", Policy::CHECKPOINT),
         ("features", Policy::CHECKPOINT),
     ]);
-    let recompute = |path: &str| -> f64 {
+    let recompute = |path: &str, last: &str| -> f64 {
         m.modules
             .iter()
             .filter(|e| e.leaf && memopt_core::ModulePath::from(e.path.as_str()).is_under(path))
-            .map(|e| truth(&e.module_type).2 * raw_ms(&m, e))
+            .map(|e| {
+                let (forward, _, recompute) = truth(&e.module_type);
+                (if e.path == last { recompute } else { forward }) * raw_ms(&m, e)
+            })
             .sum()
     };
-    let expected = recompute("features")
-        + recompute("features.1")
+    let expected = recompute("features", "features.8")
+        + recompute("features.1", "features.1.neuron")
         + packing_ms(&m, "features")
         + packing_ms(&m, "features.1");
     assert!(
@@ -366,8 +372,11 @@ fn bad_calibration_files_are_refused_with_the_reason() {
     ));
     assert!(e.contains("compress_bytes_per_s") && e.contains("above 0"), "{e}");
     // A factor's field missing.
-    let e = err(&replaced("\"recompute\": ", "\"recompute_\": "));
+    let e = err(&replaced("\"recompute_last\": ", "\"recompute_\": "));
     assert!(e.contains("recompute"), "{e}");
+    // Calibrations written before the distinction call the same measurement `recompute`.
+    let old = Calibration::from_json(&good.replace("\"recompute_last\": ", "\"recompute\": ")).unwrap();
+    assert_eq!(old, Calibration::from_json(&good).unwrap());
     assert!(err("[]").contains("not a calibration file"));
     assert!(err("").contains("not a calibration file"));
 }

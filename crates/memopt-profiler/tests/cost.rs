@@ -4,7 +4,7 @@
 use memopt_checkpoint::{InputSpec, Plan, Policy, zoo};
 use memopt_compress::CompressorKind;
 use memopt_core::Device;
-use memopt_profiler::cost::{Calibration, CodecSpeed, Throughput};
+use memopt_profiler::cost::{Calibration, CodecSpeed, Throughput, TypeFactors};
 use memopt_profiler::{CostModel, TimingProfiler, Workload};
 
 fn vgg(t: usize, n: usize) -> CostModel {
@@ -94,6 +94,62 @@ fn plans_cost_their_recomputation_and_compression() {
     assert!(m.plan_extra_ms(&run) < m.plan_extra_ms(&nested));
     let overhead = m.plan_overhead(&one);
     assert!(overhead > 0.0 && overhead < 1.0, "{overhead}");
+}
+
+/// Only the module that ends a recomputed segment materialises no more than its backward keeps
+/// (a convolution then computes nothing again, a BatchNorm only its statistics); every module
+/// whose outputs are read inside the segment runs its whole forward. With a calibration in which
+/// every type costs nothing as the last of its segment, checkpointing a convolution alone costs
+/// no recomputation, while checkpointing its block still costs the convolution's and the
+/// BatchNorm's forward (the neuron ends the block).
+#[test]
+fn only_the_module_that_ends_a_segment_is_priced_at_its_recompute_factor() {
+    let mut m = vgg(4, 2);
+    let ends = |p: &str| m.modules.iter().find(|e| e.path == p).unwrap().ends_parent;
+    // A VGG block returns its neuron's outputs (its final op); `proj_bn` and `features` are
+    // containers, whose last child's outputs are theirs.
+    let (conv, bn, sn) = (
+        "features.1.proj_bn.0",
+        "features.1.proj_bn.1",
+        "features.1.neuron",
+    );
+    assert!(ends(sn) && ends(bn) && ends("features.8") && ends("classifier.1"));
+    assert!(!ends(conv) && !ends("features.1.proj_bn") && !ends("features.1"));
+    let types: Vec<String> = m.modules.iter().map(|e| e.module_type.clone()).collect();
+    for ty in types {
+        m.factors.insert(
+            ty,
+            TypeFactors {
+                forward: 1.0,
+                backward: 1.0,
+                recompute_last: 0.0,
+            },
+        );
+    }
+    let fwd = |p: &str| m.forward_ms(p);
+    assert!(fwd(conv) > 0.0 && fwd(bn) > 0.0 && fwd(sn) > 0.0);
+    assert_eq!(m.recompute_ms(conv), 0.0);
+    assert_eq!(m.recompute_ms("features.1.proj_bn"), fwd(conv));
+    let block = m.recompute_ms("features.1");
+    assert!((block - (fwd(conv) + fwd(bn))).abs() <= 1e-12 * block, "{block}");
+    // The block's input and the convolution's are the same spikes: the saved inputs cost the
+    // same, so the plans differ by the block's recomputation.
+    let plan = |p: &str| m.plan_extra_ms(&Plan::from_entries([(p, Policy::CHECKPOINT)]));
+    let extra = plan("features.1") - plan(conv);
+    assert!((extra - block).abs() <= 1e-9 * block, "{extra} vs {block}");
+    // A run of blocks ends with the last block's neuron: the first block's neuron, whose
+    // outputs the second block reads, now runs too.
+    let run = Plan {
+        entries: vec![memopt_checkpoint::PlanEntry {
+            path: "features".into(),
+            children: Some([1, 3]),
+            policy: Policy::CHECKPOINT,
+        }],
+        ..Plan::store_all()
+    };
+    let want = fwd(sn) + m.recompute_ms("features.2");
+    let got = m.plan_extra_ms(&run) - plan("features.1");
+    assert!((got - want).abs() <= 1e-9 * want, "{got} vs {want}");
 }
 
 #[test]

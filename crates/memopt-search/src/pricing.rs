@@ -129,6 +129,7 @@ impl<'c> SegmentPricing<'c> {
                     flops: m.flops,
                     bytes: m.bytes,
                     inputs: m.inputs.clone(),
+                    ends_parent: m.ends_parent,
                 }
             })
             .collect()

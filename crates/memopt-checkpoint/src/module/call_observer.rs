@@ -57,6 +57,10 @@ pub struct ModuleCall<'a> {
     pub module: &'a dyn Module,
     /// The policy applied to the call (`None` when the module was run as stored).
     pub policy: Option<Policy>,
+    /// Whether the call's outputs are its parent module's outputs: it was made as the parent's
+    /// final op ([`crate::Cx::final_op`]) or as the last child of a container. When the parent
+    /// ends a recomputed segment, so does this call (its outputs are then read by no one).
+    pub ends_parent: bool,
     /// The inputs, as passed.
     pub inputs: &'a [ValueInfo],
     /// The outputs, as returned.

@@ -40,6 +40,7 @@ impl<'m> Segment<'m> {
             Segment::Module(m) => cx.with_armed_call(|cx| m.forward(cx, inputs)),
             Segment::Children { parent, start, end } => {
                 let unread = cx.take_output_unread();
+                let ends_parent = cx.take_ends_parent();
                 let children = parent.children_in(start, end);
                 let last = children.len().saturating_sub(1);
                 let mut xs = inputs;
@@ -48,6 +49,7 @@ impl<'m> Segment<'m> {
                         xs = parent.before_child(cx, start + i, xs)?;
                     }
                     cx.arm_unread(unread && i == last);
+                    cx.arm_ends_parent(ends_parent && i == last);
                     xs = cx.call(&name, child, xs)?;
                 }
                 Ok(xs)

@@ -18,7 +18,9 @@ Measure the cost model's factors on --device and write them as a calibration fil
 two plans of the model in turns on one model (--steps rounds after one warm-up round):
 storing everything (each module type's forward and backward time against its FLOPs and bytes,
 the time outside modules, the optimizer) and checkpointing every leaf module (each type's
-recomputation, timed in the recompute phase). Then it times the exact spike compressors
+recomputation as the module that ends its segment, timed in the recompute phase: such a module
+materialises only what its backward keeps, so a convolution recomputes nothing; a recomputed
+module whose outputs are read is priced at its forward factor). Then it times the exact spike compressors
 (bit_spike, u8) packing and unpacking the model's largest spike input. Nothing is assumed:
 recomputation and packing are measured. The factors are ratios, so a calibration made on one
 model and size predicts others on the same device: pass it to `memopt optimize --calibration
@@ -103,7 +105,7 @@ pub fn run(args: &CalibrateArgs, out: &mut dyn Write) -> Result<()> {
         "module type",
         "forward",
         "backward",
-        "recompute"
+        "recompute*"
     )?;
     let overall = [("(overall)".to_string(), c.overall)];
     for (ty, f) in c.factors.iter().map(|(t, f)| (t.clone(), *f)).chain(overall) {
@@ -113,12 +115,14 @@ pub fn run(args: &CalibrateArgs, out: &mut dyn Write) -> Result<()> {
             ty,
             f.forward,
             f.backward,
-            f.recompute
+            f.recompute_last
         )?;
     }
     out!(
         out,
-        "(measured over predicted from {:.0} GFLOP/s and {:.0} GB/s; backward predicted at {}x the forward)\n",
+        "(measured over predicted from {:.0} GFLOP/s and {:.0} GB/s; backward predicted at {}x the forward;\n \
+         *recompute: as the module that ends its recomputed segment, materialising only what its backward\n \
+         keeps; a recomputation whose outputs are read is priced at the forward factor)\n",
         c.throughput.flops_per_s / 1e9,
         c.throughput.bytes_per_s / 1e9,
         c.backward_ratio

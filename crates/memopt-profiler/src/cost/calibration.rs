@@ -200,7 +200,7 @@ impl Calibration {
         for (ty, f) in factors.chain([("overall", &self.overall)]) {
             non_negative(&format!("factors.{ty}.forward"), f.forward)?;
             non_negative(&format!("factors.{ty}.backward"), f.backward)?;
-            non_negative(&format!("factors.{ty}.recompute"), f.recompute)?;
+            non_negative(&format!("factors.{ty}.recompute_last"), f.recompute_last)?;
         }
         non_negative("forward_outside", self.forward_outside)?;
         non_negative("backward_outside", self.backward_outside)?;

@@ -47,6 +47,12 @@ pub struct ModuleCostEntry {
     pub bytes: u64,
     /// The inputs of its first call.
     pub inputs: Vec<InputInfo>,
+    /// Whether its outputs are its parent's outputs (its parent's final op, or a container's
+    /// last child): when the parent is the last module of a recomputed segment, so is this
+    /// module, and its recomputation materialises only what its own backward keeps. False in
+    /// cost models saved before it was recorded.
+    #[serde(default)]
+    pub ends_parent: bool,
 }
 
 #[derive(Default)]
@@ -86,6 +92,7 @@ impl CallObserver for Sink {
                         is_spike: v.is_spike,
                     })
                     .collect(),
+                ends_parent: call.ends_parent,
             }
         });
         entry.calls += 1;

@@ -3,7 +3,8 @@
 //! The measurement ([`Calibration::measure`]) times, on the device, two plans of one workload
 //! in turns on one model ([`crate::TimingProfiler::profile_plans`]): storing everything (each
 //! leaf type's forward and backward time, the time outside modules, the optimizer) and
-//! checkpointing every leaf module (each type's recomputation, timed in the `recompute` phase);
+//! checkpointing every leaf module (each type's recomputation as the module that ends its
+//! segment, timed in the `recompute` phase: [`super::TypeFactors::recompute_last`]);
 //! then it times each exact spike compressor packing and unpacking the workload's largest spike
 //! input ([`crate::TimingProfiler::profile_codec`]). Nothing is assumed: recomputation and
 //! packing are measured, not derived from the forward or from bytes moved.
@@ -210,13 +211,13 @@ fn overall_factors(model: &CostModel, m: &CalibrationMeasurement) -> TypeFactors
     TypeFactors {
         forward: f(s[0], s[1]),
         backward: f(s[2], s[3]),
-        recompute: f(s[4], s[5]),
+        recompute_last: f(s[4], s[5]),
     }
 }
 
 impl CostModel {
-    /// Fits each module type's recompute factor to steps measured under a plan that
-    /// checkpoints leaf modules one by one (`timing.plan`; after [`CostModel::calibrate`] on a
+    /// Fits each module type's [`TypeFactors::recompute_last`] to steps measured under a plan
+    /// that checkpoints leaf modules one by one (each leaf then ends its own segment) (`timing.plan`; after [`CostModel::calibrate`] on a
     /// step storing everything): the factor makes the type's recomputed leaves' summed
     /// prediction equal their summed median `recompute` time. Types never recomputed keep the
     /// factor they had (the forward's, after `calibrate`). Returns how many leaves recomputed.
@@ -239,7 +240,7 @@ impl CostModel {
         }
         for (ty, [measured, predicted]) in sums {
             if let (true, Some(f)) = (predicted > 0.0, self.factors.get_mut(&ty)) {
-                f.recompute = measured / predicted;
+                f.recompute_last = measured / predicted;
             }
         }
         leaves

@@ -6,6 +6,7 @@ mod calibration;
 mod collect;
 mod fit;
 mod model;
+mod recompute;
 
 pub use calibration::{Applied, CALIBRATION_FORMAT, Calibration, HostIdentity, MeasuredOn};
 pub use collect::{InputInfo, ModuleCostEntry};

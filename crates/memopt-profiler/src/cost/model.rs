@@ -5,7 +5,7 @@ use super::collect::{InputInfo, ModuleCostEntry, collect};
 use crate::Result;
 use crate::timing::TimingReport;
 use crate::workload::Workload;
-use memopt_checkpoint::{ChunkBoundaries, Plan, PlanEntry, Policy, time_spans};
+use memopt_checkpoint::{Plan, PlanEntry, Policy};
 use memopt_compress::CompressorKind;
 use memopt_core::{ModulePath, Phase};
 use serde::{Deserialize, Serialize};
@@ -40,10 +40,13 @@ pub struct TypeFactors {
     pub forward: f64,
     /// Measured over predicted backward time.
     pub backward: f64,
-    /// Measured recomputation time over predicted forward time (a recomputation runs with a
-    /// tape but without updating running statistics, inside backward, so it can differ from
-    /// the forward).
-    pub recompute: f64,
+    /// Measured recomputation time over predicted forward time of a module that ends its
+    /// recomputed segment: its outputs are read by no one, so it materialises only what its own
+    /// backward keeps (a convolution then computes nothing, a BatchNorm only its statistics).
+    /// A recomputation whose outputs are read runs the forward's kernels and is priced at the
+    /// `forward` factor. Read from `recompute` in calibrations written before the distinction.
+    #[serde(alias = "recompute")]
+    pub recompute_last: f64,
 }
 
 impl Default for TypeFactors {
@@ -51,7 +54,7 @@ impl Default for TypeFactors {
         TypeFactors {
             forward: 1.0,
             backward: 1.0,
-            recompute: 1.0,
+            recompute_last: 1.0,
         }
     }
 }
@@ -59,7 +62,8 @@ impl Default for TypeFactors {
 /// Predicts step time without running: each module's forward time is
 /// `flops / flops_per_s + bytes / bytes_per_s` times its type's forward factor, its backward
 /// time `backward_ratio` times that raw figure times the backward factor, a recomputation the
-/// raw figure times the recompute factor, and a checkpoint's saved input costs its packing and
+/// raw figure times the forward factor (the recompute factor for the module that ends its
+/// segment, see [`TypeFactors::recompute_last`]), and a checkpoint's saved input costs its packing and
 /// unpacking ([`CostModel::saved_input_ms`]). Uncalibrated, every factor is 1 and packing is
 /// priced by bytes moved. [`CostModel::calibrate`] fits the forward and backward factors and
 /// the time outside modules (loss, glue, optimizer) to a [`TimingReport`] of a step storing
@@ -91,7 +95,7 @@ pub struct CostModel {
     #[serde(default)]
     pub codecs: BTreeMap<String, CodecSpeed>,
     /// Time steps T of the workload (0: unknown, in cost models saved before it was recorded);
-    /// prices the chunk replays of [`ChunkBoundaries::Replayed`].
+    /// prices the chunk replays of [`memopt_checkpoint::ChunkBoundaries::Replayed`].
     #[serde(default)]
     pub time_steps: usize,
 }
@@ -108,7 +112,7 @@ pub struct CodecSpeed {
 }
 
 /// Whether `path` is `ancestor` or below it.
-fn within(path: &str, ancestor: &str) -> bool {
+pub(super) fn within(path: &str, ancestor: &str) -> bool {
     ModulePath::str_is_under(path, ancestor)
 }
 
@@ -131,11 +135,11 @@ impl CostModel {
         })
     }
 
-    fn raw_ms(&self, e: &ModuleCostEntry) -> f64 {
+    pub(super) fn raw_ms(&self, e: &ModuleCostEntry) -> f64 {
         1e3 * (e.flops as f64 / self.throughput.flops_per_s + e.bytes as f64 / self.throughput.bytes_per_s)
     }
 
-    fn factors_of(&self, e: &ModuleCostEntry) -> TypeFactors {
+    pub(super) fn factors_of(&self, e: &ModuleCostEntry) -> TypeFactors {
         self.factors.get(&e.module_type).copied().unwrap_or_default()
     }
 
@@ -148,10 +152,6 @@ impl CostModel {
         self.raw_ms(e)
     }
 
-    fn entry_recompute_ms(&self, e: &ModuleCostEntry) -> f64 {
-        self.raw_ms(e) * self.factors_of(e).recompute
-    }
-
     /// Predicted forward and backward time of all leaf modules, in milliseconds.
     pub(super) fn leaves_ms(&self) -> (f64, f64) {
         self.modules
@@ -162,7 +162,7 @@ impl CostModel {
             })
     }
 
-    fn entry_backward_ms(&self, e: &ModuleCostEntry) -> f64 {
+    pub(super) fn entry_backward_ms(&self, e: &ModuleCostEntry) -> f64 {
         self.raw_ms(e) * self.backward_ratio * self.factors_of(e).backward
     }
 
@@ -199,14 +199,11 @@ impl CostModel {
             }
     }
 
-    /// Predicted recompute time of the module at `path` (one more forward, times each type's
-    /// recompute factor), in milliseconds.
+    /// Predicted time of recomputing the module at `path` as a segment (one more forward at
+    /// each type's forward factor, the leaf that ends it at its recompute factor), in
+    /// milliseconds.
     pub fn recompute_ms(&self, path: &str) -> f64 {
-        self.modules
-            .iter()
-            .filter(|e| within(&e.path, path))
-            .map(|e| self.entry_recompute_ms(e))
-            .sum()
+        self.segment_recompute_ms(&[path.to_string()])
     }
 
     /// Predicted optimizer update, in milliseconds: measured when calibrated, otherwise five
@@ -224,7 +221,7 @@ impl CostModel {
 
     /// Predicted extra time of `plan` over the baseline, in milliseconds: every module runs one
     /// more forward per recomputing plan entry at or above it (nested checkpoints recompute
-    /// their inside once per enclosing segment), each entry's saved input is compressed and
+    /// their inside once per enclosing segment; [`CostModel::recompute_ms`] prices one), each entry's saved input is compressed and
     /// decompressed (and, when offloaded, copied out and back), and under
     /// [`Policy::StorePacked`] the layers' spike inputs are packed and unpacked once. An entry
     /// naming a run of children covers those children; its saved input is the first one's. A
@@ -237,16 +234,9 @@ impl CostModel {
             .filter(|e| e.policy.recomputes())
             .map(|e| (self.covered(e), e.policy))
             .collect();
-        let recompute: f64 = self
-            .modules
+        let recompute: f64 = targets
             .iter()
-            .map(|m| {
-                let times = targets
-                    .iter()
-                    .filter(|(paths, _)| paths.iter().any(|p| within(&m.path, p)))
-                    .count();
-                times as f64 * self.entry_recompute_ms(m)
-            })
+            .map(|(paths, _)| self.segment_recompute_ms(paths))
             .sum();
         let saved: f64 = targets
             .iter()
@@ -280,41 +270,6 @@ impl CostModel {
             .map(|(paths, policy)| self.boundary_replays_ms(paths, *policy, !nested(paths)))
             .sum();
         recompute + saved + passes + packed_stores + replays
-    }
-
-    /// The chunk replays of a segment (the modules under `paths`) whose boundary states are
-    /// [`ChunkBoundaries::Replayed`], in milliseconds: in each backward pass, chunk `i` first
-    /// runs chunks `0..i` forward again, so a pass replays `sum(start of chunk i) / T` of the
-    /// segment's forward (`(k - 1) / 2` for `k` equal chunks; that figure when T is unknown),
-    /// priced at each leaf's recompute factor. The passes are the backward proper and, for a
-    /// segment that computes its BatchNorm statistics itself (`computes_statistics`: not
-    /// nested in another chunked segment), one gradient-sums pass per training BatchNorm.
-    fn boundary_replays_ms(&self, paths: &[String], policy: Policy, computes_statistics: bool) -> f64 {
-        let Policy::Checkpoint {
-            chunks,
-            boundaries: ChunkBoundaries::Replayed,
-            ..
-        } = policy
-        else {
-            return 0.0;
-        };
-        let share = if self.time_steps >= chunks && chunks > 1 {
-            let starts: usize = time_spans(self.time_steps, chunks).iter().map(|s| s.start).sum();
-            starts as f64 / self.time_steps as f64
-        } else {
-            chunks.saturating_sub(1) as f64 / 2.0
-        };
-        let leaves = || {
-            self.modules
-                .iter()
-                .filter(|m| m.leaf && paths.iter().any(|p| within(&m.path, p)))
-        };
-        let forward: f64 = leaves().map(|m| self.entry_recompute_ms(m)).sum();
-        let batch_norms = leaves()
-            .filter(|m| m.module_type.starts_with("BatchNorm"))
-            .count();
-        let passes = 1 + if computes_statistics { batch_norms } else { 0 };
-        passes as f64 * share * forward
     }
 
     /// Predicted time of [`Policy::StorePacked`] over `paths`, in milliseconds: every
@@ -352,33 +307,6 @@ impl CostModel {
     pub fn packed_store_traffic(&self, paths: &[String]) -> u64 {
         self.packed_store_inputs(paths)
             .map(|x| 2 * (x.bytes() + (x.shape.elem_count() as u64).div_ceil(8)))
-            .sum()
-    }
-
-    /// The extra passes of a segment (the modules under `paths`) run in time chunks, for its
-    /// training BatchNorms (`memopt_checkpoint`'s `policy/chunk_passes.rs`), in milliseconds:
-    /// per BatchNorm a statistics pass in forward (the leaves up to it, once more) and a
-    /// gradient-sums pass in backward (the whole segment's forward once more, and the backward
-    /// of the BatchNorm and the leaves after it). The forward passes are recomputations and are
-    /// priced at each type's recompute factor, the backward ones at its backward factor. Leaves
-    /// in module order stand for the order in which they run. Zero without BatchNorm.
-    fn batch_norm_passes_ms(&self, paths: &[String]) -> f64 {
-        let leaves: Vec<&ModuleCostEntry> = self
-            .modules
-            .iter()
-            .filter(|m| m.leaf && paths.iter().any(|p| within(&m.path, p)))
-            .collect();
-        let forward: Vec<f64> = leaves.iter().map(|m| self.entry_recompute_ms(m)).collect();
-        let whole: f64 = forward.iter().sum();
-        leaves
-            .iter()
-            .enumerate()
-            .filter(|(_, m)| m.module_type.starts_with("BatchNorm"))
-            .map(|(i, _)| {
-                let statistics: f64 = forward[..=i].iter().sum();
-                let sums: f64 = leaves[i..].iter().map(|m| self.entry_backward_ms(m)).sum();
-                statistics + whole + sums
-            })
             .sum()
     }
 
@@ -541,7 +469,7 @@ impl CostModel {
                     backward: if pb > 0.0 { mb / pb } else { forward },
                     // Until a recomputation is measured (`calibrate_recompute`), it is
                     // predicted to take a forward's time.
-                    recompute: forward,
+                    recompute_last: forward,
                 },
             );
         }

@@ -1,0 +1,120 @@
+//! Pricing recomputation: one more forward of a segment's modules (the leaf that ends the
+//! segment at its own factor), the chunk replays of replayed boundary states, and the passes a
+//! time-chunked segment runs for its training BatchNorms.
+
+use super::collect::ModuleCostEntry;
+use super::model::{CostModel, within};
+use memopt_checkpoint::{ChunkBoundaries, Policy, time_spans};
+use memopt_core::ModulePath;
+
+impl CostModel {
+    /// The recomputation of `e`, in milliseconds: at the forward factor when its outputs are
+    /// read, at [`TypeFactors::recompute_last`] when it ends its segment (`last`).
+    pub(super) fn entry_recompute_ms(&self, e: &ModuleCostEntry, last: bool) -> f64 {
+        let f = self.factors_of(e);
+        self.raw_ms(e) * if last { f.recompute_last } else { f.forward }
+    }
+
+    /// The leaf that ends a segment covering `paths` (a module, or consecutive children, in
+    /// order): the last path's module, then the child whose outputs are its parent's, down to
+    /// a leaf. `None` when a module on the way ends with an op of its own (or the cost model
+    /// was saved without [`ModuleCostEntry::ends_parent`]).
+    pub(super) fn segment_last_leaf(&self, paths: &[String]) -> Option<&ModuleCostEntry> {
+        let last = paths.last()?;
+        let mut e = self.modules.iter().find(|m| &m.path == last)?;
+        while !e.leaf {
+            let parent = ModulePath::from(e.path.as_str());
+            e = e.children.iter().find_map(|name| {
+                let child = parent.child(name);
+                self.modules
+                    .iter()
+                    .find(|m| m.ends_parent && m.path == child.as_str())
+            })?;
+        }
+        Some(e)
+    }
+
+    /// One recomputation of the segment covering `paths`, in milliseconds: every module under
+    /// them at its forward factor, the leaf that ends the segment at its
+    /// [`TypeFactors::recompute_last`].
+    pub(super) fn segment_recompute_ms(&self, paths: &[String]) -> f64 {
+        let last = self.segment_last_leaf(paths).map(|e| e.path.as_str());
+        self.modules
+            .iter()
+            .filter(|m| paths.iter().any(|p| within(&m.path, p)))
+            .map(|m| self.entry_recompute_ms(m, Some(m.path.as_str()) == last))
+            .sum()
+    }
+
+    /// The chunk replays of a segment (the modules under `paths`) whose boundary states are
+    /// [`ChunkBoundaries::Replayed`], in milliseconds: in each backward pass, chunk `i` first
+    /// runs chunks `0..i` forward again, so a pass replays `sum(start of chunk i) / T` of the
+    /// segment's forward (`(k - 1) / 2` for `k` equal chunks; that figure when T is unknown),
+    /// priced at each leaf's forward factor (a replay's outputs are read). The passes are the backward proper and, for a
+    /// segment that computes its BatchNorm statistics itself (`computes_statistics`: not
+    /// nested in another chunked segment), one gradient-sums pass per training BatchNorm.
+    pub(super) fn boundary_replays_ms(
+        &self,
+        paths: &[String],
+        policy: Policy,
+        computes_statistics: bool,
+    ) -> f64 {
+        let Policy::Checkpoint {
+            chunks,
+            boundaries: ChunkBoundaries::Replayed,
+            ..
+        } = policy
+        else {
+            return 0.0;
+        };
+        let share = if self.time_steps >= chunks && chunks > 1 {
+            let starts: usize = time_spans(self.time_steps, chunks).iter().map(|s| s.start).sum();
+            starts as f64 / self.time_steps as f64
+        } else {
+            chunks.saturating_sub(1) as f64 / 2.0
+        };
+        let leaves = || {
+            self.modules
+                .iter()
+                .filter(|m| m.leaf && paths.iter().any(|p| within(&m.path, p)))
+        };
+        let forward: f64 = leaves().map(|m| self.entry_recompute_ms(m, false)).sum();
+        let batch_norms = leaves()
+            .filter(|m| m.module_type.starts_with("BatchNorm"))
+            .count();
+        let passes = 1 + if computes_statistics { batch_norms } else { 0 };
+        passes as f64 * share * forward
+    }
+
+    /// The extra passes of a segment (the modules under `paths`) run in time chunks, for its
+    /// training BatchNorms (`memopt_checkpoint`'s `policy/chunk_passes.rs`), in milliseconds:
+    /// per BatchNorm a statistics pass in forward (the leaves up to it, once more) and a
+    /// gradient-sums pass in backward (the whole segment's forward once more, and the backward
+    /// of the BatchNorm and the leaves after it). The forward passes are recomputations priced
+    /// at each type's forward factor, the whole segment's with its last leaf at its recompute
+    /// factor ([`TypeFactors::recompute_last`]); the backward ones at the backward factor. Leaves
+    /// in module order stand for the order in which they run. Zero without BatchNorm.
+    pub(super) fn batch_norm_passes_ms(&self, paths: &[String]) -> f64 {
+        let leaves: Vec<&ModuleCostEntry> = self
+            .modules
+            .iter()
+            .filter(|m| m.leaf && paths.iter().any(|p| within(&m.path, p)))
+            .collect();
+        let forward: Vec<f64> = leaves.iter().map(|m| self.entry_recompute_ms(m, false)).collect();
+        let last = self.segment_last_leaf(paths).map(|e| e.path.as_str());
+        let whole: f64 = leaves
+            .iter()
+            .map(|m| self.entry_recompute_ms(m, Some(m.path.as_str()) == last))
+            .sum();
+        leaves
+            .iter()
+            .enumerate()
+            .filter(|(_, m)| m.module_type.starts_with("BatchNorm"))
+            .map(|(i, _)| {
+                let statistics: f64 = forward[..=i].iter().sum();
+                let sums: f64 = leaves[i..].iter().map(|m| self.entry_backward_ms(m)).sum();
+                statistics + whole + sums
+            })
+            .sum()
+    }
+}

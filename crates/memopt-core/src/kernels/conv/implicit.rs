@@ -16,6 +16,7 @@
 //! are grouped into calls; tasks are split to keep every thread busy.
 
 use super::pack::{ConvShape, PanelCols, PixelRun, pack_columns, pack_taps};
+use super::pack_simd::{ColumnTable, TapOffsets};
 use super::tile::{MR, NR, Panels, Start, Tile, TileKernel};
 use rayon::prelude::*;
 use std::cell::RefCell;
@@ -76,24 +77,24 @@ impl<'a> Shared<'a> {
         }
     }
 
-    /// Reads element `i` (panics when out of bounds).
+    /// Copies the `dst.len()` elements from `off` into `dst` (panics when out of bounds).
     ///
     /// # Safety
-    /// No other task may write element `i` during the call.
-    unsafe fn get(&self, i: usize) -> f32 {
-        assert!(i < self.len, "shared buffer index out of bounds");
+    /// No other task may write those elements during the call.
+    unsafe fn read(&self, off: usize, dst: &mut [f32]) {
+        assert!(off + dst.len() <= self.len, "shared buffer index out of bounds");
         // SAFETY: in bounds; no concurrent writer (caller's contract).
-        unsafe { *self.ptr.add(i) }
+        unsafe { std::ptr::copy_nonoverlapping(self.ptr.add(off), dst.as_mut_ptr(), dst.len()) }
     }
 
-    /// Writes element `i` (panics when out of bounds).
+    /// Copies `src` to the elements from `off` (panics when out of bounds).
     ///
     /// # Safety
-    /// No other task may read or write element `i` during the call.
-    unsafe fn set(&self, i: usize, v: f32) {
-        assert!(i < self.len, "shared buffer index out of bounds");
+    /// No other task may read or write those elements during the call.
+    unsafe fn write(&self, off: usize, src: &[f32]) {
+        assert!(off + src.len() <= self.len, "shared buffer index out of bounds");
         // SAFETY: in bounds; exclusive (caller's contract).
-        unsafe { *self.ptr.add(i) = v }
+        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), self.ptr.add(off), src.len()) }
     }
 
     /// The tile whose row `r` is the `NR` elements at `off + r * ldc` (panics when it reaches
@@ -111,27 +112,40 @@ impl<'a> Shared<'a> {
 /// Where the tile columns `j0..j0 + NR` of a forward call land in `[b, co, ho, wo]`.
 #[derive(Clone, Copy)]
 struct TileCols {
-    /// Columns below the batch's end.
-    valid: usize,
-    /// Output offset of each column in channel 0 (the last valid one repeated).
-    offs: [usize; NR],
+    /// Output offset of column 0 in channel 0.
+    first: usize,
     /// Whether all `NR` columns are valid and consecutive in one image.
     contiguous: bool,
+    /// The valid columns as runs inside one image: `(first column, columns, output offset in
+    /// channel 0)`, `count` of them.
+    runs: [(usize, usize, usize); NR],
+    count: usize,
 }
 
 impl TileCols {
     fn new(s: &ConvShape, j0: usize) -> Self {
         let (pix, ncols) = (s.pix(), s.b * s.pix());
         let valid = (ncols - j0).min(NR);
-        let offs = std::array::from_fn(|jj| {
-            let j = j0 + jj.min(valid - 1);
-            (j / pix) * s.co * pix + j % pix
-        });
-        TileCols {
-            valid,
-            offs,
-            contiguous: valid == NR && j0 % pix + NR <= pix,
+        let mut runs = [(0, 0, 0); NR];
+        let (mut count, mut jj) = (0, 0);
+        while jj < valid {
+            let j = j0 + jj;
+            let len = (pix - j % pix).min(valid - jj);
+            runs[count] = (jj, len, (j / pix) * s.co * pix + j % pix);
+            count += 1;
+            jj += len;
         }
+        TileCols {
+            first: runs[0].2,
+            contiguous: valid == NR && count == 1,
+            runs,
+            count,
+        }
+    }
+
+    /// The runs of valid columns.
+    fn runs(&self) -> &[(usize, usize, usize)] {
+        &self.runs[..self.count]
     }
 }
 
@@ -189,13 +203,18 @@ pub(super) fn forward(s: &ConvShape, x: &[f32], w: &[f32], bias: Option<&[f32]>,
         let cols: Vec<(TileCols, PanelCols)> = (0..micro)
             .map(|m| (TileCols::new(s, c0 + m * NR), PanelCols::new(s, c0 + m * NR)))
             .collect();
+        let table = ColumnTable::new(s, cols.iter().map(|(_, pc)| pc));
         // Panels p0..full hold MR rows each; a last partial panel goes through a tile copy.
         let full = p1.min(s.co / MR).max(p0);
         with_panel(|panel| {
             for k0 in (0..k).step_by(kc_max) {
                 let kc = kc_max.min(k - k0);
                 for (m, (_, pc)) in cols.iter().enumerate() {
-                    pack_columns(s, x, pc, k0, kc, &mut panel[m * KC * NR..]);
+                    let dst = &mut panel[m * KC * NR..];
+                    match &table {
+                        Some(t) => t.pack(s, x, m, k0, kc, dst),
+                        None => pack_columns(s, x, pc, k0, kc, dst),
+                    }
                 }
                 for pb in (p0..p1).step_by(MC) {
                     let pe = (pb + MC).min(p1);
@@ -203,7 +222,7 @@ pub(super) fn forward(s: &ConvShape, x: &[f32], w: &[f32], bias: Option<&[f32]>,
                         let b = &panel[m * KC * NR..][..kc * NR];
                         let (fb, fe) = (pb.min(full), pe.min(full));
                         if tc.contiguous && fe > fb {
-                            let off = tc.offs[0] + fb * MR * pix;
+                            let off = tc.first + fb * MR * pix;
                             // Rows fb * MR.. of the weight, from inner index k0.
                             let a = &w[fb * MR * k + k0..(fe * MR - 1) * k + k0 + kc];
                             // SAFETY: this task alone owns rows p0..p1 x columns of block cb of
@@ -234,23 +253,22 @@ pub(super) fn forward(s: &ConvShape, x: &[f32], w: &[f32], bias: Option<&[f32]>,
                             let a: [&[f32]; MR] = rows.map(|r| &w[r * k + k0..][..kc]);
                             let valid_rows = (s.co - p * MR).min(MR);
                             let mut tile: Tile = [[0.0; NR]; MR];
-                            for (r, row) in tile.iter_mut().enumerate().take(valid_rows) {
-                                let co = rows[r];
-                                for (jj, v) in row.iter_mut().enumerate().take(tc.valid) {
-                                    *v = if k0 == 0 {
-                                        bias.map_or(0.0, |b| b[co])
-                                    } else {
+                            for (row, &co) in tile.iter_mut().zip(&rows).take(valid_rows) {
+                                for &(jj, len, off) in tc.runs() {
+                                    let d = &mut row[jj..jj + len];
+                                    match (k0, bias) {
+                                        (0, Some(bias)) => d.fill(bias[co]),
+                                        (0, None) => d.fill(0.0),
                                         // SAFETY: as above.
-                                        unsafe { out.get(tc.offs[jj] + co * pix) }
-                                    };
+                                        _ => unsafe { out.read(off + co * pix, d) },
+                                    }
                                 }
                             }
                             kernel.run(kc, a, b, &mut tile);
-                            for (r, row) in tile.iter().enumerate().take(valid_rows) {
-                                let co = rows[r];
-                                for (jj, &v) in row.iter().enumerate().take(tc.valid) {
+                            for (row, &co) in tile.iter().zip(&rows).take(valid_rows) {
+                                for &(jj, len, off) in tc.runs() {
                                     // SAFETY: as above.
-                                    unsafe { out.set(tc.offs[jj] + co * pix, v) };
+                                    unsafe { out.write(off + co * pix, &row[jj..jj + len]) };
                                 }
                             }
                         }
@@ -308,13 +326,19 @@ pub(super) fn weight_grad(s: &ConvShape, grad: &[f32], x: &[f32], images: &[usiz
     run_tasks(&tasks, s.co * k * total, |&(kb, (p0, p1))| {
         let k_start = kb * NC;
         let micro = (k - k_start).min(NC).div_ceil(NR);
+        let offsets: Vec<Option<TapOffsets>> =
+            (0..micro).map(|m| TapOffsets::new(s, k_start + m * NR)).collect();
         // Panels p0..full hold MR rows each; a last partial panel goes through a tile copy.
         let full = p1.min(s.co / MR).max(p0);
         with_panel(|panel| {
             for runs in &blocks {
                 let rows_in_block: usize = runs.iter().map(|r| r.len).sum();
-                for m in 0..micro {
-                    pack_taps(s, x, runs, k_start + m * NR, &mut panel[m * KC * NR..]);
+                for (m, offsets) in offsets.iter().enumerate() {
+                    let dst = &mut panel[m * KC * NR..];
+                    match offsets {
+                        Some(o) => o.pack(s, x, runs, dst),
+                        None => pack_taps(s, x, runs, k_start + m * NR, dst),
+                    }
                 }
                 for m in 0..micro {
                     let j0 = k_start + m * NR;
@@ -350,11 +374,9 @@ pub(super) fn weight_grad(s: &ConvShape, grad: &[f32], x: &[f32], images: &[usiz
                         let rows = panel_rows(p, s.co);
                         let valid_rows = (s.co - p * MR).min(MR);
                         let mut tile: Tile = [[0.0; NR]; MR];
-                        for (r, row) in tile.iter_mut().enumerate().take(valid_rows) {
-                            for (jj, v) in row.iter_mut().enumerate().take(valid_cols) {
-                                // SAFETY: as above.
-                                *v = unsafe { dw.get(rows[r] * k + j0 + jj) };
-                            }
+                        for (row, &r) in tile.iter_mut().zip(&rows).take(valid_rows) {
+                            // SAFETY: as above.
+                            unsafe { dw.read(r * k + j0, &mut row[..valid_cols]) };
                         }
                         let mut at = 0;
                         for run in runs {
@@ -363,11 +385,9 @@ pub(super) fn weight_grad(s: &ConvShape, grad: &[f32], x: &[f32], images: &[usiz
                             kernel.run(run.len, a, &b[at * NR..], &mut tile);
                             at += run.len;
                         }
-                        for (r, row) in tile.iter().enumerate().take(valid_rows) {
-                            for (jj, &v) in row.iter().enumerate().take(valid_cols) {
-                                // SAFETY: as above.
-                                unsafe { dw.set(rows[r] * k + j0 + jj, v) };
-                            }
+                        for (row, &r) in tile.iter().zip(&rows).take(valid_rows) {
+                            // SAFETY: as above.
+                            unsafe { dw.write(r * k + j0, &row[..valid_cols]) };
                         }
                     }
                 }
@@ -382,22 +402,36 @@ pub(super) fn input_grad_is_conv(s: &ConvShape) -> bool {
     s.stride == [1, 1] && s.dil == [1, 1] && s.pad[0] < s.kh && s.pad[1] < s.kw
 }
 
+/// Input channels per task of [`flip_weights`]: each task reads `FLIP_CHANNELS * kh * kw`
+/// consecutive weights per output channel and writes that many rows in order, so both sides
+/// stream through the caches (one channel per task reads `c * kh * kw` apart).
+const FLIP_CHANNELS: usize = 16;
+
 /// The weights `[co, c, kh, kw]` flipped and transposed into `[c, co, kh, kw]` (`out`).
 pub(super) fn flip_weights(s: &ConvShape, w: &[f32], out: &mut [f32]) {
     let taps = s.kh * s.kw;
-    let one = |(ci, dst): (usize, &mut [f32])| {
-        for (o, d) in dst.chunks_exact_mut(taps).enumerate() {
-            let src = &w[(o * s.c + ci) * taps..][..taps];
-            for (t, v) in d.iter_mut().enumerate() {
-                *v = src[taps - 1 - t];
+    let row = s.co * taps;
+    let block = |(bi, dst): (usize, &mut [f32])| {
+        let c0 = bi * FLIP_CHANNELS;
+        let n = dst.len() / row.max(1);
+        for o in 0..s.co {
+            let src = &w[(o * s.c + c0) * taps..][..n * taps];
+            for (j, src) in src.chunks_exact(taps).enumerate() {
+                let d = &mut dst[j * row + o * taps..][..taps];
+                d.iter_mut().zip(src.iter().rev()).for_each(|(v, &x)| *v = x);
             }
         }
     };
-    let out = &mut out[..s.c * s.co * taps];
+    let out = &mut out[..s.c * row];
+    if row == 0 {
+        return;
+    }
     if out.len() >= 1 << 15 {
-        out.par_chunks_mut(s.co * taps).enumerate().for_each(one);
+        out.par_chunks_mut(FLIP_CHANNELS * row)
+            .enumerate()
+            .for_each(block);
     } else {
-        out.chunks_mut(s.co * taps).enumerate().for_each(one);
+        out.chunks_mut(FLIP_CHANNELS * row).enumerate().for_each(block);
     }
 }
 

@@ -15,6 +15,7 @@ mod forward;
 mod im2col;
 mod implicit;
 mod pack;
+mod pack_simd;
 mod params;
 mod stepwise;
 #[cfg(test)]

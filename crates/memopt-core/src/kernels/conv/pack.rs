@@ -68,7 +68,7 @@ impl ConvShape {
 
     /// Input row read by output row `oy` under kernel row `ky` (`None` in the padding).
     #[inline]
-    fn input_row(&self, oy: usize, ky: usize) -> Option<usize> {
+    pub(super) fn input_row(&self, oy: usize, ky: usize) -> Option<usize> {
         (oy * self.stride[0] + ky * self.dil[0])
             .checked_sub(self.pad[0])
             .filter(|&iy| iy < self.h)
@@ -78,7 +78,7 @@ impl ConvShape {
     /// kernel column `kx` lies inside the image: `lo..hi`, and the input column of `lo`
     /// (0 when none is; stride 1 only).
     #[inline]
-    fn inside_cols(&self, ox0: usize, kx: usize, len: usize) -> (usize, usize, usize) {
+    pub(super) fn inside_cols(&self, ox0: usize, kx: usize, len: usize) -> (usize, usize, usize) {
         // Input column of output column ox0 + t is ox0 + t + off - pad.
         let start = (ox0 + kx * self.dil[1]) as isize - self.pad[1] as isize;
         let lo = (-start).clamp(0, len as isize) as usize;
@@ -149,12 +149,12 @@ struct Tap {
 /// A run of columns inside one output row: `len` columns from `ox0` of row `oy` of image
 /// `img`, landing at panel column `at`.
 #[derive(Debug, Clone, Copy, Default)]
-struct RowRun {
-    at: usize,
-    len: usize,
-    img: usize,
-    oy: usize,
-    ox0: usize,
+pub(super) struct RowRun {
+    pub at: usize,
+    pub len: usize,
+    pub img: usize,
+    pub oy: usize,
+    pub ox0: usize,
 }
 
 /// The columns `j0..j0 + NR` of a batch as output-row runs (those below `b * ho * wo`; the
@@ -164,8 +164,9 @@ pub(super) struct PanelCols {
     /// Valid columns.
     n: usize,
     /// Runs in `runs`.
-    count: usize,
-    runs: [RowRun; NR],
+    pub count: usize,
+    /// The runs, `count` of them.
+    pub runs: [RowRun; NR],
 }
 
 impl PanelCols {

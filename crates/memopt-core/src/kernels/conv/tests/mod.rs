@@ -8,6 +8,7 @@ use crate::memory::MemoryAction;
 use crate::{DType, MemoryTracker};
 use proptest::prelude::*;
 
+mod chains;
 mod workspace;
 use workspace::expected_workspace;
 

@@ -1,0 +1,333 @@
+//! Vector (AVX2) packing for the implicit-GEMM convolution: the same panels as
+//! [`super::pack`]'s `pack_columns` and `pack_taps`, bit for bit (values are only copied), with
+//! masked loads and gathers instead of per-row index arithmetic and scalar copies. Lanes in
+//! the padding are masked off and read 0; a masked-off lane is never accessed.
+
+use super::pack::{ConvShape, PanelCols, PixelRun};
+use super::tile::NR;
+
+/// Where the lanes `lo..hi` of a packed row of [`ColumnTable`] come from: lane `t` of the row
+/// of input channel `ci` is `x[ci * h * w + off + t]` (`off` may be negative: only the lanes
+/// `lo..hi` are read).
+#[derive(Debug, Clone, Copy)]
+struct Segment {
+    off: isize,
+    lo: i32,
+    hi: i32,
+    /// -1 in the lanes `lo..hi`, 0 elsewhere (the load masks).
+    mask: [i32; NR],
+}
+
+/// The packing of `pack_columns` precomputed for a set of micro-panels of a stride-1 (along
+/// the width) convolution: for every micro-panel and kernel tap `(ky, kx)`, the segments of a
+/// packed row that lie inside the image (the other lanes are padding, 0). A packed row of any
+/// input channel is then a few masked loads, the same values `pack_columns` writes.
+pub(super) struct ColumnTable {
+    segments: Vec<Segment>,
+    /// `ranges[m * taps + tap]`: the segments of micro-panel `m` under kernel tap `tap`.
+    ranges: Vec<(u32, u32)>,
+    /// `kh * kw`.
+    taps: usize,
+    /// The elements of the images the table was built for (`b * c * h * w`).
+    len: usize,
+}
+
+impl ColumnTable {
+    /// The table of the micro-panels `cols` of `s`, or `None` where the packing has no
+    /// vector path (a CPU without AVX2, a stride above 1 along the width).
+    pub(super) fn new<'a>(s: &ConvShape, cols: impl Iterator<Item = &'a PanelCols>) -> Option<Self> {
+        if s.stride[1] != 1 || !avx2_available() {
+            return None;
+        }
+        let (taps, plane) = (s.kh * s.kw, s.h * s.w);
+        let len = s.b * s.in_len();
+        let (mut segments, mut ranges) = (Vec::new(), Vec::new());
+        for pc in cols {
+            for tap in 0..taps {
+                let (ky, kx) = (tap / s.kw, tap % s.kw);
+                let start = segments.len() as u32;
+                for r in &pc.runs[..pc.count] {
+                    let Some(iy) = s.input_row(r.oy, ky) else {
+                        continue;
+                    };
+                    let (lo, hi, s0) = s.inside_cols(r.ox0, kx, r.len);
+                    if hi <= lo {
+                        continue;
+                    }
+                    // Lane r.at + lo reads column s0 of row iy of image r.img's channel 0.
+                    let first = r.img * s.c * plane + iy * s.w + s0;
+                    // Every lane read lies in the images, for every channel (the safety of
+                    // `pack`): the last channel's last element of the segment included.
+                    assert!(
+                        first + (hi - lo) + (s.c - 1) * plane <= len,
+                        "column table outside the images"
+                    );
+                    segments.push(Segment {
+                        off: first as isize - (r.at + lo) as isize,
+                        lo: (r.at + lo) as i32,
+                        hi: (r.at + hi) as i32,
+                        mask: std::array::from_fn(|t| -i32::from((r.at + lo..r.at + hi).contains(&t))),
+                    });
+                }
+                ranges.push((start, segments.len() as u32));
+            }
+        }
+        Some(ColumnTable {
+            segments,
+            ranges,
+            taps,
+            len,
+        })
+    }
+
+    /// `pack_columns` of micro-panel `m` of the table: the inner indices `k0..k0 + kc` of the
+    /// images `x` (those of the table's shape `s`) into `out` (`kc` rows of `NR`).
+    pub(super) fn pack(&self, s: &ConvShape, x: &[f32], m: usize, k0: usize, kc: usize, out: &mut [f32]) {
+        assert!(
+            x.len() >= self.len && self.len == s.b * s.in_len() && k0 + kc <= s.k(),
+            "column table used on other images"
+        );
+        let out = &mut out[..kc * NR];
+        let ranges = &self.ranges[m * self.taps..][..self.taps];
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: a table exists only where the CPU has AVX2 (`new`); every lane read lies in
+        // `x` (asserted in `new` for every channel, and `x` is at least as long as the images
+        // the table was built for).
+        unsafe {
+            avx2::pack(self, s, x, ranges, k0, out);
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            let _ = (s, x, ranges, k0, out);
+            unreachable!("a column table is only built where AVX2 exists");
+        }
+    }
+}
+
+/// The gather of `pack_taps` for the inner indices `k0..k0 + NR` of a convolution: per lane,
+/// the input channel, kernel row and column of its tap, as offsets from the lane-0 channel of
+/// a pixel's top-left input element. A packed row (one pixel) is then two masked gathers.
+pub(super) struct TapOffsets {
+    /// `(ci - ci0) * h * w + ky * dil_y * w + kx * dil_x` per lane.
+    off: [i32; NR],
+    /// `ky * dil_y` per lane.
+    dy: [i32; NR],
+    /// `kx * dil_x` per lane.
+    dx: [i32; NR],
+    /// Lanes below `c * kh * kw - k0` (the rest read 0).
+    valid: usize,
+    /// The input channel of lane 0.
+    ci0: usize,
+}
+
+impl TapOffsets {
+    /// The offsets of the inner indices `k0..k0 + NR` of `s`, or `None` where the packing has
+    /// no vector path (a CPU without AVX2, offsets or sizes beyond `i32`).
+    pub(super) fn new(s: &ConvShape, k0: usize) -> Option<Self> {
+        let (k, taps, plane) = (s.k(), s.kh * s.kw, s.h * s.w);
+        let fits = |v: usize| i32::try_from(v).is_ok();
+        let reach = (NR + 1)
+            .checked_mul(plane)
+            .and_then(|v| v.checked_add(s.dil[0] * s.kh * s.w + s.dil[1] * s.kw));
+        let coords = [
+            s.h,
+            s.w,
+            s.stride[0] * s.ho,
+            s.stride[1] * s.wo,
+            s.pad[0],
+            s.pad[1],
+        ];
+        if !avx2_available() || k0 >= k || !reach.is_some_and(fits) || !coords.into_iter().all(fits) {
+            return None;
+        }
+        let ci0 = k0 / taps;
+        let valid = (k - k0).min(NR);
+        let (mut off, mut dy, mut dx) = ([0; NR], [0; NR], [0; NR]);
+        for jj in 0..valid {
+            let t = k0 + jj;
+            let (ci, ky, kx) = (t / taps, (t % taps) / s.kw, t % s.kw);
+            dy[jj] = (ky * s.dil[0]) as i32;
+            dx[jj] = (kx * s.dil[1]) as i32;
+            off[jj] = ((ci - ci0) * plane) as i32 + dy[jj] * s.w as i32 + dx[jj];
+        }
+        Some(TapOffsets {
+            off,
+            dy,
+            dx,
+            valid,
+            ci0,
+        })
+    }
+
+    /// `pack_taps` of these inner indices: for the pixels of `runs` (in order), the input
+    /// values they multiply, one row of `NR` per pixel, into `out`.
+    pub(super) fn pack(&self, s: &ConvShape, x: &[f32], runs: &[PixelRun], out: &mut [f32]) {
+        let rows: usize = runs.iter().map(|r| r.len).sum();
+        assert!(
+            x.len() >= s.b * s.in_len() && runs.iter().all(|r| r.img < s.b && r.p0 + r.len <= s.pix()),
+            "tap offsets used outside the images"
+        );
+        let out = &mut out[..rows * NR];
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: offsets exist only where the CPU has AVX2 (`new`); a lane is read only when
+        // its input row and column lie in the image and its tap below c * kh * kw, so inside
+        // image `img < b` of `x` (asserted).
+        unsafe {
+            avx2::pack_taps(self, s, x, runs, out);
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            let _ = (s, x, runs, out);
+            unreachable!("tap offsets are only built where AVX2 exists");
+        }
+    }
+}
+
+/// Whether the CPU has AVX2 (the packing's vector path).
+fn avx2_available() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::arch::is_x86_feature_detected!("avx2")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx2 {
+    use super::{ColumnTable, ConvShape, NR, PixelRun, TapOffsets};
+    use std::arch::x86_64::*;
+
+    /// The packed rows `k0..k0 + out.len() / NR` of the micro-panel whose tap ranges are
+    /// `ranges`: each row the OR of its segments' masked loads (lanes outside every segment
+    /// are 0).
+    ///
+    /// # Safety
+    /// The CPU must have AVX2; every lane `lo..hi` of every segment, at every channel below
+    /// `s.c`, must lie in `x` (what [`ColumnTable::new`] asserts).
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn pack(
+        t: &ColumnTable,
+        s: &ConvShape,
+        x: &[f32],
+        ranges: &[(u32, u32)],
+        k0: usize,
+        out: &mut [f32],
+    ) {
+        let plane = s.h * s.w;
+        let (mut ci, mut tap) = (k0 / t.taps, k0 % t.taps);
+        for dst in out.chunks_exact_mut(NR) {
+            let (a, b) = ranges[tap];
+            let base = x.as_ptr().wrapping_add(ci * plane);
+            let segments = &t.segments[a as usize..b as usize];
+            let (mut v0, mut v1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+            match segments {
+                // The common case: the whole row inside the image, two plain loads.
+                [seg] if seg.lo == 0 && seg.hi == NR as i32 => {
+                    let p = base.wrapping_offset(seg.off);
+                    // SAFETY: all NR lanes lie in `x` (the caller's contract).
+                    unsafe {
+                        v0 = _mm256_loadu_ps(p);
+                        v1 = _mm256_loadu_ps(p.add(8));
+                    }
+                }
+                _ => {
+                    for seg in segments {
+                        let p = base.wrapping_offset(seg.off);
+                        // SAFETY: only the lanes lo..hi are read (the masks), and those lie in
+                        // `x` (the caller's contract); masked-off lanes are never accessed.
+                        unsafe {
+                            let m = seg.mask.as_ptr().cast::<__m256i>();
+                            if seg.lo < 8 {
+                                v0 = _mm256_or_ps(v0, _mm256_maskload_ps(p, _mm256_loadu_si256(m)));
+                            }
+                            if seg.hi > 8 {
+                                let p = p.wrapping_add(8);
+                                v1 = _mm256_or_ps(v1, _mm256_maskload_ps(p, _mm256_loadu_si256(m.add(1))));
+                            }
+                        }
+                    }
+                }
+            }
+            // SAFETY: `dst` holds NR = 16 floats.
+            unsafe {
+                _mm256_storeu_ps(dst.as_mut_ptr(), v0);
+                _mm256_storeu_ps(dst.as_mut_ptr().add(8), v1);
+            }
+            tap += 1;
+            if tap == t.taps {
+                tap = 0;
+                ci += 1;
+            }
+        }
+    }
+
+    /// The rows of [`TapOffsets::pack`] (its safety conditions asserted there).
+    ///
+    /// # Safety
+    /// The CPU must have AVX2; `x` must hold the images of `s`, `runs` pixels of them.
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn pack_taps(
+        t: &TapOffsets,
+        s: &ConvShape,
+        x: &[f32],
+        runs: &[PixelRun],
+        out: &mut [f32],
+    ) {
+        let plane = s.h * s.w;
+        let load = |a: &[i32; NR], half: usize| {
+            // SAFETY: 8 of the NR = 16 values.
+            unsafe { _mm256_loadu_si256(a.as_ptr().add(8 * half).cast()) }
+        };
+        let lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+        let valid = [0, 8].map(|h| _mm256_cmpgt_epi32(_mm256_set1_epi32(t.valid as i32 - h), lanes));
+        let (off, dy, dx) = (
+            [0, 1].map(|h| load(&t.off, h)),
+            [0, 1].map(|h| load(&t.dy, h)),
+            [0, 1].map(|h| load(&t.dx, h)),
+        );
+        let (h, w) = (_mm256_set1_epi32(s.h as i32), _mm256_set1_epi32(s.w as i32));
+        let minus1 = _mm256_set1_epi32(-1);
+        let inside = |v: __m256i, n: __m256i| {
+            _mm256_and_si256(_mm256_cmpgt_epi32(v, minus1), _mm256_cmpgt_epi32(n, v))
+        };
+        let mut rows = out.chunks_exact_mut(NR);
+        for r in runs {
+            let image = (r.img * s.c + t.ci0) * plane;
+            for p in r.p0..r.p0 + r.len {
+                let (oy, ox) = (p / s.wo, p % s.wo);
+                // The pixel's top-left input element (before the kernel's offsets).
+                let iy = (oy * s.stride[0]) as i32 - s.pad[0] as i32;
+                let ix = (ox * s.stride[1]) as i32 - s.pad[1] as i32;
+                let base = x
+                    .as_ptr()
+                    .wrapping_add(image)
+                    .wrapping_offset(iy as isize * s.w as isize + ix as isize);
+                let (iyv, ixv) = (_mm256_set1_epi32(iy), _mm256_set1_epi32(ix));
+                let dst = rows.next().expect("a row per pixel");
+                for half in 0..2 {
+                    let mask = _mm256_and_si256(
+                        valid[half],
+                        _mm256_and_si256(
+                            inside(_mm256_add_epi32(iyv, dy[half]), h),
+                            inside(_mm256_add_epi32(ixv, dx[half]), w),
+                        ),
+                    );
+                    // SAFETY: only lanes whose row and column lie in the image (and whose tap
+                    // exists) are read (the caller's contract); `dst` holds NR floats.
+                    unsafe {
+                        let v = _mm256_mask_i32gather_ps::<4>(
+                            _mm256_setzero_ps(),
+                            base,
+                            off[half],
+                            _mm256_castsi256_ps(mask),
+                        );
+                        _mm256_storeu_ps(dst.as_mut_ptr().add(8 * half), v);
+                    }
+                }
+            }
+        }
+    }
+}

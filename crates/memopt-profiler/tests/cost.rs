@@ -20,6 +20,18 @@ fn vgg(t: usize, n: usize) -> CostModel {
     .unwrap()
 }
 
+/// Children 1 and 2 of `features` (two VGG blocks) checkpointed as one segment.
+fn blocks_1_and_2_checkpointed() -> Plan {
+    Plan {
+        entries: vec![memopt_checkpoint::PlanEntry {
+            path: "features".into(),
+            children: Some([1, 3]),
+            policy: Policy::CHECKPOINT,
+        }],
+        ..Plan::store_all()
+    }
+}
+
 #[test]
 fn predictions_are_positive_and_monotone_in_size() {
     let base = vgg(4, 2);
@@ -81,14 +93,7 @@ fn plans_cost_their_recomputation_and_compression() {
     )]);
     assert!(m.plan_extra_ms(&offload) > m.plan_extra_ms(&spikes(CompressorKind::BitSpike)));
     // A run of children costs what its children recompute.
-    let run = Plan {
-        entries: vec![memopt_checkpoint::PlanEntry {
-            path: "features".into(),
-            children: Some([1, 3]),
-            policy: Policy::CHECKPOINT,
-        }],
-        ..Plan::store_all()
-    };
+    let run = blocks_1_and_2_checkpointed();
     let children = m.recompute_ms("features.1") + m.recompute_ms("features.2");
     assert!(m.plan_extra_ms(&run) >= children && children > 0.0);
     assert!(m.plan_extra_ms(&run) < m.plan_extra_ms(&nested));
@@ -139,14 +144,7 @@ fn only_the_module_that_ends_a_segment_is_priced_at_its_recompute_factor() {
     assert!((extra - block).abs() <= 1e-9 * block, "{extra} vs {block}");
     // A run of blocks ends with the last block's neuron: the first block's neuron, whose
     // outputs the second block reads, now runs too.
-    let run = Plan {
-        entries: vec![memopt_checkpoint::PlanEntry {
-            path: "features".into(),
-            children: Some([1, 3]),
-            policy: Policy::CHECKPOINT,
-        }],
-        ..Plan::store_all()
-    };
+    let run = blocks_1_and_2_checkpointed();
     let want = fwd(sn) + m.recompute_ms("features.2");
     let got = m.plan_extra_ms(&run) - plan("features.1");
     assert!((got - want).abs() <= 1e-9 * want, "{got} vs {want}");

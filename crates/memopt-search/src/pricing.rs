@@ -115,9 +115,6 @@ impl<'c> SegmentPricing<'c> {
                 }
                 // The run's children by index; the names before it are not read.
                 ModuleCostEntry {
-                    path: m.path.clone(),
-                    module_type: m.module_type.clone(),
-                    leaf: m.leaf,
                     children: m
                         .children
                         .iter()
@@ -125,11 +122,7 @@ impl<'c> SegmentPricing<'c> {
                         .enumerate()
                         .map(|(k, n)| if k < start { String::new() } else { n.clone() })
                         .collect(),
-                    calls: m.calls,
-                    flops: m.flops,
-                    bytes: m.bytes,
-                    inputs: m.inputs.clone(),
-                    ends_parent: m.ends_parent,
+                    ..m.clone()
                 }
             })
             .collect()

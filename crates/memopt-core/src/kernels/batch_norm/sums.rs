@@ -145,18 +145,20 @@ pub(super) fn input_grad(
         let k = (sums.dot[c] * invstd * invstd / sums.m) as f32;
         (a, mean_g, k, means[c])
     };
+    let grad_x =
+        |(a, mean_g, k, mean): (f32, f32, f32, f32), g: f32, x: f32| a * (g - mean_g - (x - mean) * k);
     match gs {
         Some(gs) => l.for_planes(out, |p, op| {
-            let (a, mean_g, k, mean) = constants(p);
+            let c = constants(p);
             let (gp, xp) = (&gs[l.plane(p)], &xs[l.plane(p)]);
             for (o, (&g, &x)) in op.iter_mut().zip(gp.iter().zip(xp)) {
-                *o = a * (g - mean_g - (x - mean) * k);
+                *o = grad_x(c, g, x);
             }
         }),
         None => l.for_planes(out, |p, op| {
-            let (a, mean_g, k, mean) = constants(p);
+            let c = constants(p);
             for (o, &x) in op.iter_mut().zip(&xs[l.plane(p)]) {
-                *o = a * (*o - mean_g - (x - mean) * k);
+                *o = grad_x(c, *o, x);
             }
         }),
     }

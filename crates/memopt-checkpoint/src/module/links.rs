@@ -93,9 +93,9 @@ pub(crate) enum ChainStep<'a, 'm> {
     },
 }
 
-/// The step starting at link `i` of `links` (a whole chain): the inlined child whose first
-/// link it is, whole, when its links end by `limit` and `whole(i, end)` holds; otherwise the
-/// link on its own.
+/// The step starting at link `i` of `links` (consecutive links of a chain, indexed from the
+/// first of them): the inlined child whose first link it is, whole, when all its links lie
+/// before `limit` and `whole(i, end)` holds; otherwise the link on its own.
 pub(crate) fn step_at<'a, 'm>(
     links: &'a [ChainLink<'m>],
     i: usize,
@@ -103,8 +103,8 @@ pub(crate) fn step_at<'a, 'm>(
     whole: impl Fn(usize, usize) -> bool,
 ) -> ChainStep<'a, 'm> {
     let link = &links[i];
-    if let Some((0, _)) = link.inner {
-        let end = i + links[i..].iter().take_while(|l| l.child == link.child).count();
+    if let Some((0, owner)) = link.inner {
+        let end = i + owner.child_count();
         if end <= limit && whole(i, end) {
             return ChainStep::Inlined { first: link, end };
         }

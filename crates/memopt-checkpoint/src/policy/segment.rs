@@ -5,11 +5,12 @@ use crate::Result;
 use crate::autograd::Var;
 use crate::context::Cx;
 use crate::module::links::step_at;
-use crate::module::{Module, batch_statistics_in, chain_links, chain_links_in, time_coupling_in};
+use crate::module::{Module, batch_statistics_in, chain_links_in, time_coupling_in};
 use memopt_core::ModulePath;
 
 /// A module, or links `start..end` of the chain of a container whose children form a chain
-/// (its children, with those of the children it inlines; see [`chain_links`]).
+/// (its children, with those of the children it inlines; see
+/// [`crate::module::chain_links`]).
 #[derive(Clone, Copy)]
 pub(crate) enum Segment<'m> {
     /// One module.
@@ -43,18 +44,19 @@ impl<'m> Segment<'m> {
             Segment::Children { parent, start, end } => {
                 let unread = cx.take_output_unread();
                 let ends_parent = cx.take_ends_parent();
-                let links = chain_links(parent);
-                let end = end.min(links.len());
+                // Only the run's links (a long Sequential's runs cost their own length).
+                let links = chain_links_in(parent, start, end);
+                let n = links.len();
                 let mut xs = inputs;
-                let mut i = start;
-                while i < end {
-                    let step = step_at(&links, i, end, |_, _| true);
-                    if i > start {
+                let mut i = 0;
+                while i < n {
+                    let step = step_at(&links, i, n, |_, _| true);
+                    if i > 0 {
                         xs = step.before(parent, cx, xs)?;
                     }
                     let next = step.end(i);
-                    cx.arm_unread(unread && next >= end);
-                    cx.arm_ends_parent(ends_parent && next >= end);
+                    cx.arm_unread(unread && next >= n);
+                    cx.arm_ends_parent(ends_parent && next >= n);
                     xs = step.run(cx, xs)?;
                     i = next;
                 }

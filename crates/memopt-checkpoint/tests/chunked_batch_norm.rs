@@ -11,7 +11,6 @@ mod common;
 use common::{Recorder, batch, fingerprint, tiny_conv_snn, trainer, zoo_small};
 use memopt_checkpoint::{ChunkBoundaries, Model, Plan, PlanEntry, Policy, StepOptions};
 use memopt_compress::CompressorKind;
-use memopt_core::memory::Phase;
 use memopt_core::{Device, MemoryTracker};
 use std::sync::Arc;
 
@@ -261,12 +260,7 @@ fn held_at_backward(plan: &Plan) -> u64 {
     trainer
         .step(&model, &batch(&model, 2, 0), StepOptions::default())
         .unwrap();
-    let events = recorder.0.lock().unwrap();
-    let first_backward = events
-        .iter()
-        .position(|e| e.4 == Phase::Backward)
-        .expect("the step has a backward");
-    events[first_backward - 1].5
+    recorder.held_at_backward()
 }
 
 #[test]

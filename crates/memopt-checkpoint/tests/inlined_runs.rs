@@ -11,7 +11,6 @@ mod common;
 use common::{Recorder, batch, fingerprint, trainer, zoo_small};
 use memopt_checkpoint::{ChunkBoundaries, Model, Plan, PlanEntry, Policy, StepOptions};
 use memopt_compress::CompressorKind;
-use memopt_core::memory::Phase;
 use memopt_core::{Device, MemoryTracker};
 use std::sync::Arc;
 
@@ -64,17 +63,12 @@ fn step_figures(plan: &Plan, device: Device, n: usize) -> ((u64, u64, u64), u64)
     trainer
         .step(&model, &batch(&model, n, 0), StepOptions::default())
         .unwrap();
-    let events = recorder.0.lock().unwrap();
-    let first_backward = events
-        .iter()
-        .position(|e| e.4 == Phase::Backward)
-        .expect("the step has a backward");
     let peaks = (
         tracker.peak_bytes(),
         tracker.allocated_peak_bytes(),
         tracker.reserved_peak_bytes(),
     );
-    (peaks, events[first_backward - 1].5)
+    (peaks, recorder.held_at_backward())
 }
 
 /// Two steps under `p` against storing everything (bit for bit), and one step's peaks on Meta

@@ -132,6 +132,14 @@ mod tests {
     use memopt_checkpoint::zoo;
     use memopt_core::{Device, MemoryTracker};
 
+    /// The line of `tree` for module `p`.
+    fn line_of(tree: &str, p: &str) -> String {
+        tree.lines()
+            .find(|l| l.split_whitespace().next() == Some(p))
+            .unwrap_or_else(|| panic!("no line for {p} in\n{tree}"))
+            .to_string()
+    }
+
     fn vgg_modules() -> Vec<ModuleInfo> {
         let _t = MemoryTracker::install(MemoryTracker::new(Device::META));
         let spec = zoo::entry("cifar10dvs-vgg").unwrap().small;
@@ -148,12 +156,7 @@ mod tests {
             ("features.5.neuron", Policy::CHECKPOINT),
         ]);
         let tree = plan_tree(&modules, &plan);
-        let line = |p: &str| {
-            tree.lines()
-                .find(|l| l.split_whitespace().next() == Some(p))
-                .unwrap_or_else(|| panic!("no line for {p} in\n{tree}"))
-                .to_string()
-        };
+        let line = |p: &str| line_of(&tree, p);
         assert!(
             line("features.3").contains("VGGBlock") && line("features.3").ends_with("checkpoint(bit_spike)")
         );
@@ -203,11 +206,7 @@ mod tests {
             policy: Policy::CHECKPOINT,
         });
         let tree = plan_tree(&modules, &plan);
-        let line = |p: &str| {
-            tree.lines()
-                .find(|l| l.split_whitespace().next() == Some(p))
-                .unwrap_or_default()
-        };
+        let line = |p: &str| line_of(&tree, p);
         assert!(
             line("conv1").ends_with("checkpoint(bit_spike) over children 0..3 as one segment"),
             "{tree}"
@@ -227,12 +226,7 @@ mod tests {
             policy: Policy::CHECKPOINT,
         });
         let tree = plan_tree(&modules, &plan);
-        let line = |p: &str| {
-            tree.lines()
-                .find(|l| l.split_whitespace().next() == Some(p))
-                .unwrap_or_else(|| panic!("no line for {p} in\n{tree}"))
-                .to_string()
-        };
+        let line = |p: &str| line_of(&tree, p);
         assert!(
             line("features.3.proj_bn.1").ends_with("checkpoint(bit_spike) over children 1..2 as one segment"),
             "{tree}"

@@ -199,3 +199,16 @@ impl MemorySubscriber for Recorder {
         ));
     }
 }
+
+impl Recorder {
+    /// Bytes held just before the first event of the backward phase (what a step keeps from its
+    /// forward for its backward, with what it holds throughout).
+    pub fn held_at_backward(&self) -> u64 {
+        let events = self.0.lock().unwrap();
+        let first_backward = events
+            .iter()
+            .position(|e| e.4 == Phase::Backward)
+            .expect("the step has a backward");
+        events[first_backward - 1].5
+    }
+}

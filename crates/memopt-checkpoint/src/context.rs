@@ -6,6 +6,7 @@ use crate::autograd::{
 };
 use crate::module::Module;
 use crate::module::call_observer::{self, ModuleCall, ValueInfo};
+use crate::module::links::{chain_links, step_at};
 use crate::param::{Param, ParamId};
 use crate::policy::batch_stats::BatchStats;
 use crate::policy::{Policy, PolicyTable, Segment};
@@ -447,34 +448,39 @@ impl<'m> Cx<'m> {
 
     /// Runs the children of `parent` (the module of the current scope, whose children form a
     /// chain) one after the other, each on the previous one's outputs (passed through
-    /// [`Module::before_child`]), applying the policies assigned to runs of consecutive children
-    /// (plan entries with `children`).
+    /// [`Module::before_child`]), applying the policies assigned to runs of consecutive links
+    /// of its chain (plan entries with `children`; see [`crate::module::chain_links`]). An
+    /// inlined child that no run touches is called whole.
     pub fn call_children(&mut self, parent: &'m dyn Module, inputs: Vec<Var>) -> Result<Vec<Var>> {
         let path = current_scope().module_path().clone();
-        let n = parent.child_count();
+        let policies = self.policies;
+        let ranges = policies.child_ranges(&path);
+        let links = chain_links(parent);
+        let n = links.len();
+        let untouched = |a: usize, b: usize| !ranges.iter().any(|r| r.start < b && a < r.end);
         let mut xs = inputs;
         let mut i = 0;
         while i < n {
-            let end = self
-                .policies
-                .child_ranges(&path)
-                .iter()
-                .find(|r| r.start == i)
-                .map_or(i + 1, |r| r.end);
-            xs = parent.before_child(self, i, xs)?;
-            // The last run gives the container's outputs: unread when the container's are.
+            let range = ranges.iter().find(|r| r.start == i);
+            let step = step_at(&links, i, n, untouched);
+            xs = step.before(parent, self, xs)?;
+            let end = range.map_or(step.end(i), |r| r.end);
+            // The last step gives the container's outputs: unread when the container's are.
             self.unread_next = end >= n && self.unread_call;
             self.final_next = end >= n;
-            xs = self.call_child_run(parent, i, end, xs)?;
+            xs = match range {
+                Some(r) => self.call_child_run(parent, r.start, r.end, xs)?,
+                None => step.run(self, xs)?,
+            };
             i = end;
         }
         Ok(xs)
     }
 
-    /// Runs children `start..end` of `parent` (the module of the current scope) as one segment
-    /// under the policy assigned to that run, or one by one when it has none. `inputs` are child
-    /// `start`'s (after [`Module::before_child`]); the run applies `before_child` to the later
-    /// children itself.
+    /// Runs links `start..end` of `parent`'s chain (the module of the current scope; see
+    /// [`crate::module::chain_links`]) as one segment under the policy assigned to that run, or
+    /// one by one when it has none. `inputs` are link `start`'s (after
+    /// [`Module::before_child`]); the run applies `before_child` to the later links itself.
     pub fn call_child_run(
         &mut self,
         parent: &'m dyn Module,

@@ -22,6 +22,24 @@ fn child_index(modules: &[ModuleInfo], m: &ModuleInfo, par: &ModulePath) -> Opti
         .position(|c| c.path == m.path)
 }
 
+/// The position of `m` in the chain of the container at `container`: among its children, or
+/// among its links when it inlines children ([`ModuleInfo::links`]).
+fn link_index(modules: &[ModuleInfo], m: &ModuleInfo, container: &str) -> Option<usize> {
+    let c = modules.iter().find(|c| c.path == container)?;
+    if c.links.is_empty() {
+        let par = parent(&m.path)?;
+        return (par.as_str() == container)
+            .then(|| child_index(modules, m, &par))
+            .flatten();
+    }
+    let relative = if container.is_empty() {
+        m.path.as_str()
+    } else {
+        m.path.strip_prefix(container)?.strip_prefix('.')?
+    };
+    c.links.iter().position(|l| l == relative)
+}
+
 /// The module tree of `modules` (from [`memopt_checkpoint::Model::modules`]) with `plan`'s
 /// policies: the top level, every planned module with its ancestors and siblings (so what is
 /// stored next to it shows), nothing below a planned module (its policy covers it). Runs of
@@ -37,7 +55,18 @@ pub fn plan_tree(modules: &[ModuleInfo], plan: &Plan) -> String {
     let mut opened: Vec<ModulePath> = Vec::new();
     for e in &plan.entries {
         match e.children {
-            Some(_) => opened.push(ModulePath::from(e.path.as_str())),
+            Some(_) => {
+                let container = ModulePath::from(e.path.as_str());
+                // A container that inlines children: their children are its links.
+                let links = modules
+                    .iter()
+                    .find(|m| m.path == e.path)
+                    .map(|m| m.links.as_slice());
+                for link in links.unwrap_or_default() {
+                    opened.extend(container.child(link).parent().filter(|p| *p != container));
+                }
+                opened.push(container);
+            }
             None => opened.extend(parent(&e.path)),
         }
     }
@@ -63,12 +92,12 @@ pub fn plan_tree(modules: &[ModuleInfo], plan: &Plan) -> String {
             let name = format!("{}{}", "  ".repeat(m.depth), path(&m.path));
             let note = if let Some(p) = planned(&m.path) {
                 p.to_string()
-            } else if let Some((e, [a, b], i)) = parent(&m.path).and_then(|par| {
-                let i = child_index(modules, m, &par)?;
-                plan.entries.iter().find_map(|e| match e.children {
-                    Some([a, b]) if e.path == par.as_str() && (a..b).contains(&i) => Some((e, [a, b], i)),
-                    _ => None,
-                })
+            } else if let Some((e, [a, b], i)) = plan.entries.iter().find_map(|e| match e.children {
+                Some([a, b]) if is_ancestor(&e.path, &m.path) => {
+                    let i = link_index(modules, m, &e.path)?;
+                    (a..b).contains(&i).then_some((e, [a, b], i))
+                }
+                _ => None,
             }) {
                 if i == a {
                     format!("{} over children {a}..{} as one segment", e.policy, b - 1)
@@ -185,5 +214,31 @@ mod tests {
         );
         assert_eq!(tree.matches("(same segment)").count(), 3, "{tree}");
         assert!(line("layer1").ends_with("store"), "{tree}");
+    }
+
+    #[test]
+    fn runs_through_an_inlined_child_are_marked_on_its_links() {
+        // The VGG block inlines proj_bn: links 1..3 of features.3 are its BatchNorm and neuron.
+        let modules = vgg_modules();
+        let mut plan = Plan::store_all();
+        plan.entries.push(memopt_checkpoint::PlanEntry {
+            path: "features.3".into(),
+            children: Some([1, 3]),
+            policy: Policy::CHECKPOINT,
+        });
+        let tree = plan_tree(&modules, &plan);
+        let line = |p: &str| {
+            tree.lines()
+                .find(|l| l.split_whitespace().next() == Some(p))
+                .unwrap_or_else(|| panic!("no line for {p} in\n{tree}"))
+                .to_string()
+        };
+        assert!(
+            line("features.3.proj_bn.1").ends_with("checkpoint(bit_spike) over children 1..2 as one segment"),
+            "{tree}"
+        );
+        assert!(line("features.3.neuron").ends_with("(same segment)"), "{tree}");
+        assert!(line("features.3.proj_bn.0").ends_with("store"), "{tree}");
+        assert_eq!(tree.matches("(same segment)").count(), 1, "{tree}");
     }
 }

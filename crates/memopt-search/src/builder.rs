@@ -114,10 +114,11 @@ fn policies(site: &Site, t: usize, space: &OptionSpace) -> Vec<Policy> {
     policies
 }
 
-/// The runs of consecutive parts of `site` that are segments of their own: `[start, end)`, at
-/// least two parts and at most [`OptionSpace::max_run`], never all of them.
+/// The runs of consecutive links of `site`'s chain ([`Site::chain`]) that are segments of
+/// their own: `[start, end)`, at least two links and at most [`OptionSpace::max_run`], never
+/// all of them.
 fn runs(site: &Site, space: &OptionSpace) -> Vec<(usize, usize)> {
-    let n = site.parts.len();
+    let n = site.chain().len();
     let mut out = Vec::new();
     if site.runs_allowed {
         for start in 0..n {
@@ -141,7 +142,7 @@ pub(crate) fn requests(site: &Site, first: bool, t: usize, space: &OptionSpace, 
             first,
         });
     }
-    for (i, part) in site.parts.iter().enumerate() {
+    for (i, part) in site.chain().iter().enumerate() {
         requests(part, first && i == 0, t, space, out);
     }
     for (start, end) in runs(site, space) {
@@ -200,11 +201,11 @@ fn node(
     measurements: &mut Measurements<'_>,
 ) -> Result<ChainNode> {
     let whole = segment(model, site, first, space, pricing, measurements)?;
-    if site.parts.is_empty() {
+    if site.chain().is_empty() {
         return Ok(ChainNode::Segment(whole));
     }
     let parts = site
-        .parts
+        .chain()
         .iter()
         .enumerate()
         .map(|(i, p)| node(model, p, first && i == 0, space, pricing, measurements))

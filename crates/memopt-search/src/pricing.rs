@@ -21,8 +21,8 @@ pub(crate) struct SegmentPricing<'c> {
     empty: CostModel,
     /// Index of each module's entry by path.
     by_path: HashMap<&'c str, usize>,
-    /// For each module with children: the entries under each child (the child included), in
-    /// the cost model's order.
+    /// For each module with children: the entries under each link of its chain (the link
+    /// included), in the cost model's order.
     under_child: HashMap<&'c str, Vec<Vec<usize>>>,
 }
 
@@ -36,31 +36,36 @@ impl<'c> SegmentPricing<'c> {
             .enumerate()
             .map(|(i, m)| (m.path.as_str(), i))
             .collect();
-        // Each container's children by path, then every entry filed under each of its
-        // ancestors' children.
-        let mut child_index: HashMap<&'c str, HashMap<String, usize>> = HashMap::new();
+        // Each container's links by path (its children, or the links of its chain when it
+        // inlines children: then a link is two levels below it), then every entry filed
+        // under the link of each ancestor it lies under.
+        let mut link_index: HashMap<&'c str, HashMap<String, usize>> = HashMap::new();
         let mut under_child: HashMap<&'c str, Vec<Vec<usize>>> = HashMap::new();
         for m in cost.modules.iter().filter(|m| !m.children.is_empty()) {
             let parent = ModulePath::from(m.path.as_str());
-            child_index.insert(
+            link_index.insert(
                 m.path.as_str(),
-                m.children
+                m.chain()
                     .iter()
                     .enumerate()
                     .map(|(k, name)| (parent.child(name).as_str().to_string(), k))
                     .collect(),
             );
-            under_child.insert(m.path.as_str(), vec![Vec::new(); m.children.len()]);
+            under_child.insert(m.path.as_str(), vec![Vec::new(); m.chain().len()]);
         }
         for (i, m) in cost.modules.iter().enumerate() {
             let mut child = ModulePath::from(m.path.as_str());
+            let mut grandchild: Option<ModulePath> = None;
             while let Some(parent) = child.parent() {
-                if let Some((&container, index)) = child_index.get_key_value(parent.as_str())
-                    && let Some(&k) = index.get(child.as_str())
-                    && let Some(groups) = under_child.get_mut(container)
-                {
-                    groups[k].push(i);
+                if let Some((&container, index)) = link_index.get_key_value(parent.as_str()) {
+                    let k = index
+                        .get(child.as_str())
+                        .or_else(|| grandchild.as_ref().and_then(|g| index.get(g.as_str())));
+                    if let (Some(&k), Some(groups)) = (k, under_child.get_mut(container)) {
+                        groups[k].push(i);
+                    }
                 }
+                grandchild = Some(child);
                 child = parent;
             }
         }
@@ -72,7 +77,7 @@ impl<'c> SegmentPricing<'c> {
         }
     }
 
-    /// The indices of the entries under children `range` of the module at `path`.
+    /// The indices of the entries under links `range` of the module at `path`.
     fn under(&self, path: &str, range: std::ops::Range<usize>) -> Vec<usize> {
         let mut out: Vec<usize> = self
             .under_child
@@ -92,8 +97,8 @@ impl<'c> SegmentPricing<'c> {
     }
 
     /// The entries `site` covers, in the cost model's order: its module and everything below,
-    /// or for a run, the container (its children's names outside the run blanked) and the
-    /// run's children with everything below them.
+    /// or for a run, the container (the names of its links before the run blanked) and the
+    /// run's links with everything below them.
     fn covered(&self, site: &Site) -> Vec<ModuleCostEntry> {
         let Some(&at) = self.by_path.get(site.path.as_str()) else {
             return Vec::new();
@@ -113,17 +118,22 @@ impl<'c> SegmentPricing<'c> {
                 if i != at {
                     return m.clone();
                 }
-                // The run's children by index; the names before it are not read.
-                ModuleCostEntry {
-                    children: m
-                        .children
+                // The run's links by index; the names before it are not read.
+                let blank = |names: &[String]| -> Vec<String> {
+                    names
                         .iter()
                         .take(end)
                         .enumerate()
                         .map(|(k, n)| if k < start { String::new() } else { n.clone() })
-                        .collect(),
-                    ..m.clone()
+                        .collect()
+                };
+                let mut entry = m.clone();
+                if m.links.is_empty() {
+                    entry.children = blank(&m.children);
+                } else {
+                    entry.links = blank(&m.links);
                 }
+                entry
             })
             .collect()
     }

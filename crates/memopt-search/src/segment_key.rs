@@ -9,7 +9,7 @@ use crate::Result;
 use crate::measure::{Figures, measure};
 use crate::parallel::{Request, measure_distinct};
 use crate::sites::Site;
-use memopt_checkpoint::module::ValueInfo;
+use memopt_checkpoint::module::{ValueInfo, chain_links_in};
 use memopt_checkpoint::{Model, Module, Policy};
 use memopt_core::ModulePath;
 use memopt_profiler::Workload;
@@ -69,8 +69,8 @@ impl<'m> SegmentKeys<'m> {
                 let own = own_description(container)?;
                 let parent = ModulePath::from(site.path.as_str());
                 let mut children = Vec::new();
-                for (name, _) in container.children_in(start, end) {
-                    children.push(self.subtree(parent.child(&name).as_str())?);
+                for link in chain_links_in(container, start, end) {
+                    children.push(self.subtree(parent.child(&link.name).as_str())?);
                 }
                 format!("run of {own} {children:?}")
             }

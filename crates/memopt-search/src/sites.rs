@@ -5,7 +5,8 @@
 
 use crate::{Result, SearchError};
 use memopt_checkpoint::module::{
-    CallObserver, ModuleCall, ModuleCost, ValueInfo, module_infos, observe_calls, time_coupling_in,
+    CallObserver, ModuleCall, ModuleCost, ValueInfo, chain_links, module_infos, observe_calls,
+    time_coupling_in,
 };
 use memopt_checkpoint::{Cx, Model, Recording};
 use memopt_core::memory::{Phase, Scope, enter_scope};
@@ -39,6 +40,11 @@ pub struct Site {
     pub stateful: bool,
     /// Its children when they form a chain (empty otherwise).
     pub parts: Vec<Site>,
+    /// The links of its chain when it inlines children
+    /// ([`memopt_checkpoint::Module::inlined_children`]): its children with an inlined child's
+    /// children in its place; empty otherwise. Runs of children and the chain model's split
+    /// count these ([`Site::chain`]).
+    pub links: Vec<Site>,
 }
 
 impl Site {
@@ -47,9 +53,19 @@ impl Site {
         self.inputs.iter().map(ValueInfo::bytes).sum()
     }
 
-    /// The run of parts `start..end` as one site.
+    /// What runs of children count and the chain model splits it into: its [`Site::links`]
+    /// when it inlines children, otherwise its parts.
+    pub fn chain(&self) -> &[Site] {
+        if self.links.is_empty() {
+            &self.parts
+        } else {
+            &self.links
+        }
+    }
+
+    /// The run of links `start..end` of its chain ([`Site::chain`]) as one site.
     pub fn run_of(&self, start: usize, end: usize) -> Site {
-        let parts = &self.parts[start..end];
+        let parts = &self.chain()[start..end];
         Site {
             path: self.path.clone(),
             run: Some([start, end]),
@@ -64,12 +80,13 @@ impl Site {
             time_separable: parts.iter().all(|p| p.time_separable),
             stateful: parts.iter().any(|p| p.stateful),
             parts: Vec::new(),
+            links: Vec::new(),
         }
     }
 
     /// The model as a flat list of layers: Sequential containers (which allow runs of
-    /// children) are expanded, other modules (blocks, leaves) are layers. Each layer comes with
-    /// its container and its index there.
+    /// children and inline none) are expanded, other modules (blocks, leaves) are layers. Each
+    /// layer comes with its container and its index there.
     pub fn layers(&self) -> Vec<Layer<'_>> {
         let mut out = Vec::new();
         self.collect_layers(&mut out);
@@ -78,7 +95,7 @@ impl Site {
 
     fn collect_layers<'a>(&'a self, out: &mut Vec<Layer<'a>>) {
         for (index, part) in self.parts.iter().enumerate() {
-            if part.runs_allowed && !part.parts.is_empty() {
+            if part.runs_allowed && part.links.is_empty() && !part.parts.is_empty() {
                 part.collect_layers(out);
             } else {
                 out.push(Layer {
@@ -192,6 +209,14 @@ fn build(model: &Model, path: &str, calls: &CallLog) -> Result<Site> {
     } else {
         Vec::new()
     };
+    let links = if module.children_form_chain() && !module.inlined_children().is_empty() {
+        chain_links(module)
+            .iter()
+            .map(|l| build(model, &ModulePath::from(path).child(&l.name), calls))
+            .collect::<Result<Vec<_>>>()?
+    } else {
+        Vec::new()
+    };
     Ok(Site {
         path: path.to_string(),
         run: None,
@@ -203,5 +228,6 @@ fn build(model: &Model, path: &str, calls: &CallLog) -> Result<Site> {
         time_separable: time_coupling_in(module, path, model.is_training()).is_none(),
         stateful: module_infos(module).iter().any(|i| i.stateful),
         parts,
+        links,
     })
 }

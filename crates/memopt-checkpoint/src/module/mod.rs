@@ -11,6 +11,7 @@ mod cost;
 mod fold;
 mod init;
 mod linear;
+pub(crate) mod links;
 mod neuron;
 mod pool;
 mod sequential;
@@ -23,6 +24,7 @@ pub use conv::Conv2d;
 pub use cost::{COMPUTE_ELEM_BYTES, ModuleCost};
 pub use init::Init;
 pub use linear::Linear;
+pub use links::{ChainLink, chain_link_count, chain_links, chain_links_in};
 pub use neuron::Neuron;
 pub use pool::{Pool2d, PoolKind};
 pub use sequential::Sequential;
@@ -114,6 +116,16 @@ pub trait Module {
     /// plan can give a run of consecutive children one policy (Sequential does).
     fn supports_child_ranges(&self) -> bool {
         false
+    }
+
+    /// For a module that runs its children through [`crate::Cx::call_children`]: the children
+    /// it inlines in its chain of links ([`chain_links`]). An inlined child (which must run its
+    /// own children through `call_children`, as Sequential does) is called whole as usual, but
+    /// runs of children in plans count its children one by one, so a run may start or end
+    /// inside it; while a run covers part of it, its children run one by one in its place (so
+    /// it cannot take a policy of its own then). Default: none.
+    fn inlined_children(&self) -> &'static [usize] {
+        &[]
     }
 
     /// For a module that runs its children through [`crate::Cx::call_children`]: what it does

@@ -19,6 +19,9 @@ pub struct ModuleInfo {
     pub param_elems: usize,
     /// Whether the module is a spiking neuron.
     pub stateful: bool,
+    /// For a module that inlines children ([`Module::inlined_children`]): the relative paths of
+    /// its chain's links, which runs of children count (`proj_bn.2`); empty otherwise.
+    pub links: Vec<String>,
 }
 
 fn walk<'a>(
@@ -44,6 +47,11 @@ pub fn module_infos(root: &dyn Module) -> Vec<ModuleInfo> {
             children: m.children().len(),
             param_elems: 0,
             stateful: m.is_stateful(),
+            links: if m.inlined_children().is_empty() {
+                Vec::new()
+            } else {
+                super::chain_links(m).into_iter().map(|l| l.name).collect()
+            },
         })
     });
     for info in out.iter_mut() {

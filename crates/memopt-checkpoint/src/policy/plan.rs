@@ -8,13 +8,17 @@ use serde::{Deserialize, Serialize};
 pub const PLAN_VERSION: u32 = 1;
 
 /// One assignment of a plan: a module, or a run of consecutive children of a container whose
-/// children form a chain (then they share one checkpoint: one saved input for the run).
+/// children form a chain (then they share one checkpoint: one saved input for the run). Runs
+/// count the links of the container's chain ([`crate::module::chain_links`]): its children,
+/// except that a child it inlines counts as its own children (a VGG block inlines `proj_bn`, so
+/// `features.3` children `[2, 4]` is its BatchNorm and its neuron when `proj_bn` holds a pool,
+/// a convolution and a BatchNorm).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PlanEntry {
     /// Module path, e.g. `features.3`.
     pub path: String,
-    /// Children `[start, end)` of that module as one segment (absent: the module itself).
+    /// Links `[start, end)` of that module's chain as one segment (absent: the module itself).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub children: Option<[usize; 2]>,
     /// Policy for that module or run.

@@ -4,21 +4,23 @@
 use crate::Result;
 use crate::autograd::Var;
 use crate::context::Cx;
-use crate::module::{Module, batch_statistics_in, time_coupling_in};
+use crate::module::links::step_at;
+use crate::module::{Module, batch_statistics_in, chain_links, chain_links_in, time_coupling_in};
 use memopt_core::ModulePath;
 
-/// A module, or children `start..end` of a container whose children form a chain.
+/// A module, or links `start..end` of the chain of a container whose children form a chain
+/// (its children, with those of the children it inlines; see [`chain_links`]).
 #[derive(Clone, Copy)]
 pub(crate) enum Segment<'m> {
     /// One module.
     Module(&'m dyn Module),
-    /// Consecutive children of `parent`.
+    /// Consecutive links of `parent`'s chain.
     Children {
         /// The chain container.
         parent: &'m dyn Module,
-        /// First child (index).
+        /// First link (index).
         start: usize,
-        /// One past the last child.
+        /// One past the last link.
         end: usize,
     },
 }
@@ -41,16 +43,20 @@ impl<'m> Segment<'m> {
             Segment::Children { parent, start, end } => {
                 let unread = cx.take_output_unread();
                 let ends_parent = cx.take_ends_parent();
-                let children = parent.children_in(start, end);
-                let last = children.len().saturating_sub(1);
+                let links = chain_links(parent);
+                let end = end.min(links.len());
                 let mut xs = inputs;
-                for (i, (name, child)) in children.into_iter().enumerate() {
-                    if i > 0 {
-                        xs = parent.before_child(cx, start + i, xs)?;
+                let mut i = start;
+                while i < end {
+                    let step = step_at(&links, i, end, |_, _| true);
+                    if i > start {
+                        xs = step.before(parent, cx, xs)?;
                     }
-                    cx.arm_unread(unread && i == last);
-                    cx.arm_ends_parent(ends_parent && i == last);
-                    xs = cx.call(&name, child, xs)?;
+                    let next = step.end(i);
+                    cx.arm_unread(unread && next >= end);
+                    cx.arm_ends_parent(ends_parent && next >= end);
+                    xs = step.run(cx, xs)?;
+                    i = next;
                 }
                 Ok(xs)
             }
@@ -62,10 +68,9 @@ impl<'m> Segment<'m> {
     pub(crate) fn state_prefixes(&self, path: &ModulePath) -> Vec<ModulePath> {
         match *self {
             Segment::Module(_) => vec![path.clone()],
-            Segment::Children { parent, start, end } => parent
-                .children_in(start, end)
+            Segment::Children { parent, start, end } => chain_links_in(parent, start, end)
                 .into_iter()
-                .map(|(name, _)| path.child(&name))
+                .map(|l| path.child(&l.name))
                 .collect(),
         }
     }
@@ -74,14 +79,9 @@ impl<'m> Segment<'m> {
     pub(crate) fn time_coupling(&self, path: &str, training: bool) -> Option<(String, String)> {
         match *self {
             Segment::Module(m) => time_coupling_in(m, path, training),
-            Segment::Children { parent, start, end } => {
-                parent
-                    .children_in(start, end)
-                    .into_iter()
-                    .find_map(|(name, child)| {
-                        time_coupling_in(child, &ModulePath::from(path).child(&name), training)
-                    })
-            }
+            Segment::Children { parent, start, end } => chain_links_in(parent, start, end)
+                .into_iter()
+                .find_map(|l| time_coupling_in(l.module, &ModulePath::from(path).child(&l.name), training)),
         }
     }
 
@@ -90,10 +90,9 @@ impl<'m> Segment<'m> {
     pub(crate) fn batch_statistics(&self, path: &ModulePath, training: bool) -> Vec<ModulePath> {
         match *self {
             Segment::Module(m) => batch_statistics_in(m, path, training),
-            Segment::Children { parent, start, end } => parent
-                .children_in(start, end)
+            Segment::Children { parent, start, end } => chain_links_in(parent, start, end)
                 .into_iter()
-                .flat_map(|(name, child)| batch_statistics_in(child, &path.child(&name), training))
+                .flat_map(|l| batch_statistics_in(l.module, &path.child(&l.name), training))
                 .collect(),
         }
     }

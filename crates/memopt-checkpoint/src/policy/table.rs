@@ -2,18 +2,19 @@
 
 use super::segment::Segment;
 use super::{ChunkBoundaries, PLAN_VERSION, Plan, PlanEntry, Policy};
-use crate::module::{Module, find_module, module_infos};
+use crate::module::{Module, chain_link_count, chain_links, find_module, module_infos};
 use crate::{CheckpointError, Result};
 use memopt_core::ModulePath;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-/// A policy for children `start..end` of a chain container, run as one segment.
+/// A policy for links `start..end` of a chain container (its children, with those of the
+/// children it inlines: [`crate::module::chain_links`]), run as one segment.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ChildRange {
-    /// First child.
+    /// First link.
     pub start: usize,
-    /// One past the last child.
+    /// One past the last link.
     pub end: usize,
     /// The policy of the run.
     pub policy: Policy,
@@ -106,7 +107,47 @@ impl PolicyTable {
             }
             table.insert(root, e, run)?;
         }
+        table.check_inlined(root)?;
         Ok(table)
+    }
+
+    /// Rejects a policy on an inlined child (see [`Module::inlined_children`]) that a run of
+    /// its container's links covers only in part: its children then run one by one in its
+    /// place, and its own policy could not apply.
+    fn check_inlined(&self, root: &dyn Module) -> Result<()> {
+        for (path, runs) in &self.ranges {
+            let Some(module) = find_module(root, path).filter(|m| !m.inlined_children().is_empty()) else {
+                continue;
+            };
+            let links = chain_links(module);
+            for (i, link) in links.iter().enumerate() {
+                if !matches!(link.inner, Some((0, _))) {
+                    continue;
+                }
+                let (a, b) = (
+                    i,
+                    i + links[i..].iter().take_while(|l| l.child == link.child).count(),
+                );
+                let name = link.name.split('.').next().unwrap_or_default();
+                let child = ModulePath::from(&**path).child(name);
+                let has_own =
+                    self.map.contains_key(child.as_str()) || self.ranges.contains_key(child.as_str());
+                if let Some(r) = runs
+                    .iter()
+                    .find(|r| has_own && r.start < b && a < r.end && !(r.start <= a && b <= r.end))
+                {
+                    return Err(CheckpointError::InvalidPlan(format!(
+                        "{path}[{}..{}] covers part of '{child}', which {} inlines (its links {a}..{b}), so \
+                         that module's children run one by one and '{child}' cannot take a policy of its own; \
+                         drop the policy of '{child}', or let the run cover all of its links or none",
+                        r.start,
+                        r.end,
+                        module.type_name()
+                    )));
+                }
+            }
+        }
+        Ok(())
     }
 
     fn insert(&mut self, root: &dyn Module, e: &PlanEntry, run: RunShape) -> Result<()> {
@@ -189,6 +230,7 @@ impl PolicyTable {
         } else {
             next.map.insert(Arc::from(path), policy);
         }
+        next.check_inlined(root)?;
         Ok(next)
     }
 }
@@ -210,7 +252,7 @@ fn check_entry(root: &dyn Module, e: &PlanEntry, run: RunShape) -> Result<()> {
         reason,
     };
     if let Some([start, end]) = e.children {
-        let n = module.child_count();
+        let n = chain_link_count(module);
         if !module.supports_child_ranges() {
             return Err(invalid(format!(
                 "{} does not run its children as a chain that plans can split into runs (Sequential does)",
@@ -218,8 +260,13 @@ fn check_entry(root: &dyn Module, e: &PlanEntry, run: RunShape) -> Result<()> {
             )));
         }
         if start >= end || end > n {
+            let counted = if module.inlined_children().is_empty() {
+                ""
+            } else {
+                " (its chain's links: its children, with those of the children it inlines)"
+            };
             return Err(invalid(format!(
-                "a run of children needs 0 <= start < end <= {n}"
+                "a run of children needs 0 <= start < end <= {n}{counted}"
             )));
         }
     }

@@ -10,7 +10,10 @@ use memopt_core::Device;
 use memopt_core::kernels::{Conv2dParams, NeuronConfig, NeuronKind, Surrogate};
 
 /// `VGGBlock`: `proj_bn` = [AvgPool2d(2)] Conv3x3 BN, then `neuron` = LIF. Splits spatially into
-/// `proj_bn` and `neuron`, as its `__spatial_split__` does.
+/// `proj_bn` and `neuron`, as its `__spatial_split__` does. Its chain inlines `proj_bn`, so a
+/// run of its links can hold the BatchNorm and the neuron without the convolution: such a
+/// segment keeps only the convolution's output for backward (the BatchNorm's saved input) and
+/// recomputes the BatchNorm and the neuron, elementwise work.
 struct VggBlock {
     proj_bn: Sequential,
     neuron: Neuron,
@@ -22,8 +25,7 @@ impl Module for VggBlock {
     }
 
     fn forward<'m>(&'m self, cx: &mut Cx<'m>, inputs: Vec<Var>) -> Result<Vec<Var>> {
-        let x = cx.call("proj_bn", &self.proj_bn, inputs)?;
-        cx.final_op(|cx| cx.call("neuron", &self.neuron, x))
+        cx.call_children(self, inputs)
     }
 
     fn children(&self) -> Vec<(String, &dyn Module)> {
@@ -32,6 +34,14 @@ impl Module for VggBlock {
 
     fn children_form_chain(&self) -> bool {
         true
+    }
+
+    fn supports_child_ranges(&self) -> bool {
+        true
+    }
+
+    fn inlined_children(&self) -> &'static [usize] {
+        &[0]
     }
 }
 

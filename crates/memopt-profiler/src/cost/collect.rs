@@ -3,7 +3,7 @@
 use crate::Result;
 use crate::workload::Workload;
 use memopt_checkpoint::Plan;
-use memopt_checkpoint::module::{CallObserver, ModuleCall, observe_calls};
+use memopt_checkpoint::module::{CallObserver, ModuleCall, chain_links, observe_calls};
 use memopt_core::{DType, MemoryTracker, Phase, Shape};
 use serde::{Deserialize, Serialize};
 use std::cell::RefCell;
@@ -37,8 +37,13 @@ pub struct ModuleCostEntry {
     pub module_type: String,
     /// Whether the module has no children (only leaves are calibrated one by one).
     pub leaf: bool,
-    /// Names of its direct children, in order (plan entries can name runs of them).
+    /// Names of its direct children, in order.
     pub children: Vec<String>,
+    /// For a module that inlines children ([`memopt_checkpoint::Module::inlined_children`]):
+    /// the relative paths of its chain's links (`proj_bn.2`), which runs of children in plans
+    /// count; empty otherwise (runs count `children`). See [`ModuleCostEntry::chain`].
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub links: Vec<String>,
     /// Forward calls per step.
     pub calls: u64,
     /// Forward FLOPs per step (the module's own work, children excluded).
@@ -53,6 +58,18 @@ pub struct ModuleCostEntry {
     /// cost models saved before it was recorded.
     #[serde(default)]
     pub ends_parent: bool,
+}
+
+impl ModuleCostEntry {
+    /// The relative paths of the links runs of its children count: [`ModuleCostEntry::links`]
+    /// when it inlines children, otherwise its direct children.
+    pub fn chain(&self) -> &[String] {
+        if self.links.is_empty() {
+            &self.children
+        } else {
+            &self.links
+        }
+    }
 }
 
 #[derive(Default)]
@@ -80,6 +97,11 @@ impl CallObserver for Sink {
                 module_type: call.module.type_name().to_string(),
                 leaf: call.module.children().is_empty(),
                 children: call.module.children().into_iter().map(|(n, _)| n).collect(),
+                links: if call.module.inlined_children().is_empty() {
+                    Vec::new()
+                } else {
+                    chain_links(call.module).into_iter().map(|l| l.name).collect()
+                },
                 calls: 0,
                 flops: 0,
                 bytes: 0,

@@ -310,7 +310,7 @@ impl CostModel {
             .sum()
     }
 
-    /// The module paths a plan entry covers: its module, or the children of its run.
+    /// The module paths a plan entry covers: its module, or the links of its run.
     fn covered(&self, e: &PlanEntry) -> Vec<String> {
         let Some([start, end]) = e.children else {
             return vec![e.path.clone()];
@@ -319,7 +319,7 @@ impl CostModel {
             .modules
             .iter()
             .find(|m| m.path == e.path)
-            .map(|m| m.children.as_slice())
+            .map(ModuleCostEntry::chain)
             .unwrap_or_default();
         names
             .iter()

@@ -88,7 +88,7 @@ fn every_site(root: &Site, space: &OptionSpace) -> Vec<Site> {
     for site in root.walk() {
         out.push(site.clone());
         if site.runs_allowed {
-            let n = site.parts.len();
+            let n = site.chain().len();
             for start in 0..n {
                 for end in start + 2..=n.min(start + space.max_run) {
                     out.push(site.run_of(start, end));

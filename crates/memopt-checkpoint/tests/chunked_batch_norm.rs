@@ -9,7 +9,7 @@
 mod common;
 
 use common::{Recorder, batch, fingerprint, tiny_conv_snn, trainer, zoo_small};
-use memopt_checkpoint::{ChunkBoundaries, Model, Plan, PlanEntry, Policy, StepOptions};
+use memopt_checkpoint::{ChunkBoundaries, InputSpec, Model, Plan, PlanEntry, Policy, StepOptions, zoo};
 use memopt_compress::CompressorKind;
 use memopt_core::{Device, MemoryTracker};
 use std::sync::Arc;
@@ -124,8 +124,16 @@ fn several_batch_norms_in_one_chunked_segment_and_nested_segments() {
     assert_exact(&tiny, &p, 2);
 }
 
+/// The CIFAR10-DVS VGG at its small T=4 and N=2, on 2x32x32 inputs instead of 2x48x48 (2.25
+/// times less compute): the same blocks, pools and chunk counts, and activations still on both
+/// sides of the allocator's 1 MiB small/large-pool boundary (2-4 MiB whole, 0.5-1 MiB per time
+/// step in the first blocks).
 fn dvs_vgg(d: Device) -> Model {
-    zoo_small("cifar10dvs-vgg", d, 1)
+    let spec = InputSpec {
+        sample: vec![2, 32, 32],
+        ..zoo::entry("cifar10dvs-vgg").unwrap().small
+    };
+    zoo::build("cifar10dvs-vgg", &spec, d, 1).unwrap()
 }
 
 #[test]
@@ -150,32 +158,51 @@ fn spiking_resnet(d: Device) -> Model {
     zoo_small("spiking-resnet18", d, 3)
 }
 
-#[test]
-fn resnet_blocks_with_batch_norm_in_the_shortcut_chunked() {
-    // layer2.0 has a downsample (conv, BN) shortcut (and in SEW a neuron after it); layer1 is
-    // a Sequential of two blocks; layer3 chunked whole, with its first block chunked inside.
-    let p = plan(vec![
+/// layer2.0 has a downsample (conv, BN) shortcut (and in SEW a neuron after it); layer1 is a
+/// Sequential of two blocks; layer3 chunked whole, with its first block chunked inside.
+fn resnet_plan() -> Plan {
+    plan(vec![
         entry("layer1", 2),
         entry("layer2.0", 2),
         entry("layer3", 2),
         entry("layer3.0", 2),
-    ]);
-    assert_exact(&sew, &p, 2);
-    assert_meta_matches_cpu(&sew, &p, 2);
-    assert_exact(&spiking_resnet, &p, 2);
-    assert_meta_matches_cpu(&spiking_resnet, &p, 2);
+    ])
+}
+
+// One test per ResNet, so that the test threads share them.
+
+#[test]
+fn sew_resnet_blocks_with_batch_norm_in_the_shortcut_chunked() {
+    assert_exact(&sew, &resnet_plan(), 2);
+    assert_meta_matches_cpu(&sew, &resnet_plan(), 2);
+}
+
+#[test]
+fn spiking_resnet_blocks_with_batch_norm_in_the_shortcut_chunked() {
+    assert_exact(&spiking_resnet, &resnet_plan(), 2);
+    assert_meta_matches_cpu(&spiking_resnet, &resnet_plan(), 2);
 }
 
 fn vgg11(d: Device) -> Model {
     zoo_small("spiking-vgg11-bn", d, 4)
 }
 
+/// features = conv, BN, LIF, max pool, ...: runs across two conv-BN-LIF groups.
+fn vgg11_runs() -> Plan {
+    plan(vec![run("features", [0, 4], 2), run("features", [4, 11], 2)])
+}
+
+// The VGG-11's steps are the slowest here (129M parameters): its exactness and its peaks are
+// two tests, so that the test threads share them.
+
 #[test]
 fn spiking_vgg11_runs_of_conv_bn_lif_chunked() {
-    // features = conv, BN, LIF, max pool, ...: runs across two conv-BN-LIF groups.
-    let p = plan(vec![run("features", [0, 4], 2), run("features", [4, 11], 2)]);
-    assert_exact(&vgg11, &p, 2);
-    assert_meta_matches_cpu(&vgg11, &p, 2);
+    assert_exact(&vgg11, &vgg11_runs(), 2);
+}
+
+#[test]
+fn spiking_vgg11_runs_of_conv_bn_lif_chunked_meta_matches_cpu() {
+    assert_meta_matches_cpu(&vgg11, &vgg11_runs(), 2);
 }
 
 fn store_packed(path: &str) -> PlanEntry {
@@ -199,6 +226,10 @@ fn chunked_batch_norm_segments_compose_with_packed_reads_and_store_packed() {
     let p = plan(vec![run("", [0, 4], 2), store_packed("block2")]);
     assert_exact(&tiny, &p, 2);
     assert_meta_matches_cpu(&tiny, &p, 2);
+}
+
+#[test]
+fn chunked_batch_norm_segments_compose_with_packed_reads_and_store_packed_on_the_vgg() {
     // The VGG: a chunked run of blocks whose input is spikes with store_packed on a block in
     // it, store_packed on a block after it, and a block chunked on its own.
     let p = plan(vec![
@@ -240,6 +271,12 @@ fn replayed_boundaries_are_exact_and_meta_matches_cpu() {
         assert_exact(&tiny, &p, 2);
         assert_meta_matches_cpu(&tiny, &p, 2);
     }
+}
+
+#[test]
+fn replayed_boundaries_are_exact_and_meta_matches_cpu_on_the_vgg() {
+    // The first block in 4 chunks; a run of three blocks (average pooling first in
+    // features.2) in 3.
     let p = plan(vec![
         replayed(entry("features.0", 4)),
         replayed(run("features", [1, 3], 3)),

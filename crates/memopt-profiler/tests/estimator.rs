@@ -108,19 +108,66 @@ proptest! {
     }
 }
 
+/// A random valid plan for `workload`: the estimate equals the measured CPU step.
+fn random_plan_on(workload: &Workload, picks: &[u32]) -> Result<(), TestCaseError> {
+    let mut estimator = Estimator::new(workload).unwrap();
+    let probe = workload.build_model(Device::META).unwrap();
+    let plan = random_plan(&probe, picks, &SHAPE_ONLY);
+    check_equal(workload, &plan, &mut estimator)
+}
+
+/// The image model `model` at its small size, N=2.
+fn small_image_model(model: &str) -> Workload {
+    Workload::zoo_small(model, 2).unwrap()
+}
+
+/// The CIFAR10-DVS VGG at its small T=4 (time chunks 1 to 4) and N=2 on 2x32x32 inputs
+/// instead of 2x48x48: 2.25 times less compute for the same blocks and pools, with activations
+/// still on both sides of the allocator's 1 MiB small/large-pool boundary (2-4 MiB whole,
+/// 0.5-1 MiB per time step in the first blocks); storing everything at 48x48 is checked above.
+fn dvs_vgg_32() -> Workload {
+    let spec = zoo::entry("cifar10dvs-vgg").unwrap().small;
+    Workload::zoo(
+        "cifar10dvs-vgg",
+        memopt_checkpoint::InputSpec {
+            sample: vec![2, 32, 32],
+            ..spec
+        },
+        2,
+    )
+}
+
+// Random plans on the image models: one test per model, four cases each, so that the test
+// threads share them (they were drawn at random within one 16-case test).
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(16))]
+    #![proptest_config(ProptestConfig::with_cases(4))]
 
     #[test]
-    fn estimator_equals_measured_under_random_plans_on_the_image_models(
-        model in prop::sample::select(vec!["cifar10dvs-vgg", "sew-resnet18", "spiking-resnet18", "spiking-vgg11-bn"]),
+    fn estimator_equals_measured_under_random_plans_on_cifar10dvs_vgg(
         picks in proptest::collection::vec(0u32..4096, 4..64),
     ) {
-        let workload = Workload::zoo_small(model, 2).unwrap();
-        let mut estimator = Estimator::new(&workload).unwrap();
-        let probe = workload.build_model(Device::META).unwrap();
-        let plan = random_plan(&probe, &picks, &SHAPE_ONLY);
-        check_equal(&workload, &plan, &mut estimator)?;
+        random_plan_on(&dvs_vgg_32(), &picks)?;
+    }
+
+    #[test]
+    fn estimator_equals_measured_under_random_plans_on_sew_resnet18(
+        picks in proptest::collection::vec(0u32..4096, 4..64),
+    ) {
+        random_plan_on(&small_image_model("sew-resnet18"), &picks)?;
+    }
+
+    #[test]
+    fn estimator_equals_measured_under_random_plans_on_spiking_resnet18(
+        picks in proptest::collection::vec(0u32..4096, 4..64),
+    ) {
+        random_plan_on(&small_image_model("spiking-resnet18"), &picks)?;
+    }
+
+    #[test]
+    fn estimator_equals_measured_under_random_plans_on_spiking_vgg11_bn(
+        picks in proptest::collection::vec(0u32..4096, 4..64),
+    ) {
+        random_plan_on(&small_image_model("spiking-vgg11-bn"), &picks)?;
     }
 }
 

@@ -120,40 +120,52 @@ fn check_consistent(r: &MemoryReport) {
     assert_eq!(r.timeline.last().map(|p| p.current_bytes), Some(r.final_bytes));
 }
 
+/// Profiles one CPU step of `model` (small size, N=2) under `plan`; its per-module figures sum
+/// to the global ones.
+fn check_consistent_under(model: &str, plan: &Plan) {
+    let workload = Workload::zoo_small(model, 2).unwrap();
+    let report = profile_memory(&workload, plan, Device::Cpu).unwrap();
+    check_consistent(&report);
+}
+
+// One test per CIFAR10-DVS VGG case (each a CPU step at 2x48x48), so that the test threads
+// share them.
+
 #[test]
 fn per_module_figures_sum_to_the_global_figures() {
-    let cases = [
-        ("cifar10dvs-vgg", Plan::store_all()),
-        (
-            "cifar10dvs-vgg",
-            Plan::from_entries([
-                ("features.1", Policy::CHECKPOINT),
-                (
-                    "features.2.neuron",
-                    Policy::Offload {
-                        compressor: memopt_compress::CompressorKind::U8,
-                    },
-                ),
-                ("features", Policy::CHECKPOINT),
-            ]),
-        ),
-        (
-            "toy-if",
-            Plan::from_entries([
-                (
-                    "0",
-                    Policy::checkpoint(memopt_compress::CompressorKind::BitSpike, 3),
-                ),
-                ("0.1", Policy::CHECKPOINT),
-            ]),
-        ),
-        ("spiking-mlp", Plan::from_entries([("", Policy::CHECKPOINT)])),
-    ];
-    for (model, plan) in cases {
-        let workload = Workload::zoo_small(model, 2).unwrap();
-        let report = profile_memory(&workload, &plan, Device::Cpu).unwrap();
-        check_consistent(&report);
-    }
+    check_consistent_under("cifar10dvs-vgg", &Plan::store_all());
+}
+
+#[test]
+fn per_module_figures_sum_to_the_global_figures_under_checkpoints_and_offload() {
+    check_consistent_under(
+        "cifar10dvs-vgg",
+        &Plan::from_entries([
+            ("features.1", Policy::CHECKPOINT),
+            (
+                "features.2.neuron",
+                Policy::Offload {
+                    compressor: memopt_compress::CompressorKind::U8,
+                },
+            ),
+            ("features", Policy::CHECKPOINT),
+        ]),
+    );
+}
+
+#[test]
+fn per_module_figures_sum_to_the_global_figures_on_the_small_models() {
+    check_consistent_under(
+        "toy-if",
+        &Plan::from_entries([
+            (
+                "0",
+                Policy::checkpoint(memopt_compress::CompressorKind::BitSpike, 3),
+            ),
+            ("0.1", Policy::CHECKPOINT),
+        ]),
+    );
+    check_consistent_under("spiking-mlp", &Plan::from_entries([("", Policy::CHECKPOINT)]));
 }
 
 #[test]

@@ -38,14 +38,22 @@ fn cifar10dvs_vgg_with_chunked_blocks_verifies() {
     );
 }
 
+// One test per ResNet, so that the test threads share them.
+
 #[test]
-fn resnets_with_chunked_blocks_verify() {
-    for model in ["sew-resnet18", "spiking-resnet18"] {
-        verify(
-            model,
-            vec![chunked("layer1", None, 2), chunked("layer2.0", None, 2)],
-        );
-    }
+fn sew_resnet_with_chunked_blocks_verifies() {
+    verify(
+        "sew-resnet18",
+        vec![chunked("layer1", None, 2), chunked("layer2.0", None, 2)],
+    );
+}
+
+#[test]
+fn spiking_resnet_with_chunked_blocks_verifies() {
+    verify(
+        "spiking-resnet18",
+        vec![chunked("layer1", None, 2), chunked("layer2.0", None, 2)],
+    );
 }
 
 #[test]

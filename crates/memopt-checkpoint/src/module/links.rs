@@ -23,6 +23,22 @@ pub struct ChainLink<'m> {
     pub inner: Option<(usize, &'m dyn Module)>,
 }
 
+impl<'m> ChainLink<'m> {
+    /// The name of the direct child it is or belongs to (its path's first segment).
+    pub fn child_name(&self) -> &str {
+        self.name.split('.').next().unwrap_or_default()
+    }
+
+    /// For the first link of an inlined child: that child and one past its last link, given
+    /// this link's index `i` among consecutive links of the chain.
+    pub(crate) fn inlined_span(&self, i: usize) -> Option<(&'m dyn Module, usize)> {
+        match self.inner {
+            Some((0, owner)) => Some((owner, i + owner.child_count())),
+            _ => None,
+        }
+    }
+}
+
 /// The links of `parent`'s chain, in order (its direct children when it inlines none).
 pub fn chain_links(parent: &dyn Module) -> Vec<ChainLink<'_>> {
     chain_links_in(parent, 0, usize::MAX)
@@ -103,11 +119,11 @@ pub(crate) fn step_at<'a, 'm>(
     whole: impl Fn(usize, usize) -> bool,
 ) -> ChainStep<'a, 'm> {
     let link = &links[i];
-    if let Some((0, owner)) = link.inner {
-        let end = i + owner.child_count();
-        if end <= limit && whole(i, end) {
-            return ChainStep::Inlined { first: link, end };
-        }
+    if let Some((_, end)) = link.inlined_span(i)
+        && end <= limit
+        && whole(i, end)
+    {
+        return ChainStep::Inlined { first: link, end };
     }
     ChainStep::Link(link)
 }
@@ -146,11 +162,8 @@ impl<'m> ChainStep<'_, 'm> {
                 cx.call(&l.name, l.module, xs)
             }
             ChainStep::Inlined { first, .. } => {
-                let (owner, name) = match first.inner {
-                    Some((_, owner)) => (owner, first.name.split('.').next().unwrap_or_default()),
-                    None => (first.module, first.name.as_str()),
-                };
-                cx.call(name, owner, xs)
+                let owner = first.inner.map_or(first.module, |(_, owner)| owner);
+                cx.call(first.child_name(), owner, xs)
             }
         }
     }

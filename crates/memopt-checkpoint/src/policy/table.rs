@@ -121,15 +121,11 @@ impl PolicyTable {
             };
             let links = chain_links(module);
             for (i, link) in links.iter().enumerate() {
-                if !matches!(link.inner, Some((0, _))) {
+                let Some((_, b)) = link.inlined_span(i) else {
                     continue;
-                }
-                let (a, b) = (
-                    i,
-                    i + links[i..].iter().take_while(|l| l.child == link.child).count(),
-                );
-                let name = link.name.split('.').next().unwrap_or_default();
-                let child = ModulePath::from(&**path).child(name);
+                };
+                let a = i;
+                let child = ModulePath::from(&**path).child(link.child_name());
                 let has_own =
                     self.map.contains_key(child.as_str()) || self.ranges.contains_key(child.as_str());
                 if let Some(r) = runs

@@ -62,6 +62,9 @@ pub struct Cx<'m> {
     /// [`Cx::final_op`] and for a container's last child, whether or not they are read; taken
     /// by the next module call and reported to call observers as [`ModuleCall::ends_parent`]).
     final_next: bool,
+    /// The links the next [`Cx::call_children`] runs, `[start, end)` of its chain (set by
+    /// [`Cx::call_links`] for a child a run goes on into; taken by that call). `None`: all.
+    chain_window: Option<(usize, usize)>,
 }
 
 impl<'m> Cx<'m> {
@@ -90,6 +93,7 @@ impl<'m> Cx<'m> {
             unread_call: false,
             unread_next: false,
             final_next: false,
+            chain_window: None,
         }
     }
 
@@ -450,17 +454,33 @@ impl<'m> Cx<'m> {
     /// chain) one after the other, each on the previous one's outputs (passed through
     /// [`Module::before_child`]), applying the policies assigned to runs of consecutive links
     /// of its chain (plan entries with `children`; see [`crate::module::chain_links`]). An
-    /// inlined child that no run touches is called whole.
+    /// inlined child that no run touches is called whole. A child that a run goes on into
+    /// ([`crate::PlanEntry::into_next`]) runs its remaining links after the run.
     pub fn call_children(&mut self, parent: &'m dyn Module, inputs: Vec<Var>) -> Result<Vec<Var>> {
         let path = current_scope().module_path().clone();
+        let window = self.chain_window.take();
         let policies = self.policies;
         let ranges = policies.child_ranges(&path);
         let links = chain_links(parent);
-        let n = links.len();
+        let (mut i, n) = match window {
+            Some((from, to)) => (from, to.min(links.len())),
+            None => (0, links.len()),
+        };
         let untouched = |a: usize, b: usize| !ranges.iter().any(|r| r.start < b && a < r.end);
         let mut xs = inputs;
-        let mut i = 0;
+        // Links of the child at `i` a run before it covered (its `into_next`).
+        let mut covered = 0;
         while i < n {
+            if covered > 0 {
+                // The run applied `before_child` to this child's input already.
+                let link = &links[i];
+                self.unread_next = i + 1 >= n && self.unread_call;
+                self.final_next = i + 1 >= n;
+                xs = self.call_links(&link.name, link.module, covered, usize::MAX, xs)?;
+                covered = 0;
+                i += 1;
+                continue;
+            }
             let range = ranges.iter().find(|r| r.start == i);
             let step = step_at(&links, i, n, untouched);
             xs = step.before(parent, self, xs)?;
@@ -469,7 +489,10 @@ impl<'m> Cx<'m> {
             self.unread_next = end >= n && self.unread_call;
             self.final_next = end >= n;
             xs = match range {
-                Some(r) => self.call_child_run(parent, r.start, r.end, xs)?,
+                Some(r) => {
+                    covered = r.into_next;
+                    self.call_child_run(parent, r.start, r.end, r.into_next, xs)?
+                }
                 None => step.run(self, xs)?,
             };
             i = end;
@@ -477,19 +500,52 @@ impl<'m> Cx<'m> {
         Ok(xs)
     }
 
+    /// Calls child `name` running only links `from..to` of its chain (clamped to its length):
+    /// the child must run its children through [`Cx::call_children`]
+    /// ([`Module::supports_child_ranges`]), which an error says otherwise.
+    pub(crate) fn call_links(
+        &mut self,
+        name: &str,
+        module: &'m dyn Module,
+        from: usize,
+        to: usize,
+        inputs: Vec<Var>,
+    ) -> Result<Vec<Var>> {
+        let _scope = enter_module(name);
+        self.chain_window = Some((from, to));
+        let out = self.call_here(module, inputs);
+        if self.chain_window.take().is_some() {
+            return Err(CheckpointError::Module {
+                path: current_scope().module_path().to_string(),
+                module: module.type_name().to_string(),
+                message: "it says it runs its children through Cx::call_children (supports_child_ranges), but its \
+                          forward did not, so part of its chain cannot run on its own"
+                    .into(),
+            });
+        }
+        out
+    }
+
     /// Runs links `start..end` of `parent`'s chain (the module of the current scope; see
-    /// [`crate::module::chain_links`]) as one segment under the policy assigned to that run, or
-    /// one by one when it has none. `inputs` are link `start`'s (after
+    /// [`crate::module::chain_links`]), and the first `into_next` links of the child after them
+    /// ([`crate::PlanEntry::into_next`]), as one segment under the policy assigned to that run,
+    /// or one by one when it has none. `inputs` are link `start`'s (after
     /// [`Module::before_child`]); the run applies `before_child` to the later links itself.
     pub fn call_child_run(
         &mut self,
         parent: &'m dyn Module,
         start: usize,
         end: usize,
+        into_next: usize,
         inputs: Vec<Var>,
     ) -> Result<Vec<Var>> {
         let path = current_scope().module_path().clone();
-        let segment = Segment::Children { parent, start, end };
+        let segment = Segment::Children {
+            parent,
+            start,
+            end,
+            into_next,
+        };
         let policy = self
             .policies
             .child_ranges(&path)

@@ -22,6 +22,7 @@ fn run(path: &str, children: [usize; 2], chunks: usize) -> PlanEntry {
     PlanEntry {
         path: path.into(),
         children: Some(children),
+        into_next: 0,
         policy: chunked(chunks),
     }
 }
@@ -36,6 +37,7 @@ fn entry(path: &str, chunks: usize) -> PlanEntry {
     PlanEntry {
         path: path.into(),
         children: None,
+        into_next: 0,
         policy: chunked(chunks),
     }
 }
@@ -106,6 +108,7 @@ fn several_batch_norms_in_one_chunked_segment_and_nested_segments() {
         PlanEntry {
             path: "block1.sn".into(),
             children: None,
+            into_next: 0,
             policy: Policy::CHECKPOINT,
         },
     ]);
@@ -117,6 +120,7 @@ fn several_batch_norms_in_one_chunked_segment_and_nested_segments() {
         PlanEntry {
             path: "block1".into(),
             children: None,
+            into_next: 0,
             policy: Policy::CHECKPOINT,
         },
         entry("block1.bn", 2),
@@ -209,6 +213,7 @@ fn store_packed(path: &str) -> PlanEntry {
     PlanEntry {
         path: path.into(),
         children: None,
+        into_next: 0,
         policy: Policy::StorePacked,
     }
 }

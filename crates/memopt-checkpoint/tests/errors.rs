@@ -216,6 +216,7 @@ fn runs_of_children_are_validated() {
     let entry = |path: &str, a, b, chunks| memopt_checkpoint::PlanEntry {
         path: path.into(),
         children: Some([a, b]),
+        into_next: 0,
         policy: Policy::checkpoint(CompressorKind::BitSpike, chunks),
     };
     let plan = |entries: Vec<memopt_checkpoint::PlanEntry>| Plan { version: 1, entries };

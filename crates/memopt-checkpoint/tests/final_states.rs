@@ -49,6 +49,7 @@ fn checkpoint(path: &str, children: Option<[usize; 2]>, chunks: usize) -> PlanEn
     PlanEntry {
         path: path.into(),
         children,
+        into_next: 0,
         policy: Policy::checkpoint(CompressorKind::BitSpike, chunks),
     }
 }
@@ -87,6 +88,7 @@ fn plans() -> Vec<(&'static str, Plan)> {
                 PlanEntry {
                     path: "block2".into(),
                     children: None,
+                    into_next: 0,
                     policy: Policy::StorePacked,
                 },
                 checkpoint("head", None, 2),

@@ -22,6 +22,7 @@ fn run(path: &str, children: [usize; 2], policy: Policy) -> PlanEntry {
     PlanEntry {
         path: path.into(),
         children: Some(children),
+        into_next: 0,
         policy,
     }
 }
@@ -30,6 +31,7 @@ fn module(path: &str, policy: Policy) -> PlanEntry {
     PlanEntry {
         path: path.into(),
         children: None,
+        into_next: 0,
         policy,
     }
 }

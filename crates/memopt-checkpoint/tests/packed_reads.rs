@@ -101,6 +101,7 @@ fn checkpoint_run(run: [usize; 2]) -> Plan {
         entries: vec![PlanEntry {
             path: "block".into(),
             children: Some(run),
+            into_next: 0,
             policy: Policy::CHECKPOINT,
         }],
         ..Plan::store_all()
@@ -320,6 +321,7 @@ fn storing_packed_keeps_a_layers_spike_input_at_one_bit_per_value_and_stays_exac
             entries: vec![PlanEntry {
                 path: "block".into(),
                 children: Some([1, 3]),
+                into_next: 0,
                 policy: Policy::StorePacked,
             }],
             ..Plan::store_all()

@@ -95,6 +95,7 @@ fn random_plan_with(model: &Model, picks: &[u32], compressors: &[CompressorKind]
             candidate.entries.push(PlanEntry {
                 path: info.path.clone(),
                 children: Some([start, end]),
+                into_next: 0,
                 policy,
             });
             let mut probe = Model::clone_policies_probe(model);
@@ -226,6 +227,7 @@ fn chunked(
     PlanEntry {
         path: path.into(),
         children,
+        into_next: 0,
         policy: Policy::Checkpoint {
             compressor,
             chunks,

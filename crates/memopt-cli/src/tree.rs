@@ -182,6 +182,7 @@ mod tests {
         plan.entries.push(memopt_checkpoint::PlanEntry {
             path: "features".into(),
             children: Some([2, 5]),
+            into_next: 0,
             policy: Policy::CHECKPOINT,
         });
         let tree = plan_tree(&modules, &plan);
@@ -203,6 +204,7 @@ mod tests {
         plan.entries.push(memopt_checkpoint::PlanEntry {
             path: String::new(),
             children: Some([0, 4]),
+            into_next: 0,
             policy: Policy::CHECKPOINT,
         });
         let tree = plan_tree(&modules, &plan);
@@ -223,6 +225,7 @@ mod tests {
         plan.entries.push(memopt_checkpoint::PlanEntry {
             path: "features.3".into(),
             children: Some([1, 3]),
+            into_next: 0,
             policy: Policy::CHECKPOINT,
         });
         let tree = plan_tree(&modules, &plan);

@@ -391,6 +391,7 @@ fn calibrated_packing_prices_spike_inputs_only() {
     let entry = |path: &str, compressor| PlanEntry {
         path: path.into(),
         children: None,
+        into_next: 0,
         policy: Policy::checkpoint(compressor, 1),
     };
     // features.2 takes spikes: BitSpike costs its measured packing; features.0 takes the

@@ -26,6 +26,7 @@ fn blocks_1_and_2_checkpointed() -> Plan {
         entries: vec![memopt_checkpoint::PlanEntry {
             path: "features".into(),
             children: Some([1, 3]),
+            into_next: 0,
             policy: Policy::CHECKPOINT,
         }],
         ..Plan::store_all()

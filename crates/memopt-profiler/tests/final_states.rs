@@ -13,6 +13,7 @@ fn checkpointed_blocks() -> Plan {
     let checkpoint = |path: &str, chunks| PlanEntry {
         path: path.into(),
         children: None,
+        into_next: 0,
         policy: Policy::checkpoint(CompressorKind::BitSpike, chunks),
     };
     Plan {

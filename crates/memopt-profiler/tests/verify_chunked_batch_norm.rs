@@ -12,6 +12,7 @@ fn chunked(path: &str, children: Option<[usize; 2]>, chunks: usize) -> PlanEntry
     PlanEntry {
         path: path.into(),
         children,
+        into_next: 0,
         policy: Policy::checkpoint(CompressorKind::BitSpike, chunks),
     }
 }

@@ -266,6 +266,7 @@ pub fn plan_entries(plan: &[Chosen<'_>]) -> Vec<PlanEntry> {
         .map(|c| PlanEntry {
             path: c.segment.path.clone(),
             children: c.segment.children,
+            into_next: 0,
             policy: c.option().policy,
         })
         .collect()

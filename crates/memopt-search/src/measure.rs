@@ -57,6 +57,7 @@ pub fn measure(model: &Model, site: &Site, policy: Policy, first: bool) -> Resul
         entries: vec![PlanEntry {
             path: site.path.clone(),
             children: site.run,
+            into_next: 0,
             policy,
         }],
     };

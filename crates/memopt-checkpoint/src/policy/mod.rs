@@ -12,7 +12,7 @@ mod segment;
 mod table;
 
 pub use checkpoint::time_spans;
-pub use plan::{PLAN_VERSION, Plan, PlanEntry};
+pub use plan::{PLAN_VERSION, Plan, PlanEntry, run_target};
 pub(crate) use segment::Segment;
 pub use table::{ChildRange, PolicyTable, RunShape};
 

@@ -12,7 +12,10 @@ pub const PLAN_VERSION: u32 = 1;
 /// count the links of the container's chain ([`crate::module::chain_links`]): its children,
 /// except that a child it inlines counts as its own children (a VGG block inlines `proj_bn`, so
 /// `features.3` children `[2, 4]` is its BatchNorm and its neuron when `proj_bn` holds a pool,
-/// a convolution and a BatchNorm).
+/// a convolution and a BatchNorm). A run may also go on into the first links of the child after
+/// it (`into_next`): `features` children `[1, 2]` with `into_next: 1` is block 1 and block 2's
+/// first link, its pooling, so that the segment hands the pooled gradient (4x smaller) to the
+/// block before it instead of the whole one.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PlanEntry {
@@ -21,6 +24,11 @@ pub struct PlanEntry {
     /// Links `[start, end)` of that module's chain as one segment (absent: the module itself).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub children: Option<[usize; 2]>,
+    /// For a run of children: how many links of the next child's chain (child `end`, which
+    /// must run its children as a chain) the run also covers, from its first (0: none). That
+    /// child then runs its remaining links outside the run and cannot take a policy itself.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub into_next: usize,
     /// Policy for that module or run.
     pub policy: Policy,
 }
@@ -29,11 +37,22 @@ impl PlanEntry {
     /// The entry's target as shown to people: `features.3`, or `features[2..5]` for a run of
     /// children.
     pub fn target(&self) -> String {
-        match self.children {
-            None => self.path.clone(),
-            Some([a, b]) => format!("{}[{a}..{b}]", self.path),
-        }
+        run_target(&self.path, self.children, self.into_next)
     }
+}
+
+/// How a module or run is named to people: `features.3`, `features[2..5]`, or
+/// `features[1..2]+next[0..1]` for a run that goes on into the first link of the next child.
+pub fn run_target(path: &str, children: Option<[usize; 2]>, into_next: usize) -> String {
+    match children {
+        None => path.to_string(),
+        Some([a, b]) if into_next == 0 => format!("{path}[{a}..{b}]"),
+        Some([a, b]) => format!("{path}[{a}..{b}]+next[0..{into_next}]"),
+    }
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 /// A memory plan: every module not listed is stored. Serialises to JSON as
@@ -90,6 +109,7 @@ impl Plan {
                 .map(|(path, policy)| PlanEntry {
                     path: path.into(),
                     children: None,
+                    into_next: 0,
                     policy,
                 })
                 .collect(),

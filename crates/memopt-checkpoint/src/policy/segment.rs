@@ -10,7 +10,7 @@ use memopt_core::ModulePath;
 
 /// A module, or links `start..end` of the chain of a container whose children form a chain
 /// (its children, with those of the children it inlines; see
-/// [`crate::module::chain_links`]).
+/// [`crate::module::chain_links`]), and the first `into_next` links of the child after them.
 #[derive(Clone, Copy)]
 pub(crate) enum Segment<'m> {
     /// One module.
@@ -23,6 +23,9 @@ pub(crate) enum Segment<'m> {
         start: usize,
         /// One past the last link.
         end: usize,
+        /// Links of the next child's chain (link `end`, a direct child) the segment also runs,
+        /// from its first ([`crate::PlanEntry::into_next`]).
+        into_next: usize,
     },
 }
 
@@ -31,7 +34,41 @@ impl<'m> Segment<'m> {
     pub(crate) fn type_name(&self) -> String {
         match self {
             Segment::Module(m) => m.type_name().to_string(),
-            Segment::Children { parent, start, end } => format!("{}[{start}..{end}]", parent.type_name()),
+            Segment::Children {
+                parent,
+                start,
+                end,
+                into_next,
+            } => super::run_target(parent.type_name(), Some([*start, *end]), *into_next),
+        }
+    }
+
+    /// The links the segment runs, each with its path relative to the scope it runs in: the
+    /// run's links, then the next child's first `into_next` (`child.link`).
+    fn links(&self) -> Vec<(String, &'m dyn Module)> {
+        match *self {
+            Segment::Module(_) => Vec::new(),
+            Segment::Children {
+                parent,
+                start,
+                end,
+                into_next,
+            } => {
+                let mut out: Vec<(String, &'m dyn Module)> = chain_links_in(parent, start, end)
+                    .into_iter()
+                    .map(|l| (l.name, l.module))
+                    .collect();
+                if into_next > 0
+                    && let Some(next) = chain_links_in(parent, end, end + 1).pop()
+                {
+                    out.extend(
+                        chain_links_in(next.module, 0, into_next)
+                            .into_iter()
+                            .map(|l| (format!("{}.{}", next.name, l.name), l.module)),
+                    );
+                }
+                out
+            }
         }
     }
 
@@ -41,12 +78,18 @@ impl<'m> Segment<'m> {
     pub(crate) fn forward(&self, cx: &mut Cx<'m>, inputs: Vec<Var>) -> Result<Vec<Var>> {
         match *self {
             Segment::Module(m) => cx.with_armed_call(|cx| m.forward(cx, inputs)),
-            Segment::Children { parent, start, end } => {
+            Segment::Children {
+                parent,
+                start,
+                end,
+                into_next,
+            } => {
                 let unread = cx.take_output_unread();
                 let ends_parent = cx.take_ends_parent();
                 // Only the run's links (a long Sequential's runs cost their own length).
                 let links = chain_links_in(parent, start, end);
                 let n = links.len();
+                let last_here = into_next == 0;
                 let mut xs = inputs;
                 let mut i = 0;
                 while i < n {
@@ -55,10 +98,22 @@ impl<'m> Segment<'m> {
                         xs = step.before(parent, cx, xs)?;
                     }
                     let next = step.end(i);
-                    cx.arm_unread(unread && next >= n);
-                    cx.arm_ends_parent(ends_parent && next >= n);
+                    cx.arm_unread(unread && last_here && next >= n);
+                    cx.arm_ends_parent(ends_parent && last_here && next >= n);
                     xs = step.run(cx, xs)?;
                     i = next;
+                }
+                if into_next > 0 {
+                    // Validated by the plan: link `end` is a direct child running its chain.
+                    let next = chain_links_in(parent, end, end + 1).pop().ok_or_else(|| {
+                        crate::CheckpointError::Autograd(format!(
+                            "a run going on into child {end} of {} found no such child",
+                            parent.type_name()
+                        ))
+                    })?;
+                    xs = parent.before_child(cx, next.child, xs)?;
+                    cx.arm_unread(unread);
+                    xs = cx.call_links(&next.name, next.module, 0, into_next, xs)?;
                 }
                 Ok(xs)
             }
@@ -70,10 +125,7 @@ impl<'m> Segment<'m> {
     pub(crate) fn state_prefixes(&self, path: &ModulePath) -> Vec<ModulePath> {
         match *self {
             Segment::Module(_) => vec![path.clone()],
-            Segment::Children { parent, start, end } => chain_links_in(parent, start, end)
-                .into_iter()
-                .map(|l| path.child(&l.name))
-                .collect(),
+            Segment::Children { .. } => self.links().into_iter().map(|(name, _)| path.child(&name)).collect(),
         }
     }
 
@@ -81,9 +133,10 @@ impl<'m> Segment<'m> {
     pub(crate) fn time_coupling(&self, path: &str, training: bool) -> Option<(String, String)> {
         match *self {
             Segment::Module(m) => time_coupling_in(m, path, training),
-            Segment::Children { parent, start, end } => chain_links_in(parent, start, end)
+            Segment::Children { .. } => self
+                .links()
                 .into_iter()
-                .find_map(|l| time_coupling_in(l.module, &ModulePath::from(path).child(&l.name), training)),
+                .find_map(|(name, m)| time_coupling_in(m, &ModulePath::from(path).child(&name), training)),
         }
     }
 
@@ -92,9 +145,10 @@ impl<'m> Segment<'m> {
     pub(crate) fn batch_statistics(&self, path: &ModulePath, training: bool) -> Vec<ModulePath> {
         match *self {
             Segment::Module(m) => batch_statistics_in(m, path, training),
-            Segment::Children { parent, start, end } => chain_links_in(parent, start, end)
+            Segment::Children { .. } => self
+                .links()
                 .into_iter()
-                .flat_map(|l| batch_statistics_in(l.module, &path.child(&l.name), training))
+                .flat_map(|(name, m)| batch_statistics_in(m, &path.child(&name), training))
                 .collect(),
         }
     }

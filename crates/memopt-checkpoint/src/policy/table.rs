@@ -2,7 +2,7 @@
 
 use super::segment::Segment;
 use super::{ChunkBoundaries, PLAN_VERSION, Plan, PlanEntry, Policy};
-use crate::module::{Module, chain_link_count, chain_links, find_module, module_infos};
+use crate::module::{Module, chain_link_count, chain_links, chain_links_in, find_module, module_infos};
 use crate::{CheckpointError, Result};
 use memopt_core::ModulePath;
 use std::collections::BTreeMap;
@@ -16,6 +16,9 @@ pub struct ChildRange {
     pub start: usize,
     /// One past the last link.
     pub end: usize,
+    /// Links of the next child's chain (child `end`) the run also covers, from its first (see
+    /// [`PlanEntry::into_next`]).
+    pub into_next: usize,
     /// The policy of the run.
     pub policy: Policy,
 }
@@ -69,12 +72,14 @@ impl PolicyTable {
         let modules = self.map.iter().map(|(p, pol)| PlanEntry {
             path: p.to_string(),
             children: None,
+            into_next: 0,
             policy: *pol,
         });
         let runs = self.ranges.iter().flat_map(|(p, rs)| {
             rs.iter().map(move |r| PlanEntry {
                 path: p.to_string(),
                 children: Some([r.start, r.end]),
+                into_next: r.into_next,
                 policy: r.policy,
             })
         });
@@ -108,7 +113,63 @@ impl PolicyTable {
             table.insert(root, e, run)?;
         }
         table.check_inlined(root)?;
+        table.check_into_next(root)?;
         Ok(table)
+    }
+
+    /// The run of `path`'s children that goes on into child `index` ([`PlanEntry::into_next`]),
+    /// if any: that child then runs its links from `into_next` on outside the run.
+    pub fn run_into(&self, path: &str, index: usize) -> Option<&ChildRange> {
+        self.child_ranges(path)
+            .iter()
+            .find(|r| r.into_next > 0 && r.end == index)
+    }
+
+    /// Rejects what a run going on into the next child ([`PlanEntry::into_next`]) leaves
+    /// impossible: a policy of that child itself (it no longer runs whole), a run of its links
+    /// that starts before the covered ones, and a policy of a child it inlines that the covered
+    /// links split.
+    fn check_into_next(&self, root: &dyn Module) -> Result<()> {
+        for (path, runs) in &self.ranges {
+            for r in runs.iter().filter(|r| r.into_next > 0) {
+                let target = super::run_target(path, Some([r.start, r.end]), r.into_next);
+                let Some(parent) = find_module(root, path) else { continue };
+                let Some(link) = chain_links_in(parent, r.end, r.end + 1).pop() else {
+                    continue;
+                };
+                let next = ModulePath::from(&**path).child(&link.name);
+                if self.map.contains_key(next.as_str()) {
+                    return Err(CheckpointError::InvalidPlan(format!(
+                        "{target} covers the first {} link(s) of '{next}', so '{next}' no longer runs whole and \
+                         cannot take a policy of its own; drop its policy, or give runs of its links from link {} on",
+                        r.into_next, r.into_next
+                    )));
+                }
+                if let Some(o) = self.child_ranges(next.as_str()).iter().find(|o| o.start < r.into_next) {
+                    return Err(CheckpointError::InvalidPlan(format!(
+                        "{target} overlaps {next}[{}..{}]: the run covers that module's links 0..{}, so its runs \
+                         must start at link {} or later",
+                        o.start, o.end, r.into_next, r.into_next
+                    )));
+                }
+                let links = chain_links(link.module);
+                for (i, l) in links.iter().enumerate() {
+                    let Some((_, b)) = l.inlined_span(i) else { continue };
+                    let child = next.child(l.child_name());
+                    if i < r.into_next
+                        && r.into_next < b
+                        && (self.map.contains_key(child.as_str()) || self.ranges.contains_key(child.as_str()))
+                    {
+                        return Err(CheckpointError::InvalidPlan(format!(
+                            "{target} covers part of '{child}' (links {i}..{b} of '{next}'), so that module's \
+                             children run one by one and '{child}' cannot take a policy of its own; drop its \
+                             policy, or let the run cover all of its links or none"
+                        )));
+                    }
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Rejects a policy on an inlined child (see [`Module::inlined_children`]) that a run of
@@ -163,19 +224,23 @@ impl PolicyTable {
             }
             Some([start, end]) => {
                 let runs = self.ranges.entry(path).or_default();
-                if let Some(o) = runs.iter().find(|r| r.start < end && start < r.end) {
+                // A run going on into the next child also occupies that child.
+                let reach = |end: usize, into_next: usize| end + usize::from(into_next > 0);
+                if let Some(o) = runs
+                    .iter()
+                    .find(|r| r.start < reach(end, e.into_next) && start < reach(r.end, r.into_next))
+                {
                     return Err(CheckpointError::InvalidPlan(format!(
-                        "{} overlaps {}[{}..{}]; runs of children must not overlap",
+                        "{} overlaps {}; runs of children must not overlap",
                         e.target(),
-                        e.path,
-                        o.start,
-                        o.end
+                        super::run_target(&e.path, Some([o.start, o.end]), o.into_next)
                     )));
                 }
                 if e.policy != Policy::Store {
                     runs.push(ChildRange {
                         start,
                         end,
+                        into_next: e.into_next,
                         policy: e.policy,
                     });
                     runs.sort_by_key(|r| r.start);
@@ -217,6 +282,7 @@ impl PolicyTable {
         let entry = PlanEntry {
             path: path.to_string(),
             children: None,
+            into_next: 0,
             policy,
         };
         check_entry(root, &entry, run)?;
@@ -227,6 +293,7 @@ impl PolicyTable {
             next.map.insert(Arc::from(path), policy);
         }
         next.check_inlined(root)?;
+        next.check_into_next(root)?;
         Ok(next)
     }
 }
@@ -239,6 +306,7 @@ fn check_entry(root: &dyn Module, e: &PlanEntry, run: RunShape) -> Result<()> {
             parent: module,
             start,
             end,
+            into_next: e.into_next,
         },
     };
     let invalid = |reason: String| CheckpointError::InvalidPolicy {
@@ -265,6 +333,13 @@ fn check_entry(root: &dyn Module, e: &PlanEntry, run: RunShape) -> Result<()> {
                 "a run of children needs 0 <= start < end <= {n}{counted}"
             )));
         }
+        if e.into_next > 0 {
+            check_into_next(module, e, n).map_err(invalid)?;
+        }
+    } else if e.into_next > 0 {
+        return Err(invalid(
+            "\"into_next\" continues a run of children into the next child; give \"children\" too, or drop it".into(),
+        ));
     }
     if let Policy::Checkpoint {
         chunks, boundaries, ..
@@ -295,6 +370,47 @@ fn check_entry(root: &dyn Module, e: &PlanEntry, run: RunShape) -> Result<()> {
                 )));
             }
         }
+    }
+    Ok(())
+}
+
+/// Why a run of `parent`'s links cannot go on into the next child, if it cannot: the next
+/// link must be a direct child that runs its children as a chain (not a link of an inlined
+/// child), and `into_next` must leave at least one of its links out (covering all of them is
+/// the run one child longer).
+fn check_into_next(parent: &dyn Module, e: &PlanEntry, n: usize) -> std::result::Result<(), String> {
+    let Some([_, end]) = e.children else {
+        return Ok(());
+    };
+    let Some(link) = chain_links_in(parent, end, end + 1).pop() else {
+        return Err(format!(
+            "\"into_next\" needs a child after the run, but the run ends at the last of the {n} links"
+        ));
+    };
+    if link.inner.is_some() {
+        return Err(format!(
+            "link {end} ('{}') belongs to a child that {} inlines; \"into_next\" goes on into a direct child only \
+             (end the run on that child's links instead)",
+            link.name,
+            parent.type_name()
+        ));
+    }
+    if !(link.module.supports_child_ranges() && link.module.children_form_chain()) {
+        return Err(format!(
+            "the next child '{}' ({}) does not run its children as a chain, so a run cannot go on into it",
+            link.name,
+            link.module.type_name()
+        ));
+    }
+    let m = chain_link_count(link.module);
+    if e.into_next >= m {
+        return Err(format!(
+            "\"into_next\" {} covers all {m} links of the next child '{}'; valid: 1..={} (for all of them, \
+             end the run one child later)",
+            e.into_next,
+            link.name,
+            m.saturating_sub(1)
+        ));
     }
     Ok(())
 }

@@ -35,6 +35,7 @@ pub fn random_plan(model: &Model, picks: &[u32], compressors: &[CompressorKind])
             next.entries.push(PlanEntry {
                 path: path.to_string(),
                 children,
+                into_next: 0,
                 policy,
             });
             if PolicyTable::from_plan(model.root(), &next, run).is_ok() {

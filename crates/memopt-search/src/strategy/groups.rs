@@ -25,18 +25,21 @@ pub(crate) fn group_entries(
                 out.push(PlanEntry {
                     path: container.path.clone(),
                     children: None,
+                    into_next: 0,
                     policy,
                 });
             } else if j - i >= 2 {
                 out.push(PlanEntry {
                     path: container.path.clone(),
                     children: Some([layers[i].index, layers[j - 1].index + 1]),
+                    into_next: 0,
                     policy,
                 });
             } else {
                 out.push(PlanEntry {
                     path: layers[i].site.path.clone(),
                     children: None,
+                    into_next: 0,
                     policy,
                 });
             }

@@ -267,6 +267,7 @@ impl Strategy for Pipeline {
                 candidate.extend(site.parts.iter().map(|p| PlanEntry {
                     path: p.path.clone(),
                     children: None,
+                    into_next: 0,
                     policy: e.policy,
                 }));
                 if run.try_step(2, format!("split {}", e.path), candidate, |new, old| new < old)? {

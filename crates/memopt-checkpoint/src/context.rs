@@ -518,9 +518,10 @@ impl<'m> Cx<'m> {
             return Err(CheckpointError::Module {
                 path: current_scope().module_path().to_string(),
                 module: module.type_name().to_string(),
-                message: "it says it runs its children through Cx::call_children (supports_child_ranges), but its \
+                message:
+                    "it says it runs its children through Cx::call_children (supports_child_ranges), but its \
                           forward did not, so part of its chain cannot run on its own"
-                    .into(),
+                        .into(),
             });
         }
         out

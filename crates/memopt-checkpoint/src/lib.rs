@@ -36,5 +36,7 @@ pub use error::{CheckpointError, Result};
 pub use model::{InputSpec, Model};
 pub use module::Module;
 pub use param::{Buffer, Param, ParamId};
-pub use policy::{ChunkBoundaries, PLAN_VERSION, Plan, PlanEntry, Policy, PolicyTable, RunShape, time_spans};
+pub use policy::{
+    ChunkBoundaries, PLAN_VERSION, Plan, PlanEntry, Policy, PolicyTable, RunShape, run_target, time_spans,
+};
 pub use train::{Batch, StepOptions, StepOutput, Target, Trainer};

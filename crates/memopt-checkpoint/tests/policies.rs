@@ -83,19 +83,24 @@ fn random_plan_with(model: &Model, picks: &[u32], compressors: &[CompressorKind]
         let end = start + 1 + (r as usize / 7) % (n - start);
         let compressor = compressors[(r / 5) as usize % compressors.len()];
         let chunks = 1 + (r as usize / 11) % t;
-        for policy in [
-            Policy::Checkpoint {
-                compressor,
-                chunks,
-                boundaries: boundaries(r),
-            },
-            Policy::checkpoint(compressor, 1),
+        // Sometimes going on into the next child's first links (where that child runs a
+        // chain: a VGG block's pool and convolution), else the run alone.
+        let into_next = if r % 2 == 0 { 1 + (r as usize / 13) % 2 } else { 0 };
+        let chunked = Policy::Checkpoint {
+            compressor,
+            chunks,
+            boundaries: boundaries(r),
+        };
+        for (policy, into_next) in [
+            (chunked, into_next),
+            (chunked, 0),
+            (Policy::checkpoint(compressor, 1), 0),
         ] {
             let mut candidate = plan.clone();
             candidate.entries.push(PlanEntry {
                 path: info.path.clone(),
                 children: Some([start, end]),
-                into_next: 0,
+                into_next,
                 policy,
             });
             let mut probe = Model::clone_policies_probe(model);

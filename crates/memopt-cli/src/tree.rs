@@ -51,21 +51,37 @@ pub fn plan_tree(modules: &[ModuleInfo], plan: &Plan) -> String {
             .find(|e| e.path == p && e.children.is_none())
             .map(|e| e.policy)
     };
-    // Containers whose children are addressed: module entries' parents, run entries' paths.
+    // The child a run goes on into (`into_next`), by entry.
+    let next_child = |e: &memopt_checkpoint::PlanEntry| -> Option<String> {
+        let [_, b] = e.children.filter(|_| e.into_next > 0)?;
+        let m = modules.iter().find(|m| {
+            parent(&m.path).is_some_and(|p| p.as_str() == e.path)
+                && link_index(modules, m, &e.path) == Some(b)
+        })?;
+        Some(m.path.clone())
+    };
+    // Containers whose children are addressed: module entries' parents, run entries' paths
+    // (and the child a run goes on into).
     let mut opened: Vec<ModulePath> = Vec::new();
+    let open_chain = |container: &str, opened: &mut Vec<ModulePath>| {
+        let container = ModulePath::from(container);
+        // A container that inlines children: their children are its links.
+        let links = modules
+            .iter()
+            .find(|m| m.path == container.as_str())
+            .map(|m| m.links.as_slice());
+        for link in links.unwrap_or_default() {
+            opened.extend(container.child(link).parent().filter(|p| *p != container));
+        }
+        opened.push(container);
+    };
     for e in &plan.entries {
         match e.children {
             Some(_) => {
-                let container = ModulePath::from(e.path.as_str());
-                // A container that inlines children: their children are its links.
-                let links = modules
-                    .iter()
-                    .find(|m| m.path == e.path)
-                    .map(|m| m.links.as_slice());
-                for link in links.unwrap_or_default() {
-                    opened.extend(container.child(link).parent().filter(|p| *p != container));
+                open_chain(&e.path, &mut opened);
+                if let Some(next) = next_child(e) {
+                    open_chain(&next, &mut opened);
                 }
-                opened.push(container);
             }
             None => opened.extend(parent(&e.path)),
         }
@@ -99,11 +115,25 @@ pub fn plan_tree(modules: &[ModuleInfo], plan: &Plan) -> String {
                 }
                 _ => None,
             }) {
-                if i == a {
+                if i == a && e.into_next > 0 {
+                    format!(
+                        "{} over children {a}..{} and the first {} link(s) of the next as one segment",
+                        e.policy,
+                        b - 1,
+                        e.into_next
+                    )
+                } else if i == a {
                     format!("{} over children {a}..{} as one segment", e.policy, b - 1)
                 } else {
                     "  (same segment)".to_string()
                 }
+            } else if plan.entries.iter().any(|e| {
+                next_child(e).is_some_and(|next| {
+                    is_ancestor(&next, &m.path)
+                        && link_index(modules, m, &next).is_some_and(|i| i < e.into_next)
+                })
+            }) {
+                "  (same segment)".to_string()
             } else if opened
                 .iter()
                 .any(|o| o.as_str() == m.path || is_ancestor(&m.path, o))
@@ -236,6 +266,31 @@ mod tests {
         );
         assert!(line("features.3.neuron").ends_with("(same segment)"), "{tree}");
         assert!(line("features.3.proj_bn.0").ends_with("store"), "{tree}");
+        assert_eq!(tree.matches("(same segment)").count(), 1, "{tree}");
+    }
+
+    #[test]
+    fn a_run_into_the_next_child_marks_its_first_links() {
+        // Block 1 and block 2's pool (the first link of features.2's chain) as one segment.
+        let modules = vgg_modules();
+        let mut plan = Plan::store_all();
+        plan.entries.push(memopt_checkpoint::PlanEntry {
+            path: "features".into(),
+            children: Some([1, 2]),
+            into_next: 1,
+            policy: Policy::CHECKPOINT,
+        });
+        let tree = plan_tree(&modules, &plan);
+        let line = |p: &str| line_of(&tree, p);
+        assert!(
+            line("features.1").ends_with(
+                "checkpoint(bit_spike) over children 1..1 and the first 1 link(s) of the next as one segment"
+            ),
+            "{tree}"
+        );
+        assert!(line("features.2.proj_bn.0").ends_with("(same segment)"), "{tree}");
+        assert!(line("features.2.proj_bn.1").ends_with("store"), "{tree}");
+        assert!(line("features.2.neuron").ends_with("store"), "{tree}");
         assert_eq!(tree.matches("(same segment)").count(), 1, "{tree}");
     }
 }

@@ -12,6 +12,7 @@ use crate::sites::Site;
 use memopt_checkpoint::{ChunkBoundaries, Model, Policy};
 use memopt_compress::CompressorKind;
 use memopt_profiler::{CostModel, Workload};
+use pieces::{PartRun, Piece, part_runs, piece_site, pieces, rest_runs, rest_site};
 
 /// Which options the planners consider for each segment.
 #[derive(Debug, Clone, PartialEq)]
@@ -114,46 +115,38 @@ fn policies(site: &Site, t: usize, space: &OptionSpace) -> Vec<Policy> {
     policies
 }
 
-/// The runs of consecutive links of `site`'s chain ([`Site::chain`]) that are segments of
-/// their own: `[start, end)`, at least two links and at most [`OptionSpace::max_run`], never
-/// all of them.
-fn runs(site: &Site, space: &OptionSpace) -> Vec<(usize, usize)> {
-    let n = site.chain().len();
-    let mut out = Vec::new();
-    if site.runs_allowed {
-        for start in 0..n {
-            for end in start + 2..=n.min(start + space.max_run) {
-                if (start, end) != (0, n) {
-                    out.push((start, end));
+/// Every measurement [`chain_model`] asks for under `site` (`first`: its input is the batch),
+/// in the order it asks: each segment's [`policies`], then its parts', then its runs'.
+pub(crate) fn requests(site: &Site, first: bool, t: usize, space: &OptionSpace, out: &mut Vec<Request>) {
+    let ask = |s: &Site, first: bool, out: &mut Vec<Request>| {
+        for policy in policies(s, t, space) {
+            out.push(Request {
+                site: s.clone(),
+                policy,
+                first,
+            });
+        }
+    };
+    ask(site, first, out);
+    let pieces = pieces(site);
+    for (i, &piece) in pieces.iter().enumerate() {
+        let first = first && i == 0;
+        match piece {
+            Piece::Link(c) => requests(&site.chain()[c], first, t, space, out),
+            Piece::Head(_) => requests(&piece_site(site, piece), first, t, space, out),
+            Piece::Rest(c) => {
+                ask(&rest_site(site, c), false, out);
+                for part in &site.chain()[c].chain()[1..] {
+                    requests(part, false, t, space, out);
+                }
+                for run in rest_runs(site, c, space) {
+                    ask(&run.site, false, out);
                 }
             }
         }
     }
-    out
-}
-
-/// Every measurement [`chain_model`] asks for under `site` (`first`: its input is the batch),
-/// in the order it asks: each segment's [`policies`], then its parts', then its runs'.
-pub(crate) fn requests(site: &Site, first: bool, t: usize, space: &OptionSpace, out: &mut Vec<Request>) {
-    for policy in policies(site, t, space) {
-        out.push(Request {
-            site: site.clone(),
-            policy,
-            first,
-        });
-    }
-    for (i, part) in site.chain().iter().enumerate() {
-        requests(part, first && i == 0, t, space, out);
-    }
-    for (start, end) in runs(site, space) {
-        let run = site.run_of(start, end);
-        for policy in policies(&run, t, space) {
-            out.push(Request {
-                site: run.clone(),
-                policy,
-                first: first && start == 0,
-            });
-        }
+    for run in part_runs(site, &pieces, space) {
+        ask(&run.site, first && run.starts_chain(), out);
     }
 }
 
@@ -186,6 +179,8 @@ fn segment(
     Ok(ChainSegment {
         path: site.path.clone(),
         children: site.run,
+        into_next: site.into_next,
+        span: None,
         options,
         states,
         param_grads,
@@ -204,26 +199,55 @@ fn node(
     if site.chain().is_empty() {
         return Ok(ChainNode::Segment(whole));
     }
-    let parts = site
-        .chain()
-        .iter()
-        .enumerate()
-        .map(|(i, p)| node(model, p, first && i == 0, space, pricing, measurements))
-        .collect::<Result<Vec<_>>>()?;
-    let runs = runs(site, space)
-        .into_iter()
-        .map(|(start, end)| {
-            segment(
+    let pieces = pieces(site);
+    let mut parts = Vec::with_capacity(pieces.len());
+    for (i, &piece) in pieces.iter().enumerate() {
+        let first = first && i == 0;
+        parts.push(match piece {
+            Piece::Link(c) => node(model, &site.chain()[c], first, space, pricing, measurements)?,
+            Piece::Head(_) => node(
                 model,
-                &site.run_of(start, end),
-                first && start == 0,
+                &piece_site(site, piece),
+                first,
                 space,
                 pricing,
                 measurements,
-            )
+            )?,
+            Piece::Rest(c) => ChainNode::Splittable {
+                whole: segment(model, &rest_site(site, c), false, space, pricing, measurements)?,
+                parts: site.chain()[c].chain()[1..]
+                    .iter()
+                    .map(|p| node(model, p, false, space, pricing, measurements))
+                    .collect::<Result<Vec<_>>>()?,
+                runs: rest_runs(site, c, space)
+                    .into_iter()
+                    .map(|r| run_segment(model, r, false, space, pricing, measurements))
+                    .collect::<Result<Vec<_>>>()?,
+            },
+        });
+    }
+    let runs = part_runs(site, &pieces, space)
+        .into_iter()
+        .map(|r| {
+            let first = first && r.starts_chain();
+            run_segment(model, r, first, space, pricing, measurements)
         })
         .collect::<Result<Vec<_>>>()?;
     Ok(ChainNode::Splittable { whole, parts, runs })
+}
+
+/// The segment of a run of parts, with the parts it covers when named otherwise.
+fn run_segment(
+    model: &Model,
+    run: PartRun,
+    first: bool,
+    space: &OptionSpace,
+    pricing: &SegmentPricing<'_>,
+    measurements: &mut Measurements<'_>,
+) -> Result<ChainSegment> {
+    let mut seg = segment(model, &run.site, first, space, pricing, measurements)?;
+    seg.span = run.span;
+    Ok(seg)
 }
 
 /// The chain model of `model` (built on Meta) for batches of `n`: the root's chain of parts
@@ -277,6 +301,8 @@ fn build(
     nodes.push(ChainNode::Segment(ChainSegment {
         path: LOSS_PATH.into(),
         children: None,
+        into_next: 0,
+        span: None,
         options: vec![option(Policy::Store, &loss, 0.0)],
         states: loss.states,
         param_grads: 0,
@@ -284,5 +310,6 @@ fn build(
     Ok(ChainModel { base, nodes })
 }
 
+mod pieces;
 #[cfg(test)]
 mod tests;

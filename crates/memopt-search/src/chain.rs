@@ -47,6 +47,15 @@ pub struct ChainSegment {
     pub path: String,
     /// For a run of consecutive children of the module at `path`: `[start, end)`.
     pub children: Option<[usize; 2]>,
+    /// For a run: links of the next child it also covers
+    /// ([`memopt_checkpoint::PlanEntry::into_next`]; 0: none).
+    #[serde(default)]
+    pub into_next: usize,
+    /// For a run whose parts in its splittable node are not the container's children one for
+    /// one (see `builder.rs`, `pieces`): the parts `[start, end)` it covers there. `None`: its
+    /// `children`.
+    #[serde(default)]
+    pub span: Option<[usize; 2]>,
     /// The ways to run it; index 0 stores everything (runs of children, which are only ever
     /// checkpointed, have no store option).
     pub options: Vec<SegmentOption>,
@@ -76,9 +85,9 @@ pub enum ChainNode {
     },
 }
 
-/// Start and end of a run segment.
+/// Start and end of a run segment among the parts of its splittable node.
 pub(crate) fn run_bounds(seg: &ChainSegment) -> [usize; 2] {
-    seg.children.unwrap_or([0, 0])
+    seg.span.or(seg.children).unwrap_or([0, 0])
 }
 
 impl ChainNode {
@@ -266,7 +275,7 @@ pub fn plan_entries(plan: &[Chosen<'_>]) -> Vec<PlanEntry> {
         .map(|c| PlanEntry {
             path: c.segment.path.clone(),
             children: c.segment.children,
-            into_next: 0,
+            into_next: c.segment.into_next,
             policy: c.option().policy,
         })
         .collect()
@@ -401,16 +410,20 @@ impl ChainModel {
     /// entry of its own is split when an entry targets something inside it. Linear in the
     /// chain's nodes and runs and the plan's entries (strategies call it once per candidate).
     pub fn select(&self, plan: &memopt_checkpoint::Plan) -> Option<Vec<Chosen<'_>>> {
-        /// The wanted policies by (path, run of children), borrowed from the plan.
-        type Wanted<'p> = HashMap<(&'p str, Option<[usize; 2]>), Policy>;
+        /// The wanted policies by (path, run of children, links of the next child), borrowed
+        /// from the plan.
+        type Wanted<'p> = HashMap<(&'p str, Option<[usize; 2]>, usize), Policy>;
         let mut wanted: Wanted<'_> = HashMap::with_capacity(plan.entries.len());
         for e in &plan.entries {
             // A repeated target: the last entry wins, as in a policy table.
-            wanted.insert((e.path.as_str(), e.children), e.policy);
+            wanted.insert((e.path.as_str(), e.children, e.into_next), e.policy);
         }
         let mut used = 0usize;
         fn option_of(seg: &ChainSegment, policy: Policy) -> Option<usize> {
             seg.options.iter().position(|o| o.policy == policy)
+        }
+        fn key(seg: &ChainSegment) -> (&str, Option<[usize; 2]>, usize) {
+            (seg.path.as_str(), seg.children, seg.into_next)
         }
         /// The index of the first run of children `bounds` (by bisection: the builder lists
         /// runs in order of their bounds; otherwise one by one).
@@ -425,7 +438,7 @@ impl ChainModel {
         fn inside(wanted: &Wanted<'_>, seg: &ChainSegment) -> bool {
             wanted
                 .keys()
-                .any(|(p, c)| (*p == seg.path && c.is_some()) || ModulePath::str_is_below(p, &seg.path))
+                .any(|(p, c, _)| (*p == seg.path && c.is_some()) || ModulePath::str_is_below(p, &seg.path))
         }
         fn go<'a>(
             nodes: &'a [ChainNode],
@@ -436,7 +449,7 @@ impl ChainModel {
             for node in nodes {
                 match node {
                     ChainNode::Segment(s) => {
-                        let policy = wanted.get(&(s.path.as_str(), s.children)).copied();
+                        let policy = wanted.get(&key(s)).copied();
                         *used += usize::from(policy.is_some());
                         out.push(Chosen {
                             segment: s,
@@ -444,26 +457,36 @@ impl ChainModel {
                         });
                     }
                     ChainNode::Splittable { whole, parts, runs } => {
-                        if let Some(&policy) = wanted.get(&(whole.path.as_str(), None)) {
+                        if let Some(&policy) = wanted.get(&key(whole)) {
                             *used += 1;
                             out.push(Chosen {
                                 segment: whole,
                                 option: option_of(whole, policy)?,
                             });
                         } else if inside(wanted, whole) {
-                            // The wanted runs by their first child (the first in chain order
-                            // when two start at the same child).
+                            // The wanted runs by their first part (the first in chain order
+                            // when two start at the same part).
                             let mut run_at: HashMap<usize, (usize, Policy)> = HashMap::new();
-                            let sorted = runs.is_sorted_by_key(run_bounds);
-                            for (&(path, children), &policy) in wanted {
-                                let Some(bounds) = children.filter(|[a, b]| a < b && path == whole.path)
-                                else {
-                                    continue;
-                                };
-                                if let Some(k) = find_run(runs, sorted, bounds) {
-                                    let at = run_at.entry(bounds[0]).or_insert((k, policy));
-                                    if k < at.0 {
-                                        *at = (k, policy);
+                            if runs.iter().all(|r| r.span.is_none()) {
+                                let sorted = runs.is_sorted_by_key(run_bounds);
+                                for (&(path, children, into_next), &policy) in wanted {
+                                    let Some(bounds) = children
+                                        .filter(|[a, b]| a < b && path == whole.path && into_next == 0)
+                                    else {
+                                        continue;
+                                    };
+                                    if let Some(k) = find_run(runs, sorted, bounds) {
+                                        let at = run_at.entry(bounds[0]).or_insert((k, policy));
+                                        if k < at.0 {
+                                            *at = (k, policy);
+                                        }
+                                    }
+                                }
+                            } else {
+                                // Runs named otherwise than by their parts (see `span`).
+                                for (k, r) in runs.iter().enumerate() {
+                                    if let Some(&policy) = wanted.get(&key(r)) {
+                                        run_at.entry(run_bounds(r)[0]).or_insert((k, policy));
                                     }
                                 }
                             }

@@ -57,7 +57,7 @@ pub fn measure(model: &Model, site: &Site, policy: Policy, first: bool) -> Resul
         entries: vec![PlanEntry {
             path: site.path.clone(),
             children: site.run,
-            into_next: 0,
+            into_next: site.into_next,
             policy,
         }],
     };
@@ -100,7 +100,7 @@ pub fn measure(model: &Model, site: &Site, policy: Policy, first: bool) -> Resul
         let _scope = enter_scope(Scope::new(site.path.as_str(), Phase::Forward));
         match site.run {
             None => cx.call_here(module, leaves)?,
-            Some([start, end]) => cx.call_child_run(module, start, end, leaves)?,
+            Some([start, end]) => cx.call_child_run(module, start, end, site.into_next, leaves)?,
         }
     };
     let forward_peak = tracker.peak_bytes();

@@ -154,7 +154,7 @@ pub(crate) fn extra_ms(cost: &CostModel, site: &Site, policy: Policy) -> f64 {
         entries: vec![PlanEntry {
             path: site.path.clone(),
             children: site.run,
-            into_next: 0,
+            into_next: site.into_next,
             policy,
         }],
     };

@@ -72,7 +72,16 @@ impl<'m> SegmentKeys<'m> {
                 for link in chain_links_in(container, start, end) {
                     children.push(self.subtree(parent.child(&link.name).as_str())?);
                 }
-                format!("run of {own} {children:?}")
+                // The next child's first links, when the run goes on into it.
+                let mut next = Vec::new();
+                if site.into_next > 0 {
+                    let link = chain_links_in(container, end, end + 1).pop()?;
+                    let path = parent.child(&link.name);
+                    for inner in chain_links_in(link.module, 0, site.into_next) {
+                        next.push(self.subtree(path.child(&inner.name).as_str())?);
+                    }
+                }
+                format!("run of {own} {children:?} then {next:?}")
             }
         };
         Some(format!("{structure} | {:?} | {policy:?} | {first}", site.inputs))

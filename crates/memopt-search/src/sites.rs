@@ -22,6 +22,9 @@ pub struct Site {
     pub path: String,
     /// For a run of consecutive children of the module at `path`: `[start, end)`.
     pub run: Option<[usize; 2]>,
+    /// For a run: links of the next child's chain it also covers, from its first
+    /// ([`memopt_checkpoint::PlanEntry::into_next`]; 0: none).
+    pub into_next: usize,
     /// Module type.
     pub type_name: &'static str,
     /// Whether runs of its consecutive children can take one policy (see
@@ -69,6 +72,7 @@ impl Site {
         Site {
             path: self.path.clone(),
             run: Some([start, end]),
+            into_next: 0,
             type_name: self.type_name,
             runs_allowed: false,
             inputs: parts[0].inputs.clone(),
@@ -107,12 +111,10 @@ impl Site {
         }
     }
 
-    /// How the site is named in plans and reports: `features.3` or `features[2..5]`.
+    /// How the site is named in plans and reports: `features.3`, `features[2..5]` or
+    /// `features[1..2]+next[0..1]` ([`memopt_checkpoint::run_target`]).
     pub fn target(&self) -> String {
-        match self.run {
-            None => self.path.clone(),
-            Some([a, b]) => format!("{}[{a}..{b}]", self.path),
-        }
+        memopt_checkpoint::run_target(&self.path, self.run, self.into_next)
     }
 
     /// Every site in pre-order (this one first).
@@ -220,6 +222,7 @@ fn build(model: &Model, path: &str, calls: &CallLog) -> Result<Site> {
     Ok(Site {
         path: path.to_string(),
         run: None,
+        into_next: 0,
         type_name: module.type_name(),
         runs_allowed: module.supports_child_ranges(),
         inputs,

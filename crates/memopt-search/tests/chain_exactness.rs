@@ -132,6 +132,7 @@ fn check(name: &str, n: usize, samples: usize) {
     let mut rng = Philox::new(7);
     let mut pick = |n: usize| (rng.next_uniform() * n as f32) as usize % n;
     let (mut checked_entries, mut chunked, mut runs, mut chunked_bn) = (0, 0, 0, 0);
+    let (mut runs_into_next, mut chunked_into_next) = (0, 0);
     let (mut packed, mut stored_packed, mut chunked_bn_packed, mut stored_packed_bn) = (0, 0, 0, 0);
     for _ in 0..samples {
         let p = chain.pick_plan(&mut pick);
@@ -152,6 +153,11 @@ fn check(name: &str, n: usize, samples: usize) {
             .filter(|e| e.policy.chunks() > 1 && contains_batch_norm(&model, e))
             .count();
         runs += entries.iter().filter(|e| e.children.is_some()).count();
+        runs_into_next += entries.iter().filter(|e| e.into_next > 0).count();
+        chunked_into_next += entries
+            .iter()
+            .filter(|e| e.into_next > 0 && e.policy.chunks() > 1)
+            .count();
         packed += entries.iter().filter(|e| reads_packed(&model, &root, e)).count();
         stored_packed += entries.iter().filter(|e| e.policy == Policy::StorePacked).count();
         // The mechanisms composed: a chunked segment with training BatchNorm that reads its
@@ -195,6 +201,13 @@ fn check(name: &str, n: usize, samples: usize) {
     assert!(
         stored_packed_bn > 0 || !has_bn,
         "{name}: some sampled plans store packed around a BatchNorm"
+    );
+    // Runs going on into a block's pool (the CIFAR10-DVS VGG's blocks 2, 4 and 6).
+    let has_into_next = format!("{:?}", chain.nodes).contains("into_next: 1");
+    assert_eq!(has_into_next, name == "cifar10dvs-vgg", "{name}");
+    assert!(
+        (runs_into_next > 0 && chunked_into_next > 0) || !has_into_next,
+        "{name}: some sampled plans run into the next child's pool, some of them in time chunks"
     );
     let has_runs = format!("{:?}", chain.nodes).contains("children: Some");
     assert!(

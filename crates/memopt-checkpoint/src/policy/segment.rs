@@ -125,7 +125,11 @@ impl<'m> Segment<'m> {
     pub(crate) fn state_prefixes(&self, path: &ModulePath) -> Vec<ModulePath> {
         match *self {
             Segment::Module(_) => vec![path.clone()],
-            Segment::Children { .. } => self.links().into_iter().map(|(name, _)| path.child(&name)).collect(),
+            Segment::Children { .. } => self
+                .links()
+                .into_iter()
+                .map(|(name, _)| path.child(&name))
+                .collect(),
         }
     }
 

@@ -133,7 +133,9 @@ impl PolicyTable {
         for (path, runs) in &self.ranges {
             for r in runs.iter().filter(|r| r.into_next > 0) {
                 let target = super::run_target(path, Some([r.start, r.end]), r.into_next);
-                let Some(parent) = find_module(root, path) else { continue };
+                let Some(parent) = find_module(root, path) else {
+                    continue;
+                };
                 let Some(link) = chain_links_in(parent, r.end, r.end + 1).pop() else {
                     continue;
                 };
@@ -145,7 +147,11 @@ impl PolicyTable {
                         r.into_next, r.into_next
                     )));
                 }
-                if let Some(o) = self.child_ranges(next.as_str()).iter().find(|o| o.start < r.into_next) {
+                if let Some(o) = self
+                    .child_ranges(next.as_str())
+                    .iter()
+                    .find(|o| o.start < r.into_next)
+                {
                     return Err(CheckpointError::InvalidPlan(format!(
                         "{target} overlaps {next}[{}..{}]: the run covers that module's links 0..{}, so its runs \
                          must start at link {} or later",

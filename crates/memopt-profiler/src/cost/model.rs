@@ -310,29 +310,38 @@ impl CostModel {
             .sum()
     }
 
-    /// The module paths a plan entry covers: its module, or the links of its run.
+    /// The module paths a plan entry covers: its module, or the links of its run (with the
+    /// next child's first links when the run goes on into it, [`PlanEntry::into_next`]).
     fn covered(&self, e: &PlanEntry) -> Vec<String> {
         let Some([start, end]) = e.children else {
             return vec![e.path.clone()];
         };
-        let names = self
-            .modules
-            .iter()
-            .find(|m| m.path == e.path)
-            .map(ModuleCostEntry::chain)
-            .unwrap_or_default();
-        names
-            .iter()
-            .take(end)
-            .skip(start)
-            .map(|n| {
-                if e.path.is_empty() {
-                    n.clone()
-                } else {
-                    format!("{}.{n}", e.path)
-                }
-            })
-            .collect()
+        let chain_of = |path: &str| -> Vec<String> {
+            let names = self
+                .modules
+                .iter()
+                .find(|m| m.path == path)
+                .map(ModuleCostEntry::chain)
+                .unwrap_or_default();
+            names
+                .iter()
+                .map(|n| {
+                    if path.is_empty() {
+                        n.clone()
+                    } else {
+                        format!("{path}.{n}")
+                    }
+                })
+                .collect()
+        };
+        let links = chain_of(&e.path);
+        let mut out: Vec<String> = links.iter().take(end).skip(start).cloned().collect();
+        if e.into_next > 0
+            && let Some(next) = links.get(end)
+        {
+            out.extend(chain_of(next).into_iter().take(e.into_next));
+        }
+        out
     }
 
     /// The extra time of `plan` as a fraction of the baseline step (0.2 = 20% slower).

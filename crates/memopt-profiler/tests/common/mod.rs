@@ -19,7 +19,8 @@ pub const SHAPE_ONLY: [CompressorKind; 5] = [
 /// A random valid plan for `model` from the random choices in `picks`: each module (the root
 /// included) is stored, stored with packed spike inputs, checkpointed (random compressor from
 /// `compressors`, random chunks where the segment allows them) or offloaded, and random runs of consecutive children of containers
-/// that support them share a checkpoint. `picks[0]` sets the density (from every module
+/// that support them share a checkpoint (every other one going on into the next child's first
+/// links where that is valid). `picks[0]` sets the density (from every module
 /// considered to about a quarter of them). Entries that would make the plan invalid are retried
 /// with one chunk, then left out.
 pub fn random_plan(model: &Model, picks: &[u32], compressors: &[CompressorKind]) -> Plan {
@@ -29,20 +30,25 @@ pub fn random_plan(model: &Model, picks: &[u32], compressors: &[CompressorKind])
     };
     let t = model.spec().time_steps;
     let mut plan = Plan::store_all();
-    let push = |plan: &mut Plan, path: &str, children: Option<[usize; 2]>, candidates: Vec<Policy>| {
+    let push = |plan: &mut Plan,
+                path: &str,
+                children: Option<[usize; 2]>,
+                into_next: usize,
+                candidates: Vec<Policy>| {
         for policy in candidates {
             let mut next = plan.clone();
             next.entries.push(PlanEntry {
                 path: path.to_string(),
                 children,
-                into_next: 0,
+                into_next,
                 policy,
             });
             if PolicyTable::from_plan(model.root(), &next, run).is_ok() {
                 *plan = next;
-                return;
+                return true;
             }
         }
+        false
     };
     // Chunk-boundary states kept or replayed, from a bit of the random choice.
     let checkpoint = |compressor, chunks, r: u32| {
@@ -72,7 +78,7 @@ pub fn random_plan(model: &Model, picks: &[u32], compressors: &[CompressorKind])
             2 => vec![Policy::Offload { compressor }],
             _ => checkpoint(compressor, 1 + (r as usize / 64) % t, r),
         };
-        push(&mut plan, &info.path, None, candidates);
+        push(&mut plan, &info.path, None, 0, candidates);
     }
     for (info, &r) in model.modules().iter().zip(picks.iter().rev().cycle()) {
         let runs_allowed = model
@@ -85,12 +91,21 @@ pub fn random_plan(model: &Model, picks: &[u32], compressors: &[CompressorKind])
         let start = (r as usize / 3) % (n - 1);
         let end = start + 1 + (r as usize / 7) % (n - start);
         let compressor = compressors[(r / 5) as usize % compressors.len()];
-        push(
-            &mut plan,
-            &info.path,
-            Some([start, end]),
-            checkpoint(compressor, 1 + (r as usize / 11) % t, r / 3),
-        );
+        let policies = checkpoint(compressor, 1 + (r as usize / 11) % t, r / 3);
+        // Every other run first tries going on into the next child's first links (where that
+        // child runs a chain: a VGG block's pool, or its pool and convolution).
+        let into_next = 1 + (r as usize / 17) % 2;
+        if !(r % 2 == 0
+            && push(
+                &mut plan,
+                &info.path,
+                Some([start, end]),
+                into_next,
+                policies.clone(),
+            ))
+        {
+            push(&mut plan, &info.path, Some([start, end]), 0, policies);
+        }
     }
     plan
 }

@@ -11,6 +11,8 @@ fn segment(path: String, opts: Vec<(u64, u64, u64, f64)>, states: u64, grads: u6
     ChainSegment {
         path,
         children: None,
+        into_next: 0,
+        span: None,
         options: opts
             .into_iter()
             .enumerate()

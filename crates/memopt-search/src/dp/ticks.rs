@@ -56,6 +56,8 @@ mod tests {
         ChainSegment {
             path: "features.3".into(),
             children: None,
+            into_next: 0,
+            span: None,
             options: vec![SegmentOption {
                 policy: Policy::Store,
                 forward_peak: 1,

@@ -35,6 +35,13 @@ pub struct OptionSpace {
     /// for the least memory, where the most chunks win, and measuring every count replayed
     /// took the planner's Meta measurement of the VGG (T = 10) from 0.9 s to 3.9 s.
     pub replay_boundaries: bool,
+    /// Whether a link whose own chain starts with a pooling (a VGG block's average pool) is
+    /// split into that pooling and the rest, so that a run of the links before it can end
+    /// after the pooling ([`memopt_checkpoint::PlanEntry::into_next`]: its segment then
+    /// receives the pooled gradient). The split chain cannot hold a run of the block's own
+    /// links that starts at the pooling, so a planning session builds the chain both ways and
+    /// plans on both ([`crate::PlanningSession`]).
+    pub split_poolings: bool,
 }
 
 impl Default for OptionSpace {
@@ -45,6 +52,7 @@ impl Default for OptionSpace {
             max_run: 6,
             store_packed: true,
             replay_boundaries: true,
+            split_poolings: true,
         }
     }
 }
@@ -128,7 +136,7 @@ pub(crate) fn requests(site: &Site, first: bool, t: usize, space: &OptionSpace, 
         }
     };
     ask(site, first, out);
-    let pieces = pieces(site);
+    let pieces = pieces(site, space);
     for (i, &piece) in pieces.iter().enumerate() {
         let first = first && i == 0;
         match piece {
@@ -199,7 +207,7 @@ fn node(
     if site.chain().is_empty() {
         return Ok(ChainNode::Segment(whole));
     }
-    let pieces = pieces(site);
+    let pieces = pieces(site, space);
     let mut parts = Vec::with_capacity(pieces.len());
     for (i, &piece) in pieces.iter().enumerate() {
         let first = first && i == 0;
@@ -283,6 +291,49 @@ pub fn chain_model_on_threads(
     requests(root, true, model.spec().time_steps, space, &mut wanted);
     measurements.prefetch(workload, wanted, threads)?;
     build(model, root, n, base, space, cost, &mut measurements)
+}
+
+/// [`chain_model_on_threads`] with `space`, and when `space` splits poolings
+/// ([`OptionSpace::split_poolings`]) and the model has a link to split, also the chain model
+/// without that split, the two measured together (each distinct segment once).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn chain_models_on_threads(
+    workload: &Workload,
+    model: &Model,
+    root: &Site,
+    n: usize,
+    base: u64,
+    space: &OptionSpace,
+    cost: &CostModel,
+    threads: usize,
+) -> Result<(ChainModel, Option<ChainModel>)> {
+    let by_links = OptionSpace {
+        split_poolings: false,
+        ..space.clone()
+    };
+    let both = space.split_poolings && splits_a_pooling(root, space);
+    let mut measurements = Measurements::new(model);
+    let mut wanted = Vec::new();
+    let t = model.spec().time_steps;
+    requests(root, true, t, space, &mut wanted);
+    if both {
+        requests(root, true, t, &by_links, &mut wanted);
+    }
+    measurements.prefetch(workload, wanted, threads)?;
+    let chain = build(model, root, n, base, space, cost, &mut measurements)?;
+    let other = if both {
+        Some(build(model, root, n, base, &by_links, cost, &mut measurements)?)
+    } else {
+        None
+    };
+    Ok((chain, other))
+}
+
+/// Whether some container under `root` splits a link at its pooling.
+fn splits_a_pooling(root: &Site, space: &OptionSpace) -> bool {
+    root.walk()
+        .into_iter()
+        .any(|s| pieces(s, space).iter().any(|p| matches!(p, Piece::Head(_))))
 }
 
 /// [`chain_model`] with the measurements given.

@@ -1,7 +1,7 @@
 //! A planning session: one workload, its exact estimator, its cost model and its chain model,
 //! shared by the strategies.
 
-use crate::builder::{OptionSpace, chain_model_on_threads};
+use crate::builder::{OptionSpace, chain_models_on_threads};
 use crate::chain::{ChainModel, plan_entries};
 use crate::dp::pareto_front;
 use crate::parallel::measure_threads;
@@ -33,6 +33,9 @@ pub struct PlanningSession {
     model: Model,
     root: Site,
     chain: Arc<ChainModel>,
+    /// The chain model without poolings split off ([`OptionSpace::split_poolings`]), when the
+    /// model has one to split and the chain model is exact.
+    by_links: Option<Arc<ChainModel>>,
     baseline: AllocatorLevels,
     chain_exact: bool,
     exact_front: Option<Vec<ExactCandidate>>,
@@ -77,7 +80,7 @@ impl PlanningSession {
             )?
             .with_spike_flag(model.spike_input());
             let root = discover(&model, &input)?;
-            let chain = chain_model_on_threads(
+            let chains = chain_models_on_threads(
                 workload,
                 &model,
                 &root,
@@ -87,12 +90,20 @@ impl PlanningSession {
                 &cost,
                 measure_threads(),
             )?;
-            (model, root, chain)
+            (model, root, chains)
         };
+        let (chain, by_links) = chain;
         let baseline = estimator.peaks(&Plan::store_all())?;
-        let chain_exact = match chain.select(&Plan::store_all()) {
-            Some(p) => chain.peak(&p)? == baseline.requested_bytes,
-            None => false,
+        let exact = |c: &ChainModel| -> Result<bool> {
+            Ok(match c.select(&Plan::store_all()) {
+                Some(p) => c.peak(&p)? == baseline.requested_bytes,
+                None => false,
+            })
+        };
+        let chain_exact = exact(&chain)?;
+        let by_links = match by_links {
+            Some(c) if chain_exact && exact(&c)? => Some(Arc::new(c)),
+            _ => None,
         };
         Ok(PlanningSession {
             workload: workload.clone(),
@@ -101,6 +112,7 @@ impl PlanningSession {
             model,
             root,
             chain: Arc::new(chain),
+            by_links,
             baseline,
             chain_exact,
             exact_front: None,
@@ -129,10 +141,23 @@ impl PlanningSession {
         &self.chain
     }
 
-    /// The chain model, shared: for searches that keep its plans while the session runs Meta
-    /// steps.
-    pub(crate) fn shared_chain(&self) -> Arc<ChainModel> {
-        Arc::clone(&self.chain)
+    /// Every chain model the session plans on: [`Self::chain`], then, when the model has a
+    /// link that starts with a pooling, the chain model that does not split it off
+    /// ([`OptionSpace::split_poolings`]: it holds runs of that link's own links from the
+    /// pooling on, which the split one cannot). Strategies plan on each and keep the better
+    /// plan.
+    pub fn chains(&self) -> Vec<&ChainModel> {
+        std::iter::once(&*self.chain)
+            .chain(self.by_links.as_deref())
+            .collect()
+    }
+
+    /// [`Self::chains`], shared: for searches that keep their plans while the session runs
+    /// Meta steps.
+    pub(crate) fn shared_chains(&self) -> Vec<Arc<ChainModel>> {
+        std::iter::once(Arc::clone(&self.chain))
+            .chain(self.by_links.clone())
+            .collect()
     }
 
     /// The cost model.
@@ -182,10 +207,12 @@ impl PlanningSession {
     /// The requested peak of `plan` in bytes: from the chain model when it expresses the plan and is exact,
     /// otherwise from a Meta step.
     pub fn peak(&mut self, plan: &Plan) -> Result<u64> {
-        if self.chain_exact
-            && let Some(choice) = self.chain.select(plan)
-        {
-            return self.chain.peak(&choice);
+        if self.chain_exact {
+            for chain in self.chains() {
+                if let Some(choice) = chain.select(plan) {
+                    return chain.peak(&choice);
+                }
+            }
         }
         self.exact_peak(plan)
     }
@@ -250,10 +277,14 @@ impl PlanningSession {
         summary: Option<PipelineSummary>,
     ) -> Result<PlanReport> {
         let planned = self.exact_peaks(&plan)?;
-        if let Some(choice) = self.chain.select(&plan)
+        let selected = self
+            .chains()
+            .into_iter()
+            .find_map(|c| c.select(&plan).map(|choice| c.peak(&choice)));
+        if let Some(predicted) = selected
             && self.chain_exact
         {
-            let predicted = self.chain.peak(&choice)?;
+            let predicted = predicted?;
             if predicted != planned.requested_bytes {
                 return Err(SearchError::Internal(format!(
                     "the chain model predicted {predicted} bytes for a plan whose exact peak is {}",

@@ -53,11 +53,11 @@ fn has_head(part: &Site) -> bool {
 }
 
 /// The parts of `site`'s chain: its links, with each link after the first that starts with a
-/// pooling split into [`Piece::Head`] and [`Piece::Rest`]. Only containers that run their own
-/// children as a chain and inline none split so.
-pub(super) fn pieces(site: &Site) -> Vec<Piece> {
+/// pooling split into [`Piece::Head`] and [`Piece::Rest`] ([`OptionSpace::split_poolings`]).
+/// Only containers that run their own children as a chain and inline none split so.
+pub(super) fn pieces(site: &Site, space: &OptionSpace) -> Vec<Piece> {
     let chain = site.chain();
-    let splits = site.runs_allowed && site.links.is_empty();
+    let splits = space.split_poolings && site.runs_allowed && site.links.is_empty();
     let mut out = Vec::with_capacity(chain.len());
     for (c, part) in chain.iter().enumerate() {
         if splits && c > 0 && has_head(part) {

@@ -56,7 +56,7 @@ const ONE_BY_ONE: usize = 16;
 /// A plan that fits, its exact peaks, the candidates checked and its predicted extra time (ms).
 type Fitted = (Plan, AllocatorLevels, usize, f64);
 
-/// The fastest plan the chain model proposes whose exact peak of `kind` (a Meta step) fits
+/// The fastest plan the chain models propose whose exact peak of `kind` (a Meta step) fits
 /// `limit` bytes (see `walk`), with its exact peaks and the number of candidates checked.
 ///
 /// Candidates are ranked on requested bytes, and a run through an inlined child (a VGG block's
@@ -64,34 +64,59 @@ type Fitted = (Plan, AllocatorLevels, usize, f64);
 /// temporary in the middle of its block, which can leave the caching allocator's segments
 /// fragmented: on the VGG at N=32 the fastest plans within half the baseline's reserved peak
 /// reserve 1.86 GiB for 1.43 GiB requested, and the falling target then passes over the plans
-/// of the same requested peak without such runs. So on a chain with such runs the walk also
-/// runs on the chain without them, and the faster fitting plan wins (the full chain's on a
-/// tie); infeasible means infeasible on both, and the error is the full chain's (whose least
-/// peak is no larger).
+/// of the same requested peak without such runs. Runs going on into a block's pooling
+/// ([`memopt_checkpoint::PlanEntry::into_next`]) expand its gradient in chunk-sized pieces,
+/// which can fragment it too. So the walk runs on each of the session's chain models
+/// ([`PlanningSession::chains`]: with poolings split off, and without), each as it is and
+/// without runs through inlined children, and the fastest fitting plan wins (the earlier
+/// walk's on a tie); infeasible means infeasible on all, and the error names the least peak
+/// any walk found.
 pub(crate) fn fastest_fitting(
     session: &mut PlanningSession,
     kind: BudgetKind,
     limit: u64,
 ) -> Result<(Plan, AllocatorLevels, usize)> {
-    let chain = session.shared_chain();
-    let full = walk(session, &chain, kind, limit);
-    let Some(without) = without_partial_runs(&chain) else {
-        return full.map(|(plan, peaks, checked, _)| (plan, peaks, checked));
-    };
-    let other = match walk(session, &without, kind, limit) {
-        Ok(fitted) => Some(fitted),
-        Err(SearchError::Infeasible { .. }) => None,
-        Err(e) => return Err(e),
-    };
-    match (full, other) {
-        (Ok(a), Some(b)) => {
-            let checked = a.2 + b.2;
-            let (plan, peaks, _, _) = if b.3 < a.3 { b } else { a };
-            Ok((plan, peaks, checked))
+    let mut variants = Vec::new();
+    for chain in session.shared_chains() {
+        let without = without_partial_runs(&chain);
+        variants.push(chain);
+        variants.extend(without.map(std::sync::Arc::new));
+    }
+    let mut best: Option<Fitted> = None;
+    let mut infeasible: Option<SearchError> = None;
+    let mut checked = 0;
+    for chain in &variants {
+        match walk(session, chain, kind, limit) {
+            Ok(fitted) => {
+                checked += fitted.2;
+                if best.as_ref().is_none_or(|b| fitted.3 < b.3) {
+                    best = Some(fitted);
+                }
+            }
+            Err(SearchError::Infeasible {
+                budget,
+                kind,
+                best,
+                best_plan_entries,
+            }) => {
+                let least = match infeasible {
+                    Some(SearchError::Infeasible { best: b, .. }) if b <= best => infeasible.take(),
+                    _ => None,
+                };
+                infeasible = least.or(Some(SearchError::Infeasible {
+                    budget,
+                    kind,
+                    best,
+                    best_plan_entries,
+                }));
+            }
+            Err(e) => return Err(e),
         }
-        (Ok((plan, peaks, checked, _)), None) => Ok((plan, peaks, checked)),
-        (Err(SearchError::Infeasible { .. }), Some((plan, peaks, checked, _))) => Ok((plan, peaks, checked)),
-        (Err(e), _) => Err(e),
+    }
+    match (best, infeasible) {
+        (Some((plan, peaks, _, _)), _) => Ok((plan, peaks, checked)),
+        (None, Some(e)) => Err(e),
+        (None, None) => Err(SearchError::Internal("the session has no chain model".into())),
     }
 }
 

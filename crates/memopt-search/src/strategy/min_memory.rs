@@ -22,11 +22,24 @@ impl Strategy for MinMemory {
     fn plan(&self, session: &mut PlanningSession) -> Result<PlanReport> {
         let started = Instant::now();
         let plan = if session.chain_is_exact() {
-            let best = min_peak(session.chain())?;
-            Plan {
-                version: PLAN_VERSION,
-                entries: plan_entries(&best.plan),
+            // The least peak over the session's chain models (ties: the faster plan).
+            let mut best: Option<(u64, f64, Plan)> = None;
+            for chain in session.chains() {
+                let s = min_peak(chain)?;
+                if best.as_ref().is_none_or(|b| (s.peak, s.extra_ms) < (b.0, b.1)) {
+                    let entries = plan_entries(&s.plan);
+                    best = Some((
+                        s.peak,
+                        s.extra_ms,
+                        Plan {
+                            version: PLAN_VERSION,
+                            entries,
+                        },
+                    ));
+                }
             }
+            best.map(|b| b.2)
+                .ok_or_else(|| crate::SearchError::Internal("the session has no chain model".into()))?
         } else {
             least_exact_peak(session.exact_front()?)?.plan.clone()
         };

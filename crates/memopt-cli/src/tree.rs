@@ -116,11 +116,15 @@ pub fn plan_tree(modules: &[ModuleInfo], plan: &Plan) -> String {
                 _ => None,
             }) {
                 if i == a && e.into_next > 0 {
+                    let next = next_child(e).map(|p| path(&p).to_string()).unwrap_or_default();
+                    let links = match e.into_next {
+                        1 => format!("the first link of {next}"),
+                        k => format!("the first {k} links of {next}"),
+                    };
                     format!(
-                        "{} over children {a}..{} and the first {} link(s) of the next as one segment",
+                        "{} over children {a}..{} and {links} as one segment",
                         e.policy,
-                        b - 1,
-                        e.into_next
+                        b - 1
                     )
                 } else if i == a {
                     format!("{} over children {a}..{} as one segment", e.policy, b - 1)
@@ -284,7 +288,7 @@ mod tests {
         let line = |p: &str| line_of(&tree, p);
         assert!(
             line("features.1").ends_with(
-                "checkpoint(bit_spike) over children 1..1 and the first 1 link(s) of the next as one segment"
+                "checkpoint(bit_spike) over children 1..1 and the first link of features.2 as one segment"
             ),
             "{tree}"
         );

@@ -199,3 +199,72 @@ fn plans_a_split_child_would_leave_ambiguous_are_rejected_and_the_model_keeps_it
         assert_eq!(model.plan(), before.clone());
     }
 }
+
+/// A block that claims to run its children as a chain through `Cx::call_children` but calls
+/// them itself: a run going on into it cannot run part of its chain.
+struct CallsItsOwnChildren {
+    a: memopt_checkpoint::module::Linear,
+    b: memopt_checkpoint::module::Linear,
+}
+
+impl memopt_checkpoint::module::Module for CallsItsOwnChildren {
+    fn type_name(&self) -> &'static str {
+        "CallsItsOwnChildren"
+    }
+
+    fn forward<'m>(
+        &'m self,
+        cx: &mut memopt_checkpoint::Cx<'m>,
+        inputs: Vec<memopt_checkpoint::Var>,
+    ) -> memopt_checkpoint::Result<Vec<memopt_checkpoint::Var>> {
+        let xs = cx.call("a", &self.a, inputs)?;
+        cx.call("b", &self.b, xs)
+    }
+
+    fn children(&self) -> Vec<(String, &dyn memopt_checkpoint::module::Module)> {
+        vec![("a".into(), &self.a), ("b".into(), &self.b)]
+    }
+
+    fn children_form_chain(&self) -> bool {
+        true
+    }
+
+    fn supports_child_ranges(&self) -> bool {
+        true
+    }
+}
+
+#[test]
+fn a_run_into_a_child_that_does_not_run_its_chain_fails_with_the_reason() {
+    use memopt_checkpoint::module::{Init, Linear, Sequential};
+    let device = Device::Cpu;
+    let mut init = Init::new(device, 3);
+    let root = Sequential::new()
+        .push_named("first", Linear::new(&mut init, 4, 4, true).unwrap())
+        .push_named(
+            "block",
+            CallsItsOwnChildren {
+                a: Linear::new(&mut init, 4, 4, true).unwrap(),
+                b: Linear::new(&mut init, 4, 3, true).unwrap(),
+            },
+        );
+    let spec = memopt_checkpoint::InputSpec {
+        time_steps: 2,
+        sample: vec![4],
+        classes: 3,
+    };
+    let mut model = Model::new("calls-its-own", Box::new(root), spec, device);
+    model
+        .apply_plan(&plan(vec![run_into("", [0, 1], 1, Policy::CHECKPOINT)]))
+        .unwrap();
+    let mut trainer = trainer(&model);
+    let err = trainer
+        .step(&model, &batch(&model, 2, 0), StepOptions::default())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("block")
+            && err.contains("its forward did not, so part of its chain cannot run on its own"),
+        "{err}"
+    );
+}

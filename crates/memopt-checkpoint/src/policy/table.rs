@@ -117,14 +117,6 @@ impl PolicyTable {
         Ok(table)
     }
 
-    /// The run of `path`'s children that goes on into child `index` ([`PlanEntry::into_next`]),
-    /// if any: that child then runs its links from `into_next` on outside the run.
-    pub fn run_into(&self, path: &str, index: usize) -> Option<&ChildRange> {
-        self.child_ranges(path)
-            .iter()
-            .find(|r| r.into_next > 0 && r.end == index)
-    }
-
     /// Rejects what a run going on into the next child ([`PlanEntry::into_next`]) leaves
     /// impossible: a policy of that child itself (it no longer runs whole), a run of its links
     /// that starts before the covered ones, and a policy of a child it inlines that the covered

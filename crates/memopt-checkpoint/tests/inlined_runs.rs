@@ -8,38 +8,21 @@
 
 mod common;
 
-use common::{Recorder, batch, fingerprint, trainer, zoo_small};
-use memopt_checkpoint::{ChunkBoundaries, Model, Plan, PlanEntry, Policy, StepOptions};
+use common::{entry, plan_of as plan, step_recorded, zoo_small};
+use memopt_checkpoint::{ChunkBoundaries, Model, Plan, PlanEntry, Policy};
 use memopt_compress::CompressorKind;
-use memopt_core::{Device, MemoryTracker};
-use std::sync::Arc;
+use memopt_core::Device;
 
 fn dvs_vgg(d: Device) -> Model {
     zoo_small("cifar10dvs-vgg", d, 1)
 }
 
 fn run(path: &str, children: [usize; 2], policy: Policy) -> PlanEntry {
-    PlanEntry {
-        path: path.into(),
-        children: Some(children),
-        into_next: 0,
-        policy,
-    }
+    entry(path, Some(children), 0, policy)
 }
 
 fn module(path: &str, policy: Policy) -> PlanEntry {
-    PlanEntry {
-        path: path.into(),
-        children: None,
-        into_next: 0,
-        policy,
-    }
-}
-
-fn plan(entries: Vec<PlanEntry>) -> Plan {
-    let mut p = Plan::store_all();
-    p.entries = entries;
-    p
+    entry(path, None, 0, policy)
 }
 
 /// Blocks of the VGG whose `proj_bn` starts with an average pool (one more link before the
@@ -55,33 +38,12 @@ fn bn_link(b: usize) -> usize {
 /// (requested, allocated, reserved) peaks of one step under `plan` on `device`, and the bytes
 /// held when its backward starts.
 fn step_figures(plan: &Plan, device: Device, n: usize) -> ((u64, u64, u64), u64) {
-    let tracker = MemoryTracker::new(device);
-    let _installed = MemoryTracker::install(tracker.clone());
-    let mut model = dvs_vgg(device);
-    model.apply_plan(plan).unwrap();
-    let mut trainer = trainer(&model);
-    let recorder = Arc::new(Recorder::default());
-    let _sub = tracker.subscribe(recorder.clone());
-    trainer
-        .step(&model, &batch(&model, n, 0), StepOptions::default())
-        .unwrap();
-    let peaks = (
-        tracker.peak_bytes(),
-        tracker.allocated_peak_bytes(),
-        tracker.reserved_peak_bytes(),
-    );
+    let (peaks, recorder) = step_recorded(dvs_vgg, plan, device, n);
     (peaks, recorder.held_at_backward())
 }
 
-/// Two steps under `p` against storing everything (bit for bit), and one step's peaks on Meta
-/// against the CPU's.
 fn assert_exact_and_meta_matches_cpu(p: &Plan, n: usize) {
-    let baseline = fingerprint(&dvs_vgg(Device::Cpu), 2, n);
-    let mut model = dvs_vgg(Device::Cpu);
-    model.apply_plan(p).unwrap();
-    assert_eq!(fingerprint(&model, 2, n), baseline, "plan {}", p.to_json());
-    let cpu = step_figures(p, Device::Cpu, n).0;
-    assert_eq!(step_figures(p, Device::META, n).0, cpu, "plan {}", p.to_json());
+    common::assert_exact_and_meta_matches_cpu(dvs_vgg, p, n);
 }
 
 #[test]

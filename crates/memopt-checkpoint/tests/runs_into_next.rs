@@ -9,13 +9,12 @@
 
 mod common;
 
-use common::{Recorder, batch, fingerprint, trainer};
+use common::{batch, entry, plan_of as plan, step_recorded, trainer};
 use memopt_checkpoint::zoo;
 use memopt_checkpoint::{ChunkBoundaries, Model, Plan, PlanEntry, Policy, StepOptions};
 use memopt_compress::CompressorKind;
 use memopt_core::memory::MemoryAction;
-use memopt_core::{Device, MemoryKind, MemoryTracker};
-use std::sync::Arc;
+use memopt_core::{Device, MemoryKind};
 
 /// The VGG at T = 4 on 2x32x32 samples (the mechanism does not depend on the size).
 fn dvs_vgg(d: Device) -> Model {
@@ -25,71 +24,30 @@ fn dvs_vgg(d: Device) -> Model {
 }
 
 fn run_into(path: &str, children: [usize; 2], into_next: usize, policy: Policy) -> PlanEntry {
-    PlanEntry {
-        path: path.into(),
-        children: Some(children),
-        into_next,
-        policy,
-    }
+    entry(path, Some(children), into_next, policy)
 }
 
 fn module(path: &str, policy: Policy) -> PlanEntry {
-    PlanEntry {
-        path: path.into(),
-        children: None,
-        into_next: 0,
-        policy,
-    }
-}
-
-fn plan(entries: Vec<PlanEntry>) -> Plan {
-    let mut p = Plan::store_all();
-    p.entries = entries;
-    p
+    entry(path, None, 0, policy)
 }
 
 fn chunked(chunks: usize) -> Policy {
     Policy::checkpoint(CompressorKind::BitSpike, chunks)
 }
 
-/// Requested, allocated and reserved peaks of one step under `plan` on `device`, and the sizes
-/// of the gradients it allocated (bytes).
-fn step_figures(plan: &Plan, device: Device, n: usize) -> ((u64, u64, u64), Vec<u64>) {
-    let tracker = MemoryTracker::new(device);
-    let _installed = MemoryTracker::install(tracker.clone());
-    let mut model = dvs_vgg(device);
-    model.apply_plan(plan).unwrap();
-    let mut trainer = trainer(&model);
-    let recorder = Arc::new(Recorder::default());
-    let _sub = tracker.subscribe(recorder.clone());
-    trainer
-        .step(&model, &batch(&model, n, 0), StepOptions::default())
-        .unwrap();
-    let peaks = (
-        tracker.peak_bytes(),
-        tracker.allocated_peak_bytes(),
-        tracker.reserved_peak_bytes(),
-    );
-    let gradients = recorder
-        .0
-        .lock()
-        .unwrap()
+/// The sizes of the gradients one step under `plan` on `device` allocates (bytes).
+fn gradients(plan: &Plan, device: Device, n: usize) -> Vec<u64> {
+    let recorder = step_recorded(dvs_vgg, plan, device, n).1;
+    let events = recorder.0.lock().unwrap();
+    events
         .iter()
         .filter(|e| e.0 == MemoryAction::Alloc && e.2 == MemoryKind::Gradient)
         .map(|e| e.1)
-        .collect();
-    (peaks, gradients)
+        .collect()
 }
 
-/// Two steps under `p` against storing everything (bit for bit), and one step's peaks on Meta
-/// against the CPU's.
 fn assert_exact_and_meta_matches_cpu(p: &Plan, n: usize) {
-    let baseline = fingerprint(&dvs_vgg(Device::Cpu), 2, n);
-    let mut model = dvs_vgg(Device::Cpu);
-    model.apply_plan(p).unwrap();
-    assert_eq!(fingerprint(&model, 2, n), baseline, "plan {}", p.to_json());
-    let cpu = step_figures(p, Device::Cpu, n).0;
-    assert_eq!(step_figures(p, Device::META, n).0, cpu, "plan {}", p.to_json());
+    common::assert_exact_and_meta_matches_cpu(dvs_vgg, p, n);
 }
 
 /// Bytes of block 1's output at T = 4, batch `n`: 128 channels at 32x32, f32.
@@ -107,8 +65,8 @@ fn a_chunked_run_into_the_next_pool_never_holds_the_whole_gradient_of_its_last_b
     let into = plan(vec![run_into("features", [1, 2], 1, chunked(4)), rest]);
     assert_exact_and_meta_matches_cpu(&into, n);
     let whole = block1_output_bytes(n as u64);
-    let apart_grads = step_figures(&apart, Device::META, n).1;
-    let into_grads = step_figures(&into, Device::META, n).1;
+    let apart_grads = gradients(&apart, Device::META, n);
+    let into_grads = gradients(&into, Device::META, n);
     assert!(apart_grads.contains(&whole), "{apart_grads:?}");
     assert!(!into_grads.contains(&whole), "{into_grads:?}");
     // Each chunk expands its own time step of the pooled gradient (T = 4, 4 chunks).

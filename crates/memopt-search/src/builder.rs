@@ -286,11 +286,26 @@ pub fn chain_model_on_threads(
     cost: &CostModel,
     threads: usize,
 ) -> Result<ChainModel> {
+    let mut measurements = measured_ahead(workload, model, root, &[space], threads)?;
+    build(model, root, n, base, space, cost, &mut measurements)
+}
+
+/// The measurements every chain model of `spaces` asks for under `root`, made in advance on up
+/// to `threads` threads (each distinct segment once).
+fn measured_ahead<'m>(
+    workload: &Workload,
+    model: &'m Model,
+    root: &Site,
+    spaces: &[&OptionSpace],
+    threads: usize,
+) -> Result<Measurements<'m>> {
     let mut measurements = Measurements::new(model);
     let mut wanted = Vec::new();
-    requests(root, true, model.spec().time_steps, space, &mut wanted);
+    for space in spaces {
+        requests(root, true, model.spec().time_steps, space, &mut wanted);
+    }
     measurements.prefetch(workload, wanted, threads)?;
-    build(model, root, n, base, space, cost, &mut measurements)
+    Ok(measurements)
 }
 
 /// [`chain_model_on_threads`] with `space`, and when `space` splits poolings
@@ -312,14 +327,8 @@ pub(crate) fn chain_models_on_threads(
         ..space.clone()
     };
     let both = space.split_poolings && splits_a_pooling(root, space);
-    let mut measurements = Measurements::new(model);
-    let mut wanted = Vec::new();
-    let t = model.spec().time_steps;
-    requests(root, true, t, space, &mut wanted);
-    if both {
-        requests(root, true, t, &by_links, &mut wanted);
-    }
-    measurements.prefetch(workload, wanted, threads)?;
+    let spaces: &[&OptionSpace] = if both { &[space, &by_links] } else { &[space] };
+    let mut measurements = measured_ahead(workload, model, root, spaces, threads)?;
     let chain = build(model, root, n, base, space, cost, &mut measurements)?;
     let other = if both {
         Some(build(model, root, n, base, &by_links, cost, &mut measurements)?)

@@ -212,3 +212,72 @@ impl Recorder {
         events[first_backward - 1].5
     }
 }
+
+/// A plan entry: `path` itself (`children` `None`) or a run of its links, going on into the
+/// next child's first `into_next` links.
+pub fn entry(
+    path: &str,
+    children: Option<[usize; 2]>,
+    into_next: usize,
+    policy: memopt_checkpoint::Policy,
+) -> memopt_checkpoint::PlanEntry {
+    memopt_checkpoint::PlanEntry {
+        path: path.into(),
+        children,
+        into_next,
+        policy,
+    }
+}
+
+/// A plan of `entries`.
+pub fn plan_of(entries: Vec<memopt_checkpoint::PlanEntry>) -> memopt_checkpoint::Plan {
+    let mut p = memopt_checkpoint::Plan::store_all();
+    p.entries = entries;
+    p
+}
+
+/// One step of the model `build` makes on `device`, under `plan`, on a tracker of its own:
+/// its requested, allocated and reserved peaks, and every memory event.
+pub fn step_recorded(
+    build: impl Fn(Device) -> Model,
+    plan: &memopt_checkpoint::Plan,
+    device: Device,
+    n: usize,
+) -> ((u64, u64, u64), std::sync::Arc<Recorder>) {
+    let tracker = memopt_core::MemoryTracker::new(device);
+    let _installed = memopt_core::MemoryTracker::install(tracker.clone());
+    let mut model = build(device);
+    model.apply_plan(plan).unwrap();
+    let mut trainer = trainer(&model);
+    let recorder = std::sync::Arc::new(Recorder::default());
+    let _sub = tracker.subscribe(recorder.clone());
+    trainer
+        .step(&model, &batch(&model, n, 0), StepOptions::default())
+        .unwrap();
+    let peaks = (
+        tracker.peak_bytes(),
+        tracker.allocated_peak_bytes(),
+        tracker.reserved_peak_bytes(),
+    );
+    (peaks, recorder)
+}
+
+/// Two steps under `plan` against storing everything (bit for bit), and one step's peaks on
+/// Meta against the CPU's, for the model `build` makes.
+pub fn assert_exact_and_meta_matches_cpu(
+    build: impl Fn(Device) -> Model + Copy,
+    plan: &memopt_checkpoint::Plan,
+    n: usize,
+) {
+    let baseline = fingerprint(&build(Device::Cpu), 2, n);
+    let mut model = build(Device::Cpu);
+    model.apply_plan(plan).unwrap();
+    assert_eq!(fingerprint(&model, 2, n), baseline, "plan {}", plan.to_json());
+    let cpu = step_recorded(build, plan, Device::Cpu, n).0;
+    assert_eq!(
+        step_recorded(build, plan, Device::META, n).0,
+        cpu,
+        "plan {}",
+        plan.to_json()
+    );
+}

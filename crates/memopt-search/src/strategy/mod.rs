@@ -56,6 +56,27 @@ pub trait Strategy {
     fn plan(&self, session: &mut PlanningSession) -> Result<PlanReport>;
 }
 
+/// The plan of least predicted peak (ties: least time) among `solve`'s answers on each of the
+/// session's chain models ([`PlanningSession::chains`]).
+fn least_peak_over_chains<'s>(
+    session: &'s PlanningSession,
+    solve: impl Fn(&'s crate::chain::ChainModel) -> Result<crate::dp::Solution<'s>>,
+) -> Result<memopt_checkpoint::Plan> {
+    let mut best: Option<(u64, f64, memopt_checkpoint::Plan)> = None;
+    for chain in session.chains() {
+        let s = solve(chain)?;
+        if best.as_ref().is_none_or(|b| (s.peak, s.extra_ms) < (b.0, b.1)) {
+            let plan = memopt_checkpoint::Plan {
+                version: memopt_checkpoint::PLAN_VERSION,
+                entries: crate::chain::plan_entries(&s.plan),
+            };
+            best = Some((s.peak, s.extra_ms, plan));
+        }
+    }
+    best.map(|b| b.2)
+        .ok_or_else(|| SearchError::Internal("the session has no chain model".into()))
+}
+
 /// The candidate of least exact peak (ties: least predicted time).
 fn least_exact_peak(front: &[ExactCandidate]) -> Result<&ExactCandidate> {
     front

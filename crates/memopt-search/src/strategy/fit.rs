@@ -93,22 +93,15 @@ pub(crate) fn fastest_fitting(
                     best = Some(fitted);
                 }
             }
-            Err(SearchError::Infeasible {
-                budget,
-                kind,
-                best,
-                best_plan_entries,
-            }) => {
-                let least = match infeasible {
-                    Some(SearchError::Infeasible { best: b, .. }) if b <= best => infeasible.take(),
-                    _ => None,
+            Err(e @ SearchError::Infeasible { .. }) => {
+                // Keep the error naming the least peak any walk found (the earlier on a tie).
+                let least = |e: &SearchError| match e {
+                    SearchError::Infeasible { best, .. } => *best,
+                    _ => u64::MAX,
                 };
-                infeasible = least.or(Some(SearchError::Infeasible {
-                    budget,
-                    kind,
-                    best,
-                    best_plan_entries,
-                }));
+                if infeasible.as_ref().is_none_or(|k| least(&e) < least(k)) {
+                    infeasible = Some(e);
+                }
             }
             Err(e) => return Err(e),
         }

@@ -9,6 +9,12 @@
 //!   outside memopt's pool (`cuMemGetInfo` used minus the pool's reserved), and whether the
 //!   plan's first step is bit-identical to the baseline's on the GPU; plus the free-memory
 //!   check of issue 16 for the baseline;
+//! - the same figures for the min-memory plan and the fastest plan within a reserved budget of
+//!   25% of the baseline's (issue 14's plans; an infeasible budget is recorded as such, with
+//!   the least peak the planner found, and is not a failure);
+//! - the cost model calibrated on this GPU (`Calibration::measure`, the timing profiler's
+//!   per-module times of this workload) and the 20% and 25% plans it chooses: predicted
+//!   overhead against the CUDA-event step times;
 //! - BitSpike pack and unpack of 2^26 spikes on the GPU as a fraction of device-to-device copy
 //!   bandwidth (bytes read + written per second; the goal is >= 0.8).
 //!
@@ -22,10 +28,15 @@ use memopt_cli::steps::run_steps;
 use memopt_compress::CompressorKind;
 use memopt_core::storage::cuda_context;
 use memopt_core::{Device, MemoryKind, MemoryTracker, Target, Tensor};
+use memopt_profiler::cost::{Calibration, MeasuredOn, Throughput};
 use memopt_profiler::{
-    AllocatorFigures, Estimator, PlanCheck, TimingProfiler, Workload, plan_is_data_dependent, profile_memory,
+    AllocatorFigures, CostModel, Estimator, PlanCheck, TimingProfiler, Workload, plan_is_data_dependent,
+    profile_memory,
 };
-use memopt_search::{MaxOverhead, PlanningSession, Strategy};
+use memopt_search::builder::OptionSpace;
+use memopt_search::{
+    Budget, BudgetStrategy, MaxOverhead, MinMemory, PlanReport, PlanningSession, SearchError, Strategy,
+};
 use serde_json::{Value, json};
 use std::time::Instant;
 
@@ -57,7 +68,11 @@ fn main() {
             json!({ "error": e })
         }
     };
-    let vgg = record(vgg_figures());
+    let mut calibration_error = None;
+    let vgg = record(vgg_figures(&mut calibration_error));
+    if let Some(e) = calibration_error {
+        record(Err(format!("the GPU-calibrated plans: {e}")));
+    }
     let bitspike = record(bitspike_figures());
     let figures = json!({ "cifar10dvs_vgg_n32_t10": vgg, "bitspike_bandwidth": bitspike });
     let text = serde_json::to_string_pretty(&figures).unwrap_or_default();
@@ -113,7 +128,7 @@ fn plan_figures(workload: &Workload, plan: &Plan) -> Result<Value, String> {
     }))
 }
 
-fn vgg_figures() -> Result<Value, String> {
+fn vgg_figures(calibration_error: &mut Option<String>) -> Result<Value, String> {
     let entry = memopt_checkpoint::zoo::entry("cifar10dvs-vgg").map_err(|e| e.to_string())?;
     let mut workload = Workload::zoo("cifar10dvs-vgg", entry.published.clone(), 32);
     // Plans and predictions follow the CUDA backend's allocation rules.
@@ -122,6 +137,8 @@ fn vgg_figures() -> Result<Value, String> {
     let report = MaxOverhead { max_overhead: 0.2 }
         .plan(&mut session)
         .map_err(|e| e.to_string())?;
+    let min_memory = MinMemory.plan(&mut session).map_err(|e| e.to_string())?;
+    let budget_25 = BudgetStrategy::reserved(Budget::Fraction(0.25)).plan(&mut session);
     drop(session);
     let store = Plan::store_all();
     // Issue 16's check: the baseline's predicted reserved peak against the free GPU memory.
@@ -147,6 +164,55 @@ fn vgg_figures() -> Result<Value, String> {
         (Some(a), Some(b)) if b > 0.0 => json!(a / b),
         _ => Value::Null,
     };
+    // Issue 14's plans, each measured like the 20% plan and checked against the baseline.
+    let more = |report: &PlanReport| -> Result<Value, String> {
+        let figures = plan_figures(&workload, &report.plan)?;
+        let check = PlanCheck::compare(
+            &b.record,
+            &first(&report.plan)?.record,
+            report.planned_peak_bytes,
+            plan_is_data_dependent(&report.plan),
+        );
+        Ok(json!({
+            "meta_planned_peak_bytes": report.planned_peak_bytes,
+            "requested_peak_ratio": report.baseline_peak_bytes as f64 / report.planned_peak_bytes.max(1) as f64,
+            "predicted_overhead": report.predicted_overhead,
+            "plan_entries": report.plan.entries.len(),
+            "figures": figures,
+            "step_time_ratio": ratio(&figures["median_step_ms_cuda_events"], &base["median_step_ms_cuda_events"]),
+            "first_step_bit_identical": check.bit_identical(),
+            "first_step_check": check.summary(),
+        }))
+    };
+    let min_memory = more(&min_memory)?;
+    let feasible = |report: std::result::Result<PlanReport, SearchError>| match report {
+        Ok(report) => more(&report),
+        Err(infeasible @ SearchError::Infeasible { .. }) => {
+            Ok(json!({ "infeasible": infeasible.to_string() }))
+        }
+        Err(e) => Err(e.to_string()),
+    };
+    let budget_25 = feasible(budget_25)?;
+    // The same strategies with the cost model calibrated on this GPU.
+    let calibrated = calibrated_session(&workload).and_then(|(mut session, calibration)| {
+        let within_20 = MaxOverhead { max_overhead: 0.2 }
+            .plan(&mut session)
+            .map_err(|e| e.to_string());
+        let budget_25 = BudgetStrategy::reserved(Budget::Fraction(0.25)).plan(&mut session);
+        let predicted_baseline_ms = session.cost().baseline_step_ms();
+        drop(session);
+        Ok(json!({
+            "calibration_baseline_step_ms": calibration.baseline_step_ms,
+            "calibration_checkpointed_step_ms": calibration.checkpointed_step_ms,
+            "predicted_baseline_step_ms": predicted_baseline_ms,
+            "max_overhead_20_percent": more(&within_20?)?,
+            "budget_25_percent_reserved": feasible(budget_25)?,
+        }))
+    });
+    let calibrated = calibrated.unwrap_or_else(|e| {
+        *calibration_error = Some(e.clone());
+        json!({ "error": e })
+    });
     Ok(json!({
         "target": "cuda",
         "timesteps": entry.published.time_steps,
@@ -169,7 +235,23 @@ fn vgg_figures() -> Result<Value, String> {
         "first_step_bit_identical": check.bit_identical(),
         "first_step_check": check.summary(),
         "loss": b.record.loss_bits.map(f32::from_bits),
+        "min_memory": min_memory,
+        "budget_25_percent_reserved": budget_25,
+        "gpu_calibrated": calibrated,
     }))
+}
+
+/// A planning session for `workload` whose cost model is calibrated by timing it on the GPU,
+/// and what the calibration measured.
+fn calibrated_session(workload: &Workload) -> Result<(PlanningSession, MeasuredOn), String> {
+    let e = |e: &dyn std::fmt::Display| e.to_string();
+    let run = Calibration::measure(workload, GPU, TimingProfiler::new(1, 5)).map_err(|x| e(&x))?;
+    // The timed steps' segments stay cached in the pool: give them back before measuring more.
+    MemoryTracker::current(GPU).empty_cache();
+    let mut cost = CostModel::from_workload(workload, Throughput::cpu_default()).map_err(|x| e(&x))?;
+    run.calibration.apply(&mut cost);
+    let session = PlanningSession::with(workload, OptionSpace::default(), cost).map_err(|x| e(&x))?;
+    Ok((session, run.calibration.measured_on))
 }
 
 /// Median wall time (ms) of `reps` runs of `f`, each followed by a stream synchronisation.

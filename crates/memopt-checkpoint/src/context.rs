@@ -267,8 +267,9 @@ impl<'m> Cx<'m> {
     }
 
     /// Keeps a convolution's or linear layer's input `x` for its weight gradient (see
-    /// [`SavedLayerInput`]): packed spikes stay packed; f32 spikes are packed inside a module
-    /// under [`Policy::StorePacked`]; anything else is kept as it is.
+    /// [`SavedLayerInput`]): packed spikes stay packed and spike counts stay counts; f32 spikes
+    /// are packed inside a module under [`Policy::StorePacked`]; anything else is kept as it
+    /// is.
     pub fn save_layer_input(&self, x: &Var) -> Result<SavedLayerInput> {
         SavedLayerInput::of(x, self.packs_saved_spikes)
     }

@@ -130,7 +130,7 @@ pub(crate) fn decompress<C: ByteCodec>(packed: &Packed) -> Result<Tensor> {
         DType::F16 => unpack_on::<C, f16>(packed)?,
         _ => unpack_on::<C, bf16>(packed)?,
     };
-    Ok(out.with_spike_flag(packed.is_spike()))
+    Ok(out.with_known_values(packed.known_values()))
 }
 
 fn unpack_on<C: ByteCodec, E: SpikeElem>(packed: &Packed) -> Result<Tensor> {

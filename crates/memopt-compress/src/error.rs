@@ -28,6 +28,16 @@ pub enum CompressError {
         /// Its value.
         value: f64,
     },
+    /// The spike-count compressor was given a tensor not known to be pooled spikes.
+    #[error(
+        "spike_counts: the input is not known to be pooled spikes ({known}); spike_counts keeps \
+         averages of spikes (an average pooling of f32 spikes without padding, at most 255 per \
+         window) as one count per byte; use bit_spike or u8 for spikes, null for other data"
+    )]
+    NotPooledSpikes {
+        /// What is known about the input's values, in words.
+        known: String,
+    },
     /// The input's dtype is not one the compressor accepts.
     #[error("{compressor}: unsupported dtype {got}; accepted dtypes: {accepted}")]
     WrongDType {

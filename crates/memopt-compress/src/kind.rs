@@ -1,7 +1,7 @@
 //! The compressor kinds and their static properties.
 
-use crate::{BitSpike, BoolU8, Compressor, Half, NullCompressor, SparseCompressor};
-use memopt_core::DType;
+use crate::{BitSpike, BoolU8, Compressor, Half, NullCompressor, SparseCompressor, SpikeCounts};
+use memopt_core::{DType, KnownValues};
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 
@@ -18,6 +18,9 @@ pub enum CompressorKind {
     /// Row-major indices of the ones (u16 when there are at most 65,536 elements, else u32);
     /// binary input only; the size depends on the data.
     Sparse,
+    /// 1 byte per value, the count of spikes it averages; pooled spikes only
+    /// ([`memopt_core::KnownValues::PooledSpikes`]), exact.
+    SpikeCounts,
     /// Lossy: values rounded to f16. Opt-in only, never chosen automatically.
     F16,
     /// Lossy: values rounded to bf16. Opt-in only, never chosen automatically.
@@ -27,11 +30,12 @@ pub enum CompressorKind {
 
 impl CompressorKind {
     /// Every kind, in declaration order.
-    pub const ALL: [CompressorKind; 6] = [
+    pub const ALL: [CompressorKind; 7] = [
         CompressorKind::Null,
         CompressorKind::BitSpike,
         CompressorKind::U8,
         CompressorKind::Sparse,
+        CompressorKind::SpikeCounts,
         CompressorKind::F16,
         CompressorKind::BF16,
     ];
@@ -43,6 +47,7 @@ impl CompressorKind {
             CompressorKind::BitSpike => Arc::new(BitSpike),
             CompressorKind::U8 => Arc::new(BoolU8),
             CompressorKind::Sparse => Arc::new(SparseCompressor),
+            CompressorKind::SpikeCounts => Arc::new(SpikeCounts),
             CompressorKind::F16 => Arc::new(Half::new(DType::F16)),
             CompressorKind::BF16 => Arc::new(Half::new(DType::BF16)),
         }
@@ -62,6 +67,22 @@ impl CompressorKind {
         )
     }
 
+    /// The compressor that keeps a value with `values` known about it when a policy names this
+    /// one: a binary compressor keeps spikes itself, pooled spikes as [`CompressorKind::SpikeCounts`]
+    /// and anything else as it is ([`CompressorKind::Null`]); other compressors keep
+    /// everything. The choice depends only on what is known, never on data, so every device
+    /// (Meta included) makes the same.
+    pub fn keeping(self, values: KnownValues) -> CompressorKind {
+        if !self.requires_binary() {
+            return self;
+        }
+        match values {
+            KnownValues::Spikes => self,
+            KnownValues::PooledSpikes { .. } => CompressorKind::SpikeCounts,
+            KnownValues::Any => CompressorKind::Null,
+        }
+    }
+
     /// snake_case name, as in JSON, plans and the command line.
     pub fn name(self) -> &'static str {
         match self {
@@ -69,6 +90,7 @@ impl CompressorKind {
             CompressorKind::BitSpike => "bit_spike",
             CompressorKind::U8 => "u8",
             CompressorKind::Sparse => "sparse",
+            CompressorKind::SpikeCounts => "spike_counts",
             CompressorKind::F16 => "f16",
             CompressorKind::BF16 => "bf16",
         }

@@ -1,14 +1,15 @@
 //! memopt-compress: compress saved activations losslessly. Spikes (values in {0, 1}) shrink 32x
 //! with [`BitSpike`] (1 bit per value, numpy `packbits(bitorder='little')` layout), 4x with
-//! [`BoolU8`], or to their ones' indices with [`SparseCompressor`]; [`NullCompressor`] keeps the
-//! tensor, and the lossy [`Half`] compressors are opt-in only.
+//! [`BoolU8`], or to their ones' indices with [`SparseCompressor`]; pooled spikes (averages of
+//! spikes) shrink 4x with [`SpikeCounts`]; [`NullCompressor`] keeps the tensor, and the lossy
+//! [`Half`] compressors are opt-in only.
 //!
 //! Every payload is tracked storage of kind [`memopt_core::MemoryKind::Packed`], and every
 //! compressor allocates on the Meta device exactly what it allocates on the CPU, so planners can
 //! account for compression without data ([`Compressor::packed_size`] gives the size from the
 //! shape alone; only [`SparseCompressor`]'s depends on the data, and it says so). Binary
 //! compressors check their input is binary unless it carries the spike flag. BitSpike and
-//! Bool/U8 also run on CUDA tensors through CUDA C kernels compiled at run time by NVRTC.
+//! Bool/U8 and spike counts also run on CUDA tensors through CUDA C kernels compiled at run time by NVRTC.
 //!
 //! ```
 //! use memopt_compress::{CompressorKind, PackedSize};
@@ -40,6 +41,7 @@ mod kind;
 mod null;
 mod packed;
 mod sparse;
+mod spike_counts;
 mod spikes;
 
 pub use bitspike::BitSpike;
@@ -51,4 +53,5 @@ pub use kind::{CompressorKind, PackedSize};
 pub use null::NullCompressor;
 pub use packed::Packed;
 pub use sparse::{SparseCompressor, sparse_index_bytes};
+pub use spike_counts::SpikeCounts;
 pub use spikes::PackedSpikes;

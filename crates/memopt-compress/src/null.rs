@@ -25,6 +25,6 @@ impl Compressor for NullCompressor {
     /// Returns the original tensor (shared, not copied; its memory kind is unchanged).
     fn decompress(&self, packed: &Packed) -> Result<Tensor> {
         expect_kind(packed, CompressorKind::Null)?;
-        Ok(packed.payload().with_spike_flag(packed.is_spike()))
+        Ok(packed.payload().with_known_values(packed.known_values()))
     }
 }

@@ -1,11 +1,12 @@
 //! A compressed tensor.
 
 use crate::{CompressorKind, Result};
-use memopt_core::{DType, Device, MemoryKind, Shape, Tensor};
+use memopt_core::{DType, Device, KnownValues, MemoryKind, Shape, Tensor};
 
 /// A tensor in compressed form: the payload (tracked with kind [`memopt_core::MemoryKind::Packed`];
 /// for the null compressor the original tensor itself, not copied) and what is needed to
-/// recreate the original: shape, dtype, device, spike flag and the compressor that made it.
+/// recreate the original: shape, dtype, device, what is known about its values (spike flag,
+/// pooled spikes) and the compressor that made it.
 /// Clones share the payload.
 #[derive(Debug, Clone)]
 pub struct Packed {
@@ -13,7 +14,7 @@ pub struct Packed {
     payload: Tensor,
     shape: Shape,
     dtype: DType,
-    is_spike: bool,
+    values: KnownValues,
 }
 
 impl Packed {
@@ -24,7 +25,7 @@ impl Packed {
             payload,
             shape: original.shape().clone(),
             dtype: original.dtype(),
-            is_spike: original.is_spike(),
+            values: original.known_values(),
         }
     }
 
@@ -61,7 +62,12 @@ impl Packed {
 
     /// Whether the original tensor carried the spike flag (restored by decompression).
     pub fn is_spike(&self) -> bool {
-        self.is_spike
+        self.values == KnownValues::Spikes
+    }
+
+    /// What was known about the original's values (restored by decompression).
+    pub fn known_values(&self) -> KnownValues {
+        self.values
     }
 
     /// The same packed tensor with its payload copied to `device` and recorded there with
@@ -69,6 +75,28 @@ impl Packed {
     pub fn to_device(&self, device: Device, kind: MemoryKind) -> Result<Packed> {
         Ok(Packed {
             payload: self.payload.to_device_as(device, kind)?,
+            ..self.clone()
+        })
+    }
+
+    /// The same packed values with another shape of the same element count (every payload is
+    /// row-major, so this is a view sharing the payload).
+    pub fn reshape(&self, shape: impl Into<Shape>) -> Result<Packed> {
+        let shape = shape.into();
+        if shape.checked_elem_count() != Some(self.shape.elem_count()) {
+            return Err(memopt_core::CoreError::shape(
+                "Packed::reshape",
+                format!(
+                    "a shape with {} elements (from {})",
+                    self.shape.elem_count(),
+                    self.shape
+                ),
+                &shape,
+            )
+            .into());
+        }
+        Ok(Packed {
+            shape,
             ..self.clone()
         })
     }

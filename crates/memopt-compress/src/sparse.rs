@@ -80,7 +80,7 @@ impl Compressor for SparseCompressor {
             DType::F16 => decompress_as::<f16>(packed)?,
             _ => decompress_as::<bf16>(packed)?,
         };
-        Ok(out.with_spike_flag(packed.is_spike()))
+        Ok(out.with_known_values(packed.known_values()))
     }
 }
 

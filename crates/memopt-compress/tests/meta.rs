@@ -38,7 +38,7 @@ proptest! {
 
     #[test]
     fn meta_records_what_the_cpu_records((shape, dtype, values) in binary_case(), spike in any::<bool>()) {
-        for kind in CompressorKind::ALL {
+        for kind in common::binary_data_kinds() {
             let cpu = run(kind, &values, &shape, dtype, spike, Device::Cpu);
             let meta = run(kind, &values, &shape, dtype, spike, Device::META);
             if kind != CompressorKind::Sparse {

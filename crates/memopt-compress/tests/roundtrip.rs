@@ -41,7 +41,7 @@ proptest! {
     /// flag; the payload matches the naive reference and its tracked bytes equal packed_size.
     #[test]
     fn binary_round_trips((shape, dtype, values) in binary_case(), spike in any::<bool>()) {
-        for kind in CompressorKind::ALL {
+        for kind in common::binary_data_kinds() {
             let c = kind.build();
             let (r, events) = record(Device::Cpu, || {
                 let x = tensor(&values, &shape, dtype, Device::Cpu).with_spike_flag(spike);
@@ -175,7 +175,7 @@ fn views_compress_their_own_elements() {
     let values: Vec<f32> = (0..60).map(|i| (i % 3 == 0) as u32 as f32).collect();
     let x = tensor(&values, &[6, 10], DType::F32, Device::Cpu);
     let v = x.narrow0(2, 3).unwrap();
-    for kind in CompressorKind::ALL {
+    for kind in common::binary_data_kinds() {
         let p = kind.build().compress(&v).unwrap();
         let y = p.decompress().unwrap();
         assert_eq!(y.dims(), &[3, 10]);

@@ -100,9 +100,11 @@ fn baseline(m: &CostModel) -> TimingReport {
     report(Plan::store_all(), fwd + bwd + OPTIMIZER_MS, modules)
 }
 
-/// Time the synthetic device takes to pack and unpack the spike inputs of `path` with BitSpike.
+/// Time the synthetic device takes to pack and unpack the spike inputs of `path` with BitSpike,
+/// and its pooled-spike inputs as spike counts (which move the bytes U8 moves, at its speed).
 fn packing_ms(m: &CostModel, path: &str) -> f64 {
     let (pack, unpack) = codec_truth(CompressorKind::BitSpike);
+    let (count_pack, count_unpack) = codec_truth(CompressorKind::U8);
     let e = m.modules.iter().find(|e| e.path == path).unwrap();
     // A segment whose first layer is a convolution or a linear layer reads packed f32 spikes
     // packed: it unpacks them twice (in the recomputation and for the weight gradient).
@@ -111,7 +113,14 @@ fn packing_ms(m: &CostModel, path: &str) -> f64 {
         .iter()
         .find(|l| l.leaf && memopt_core::ModulePath::from(l.path.as_str()).is_under(path));
     let reads_packed = first_layer.is_some_and(|l| matches!(l.module_type.as_str(), "Conv2d" | "Linear"));
-    e.inputs
+    let counts: f64 = e
+        .inputs
+        .iter()
+        .filter(|x| x.pooled_spike_window.is_some())
+        .map(|x| 1e3 * x.bytes() as f64 * (1.0 / count_pack + 1.0 / count_unpack))
+        .sum();
+    let spikes: f64 = e
+        .inputs
         .iter()
         .filter(|x| x.is_spike)
         .map(|x| {
@@ -122,7 +131,8 @@ fn packing_ms(m: &CostModel, path: &str) -> f64 {
             };
             1e3 * x.bytes() as f64 * (1.0 / pack + unpacks / unpack)
         })
-        .sum()
+        .sum();
+    counts + spikes
 }
 
 /// The same step with every leaf checkpointed: each leaf recomputes once at its true recompute

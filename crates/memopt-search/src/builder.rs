@@ -42,6 +42,16 @@ pub struct OptionSpace {
     /// links that starts at the pooling, so a planning session builds the chain both ways and
     /// plans on both ([`crate::PlanningSession`]).
     pub split_poolings: bool,
+    /// Whether a checkpointed segment keeps a pooled-spike input (an average pooling of spikes,
+    /// [`memopt_core::KnownValues::PooledSpikes`]) as spike counts, one byte per value (its
+    /// recomputation's convolution or linear layer then keeps the counts for its backward).
+    /// Without, segments whose input is pooled spikes are checkpointed with the null
+    /// compressor, keeping it whole. The counts' small payloads can
+    /// fragment the caching allocator's segments (on the VGG at N = 32 the plans the budget
+    /// walk proposes within 25% of the baseline's reserved peak on the CPU target then reserve
+    /// at least 788 MiB, and one without counts fits in 752 MiB), so a planning session builds
+    /// its chain models both ways ([`crate::PlanningSession::chains`]).
+    pub spike_counts: bool,
 }
 
 impl Default for OptionSpace {
@@ -53,6 +63,7 @@ impl Default for OptionSpace {
             store_packed: true,
             replay_boundaries: true,
             split_poolings: true,
+            spike_counts: true,
         }
     }
 }
@@ -99,19 +110,24 @@ fn option(policy: Policy, f: &Figures, extra_ms: f64) -> SegmentOption {
 /// measures them: storing, checkpointing, time chunks where the site can run on part of the
 /// time steps, and last [`Policy::StorePacked`] when the space offers it.
 fn policies(site: &Site, t: usize, space: &OptionSpace) -> Vec<Policy> {
-    let mut policies = vec![Policy::Store, Policy::checkpoint(space.compressor, 1)];
+    let compressor = if !space.spike_counts && site.inputs.iter().any(|x| x.pooled_spike_window.is_some()) {
+        CompressorKind::Null
+    } else {
+        space.compressor
+    };
+    let mut policies = vec![Policy::Store, Policy::checkpoint(compressor, 1)];
     if site.time_separable {
         let candidates = chunk_candidates(&space.chunk_counts, t);
         policies.extend(
             candidates
                 .iter()
-                .map(|&chunks| Policy::checkpoint(space.compressor, chunks)),
+                .map(|&chunks| Policy::checkpoint(compressor, chunks)),
         );
         if space.replay_boundaries
             && let Some(&chunks) = candidates.last()
         {
             policies.push(Policy::Checkpoint {
-                compressor: space.compressor,
+                compressor,
                 chunks,
                 boundaries: ChunkBoundaries::Replayed,
             });
@@ -121,6 +137,14 @@ fn policies(site: &Site, t: usize, space: &OptionSpace) -> Vec<Policy> {
         policies.push(Policy::StorePacked);
     }
     policies
+}
+
+/// Whether some segment under `root` takes or holds pooled spikes (so that
+/// [`OptionSpace::spike_counts`] changes its options).
+fn has_pooled_spikes(root: &Site) -> bool {
+    root.walk()
+        .into_iter()
+        .any(|s| s.inputs.iter().any(|x| x.pooled_spike_window.is_some()))
 }
 
 /// Every measurement [`chain_model`] asks for under `site` (`first`: its input is the batch),
@@ -308,9 +332,11 @@ fn measured_ahead<'m>(
     Ok(measurements)
 }
 
-/// [`chain_model_on_threads`] with `space`, and when `space` splits poolings
-/// ([`OptionSpace::split_poolings`]) and the model has a link to split, also the chain model
-/// without that split, the two measured together (each distinct segment once).
+/// [`chain_model_on_threads`] with `space`, then the chain models of its variants, all
+/// measured together (each distinct segment once): when `space` splits poolings
+/// ([`OptionSpace::split_poolings`]) and the model has a link to split, the chain model
+/// without that split; when it keeps pooled spikes as counts ([`OptionSpace::spike_counts`])
+/// and the model has pooled spikes, each of those without counts.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn chain_models_on_threads(
     workload: &Workload,
@@ -321,21 +347,31 @@ pub(crate) fn chain_models_on_threads(
     space: &OptionSpace,
     cost: &CostModel,
     threads: usize,
-) -> Result<(ChainModel, Option<ChainModel>)> {
-    let by_links = OptionSpace {
-        split_poolings: false,
-        ..space.clone()
-    };
-    let both = space.split_poolings && splits_a_pooling(root, space);
-    let spaces: &[&OptionSpace] = if both { &[space, &by_links] } else { &[space] };
-    let mut measurements = measured_ahead(workload, model, root, spaces, threads)?;
-    let chain = build(model, root, n, base, space, cost, &mut measurements)?;
-    let other = if both {
-        Some(build(model, root, n, base, &by_links, cost, &mut measurements)?)
-    } else {
-        None
-    };
-    Ok((chain, other))
+) -> Result<Vec<ChainModel>> {
+    let mut spaces = vec![space.clone()];
+    if space.split_poolings && splits_a_pooling(root, space) {
+        spaces.push(OptionSpace {
+            split_poolings: false,
+            ..space.clone()
+        });
+    }
+    // Only a binary compressor keeps pooled spikes as counts (`CompressorKind::keeping`).
+    if space.spike_counts && space.compressor.requires_binary() && has_pooled_spikes(root) {
+        let without: Vec<OptionSpace> = spaces
+            .iter()
+            .map(|s| OptionSpace {
+                spike_counts: false,
+                ..s.clone()
+            })
+            .collect();
+        spaces.extend(without);
+    }
+    let refs: Vec<&OptionSpace> = spaces.iter().collect();
+    let mut measurements = measured_ahead(workload, model, root, &refs, threads)?;
+    spaces
+        .iter()
+        .map(|s| build(model, root, n, base, s, cost, &mut measurements))
+        .collect()
 }
 
 /// Whether some container under `root` splits a link at its pooling.

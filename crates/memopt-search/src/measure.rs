@@ -31,7 +31,7 @@ pub struct Figures {
 fn placeholder(info: &memopt_checkpoint::module::ValueInfo, device: Device) -> Result<Tensor> {
     Ok(
         Tensor::zeros(info.shape.clone(), info.dtype, device, MemoryKind::Activation)?
-            .with_spike_flag(info.is_spike),
+            .with_known_values(info.known_values()),
     )
 }
 

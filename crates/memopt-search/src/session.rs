@@ -33,9 +33,10 @@ pub struct PlanningSession {
     model: Model,
     root: Site,
     chain: Arc<ChainModel>,
-    /// The chain model without poolings split off ([`OptionSpace::split_poolings`]), when the
-    /// model has one to split and the chain model is exact.
-    by_links: Option<Arc<ChainModel>>,
+    /// The chain models of the option space's variants (without poolings split off,
+    /// [`OptionSpace::split_poolings`]; without spike counts, [`OptionSpace::spike_counts`]),
+    /// where the model has something they change and the chain model is exact.
+    variants: Vec<Arc<ChainModel>>,
     baseline: AllocatorLevels,
     chain_exact: bool,
     exact_front: Option<Vec<ExactCandidate>>,
@@ -92,7 +93,10 @@ impl PlanningSession {
             )?;
             (model, root, chains)
         };
-        let (chain, by_links) = chain;
+        let mut chains = chain.into_iter();
+        let chain = chains
+            .next()
+            .ok_or_else(|| SearchError::Internal("no chain model was built".into()))?;
         let baseline = estimator.peaks(&Plan::store_all())?;
         let exact = |c: &ChainModel| -> Result<bool> {
             Ok(match c.select(&Plan::store_all()) {
@@ -101,10 +105,14 @@ impl PlanningSession {
             })
         };
         let chain_exact = exact(&chain)?;
-        let by_links = match by_links {
-            Some(c) if chain_exact && exact(&c)? => Some(Arc::new(c)),
-            _ => None,
-        };
+        let mut variants = Vec::new();
+        if chain_exact {
+            for c in chains {
+                if exact(&c)? {
+                    variants.push(Arc::new(c));
+                }
+            }
+        }
         Ok(PlanningSession {
             workload: workload.clone(),
             estimator,
@@ -112,7 +120,7 @@ impl PlanningSession {
             model,
             root,
             chain: Arc::new(chain),
-            by_links,
+            variants,
             baseline,
             chain_exact,
             exact_front: None,
@@ -144,11 +152,12 @@ impl PlanningSession {
     /// Every chain model the session plans on: [`Self::chain`], then, when the model has a
     /// link that starts with a pooling, the chain model that does not split it off
     /// ([`OptionSpace::split_poolings`]: it holds runs of that link's own links from the
-    /// pooling on, which the split one cannot). Strategies plan on each and keep the better
-    /// plan.
+    /// pooling on, which the split one cannot), and when it has pooled spikes, each of those
+    /// without spike counts ([`OptionSpace::spike_counts`]). Strategies plan on each and keep
+    /// the better plan.
     pub fn chains(&self) -> Vec<&ChainModel> {
         std::iter::once(&*self.chain)
-            .chain(self.by_links.as_deref())
+            .chain(self.variants.iter().map(|c| &**c))
             .collect()
     }
 
@@ -156,7 +165,7 @@ impl PlanningSession {
     /// Meta steps.
     pub(crate) fn shared_chains(&self) -> Vec<Arc<ChainModel>> {
         std::iter::once(Arc::clone(&self.chain))
-            .chain(self.by_links.clone())
+            .chain(self.variants.iter().cloned())
             .collect()
     }
 

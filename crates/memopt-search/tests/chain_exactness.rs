@@ -91,6 +91,25 @@ fn reads_packed(model: &Model, root: &Site, entry: &PlanEntry) -> bool {
     input.is_spike && matches!(layer.type_name(), "Conv2d" | "Linear")
 }
 
+/// Whether `entry`'s segment keeps its saved input as spike counts: checkpointed with a binary
+/// compressor, and its input pooled spikes (an average pooling of spikes).
+fn keeps_counts(root: &Site, entry: &PlanEntry) -> bool {
+    let binary = match entry.policy {
+        Policy::Checkpoint { compressor, .. } | Policy::Offload { compressor } => {
+            compressor.requires_binary()
+        }
+        _ => false,
+    };
+    let Some(site) = find(root, &entry.path) else {
+        return false;
+    };
+    let input = match entry.children {
+        Some([start, _]) => site.chain().get(start).and_then(|s| s.inputs.first()),
+        None => site.inputs.first(),
+    };
+    binary && input.is_some_and(|x| x.pooled_spike_window.is_some())
+}
+
 /// Whether the segment of a plan entry contains a BatchNorm.
 fn contains_batch_norm(model: &Model, e: &PlanEntry) -> bool {
     let paths: Vec<ModulePath> = match e.children {
@@ -132,7 +151,7 @@ fn check(name: &str, n: usize, samples: usize) {
     let mut rng = Philox::new(7);
     let mut pick = |n: usize| (rng.next_uniform() * n as f32) as usize % n;
     let (mut checked_entries, mut chunked, mut runs, mut chunked_bn) = (0, 0, 0, 0);
-    let (mut runs_into_next, mut chunked_into_next) = (0, 0);
+    let (mut runs_into_next, mut chunked_into_next, mut counts) = (0, 0, 0);
     let (mut packed, mut stored_packed, mut chunked_bn_packed, mut stored_packed_bn) = (0, 0, 0, 0);
     for _ in 0..samples {
         let p = chain.pick_plan(&mut pick);
@@ -159,6 +178,7 @@ fn check(name: &str, n: usize, samples: usize) {
             .filter(|e| e.into_next > 0 && e.policy.chunks() > 1)
             .count();
         packed += entries.iter().filter(|e| reads_packed(&model, &root, e)).count();
+        counts += entries.iter().filter(|e| keeps_counts(&root, e)).count();
         stored_packed += entries.iter().filter(|e| e.policy == Policy::StorePacked).count();
         // The mechanisms composed: a chunked segment with training BatchNorm that reads its
         // input packed, and layers around a BatchNorm keeping their spike inputs packed.
@@ -208,6 +228,11 @@ fn check(name: &str, n: usize, samples: usize) {
     assert!(
         (runs_into_next > 0 && chunked_into_next > 0) || !has_into_next,
         "{name}: some sampled plans run into the next child's pool, some of them in time chunks"
+    );
+    // Segments keeping an average pool's output as spike counts (the VGG's blocks 2, 4, 6).
+    assert!(
+        counts > 0 || name != "cifar10dvs-vgg",
+        "{name}: some sampled plans keep a pooled input as spike counts"
     );
     let has_runs = format!("{:?}", chain.nodes).contains("children: Some");
     assert!(

@@ -14,7 +14,7 @@ mod var;
 pub(crate) use backward::Typed;
 pub use backward::{Backward, BackwardGrads, BackwardOp, InputSlot};
 pub use gradients::Gradients;
-pub use saved::{SavedLayerInput, SavedTensor};
+pub use saved::{LayerInputRead, SavedLayerInput, SavedTensor};
 pub use states::StateStore;
 pub use tape::Tape;
 pub use var::{Var, VarArg, VarId};

@@ -1,9 +1,9 @@
 //! A value flowing through a forward pass, with its identity on the tape.
 
 use crate::Result;
-use memopt_compress::PackedSpikes;
+use memopt_compress::{Packed, PackedSpikes};
 use memopt_core::kernels::Operand;
-use memopt_core::{DType, Device, Shape, Tensor};
+use memopt_core::{DType, Device, KnownValues, Shape, Tensor};
 use std::borrow::Cow;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -19,13 +19,16 @@ impl VarId {
     }
 }
 
-/// What a value holds: a tensor, or f32 spikes kept bit-packed.
+/// What a value holds: a tensor, f32 spikes kept bit-packed, or pooled spikes kept as spike
+/// counts.
 #[derive(Debug, Clone)]
 pub(crate) enum Value {
     /// A tensor.
     Dense(Tensor),
     /// Bit-packed f32 spikes.
     Packed(PackedSpikes),
+    /// Pooled spikes as spike counts ([`memopt_compress::CompressorKind::SpikeCounts`]).
+    Counts(Packed),
 }
 
 /// A value in the forward pass: a tensor and, when gradients flow to it, its id on the tape.
@@ -34,7 +37,9 @@ pub(crate) enum Value {
 /// A value may hold f32 spikes bit-packed ([`PackedSpikes`]): a checkpointed segment's restored
 /// input. Convolution and linear layers read it one time step at a time (and keep it packed for
 /// their backward), reshapes keep it packed, and every other op unpacks it on demand through
-/// [`Var::tensor`], for as long as that op holds the result.
+/// [`Var::tensor`], for as long as that op holds the result. Pooled spikes restored from spike
+/// counts stay counts likewise: every op reads them decompressed whole, and convolution and
+/// linear layers keep the counts (not the decompressed tensor) for their backward.
 #[derive(Debug, Clone)]
 pub struct Var {
     value: Value,
@@ -57,6 +62,15 @@ impl Var {
         }
     }
 
+    /// Pooled spikes kept as spike counts (`counts` made by [`memopt_compress::CompressorKind::SpikeCounts`]),
+    /// with its tape id when gradients flow to it.
+    pub(crate) fn counts(counts: Packed, id: Option<VarId>) -> Var {
+        Var {
+            value: Value::Counts(counts),
+            id,
+        }
+    }
+
     /// A bit-packed spike value, with its tape id when gradients flow to it.
     pub(crate) fn packed(spikes: PackedSpikes, id: Option<VarId>) -> Var {
         Var {
@@ -66,11 +80,13 @@ impl Var {
     }
 
     /// The value as a tensor: borrowed when it is one, unpacked into a new tensor (kind
-    /// activation, spike flag set) when it holds packed spikes.
+    /// activation, spike flag set) when it holds packed spikes, decompressed (pooled spikes
+    /// known) when it holds spike counts.
     pub fn tensor(&self) -> Result<Cow<'_, Tensor>> {
         Ok(match &self.value {
             Value::Dense(t) => Cow::Borrowed(t),
             Value::Packed(p) => Cow::Owned(p.unpack()?),
+            Value::Counts(p) => Cow::Owned(p.decompress()?),
         })
     }
 
@@ -79,6 +95,7 @@ impl Var {
         Ok(match self.value {
             Value::Dense(t) => t,
             Value::Packed(p) => p.unpack()?,
+            Value::Counts(p) => p.decompress()?,
         })
     }
 
@@ -102,15 +119,15 @@ impl Var {
     pub fn as_dense(&self) -> Option<&Tensor> {
         match &self.value {
             Value::Dense(t) => Some(t),
-            Value::Packed(_) => None,
+            Value::Packed(_) | Value::Counts(_) => None,
         }
     }
 
     /// The packed spikes, when the value holds them.
     pub fn as_packed(&self) -> Option<&PackedSpikes> {
         match &self.value {
-            Value::Dense(_) => None,
             Value::Packed(p) => Some(p),
+            Value::Dense(_) | Value::Counts(_) => None,
         }
     }
 
@@ -119,6 +136,7 @@ impl Var {
         let value = match &self.value {
             Value::Dense(t) => Value::Dense(t.reshape(shape)?),
             Value::Packed(p) => Value::Packed(p.reshape(shape)?),
+            Value::Counts(p) => Value::Counts(p.reshape(shape)?),
         };
         Ok(Var { value, id: None })
     }
@@ -135,6 +153,7 @@ impl Var {
         let value = match &self.value {
             Value::Dense(t) => Value::Dense(t.narrow0(start, len)?),
             Value::Packed(p) => Value::Packed(p.narrow0(start, len)?),
+            Value::Counts(p) => Value::Dense(p.decompress()?.narrow0(start, len)?),
         };
         Ok(Var { value, id: None })
     }
@@ -149,7 +168,7 @@ impl Var {
     /// handle then frees its bytes; reading the stand-in is an error on every device.
     pub(crate) fn released(self) -> Result<Var> {
         let stand_in = Tensor::unmaterialised(self.shape().clone(), self.dtype(), self.device())?
-            .with_spike_flag(self.is_spike());
+            .with_known_values(self.known_values());
         Ok(Var {
             value: Value::Dense(stand_in),
             id: self.id,
@@ -171,6 +190,7 @@ impl Var {
         match &self.value {
             Value::Dense(t) => t.shape(),
             Value::Packed(p) => p.shape(),
+            Value::Counts(p) => p.shape(),
         }
     }
 
@@ -180,12 +200,13 @@ impl Var {
     }
 
     /// Bytes the value holds: its tensor's view (none for an unmaterialised stand-in), or the
-    /// whole payload of packed spikes (shared by every view of it).
+    /// whole payload of packed spikes or spike counts (shared by every view of it).
     pub fn held_bytes(&self) -> u64 {
         match &self.value {
             Value::Dense(t) if !t.is_materialised() => 0,
             Value::Dense(t) => t.view_bytes(),
             Value::Packed(p) => p.payload().view_bytes(),
+            Value::Counts(p) => p.payload_bytes(),
         }
     }
 
@@ -194,6 +215,7 @@ impl Var {
         match &self.value {
             Value::Dense(t) => t.dtype(),
             Value::Packed(_) => DType::F32,
+            Value::Counts(p) => p.dtype(),
         }
     }
 
@@ -202,6 +224,7 @@ impl Var {
         match &self.value {
             Value::Dense(t) => t.device(),
             Value::Packed(p) => p.device(),
+            Value::Counts(p) => p.device(),
         }
     }
 
@@ -210,6 +233,16 @@ impl Var {
         match &self.value {
             Value::Dense(t) => t.is_spike(),
             Value::Packed(_) => true,
+            Value::Counts(_) => false,
+        }
+    }
+
+    /// What is known about the values (spikes for packed spikes).
+    pub fn known_values(&self) -> KnownValues {
+        match &self.value {
+            Value::Dense(t) => t.known_values(),
+            Value::Packed(_) => KnownValues::Spikes,
+            Value::Counts(p) => p.known_values(),
         }
     }
 }

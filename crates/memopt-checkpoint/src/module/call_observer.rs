@@ -6,11 +6,12 @@
 use super::Module;
 use crate::policy::Policy;
 use memopt_core::memory::Phase;
-use memopt_core::{DType, Shape, Tensor};
+use memopt_core::{DType, KnownValues, Shape, Tensor};
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 
-/// Shape, dtype and spike flag of a value passed to or returned by a module.
+/// Shape, dtype and known values (spike flag, pooled spikes) of a value passed to or returned
+/// by a module.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ValueInfo {
     /// Dimensions.
@@ -19,15 +20,28 @@ pub struct ValueInfo {
     pub dtype: DType,
     /// Whether the value is known to hold only 0 and 1.
     pub is_spike: bool,
+    /// The spikes each value averages, when it is known to be pooled spikes
+    /// ([`KnownValues::PooledSpikes`]).
+    pub pooled_spike_window: Option<u16>,
 }
 
 impl ValueInfo {
+    /// What is known about the values.
+    pub fn known_values(&self) -> KnownValues {
+        match (self.is_spike, self.pooled_spike_window) {
+            (true, _) => KnownValues::Spikes,
+            (false, Some(window)) => KnownValues::PooledSpikes { window },
+            (false, None) => KnownValues::Any,
+        }
+    }
+
     /// The description of `t`.
     pub fn of(t: &Tensor) -> ValueInfo {
         ValueInfo {
             shape: t.shape().clone(),
             dtype: t.dtype(),
             is_spike: t.is_spike(),
+            pooled_spike_window: t.pooled_spike_window(),
         }
     }
 
@@ -38,6 +52,10 @@ impl ValueInfo {
             shape: v.shape().clone(),
             dtype: v.dtype(),
             is_spike: v.is_spike(),
+            pooled_spike_window: match v.known_values() {
+                KnownValues::PooledSpikes { window } => Some(window),
+                _ => None,
+            },
         }
     }
 

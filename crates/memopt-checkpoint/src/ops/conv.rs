@@ -2,7 +2,9 @@
 
 use super::{GradTarget, layer_grads, weight_bias_targets};
 use crate::Result;
-use crate::autograd::{Backward, BackwardGrads, InputSlot, SavedLayerInput, SavedTensor, Var};
+use crate::autograd::{
+    Backward, BackwardGrads, InputSlot, LayerInputRead, SavedLayerInput, SavedTensor, Var,
+};
 use crate::context::Cx;
 use memopt_core::kernels::{self, Conv2dParams};
 use memopt_core::{DType, Tensor};
@@ -75,11 +77,11 @@ impl<'m> Backward<'m, 3> for ConvBackward {
             bias: bt.as_ref().map(GradTarget::acc),
             time_steps: self.time_steps,
         };
-        let gx = match &self.x {
-            SavedLayerInput::Tensor(x) => {
+        let gx = match self.x.read()? {
+            LayerInputRead::Whole(x) => {
                 kernels::conv2d_backward(kernels::Conv2dBackward {
                     grad: &grad,
-                    x: x.tensor(),
+                    x: &x,
                     w,
                     has_bias: b_slot.needs_grad,
                     params: &self.params,
@@ -92,16 +94,14 @@ impl<'m> Backward<'m, 3> for ConvBackward {
                 })?
                 .x
             }
-            SavedLayerInput::Packed(x) => {
-                kernels::conv2d_backward_stepwise(kernels::Conv2dBackwardStepwise {
-                    grad: &grad,
-                    x,
-                    w,
-                    params: &self.params,
-                    input: x_slot.needs_grad,
-                    acc,
-                })?
-            }
+            LayerInputRead::Steps(x) => kernels::conv2d_backward_stepwise(kernels::Conv2dBackwardStepwise {
+                grad: &grad,
+                x,
+                w,
+                params: &self.params,
+                input: x_slot.needs_grad,
+                acc,
+            })?,
         };
         Ok(layer_grads(gx, wt, bt))
     }

@@ -2,7 +2,9 @@
 
 use super::{GradTarget, layer_grads, weight_bias_targets};
 use crate::Result;
-use crate::autograd::{Backward, BackwardGrads, InputSlot, SavedLayerInput, SavedTensor, Var};
+use crate::autograd::{
+    Backward, BackwardGrads, InputSlot, LayerInputRead, SavedLayerInput, SavedTensor, Var,
+};
 use crate::context::Cx;
 use memopt_core::{Tensor, kernels};
 
@@ -50,11 +52,11 @@ impl<'m> Backward<'m, 3> for LinearBackward {
             bias: bt.as_ref().map(GradTarget::acc),
             time_steps: self.time_steps,
         };
-        let gx = match &self.x {
-            SavedLayerInput::Tensor(x) => {
+        let gx = match self.x.read()? {
+            LayerInputRead::Whole(x) => {
                 kernels::linear_backward(kernels::LinearBackward {
                     grad: &grad,
-                    x: x.tensor(),
+                    x: &x,
                     w,
                     has_bias: b_slot.needs_grad,
                     needs: kernels::GradNeeds {
@@ -66,15 +68,13 @@ impl<'m> Backward<'m, 3> for LinearBackward {
                 })?
                 .x
             }
-            SavedLayerInput::Packed(x) => {
-                kernels::linear_backward_stepwise(kernels::LinearBackwardStepwise {
-                    grad: &grad,
-                    x,
-                    w,
-                    input: x_slot.needs_grad,
-                    acc,
-                })?
-            }
+            LayerInputRead::Steps(x) => kernels::linear_backward_stepwise(kernels::LinearBackwardStepwise {
+                grad: &grad,
+                x,
+                w,
+                input: x_slot.needs_grad,
+                acc,
+            })?,
         };
         Ok(layer_grads(gx, wt, bt))
     }

@@ -321,7 +321,7 @@ fn chunk_outputs<'m>(
                     y.device(),
                     MemoryKind::Activation,
                 )?;
-                outputs.push(full.with_spike_flag(y.is_spike()));
+                outputs.push(full.with_known_values(y.known_values()));
             }
         }
         for (full, y) in outputs.iter().zip(&ys) {

@@ -10,13 +10,16 @@ enum Kept {
     /// f32 spikes, bit-packed: restored packed, so that a convolution or linear layer reads them
     /// one time step at a time and no op unpacks more than it holds.
     Spikes(PackedSpikes),
-    /// Anything else, with the compressor the policy names (restored whole).
+    /// Anything else, with the compressor the policy names (restored whole; spike counts are
+    /// restored as counts, which a convolution or linear layer keeps for its backward instead
+    /// of the decompressed tensor).
     Packed(Packed),
 }
 
 /// A segment input kept for recomputation: compressed when it carries the spike flag and the
-/// compressor packs spikes (the choice is static, from the flag, identical on every device),
-/// and moved to host memory under the offload policy.
+/// compressor packs spikes, kept as spike counts when it is pooled spikes
+/// ([`CompressorKind::keeping`]; the choice is static, from what is known about the values,
+/// identical on every device), and moved to host memory under the offload policy.
 pub(crate) struct SavedInput {
     kept: Kept,
     /// The device to bring the payload back to, when it was offloaded.
@@ -24,8 +27,8 @@ pub(crate) struct SavedInput {
 }
 
 impl SavedInput {
-    /// Keeps `x` with `compressor` (binary compressors fall back to no compression for inputs
-    /// that are not spikes); with `host`, the payload moves there as offloaded memory. f32
+    /// Keeps `x` with `compressor` (binary compressors keep pooled spikes as spike counts and
+    /// fall back to no compression for other inputs that are not spikes); with `host`, the payload moves there as offloaded memory. f32
     /// spikes under BitSpike are kept as [`PackedSpikes`] (already packed ones share their
     /// payload).
     pub(crate) fn save(x: &Var, compressor: CompressorKind, host: Option<Device>) -> Result<SavedInput> {
@@ -37,11 +40,7 @@ impl SavedInput {
             }
             _ => {
                 let x = x.tensor()?;
-                let kind = if compressor.requires_binary() && !x.is_spike() {
-                    CompressorKind::Null
-                } else {
-                    compressor
-                };
+                let kind = compressor.keeping(x.known_values());
                 let packed = kind.build().compress(&x)?;
                 if kind == CompressorKind::Null && x.kind() == MemoryKind::Activation {
                     x.set_kind(MemoryKind::SavedForBackward);
@@ -90,6 +89,9 @@ impl SavedInput {
                 &moved
             }
         };
+        if packed.kind() == CompressorKind::SpikeCounts {
+            return Ok(Var::counts(packed.clone(), id));
+        }
         let t = packed.decompress()?;
         Ok(match id {
             Some(id) => Var::tracked(t, id),

@@ -1,10 +1,12 @@
-//! CPU kernels on plain slices: bit packing, byte packing, sparse indices and the binary check.
+//! CPU kernels on plain slices: bit packing, byte packing, spike counts, sparse indices and the
+//! binary check.
 //! They work on the raw bits of f32/f16/bf16 values (see [`SpikeElem`]), so one code path serves
 //! every dtype and the checks are exact: a value is zero when its magnitude bits are zero (+0.0
 //! or -0.0) and one when its bits equal those of 1.0.
 
 mod bits;
 mod bytes;
+mod counts;
 #[cfg(target_arch = "x86_64")]
 mod simd;
 mod sparse;
@@ -12,6 +14,7 @@ mod word;
 
 pub use bits::{pack_bits, unpack_bits};
 pub use bytes::{pack_bytes, unpack_bytes};
+pub use counts::{count_of, mean_of, pack_counts, unpack_counts};
 pub use sparse::{IndexBuf, chunk_count, count_ones, fill_indices, scatter_ones};
 pub use word::{SpikeElem, SpikeWord, first_non_binary};
 

@@ -44,9 +44,16 @@ pub static BYTES: KernelSource = KernelSource {
     ],
 };
 
+/// Spike-count pack and unpack kernels of pooled f32 spikes (`counts_{pack,unpack}_f32`).
+pub static COUNTS: KernelSource = KernelSource {
+    name: "counts.cu",
+    source: include_str!("counts.cu"),
+    kernels: &["counts_pack_f32", "counts_unpack_f32"],
+};
+
 /// Every CUDA kernel source of this crate.
-pub fn kernel_sources() -> [&'static KernelSource; 2] {
-    [&BITSPIKE, &BYTES]
+pub fn kernel_sources() -> [&'static KernelSource; 3] {
+    [&BITSPIKE, &BYTES, &COUNTS]
 }
 
 /// Parameters of every pack kernel: `(const W* x, u64 n, u8* out, int check, u64* first_bad)`.
@@ -123,9 +130,57 @@ pub static BYTES_TABLE: KernelTable = KernelTable {
     ),
 };
 
+/// The signature of every kernel of [`COUNTS`]: `(const float* x, u64 n, double window, u8*
+/// out)` and `(const u8* in, u64 n, double window, float* out)`.
+pub static COUNTS_TABLE: KernelTable = KernelTable {
+    source: &COUNTS,
+    signatures: &[
+        Signature {
+            kernel: "counts_pack_f32",
+            params: &[
+                ("x", ArgKind::Ptr),
+                ("n", ArgKind::U64),
+                ("window", ArgKind::F64),
+                ("out", ArgKind::Ptr),
+            ],
+        },
+        Signature {
+            kernel: "counts_unpack_f32",
+            params: &[
+                ("in", ArgKind::Ptr),
+                ("n", ArgKind::U64),
+                ("window", ArgKind::F64),
+                ("out", ArgKind::Ptr),
+            ],
+        },
+    ],
+};
+
 /// Every kernel table of this crate, one per source of [`kernel_sources`].
-pub fn kernel_tables() -> [&'static KernelTable; 2] {
-    [&BITSPIKE_TABLE, &BYTES_TABLE]
+pub fn kernel_tables() -> [&'static KernelTable; 3] {
+    [&BITSPIKE_TABLE, &BYTES_TABLE, &COUNTS_TABLE]
+}
+
+/// The CUDA half of [`crate::SpikeCounts`]: `kernel` (`counts_pack_f32` or
+/// `counts_unpack_f32`) over `n` values from `src` to `dst`, means over `window` spikes.
+pub(crate) fn counts(
+    gpu: CudaBackend,
+    kernel: &'static str,
+    src: CudaPtr,
+    n: usize,
+    window: u16,
+    dst: CudaPtr,
+) -> Result<()> {
+    if n == 0 {
+        return Ok(());
+    }
+    let args = [
+        KernelArg::Ptr(src),
+        KernelArg::U64(n as u64),
+        KernelArg::F64(window as f64),
+        KernelArg::Ptr(dst),
+    ];
+    Ok(launch_kernel(gpu, &COUNTS_TABLE, kernel, grid(n as u64), &args)?)
 }
 
 /// Values per work item: a thread handles 8 values in the bit kernels (a warp 256 values per

@@ -7,6 +7,14 @@ use memopt_core::{DType, Device, MemoryKind, MemoryTracker, Tensor};
 use proptest::prelude::*;
 use std::sync::{Arc, Mutex};
 
+/// Every compressor of binary data: all but spike counts, which take pooled spikes only (see
+/// `tests/spike_counts.rs`).
+pub fn binary_data_kinds() -> impl Iterator<Item = memopt_compress::CompressorKind> {
+    memopt_compress::CompressorKind::ALL
+        .into_iter()
+        .filter(|&k| k != memopt_compress::CompressorKind::SpikeCounts)
+}
+
 /// One tracker event as the tests compare it.
 pub type Ev = (MemoryAction, u64, MemoryKind);
 

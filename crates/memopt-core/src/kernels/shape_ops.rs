@@ -96,7 +96,7 @@ fn cat0_typed<T: Element>(parts: &[Tensor], shape: Shape, kind: MemoryKind) -> R
 /// A contiguous copy of `x` (of any dtype) in fresh storage recorded with `kind`; keeps the shape,
 /// dtype and spike flag.
 pub fn copy_as(x: &Tensor, kind: MemoryKind) -> Result<Tensor> {
-    Ok(by_dtype!(x.dtype(), copy_typed(x, kind))?.with_spike_flag(x.is_spike()))
+    Ok(by_dtype!(x.dtype(), copy_typed(x, kind))?.with_known_values(x.known_values()))
 }
 
 fn copy_typed<T: Element>(x: &Tensor, kind: MemoryKind) -> Result<Tensor> {

@@ -73,7 +73,8 @@ impl Tensor {
                 upload_staged(ordinal, host, kind)
             }
         }?;
-        Ok(Tensor::from_storage(Arc::new(storage), self.shape().clone())?.with_spike_flag(self.is_spike()))
+        Ok(Tensor::from_storage(Arc::new(storage), self.shape().clone())?
+            .with_known_values(self.known_values()))
     }
 
     /// A copy on `device`, keeping this tensor's kind.

@@ -7,6 +7,24 @@ mod create;
 pub use access::{DataRead, DataWrite, KernelBuffer};
 pub use create::host_vec_with_capacity;
 
+/// What is known about a tensor's values, from the op that made it (never from its data, so
+/// every device, Meta included, knows the same).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum KnownValues {
+    /// Nothing.
+    #[default]
+    Any,
+    /// Every value is 0 or 1 (the spike flag).
+    Spikes,
+    /// Every value is `c / window` for a whole count `c` in `0..=window` of spikes, computed as
+    /// `((c as f64) / (window as f64)) as f32`: an average pooling of f32 spikes over windows of
+    /// `window` elements, none padded (`1 <= window <= 255`).
+    PooledSpikes {
+        /// Spikes per value.
+        window: u16,
+    },
+}
+
 use crate::memory::MemoryKind;
 use crate::storage::Storage;
 use crate::{CoreError, DType, Device, Result, Shape};
@@ -15,8 +33,10 @@ use std::sync::Arc;
 /// A contiguous row-major tensor. Clones are cheap (one reference count) and share storage;
 /// reshapes and time slices ([`Tensor::narrow0`]) are views into the same storage.
 ///
-/// `is_spike` records that every value is known to be 0 or 1; spiking neurons set it and ops
-/// that keep it true (reshape, max pooling, multiplying spikes) propagate it.
+/// Its [`KnownValues`] record what is known about its values: spikes (every value 0 or 1;
+/// spiking neurons set it and ops that keep it true — reshape, max pooling, multiplying
+/// spikes — propagate it), or pooled spikes (every value the mean of a fixed number of spikes,
+/// as average pooling of spikes makes). Exact compressors rely on them.
 ///
 /// A tensor made by [`Tensor::unmaterialised`] has a shape, a dtype and a device but no
 /// elements: it stands for a value nobody reads (a recomputed segment's output, of which only
@@ -29,7 +49,7 @@ struct TensorInner {
     shape: Shape,
     /// First element of this view within the storage.
     offset: usize,
-    is_spike: bool,
+    values: KnownValues,
     /// False for [`Tensor::unmaterialised`] stand-ins (and their views): no elements behind them.
     materialised: bool,
 }
@@ -42,7 +62,11 @@ impl std::fmt::Debug for Tensor {
             self.shape(),
             self.dtype(),
             self.device(),
-            if self.is_spike() { ", spike" } else { "" }
+            match self.known_values() {
+                KnownValues::Any => String::new(),
+                KnownValues::Spikes => ", spike".into(),
+                KnownValues::PooledSpikes { window } => format!(", mean of {window} spikes"),
+            }
         )
     }
 }
@@ -62,17 +86,17 @@ impl Tensor {
             storage,
             shape,
             offset: 0,
-            is_spike: false,
+            values: KnownValues::Any,
             materialised: true,
         })))
     }
 
-    fn view(&self, shape: Shape, offset: usize, is_spike: bool) -> Tensor {
+    fn view(&self, shape: Shape, offset: usize, values: KnownValues) -> Tensor {
         Tensor(Arc::new(TensorInner {
             storage: self.0.storage.clone(),
             shape,
             offset,
-            is_spike,
+            values,
             materialised: self.0.materialised,
         }))
     }
@@ -92,7 +116,7 @@ impl Tensor {
             storage: Arc::new(storage),
             shape,
             offset: 0,
-            is_spike: false,
+            values: KnownValues::Any,
             materialised: false,
         })))
     }
@@ -145,13 +169,38 @@ impl Tensor {
 
     /// Whether every value is known to be 0 or 1.
     pub fn is_spike(&self) -> bool {
-        self.0.is_spike
+        self.0.values == KnownValues::Spikes
     }
 
-    /// The same data with the spike flag set to `is_spike`. Setting it on data that is not binary
-    /// is the caller's promise; compressors trust it.
+    /// The same data with the spike flag set to `is_spike` (`false`: nothing is known, also
+    /// not [`KnownValues::PooledSpikes`]). Setting it on data that is not binary is the caller's
+    /// promise; compressors trust it.
     pub fn with_spike_flag(&self, is_spike: bool) -> Tensor {
-        self.view(self.0.shape.clone(), self.0.offset, is_spike)
+        let values = match is_spike {
+            true => KnownValues::Spikes,
+            false => KnownValues::Any,
+        };
+        self.view(self.0.shape.clone(), self.0.offset, values)
+    }
+
+    /// What is known about the values.
+    pub fn known_values(&self) -> KnownValues {
+        self.0.values
+    }
+
+    /// The same data with `values` known about it. Claiming more than is true is the caller's
+    /// promise; compressors trust it.
+    pub fn with_known_values(&self, values: KnownValues) -> Tensor {
+        self.view(self.0.shape.clone(), self.0.offset, values)
+    }
+
+    /// The number of spikes each value is the mean of, when the values are known to be
+    /// [`KnownValues::PooledSpikes`].
+    pub fn pooled_spike_window(&self) -> Option<u16> {
+        match self.0.values {
+            KnownValues::PooledSpikes { window } => Some(window),
+            _ => None,
+        }
     }
 
     /// The storage behind the view.
@@ -211,7 +260,7 @@ impl Tensor {
                 &shape,
             ));
         }
-        Ok(self.view(shape, self.0.offset, self.0.is_spike))
+        Ok(self.view(shape, self.0.offset, self.0.values))
     }
 
     /// A view of `len` entries of dimension 0 starting at `start` (a time slice of `[T, ...]`).
@@ -232,7 +281,7 @@ impl Tensor {
         Ok(self.view(
             self.shape().with_dim0(len),
             self.0.offset + start * inner,
-            self.0.is_spike,
+            self.0.values,
         ))
     }
 

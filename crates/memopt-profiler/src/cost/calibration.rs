@@ -210,8 +210,13 @@ impl Calibration {
                 .iter()
                 .any(|k| k.name() == name)
             {
+                let valid: Vec<&str> = memopt_compress::CompressorKind::ALL
+                    .iter()
+                    .map(|k| k.name())
+                    .collect();
                 return Err(invalid(format!(
-                    "codecs.{name}: no such compressor; valid: bit_spike, u8, sparse, f16, bf16, null"
+                    "codecs.{name}: no such compressor; valid: {}",
+                    valid.join(", ")
                 )));
             }
             positive(

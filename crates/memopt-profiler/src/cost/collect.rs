@@ -19,9 +19,24 @@ pub struct InputInfo {
     pub dtype: DType,
     /// Whether it holds spikes (then binary compressors apply).
     pub is_spike: bool,
+    /// The spikes each value averages, when it is known to be pooled spikes (then binary
+    /// compressors keep it as spike counts); absent in cost models saved before it was
+    /// recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pooled_spike_window: Option<u16>,
 }
 
 impl InputInfo {
+    /// What is known about its values.
+    pub fn known_values(&self) -> memopt_core::KnownValues {
+        use memopt_core::KnownValues;
+        match (self.is_spike, self.pooled_spike_window) {
+            (true, _) => KnownValues::Spikes,
+            (false, Some(window)) => KnownValues::PooledSpikes { window },
+            (false, None) => KnownValues::Any,
+        }
+    }
+
     /// Size in bytes.
     pub fn bytes(&self) -> u64 {
         self.shape.elem_count() as u64 * self.dtype.size_in_bytes() as u64
@@ -112,6 +127,7 @@ impl CallObserver for Sink {
                         shape: v.shape.clone(),
                         dtype: v.dtype,
                         is_spike: v.is_spike,
+                        pooled_spike_window: v.pooled_spike_window,
                     })
                     .collect(),
                 ends_parent: call.ends_parent,

@@ -276,29 +276,35 @@ impl CostModel {
     /// convolution and linear layer below them whose input is f32 spikes packs it in forward
     /// and unpacks it one time step at a time in backward, at the measured speed of
     /// [`CompressorKind::BitSpike`] when the model has one ([`CostModel::codecs`]), otherwise
-    /// the bytes moved ([`Self::packed_store_traffic`]) at `throughput.bytes_per_s`.
+    /// the bytes moved at `throughput.bytes_per_s`.
     pub fn packed_store_ms(&self, paths: &[String]) -> f64 {
-        match self.codecs.get(CompressorKind::BitSpike.name()) {
-            Some(speed) => self
-                .packed_store_inputs(paths)
-                .map(|x| {
-                    let bytes = x.bytes() as f64;
-                    1e3 * (bytes / speed.compress_bytes_per_s + bytes / speed.decompress_bytes_per_s)
-                })
-                .sum(),
-            None => 1e3 * self.packed_store_traffic(paths) as f64 / self.throughput.bytes_per_s,
-        }
+        self.packed_store_inputs(paths)
+            .map(|(x, kind)| {
+                let bytes = x.bytes() as f64;
+                match self.codec_speed(kind) {
+                    Some(speed) => {
+                        1e3 * (bytes / speed.compress_bytes_per_s + bytes / speed.decompress_bytes_per_s)
+                    }
+                    None => 1e3 * packed_store_bytes(x, kind) as f64 / self.throughput.bytes_per_s,
+                }
+            })
+            .sum()
     }
 
-    /// The f32 spike inputs of the convolution and linear layers under `paths`: what
-    /// [`Policy::StorePacked`] packs.
-    fn packed_store_inputs<'a>(&'a self, paths: &'a [String]) -> impl Iterator<Item = &'a InputInfo> + 'a {
+    /// The inputs of the convolution and linear layers under `paths` that
+    /// [`Policy::StorePacked`] packs, with the compressor that packs them: f32 spikes,
+    /// [`CompressorKind::BitSpike`].
+    fn packed_store_inputs<'a>(
+        &'a self,
+        paths: &'a [String],
+    ) -> impl Iterator<Item = (&'a InputInfo, CompressorKind)> + 'a {
         self.modules
             .iter()
             .filter(|m| m.leaf && matches!(m.module_type.as_str(), "Conv2d" | "Linear"))
             .filter(move |m| paths.iter().any(|p| within(&m.path, p)))
             .filter_map(|m| m.inputs.first())
             .filter(|x| x.is_spike && x.dtype == memopt_core::DType::F32)
+            .map(|x| (x, CompressorKind::BitSpike))
     }
 
     /// Bytes moved by [`Policy::StorePacked`] over `paths` (the uncalibrated pricing of
@@ -306,8 +312,18 @@ impl CostModel {
     /// forward, and the reverse in backward.
     pub fn packed_store_traffic(&self, paths: &[String]) -> u64 {
         self.packed_store_inputs(paths)
-            .map(|x| 2 * (x.bytes() + (x.shape.elem_count() as u64).div_ceil(8)))
+            .map(|(x, kind)| packed_store_bytes(x, kind))
             .sum()
+    }
+
+    /// The measured speed of compressor `kind` ([`CostModel::codecs`]); spike counts, which no
+    /// calibration times (they need pooled spikes), move the bytes [`CompressorKind::U8`] moves
+    /// (4 read and 1 written per value) and are priced at its speed.
+    pub fn codec_speed(&self, kind: CompressorKind) -> Option<&CodecSpeed> {
+        match kind {
+            CompressorKind::SpikeCounts => self.codecs.get(CompressorKind::U8.name()),
+            _ => self.codecs.get(kind.name()),
+        }
     }
 
     /// The module paths a plan entry covers: its module, or the links of its run (with the
@@ -361,36 +377,31 @@ impl CostModel {
             Policy::Checkpoint { compressor, .. } => (compressor, false),
             Policy::Offload { compressor } => (compressor, true),
         };
-        let Some(speed) = self.codecs.get(compressor.name()) else {
-            return 1e3 * self.saved_input_traffic(path, policy) as f64 / self.throughput.bytes_per_s;
-        };
         let Some(entry) = self.modules.iter().find(|m| m.path == path) else {
             return 0.0;
         };
         let layer_reads_packed = self.first_layer_reads_packed(path);
+        let per_s = self.throughput.bytes_per_s;
         entry
             .inputs
             .iter()
             .map(|x| {
-                if compressor.requires_binary() && !x.is_spike {
-                    // Kept as it is (null compressor): no work, but an offload copies it.
-                    return if offload {
-                        2e3 * x.bytes() as f64 / self.throughput.bytes_per_s
-                    } else {
-                        0.0
-                    };
-                }
+                let kind = compressor.keeping(x.known_values());
+                let Some(speed) = self.codec_speed(kind).filter(|_| kind != CompressorKind::Null) else {
+                    return 1e3 * kept_input_bytes(x, kind, offload, layer_reads_packed) as f64 / per_s;
+                };
                 let bytes = x.bytes() as f64;
-                let packed_reads = compressor == CompressorKind::BitSpike
-                    && x.dtype == memopt_core::DType::F32
-                    && layer_reads_packed;
-                let unpacks = if packed_reads { 2.0 } else { 1.0 };
+                let unpacks = if reads_packed(x, kind, layer_reads_packed) {
+                    2.0
+                } else {
+                    1.0
+                };
                 let codec = 1e3
                     * (bytes / speed.compress_bytes_per_s + unpacks * bytes / speed.decompress_bytes_per_s);
-                let payload = compressor.build().packed_size(&x.shape, x.dtype).upper_bound();
+                let payload = kind.build().packed_size(&x.shape, x.dtype).upper_bound();
                 codec
                     + if offload {
-                        2e3 * payload as f64 / self.throughput.bytes_per_s
+                        2e3 * payload as f64 / per_s
                     } else {
                         0.0
                     }
@@ -430,22 +441,12 @@ impl CostModel {
             .inputs
             .iter()
             .map(|x| {
-                let kind = if compressor.requires_binary() && !x.is_spike {
-                    CompressorKind::Null
-                } else {
-                    compressor
-                };
-                let payload = kind.build().packed_size(&x.shape, x.dtype).upper_bound();
-                let (payload, codec) = if kind == CompressorKind::Null {
-                    (x.bytes(), 0)
-                } else {
-                    let packed_reads = kind == CompressorKind::BitSpike
-                        && x.dtype == memopt_core::DType::F32
-                        && layer_reads_packed;
-                    let unpacks = if packed_reads { 2 } else { 1 };
-                    (payload, (1 + unpacks) * (x.bytes() + payload))
-                };
-                codec + if offload { 2 * payload } else { 0 }
+                kept_input_bytes(
+                    x,
+                    compressor.keeping(x.known_values()),
+                    offload,
+                    layer_reads_packed,
+                )
             })
             .sum()
     }
@@ -503,4 +504,36 @@ mod tests {
         assert!(!within("features.30", "features.3"));
         assert!(!within("features", "features.3"));
     }
+}
+
+/// Bytes moved to keep input `x` with compressor `kind` (already [`CompressorKind::keeping`])
+/// and restore it (see [`CostModel::saved_input_traffic`]): compressing reads the input and
+/// writes the payload, each decompression the reverse; kept as it is, nothing, but an offload
+/// copies the payload out and back.
+fn kept_input_bytes(x: &InputInfo, kind: CompressorKind, offload: bool, layer_reads_packed: bool) -> u64 {
+    let (payload, codec) = if kind == CompressorKind::Null {
+        (x.bytes(), 0)
+    } else {
+        let payload = kind.build().packed_size(&x.shape, x.dtype).upper_bound();
+        let unpacks = if reads_packed(x, kind, layer_reads_packed) {
+            2
+        } else {
+            1
+        };
+        (payload, (1 + unpacks) * (x.bytes() + payload))
+    };
+    codec + if offload { 2 * payload } else { 0 }
+}
+
+/// Whether a saved input kept with `kind` is read packed, unpacked one time step at a time
+/// twice (in the recomputation and for the weight gradient): bit-packed f32 spikes before a
+/// convolution or linear layer.
+fn reads_packed(x: &InputInfo, kind: CompressorKind, layer_reads_packed: bool) -> bool {
+    kind == CompressorKind::BitSpike && x.dtype == memopt_core::DType::F32 && layer_reads_packed
+}
+
+/// Bytes [`Policy::StorePacked`] moves for one layer input packed with `kind`: read and payload
+/// written in forward, the reverse in backward.
+fn packed_store_bytes(x: &InputInfo, kind: CompressorKind) -> u64 {
+    2 * (x.bytes() + kind.build().packed_size(&x.shape, x.dtype).upper_bound())
 }

@@ -5,7 +5,7 @@ use crate::backend::{Compute, Init, compute};
 use crate::cuda::grid_for;
 use crate::cuda::launchers::pool as gpu_k;
 use crate::memory::MemoryKind;
-use crate::{KernelBuffer, Result, Tensor};
+use crate::{KernelBuffer, KnownValues, Result, Tensor};
 use rayon::prelude::*;
 
 /// The divisor of a window: its length clipped to the padded input when padding counts, else
@@ -21,7 +21,8 @@ fn divisor(h: (usize, usize, usize), w: (usize, usize, usize), count_include_pad
 
 /// 2-D average pooling of `x` `[B, C, H, W]` (PyTorch semantics: floor mode; padded zeros count
 /// in the divisor when `count_include_pad`). Window sums in f64. Output `[B, C, oh, ow]`, kind
-/// Activation.
+/// Activation; of f32 spikes without padding, known to be pooled spikes
+/// ([`KnownValues::PooledSpikes`], exactly compressible).
 pub fn avg_pool2d(x: &Tensor, p: &Pool2dParams, count_include_pad: bool) -> Result<Tensor> {
     const OP: &str = "avg_pool2d";
     let g = Geom::pooled(OP, x.dims(), p)?;
@@ -60,7 +61,20 @@ pub fn avg_pool2d(x: &Tensor, p: &Pool2dParams, count_include_pad: bool) -> Resu
             });
         Ok(())
     })?;
-    y.into_tensor(g.out_dims())
+    let y = y.into_tensor(g.out_dims())?;
+    Ok(match pooled_spike_window(x, p) {
+        Some(window) => y.with_known_values(KnownValues::PooledSpikes { window }),
+        None => y,
+    })
+}
+
+/// The window whose spikes each output of [`avg_pool2d`] averages, when the output is
+/// [`KnownValues::PooledSpikes`]: f32 spikes in, no padding (every window holds `kh * kw`
+/// inputs, so every divisor is that), and at most 255 inputs per window.
+fn pooled_spike_window(x: &Tensor, p: &Pool2dParams) -> Option<u16> {
+    let window = p.kernel[0].checked_mul(p.kernel[1])?;
+    let exact = x.is_spike() && x.dtype() == crate::DType::F32 && p.padding == [0, 0];
+    (exact && (1..=255).contains(&window)).then_some(window as u16)
 }
 
 /// Backward of [`avg_pool2d`]: each output gradient, divided by its window's divisor, is added to

@@ -16,7 +16,7 @@ use std::process::Command;
 const MAX_BYTES: u64 = 48 * 1024 * 1024;
 
 /// The GPU test targets: (package, integration test).
-const TESTS: [(&str, &str); 9] = [
+const TESTS: [(&str, &str); 10] = [
     ("memopt-core", "nvrtc_kernels"),
     ("memopt-core", "gpu_pool"),
     ("memopt-core", "gpu_ops"),
@@ -25,6 +25,7 @@ const TESTS: [(&str, &str); 9] = [
     ("memopt-profiler", "gpu_timing"),
     ("memopt-compress", "nvrtc"),
     ("memopt-compress", "gpu"),
+    ("memopt-compress", "spike_counts"),
     ("memopt-search", "gpu_step"),
 ];
 

@@ -39,5 +39,5 @@ fn every_kernel_source_compiles_to_ptx() {
             );
         }
     }
-    assert_eq!(kernels, 13);
+    assert_eq!(kernels, 15);
 }

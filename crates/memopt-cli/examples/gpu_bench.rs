@@ -28,7 +28,7 @@ use memopt_cli::steps::run_steps;
 use memopt_compress::CompressorKind;
 use memopt_core::storage::cuda_context;
 use memopt_core::{Device, MemoryKind, MemoryTracker, Target, Tensor};
-use memopt_profiler::cost::{Calibration, MeasuredOn, Throughput};
+use memopt_profiler::cost::{Calibration, Throughput};
 use memopt_profiler::{
     AllocatorFigures, CostModel, Estimator, PlanCheck, TimingProfiler, Workload, plan_is_data_dependent,
     profile_memory,
@@ -178,6 +178,7 @@ fn vgg_figures(calibration_error: &mut Option<String>) -> Result<Value, String> 
             "requested_peak_ratio": report.baseline_peak_bytes as f64 / report.planned_peak_bytes.max(1) as f64,
             "predicted_overhead": report.predicted_overhead,
             "plan_entries": report.plan.entries.len(),
+            "plan": serde_json::to_value(&report.plan).unwrap_or(Value::Null),
             "figures": figures,
             "step_time_ratio": ratio(&figures["median_step_ms_cuda_events"], &base["median_step_ms_cuda_events"]),
             "first_step_bit_identical": check.bit_identical(),
@@ -202,8 +203,9 @@ fn vgg_figures(calibration_error: &mut Option<String>) -> Result<Value, String> 
         let predicted_baseline_ms = session.cost().baseline_step_ms();
         drop(session);
         Ok(json!({
-            "calibration_baseline_step_ms": calibration.baseline_step_ms,
-            "calibration_checkpointed_step_ms": calibration.checkpointed_step_ms,
+            "calibration_baseline_step_ms": calibration.measured_on.baseline_step_ms,
+            "calibration_checkpointed_step_ms": calibration.measured_on.checkpointed_step_ms,
+            "calibration": serde_json::from_str::<Value>(&calibration.to_json()).unwrap_or(Value::Null),
             "predicted_baseline_step_ms": predicted_baseline_ms,
             "max_overhead_20_percent": more(&within_20?)?,
             "budget_25_percent_reserved": feasible(budget_25)?,
@@ -242,8 +244,8 @@ fn vgg_figures(calibration_error: &mut Option<String>) -> Result<Value, String> 
 }
 
 /// A planning session for `workload` whose cost model is calibrated by timing it on the GPU,
-/// and what the calibration measured.
-fn calibrated_session(workload: &Workload) -> Result<(PlanningSession, MeasuredOn), String> {
+/// and the calibration (recorded in the figures, to plan with it elsewhere).
+fn calibrated_session(workload: &Workload) -> Result<(PlanningSession, Calibration), String> {
     let e = |e: &dyn std::fmt::Display| e.to_string();
     let run = Calibration::measure(workload, GPU, TimingProfiler::new(1, 5)).map_err(|x| e(&x))?;
     // The timed steps' segments stay cached in the pool: give them back before measuring more.
@@ -251,7 +253,7 @@ fn calibrated_session(workload: &Workload) -> Result<(PlanningSession, MeasuredO
     let mut cost = CostModel::from_workload(workload, Throughput::cpu_default()).map_err(|x| e(&x))?;
     run.calibration.apply(&mut cost);
     let session = PlanningSession::with(workload, OptionSpace::default(), cost).map_err(|x| e(&x))?;
-    Ok((session, run.calibration.measured_on))
+    Ok((session, run.calibration))
 }
 
 /// Median wall time (ms) of `reps` runs of `f`, each followed by a stream synchronisation.

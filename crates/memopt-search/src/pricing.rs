@@ -98,7 +98,8 @@ impl<'c> SegmentPricing<'c> {
 
     /// The entries `site` covers, in the cost model's order: its module and everything below,
     /// or for a run, the container (the names of its links before the run blanked) and the
-    /// run's links with everything below them.
+    /// run's links with everything below them, and when it goes on into the next child, that
+    /// child's entry and its first links with everything below them.
     fn covered(&self, site: &Site) -> Vec<ModuleCostEntry> {
         let Some(&at) = self.by_path.get(site.path.as_str()) else {
             return Vec::new();
@@ -111,18 +112,32 @@ impl<'c> SegmentPricing<'c> {
         };
         let mut all = self.under(&site.path, start..end);
         all.push(at);
+        // A run going on into the next child's first links covers those too, and pricing
+        // reads the next child's chain from its entry.
+        if site.into_next > 0
+            && let Some(name) = self.cost.modules[at].chain().get(end)
+        {
+            let next = ModulePath::from(site.path.as_str()).child(name);
+            if let Some(&i) = self.by_path.get(next.as_str()) {
+                all.push(i);
+                all.extend(self.under(next.as_str(), 0..site.into_next));
+            }
+        }
         all.sort_unstable();
+        all.dedup();
         all.into_iter()
             .map(|i| {
                 let m = &self.cost.modules[i];
                 if i != at {
                     return m.clone();
                 }
-                // The run's links by index; the names before it are not read.
+                // The run's links by index (and the next child's name, for a run that goes on
+                // into it); the names before it are not read.
+                let kept = end + usize::from(site.into_next > 0);
                 let blank = |names: &[String]| -> Vec<String> {
                     names
                         .iter()
-                        .take(end)
+                        .take(kept)
                         .enumerate()
                         .map(|(k, n)| if k < start { String::new() } else { n.clone() })
                         .collect()

@@ -87,6 +87,13 @@ fn every_site(root: &Site, space: &OptionSpace) -> Vec<Site> {
     let mut out = Vec::new();
     for site in root.walk() {
         out.push(site.clone());
+        // The runs the chain model builds from pieces, runs into the next child's pooling
+        // among them.
+        out.extend(
+            part_runs(site, &pieces(site, space), space)
+                .into_iter()
+                .map(|r| r.site),
+        );
         if site.runs_allowed {
             let n = site.chain().len();
             for start in 0..n {

@@ -86,6 +86,24 @@ proptest! {
     }
 }
 
+/// Above the size where the CPU kernels split the work over threads (2^19 values), the same:
+/// the counts of the naive reference and every bit back.
+#[test]
+fn large_pooled_tensors_round_trip_on_every_thread_count() {
+    let dims = [4, 64, 96, 96];
+    let p = pool([2, 2], [2, 2]);
+    let x = spikes(dims, 5, 1, Device::Cpu);
+    let y = avg_pool2d(&x, &p, true).unwrap();
+    assert!(y.elem_count() > 1 << 19);
+    let c = CompressorKind::SpikeCounts.build();
+    let packed = c.compress(&y).unwrap();
+    assert_eq!(
+        packed.payload().to_vec::<u8>().unwrap(),
+        reference_counts(&x.to_vec::<f32>().unwrap(), dims, &p)
+    );
+    assert_eq!(bits(&c.decompress(&packed).unwrap()), bits(&y));
+}
+
 #[test]
 fn meta_records_what_the_cpu_records() {
     let p = pool([2, 2], [2, 2]);

@@ -27,18 +27,7 @@ pub fn pack_counts(src: &[f32], dst: &mut [u8], window: u16) -> Result<()> {
         return Err(CoreError::shape("spike_counts pack", format!("{} bytes", src.len()), dst.len()).into());
     }
     let w = window as f64;
-    let run = |s: &[f32], d: &mut [u8]| {
-        for (o, &v) in d.iter_mut().zip(s) {
-            *o = count_of(v, w);
-        }
-    };
-    if src.len() < PAR_THRESHOLD {
-        run(src, dst);
-    } else {
-        dst.par_chunks_mut(CHUNK)
-            .zip(src.par_chunks(CHUNK))
-            .for_each(|(d, s)| run(s, d));
-    }
+    map_into(src, dst, |v| count_of(v, w));
     Ok(())
 }
 
@@ -50,9 +39,17 @@ pub fn unpack_counts(src: &[u8], dst: &mut [f32], window: u16) -> Result<()> {
         );
     }
     let w = window as f64;
-    let run = |s: &[u8], d: &mut [f32]| {
-        for (o, &c) in d.iter_mut().zip(s) {
-            *o = mean_of(c, w);
+    map_into(src, dst, |c| mean_of(c, w));
+    Ok(())
+}
+
+/// `dst[i] = f(src[i])`: on the calling thread below [`PAR_THRESHOLD`] values, else in
+/// parallel chunks of [`CHUNK`] (each value on its own, so the result does not depend on the
+/// split).
+fn map_into<S: Copy + Sync, D: Send>(src: &[S], dst: &mut [D], f: impl Fn(S) -> D + Sync) {
+    let run = |s: &[S], d: &mut [D]| {
+        for (o, &v) in d.iter_mut().zip(s) {
+            *o = f(v);
         }
     };
     if src.len() < PAR_THRESHOLD {
@@ -62,5 +59,4 @@ pub fn unpack_counts(src: &[u8], dst: &mut [f32], window: u16) -> Result<()> {
             .zip(src.par_chunks(CHUNK))
             .for_each(|(d, s)| run(s, d));
     }
-    Ok(())
 }

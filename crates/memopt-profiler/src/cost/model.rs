@@ -418,7 +418,8 @@ impl CostModel {
     /// payload; each decompression reads the payload and writes the input. Bit-packed f32
     /// spikes are read packed by a segment whose first layer is a convolution or a linear
     /// layer: it unpacks them one time step at a time twice, in the recomputation and for the
-    /// weight gradient, instead of once whole. (Later readers of the same input, a residual
+    /// weight gradient, instead of once whole; spike counts before such a layer are decompressed
+    /// whole twice, for the same two reads. (Later readers of the same input, a residual
     /// identity or a downsampling convolution, unpack it once or twice more; the per-module
     /// costs do not show which module reads which value, so they are not counted.)
     pub fn saved_input_traffic(&self, path: &str, policy: Policy) -> u64 {
@@ -505,11 +506,14 @@ fn kept_input_bytes(x: &InputInfo, kind: CompressorKind, offload: bool, layer_re
     codec + if offload { 2 * payload } else { 0 }
 }
 
-/// Whether a saved input kept with `kind` is read packed, unpacked one time step at a time
-/// twice (in the recomputation and for the weight gradient): bit-packed f32 spikes before a
-/// convolution or linear layer.
+/// Whether a saved input kept with `kind` is unpacked twice, in the recomputation and for the
+/// weight gradient, by the convolution or linear layer that starts its segment: bit-packed f32
+/// spikes (one time step at a time each time) and spike counts (whole each time; the layer keeps
+/// the counts, not the decompressed tensor).
 fn reads_packed(x: &InputInfo, kind: CompressorKind, layer_reads_packed: bool) -> bool {
-    kind == CompressorKind::BitSpike && x.dtype == memopt_core::DType::F32 && layer_reads_packed
+    matches!(kind, CompressorKind::BitSpike | CompressorKind::SpikeCounts)
+        && x.dtype == memopt_core::DType::F32
+        && layer_reads_packed
 }
 
 #[cfg(test)]

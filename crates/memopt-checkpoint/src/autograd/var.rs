@@ -131,6 +131,14 @@ impl Var {
         }
     }
 
+    /// The spike counts, when the value holds them (a checkpointed segment's restored input).
+    pub(crate) fn as_counts(&self) -> Option<&Packed> {
+        match &self.value {
+            Value::Counts(p) => Some(p),
+            Value::Dense(_) | Value::Packed(_) => None,
+        }
+    }
+
     /// The same values with another shape, as a constant (a view: packed spikes stay packed).
     pub(crate) fn reshaped(&self, shape: Shape) -> Result<Var> {
         let value = match &self.value {

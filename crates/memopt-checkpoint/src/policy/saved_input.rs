@@ -28,15 +28,21 @@ pub(crate) struct SavedInput {
 
 impl SavedInput {
     /// Keeps `x` with `compressor` (binary compressors keep pooled spikes as spike counts and
-    /// fall back to no compression for other inputs that are not spikes); with `host`, the payload moves there as offloaded memory. f32
-    /// spikes under BitSpike are kept as [`PackedSpikes`] (already packed ones share their
-    /// payload).
+    /// fall back to no compression for other inputs that are not spikes); with `host`, the
+    /// payload moves there as offloaded memory. f32 spikes under BitSpike are kept as
+    /// [`PackedSpikes`] (already packed ones share their payload), and a value that is already
+    /// spike counts shares its payload too.
     pub(crate) fn save(x: &Var, compressor: CompressorKind, host: Option<Device>) -> Result<SavedInput> {
         let bit_spike = compressor == CompressorKind::BitSpike;
         let kept = match (x.as_packed(), x.as_dense()) {
             (Some(spikes), _) if bit_spike => Kept::Spikes(spikes.clone()),
             (_, Some(t)) if bit_spike && t.is_spike() && t.dtype() == DType::F32 => {
                 Kept::Spikes(PackedSpikes::pack(t)?)
+            }
+            _ if compressor.keeping(x.known_values()) == CompressorKind::SpikeCounts
+                && let Some(counts) = x.as_counts() =>
+            {
+                Kept::Packed(counts.clone())
             }
             _ => {
                 let x = x.tensor()?;

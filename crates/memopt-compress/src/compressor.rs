@@ -53,6 +53,20 @@ pub(crate) fn expect_kind(packed: &Packed, kind: CompressorKind) -> Result<()> {
     }
 }
 
+/// `to` when it holds as many elements as `from` (a reshape of packed values, whose payloads are
+/// row-major), else the shape error of op `op`.
+pub(crate) fn reshaped(op: &'static str, from: &Shape, to: Shape) -> Result<Shape> {
+    if to.checked_elem_count() == Some(from.elem_count()) {
+        return Ok(to);
+    }
+    Err(memopt_core::CoreError::shape(
+        op,
+        format!("a shape with {} elements (from {from})", from.elem_count()),
+        &to,
+    )
+    .into())
+}
+
 /// Elements of a shape as u64 (bytes arithmetic).
 pub(crate) fn elems(shape: &Shape) -> u64 {
     shape.elem_count() as u64

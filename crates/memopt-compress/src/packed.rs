@@ -82,21 +82,8 @@ impl Packed {
     /// The same packed values with another shape of the same element count (every payload is
     /// row-major, so this is a view sharing the payload).
     pub fn reshape(&self, shape: impl Into<Shape>) -> Result<Packed> {
-        let shape = shape.into();
-        if shape.checked_elem_count() != Some(self.shape.elem_count()) {
-            return Err(memopt_core::CoreError::shape(
-                "Packed::reshape",
-                format!(
-                    "a shape with {} elements (from {})",
-                    self.shape.elem_count(),
-                    self.shape
-                ),
-                &shape,
-            )
-            .into());
-        }
         Ok(Packed {
-            shape,
+            shape: crate::compressor::reshaped("Packed::reshape", &self.shape, shape.into())?,
             ..self.clone()
         })
     }

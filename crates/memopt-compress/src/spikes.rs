@@ -80,21 +80,8 @@ impl PackedSpikes {
 
     /// The same values with another shape of the same element count.
     pub fn reshape(&self, shape: impl Into<Shape>) -> Result<PackedSpikes> {
-        let shape = shape.into();
-        if shape.checked_elem_count() != Some(self.shape.elem_count()) {
-            return Err(CoreError::shape(
-                "packed spikes reshape",
-                format!(
-                    "a shape with {} elements (from {})",
-                    self.shape.elem_count(),
-                    self.shape
-                ),
-                &shape,
-            )
-            .into());
-        }
         Ok(PackedSpikes {
-            shape,
+            shape: crate::compressor::reshaped("packed spikes reshape", &self.shape, shape.into())?,
             ..self.clone()
         })
     }

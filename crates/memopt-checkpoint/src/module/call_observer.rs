@@ -28,11 +28,7 @@ pub struct ValueInfo {
 impl ValueInfo {
     /// What is known about the values.
     pub fn known_values(&self) -> KnownValues {
-        match (self.is_spike, self.pooled_spike_window) {
-            (true, _) => KnownValues::Spikes,
-            (false, Some(window)) => KnownValues::PooledSpikes { window },
-            (false, None) => KnownValues::Any,
-        }
+        KnownValues::from_parts(self.is_spike, self.pooled_spike_window)
     }
 
     /// The description of `t`.
@@ -52,10 +48,7 @@ impl ValueInfo {
             shape: v.shape().clone(),
             dtype: v.dtype(),
             is_spike: v.is_spike(),
-            pooled_spike_window: match v.known_values() {
-                KnownValues::PooledSpikes { window } => Some(window),
-                _ => None,
-            },
+            pooled_spike_window: v.known_values().pooled_spike_window(),
         }
     }
 

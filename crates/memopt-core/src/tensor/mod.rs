@@ -25,6 +25,26 @@ pub enum KnownValues {
     },
 }
 
+impl KnownValues {
+    /// From its two parts as descriptions record them: the spike flag, and the window of
+    /// pooled spikes (ignored when the flag is set).
+    pub fn from_parts(is_spike: bool, pooled_spike_window: Option<u16>) -> KnownValues {
+        match (is_spike, pooled_spike_window) {
+            (true, _) => KnownValues::Spikes,
+            (false, Some(window)) => KnownValues::PooledSpikes { window },
+            (false, None) => KnownValues::Any,
+        }
+    }
+
+    /// The spikes each value averages, for [`KnownValues::PooledSpikes`].
+    pub fn pooled_spike_window(self) -> Option<u16> {
+        match self {
+            KnownValues::PooledSpikes { window } => Some(window),
+            _ => None,
+        }
+    }
+}
+
 use crate::memory::MemoryKind;
 use crate::storage::Storage;
 use crate::{CoreError, DType, Device, Result, Shape};
@@ -197,10 +217,7 @@ impl Tensor {
     /// The number of spikes each value is the mean of, when the values are known to be
     /// [`KnownValues::PooledSpikes`].
     pub fn pooled_spike_window(&self) -> Option<u16> {
-        match self.0.values {
-            KnownValues::PooledSpikes { window } => Some(window),
-            _ => None,
-        }
+        self.0.values.pooled_spike_window()
     }
 
     /// The storage behind the view.

@@ -29,12 +29,7 @@ pub struct InputInfo {
 impl InputInfo {
     /// What is known about its values.
     pub fn known_values(&self) -> memopt_core::KnownValues {
-        use memopt_core::KnownValues;
-        match (self.is_spike, self.pooled_spike_window) {
-            (true, _) => KnownValues::Spikes,
-            (false, Some(window)) => KnownValues::PooledSpikes { window },
-            (false, None) => KnownValues::Any,
-        }
+        memopt_core::KnownValues::from_parts(self.is_spike, self.pooled_spike_window)
     }
 
     /// Size in bytes.

@@ -102,13 +102,11 @@ impl<'m> Cx<'m> {
         self.device
     }
 
-    /// Where offloaded tensors go: the host for a GPU; the same device otherwise (on the CPU
-    /// the offloaded copy is tracked with kind `offloaded`, so the accounting stays honest).
+    /// Where offloaded tensors go ([`Device::host`]): the host for a GPU (Meta of the CPU for
+    /// Meta of a GPU); the same device otherwise (on the CPU the offloaded copy is tracked with
+    /// kind `offloaded`, so the accounting stays honest).
     pub fn host_device(&self) -> Device {
-        match self.device {
-            Device::Cuda(_) => Device::Cpu,
-            d => d,
-        }
+        self.device.host()
     }
 
     /// Whether modules run in training mode (batch statistics, dropout).

@@ -146,9 +146,7 @@ fn offload_on_the_cpu_is_accounted_as_offloaded_memory() {
     let tracker = MemoryTracker::new(Device::Cpu);
     let _installed = MemoryTracker::install(tracker.clone());
     let mut model = zoo_small("toy-if", Device::Cpu, 0);
-    let offload = Policy::Offload {
-        compressor: CompressorKind::Null,
-    };
+    let offload = Policy::offload(CompressorKind::Null, 1);
     model
         .apply_plan(&Plan::from_entries([("1", offload), ("2", offload)]))
         .unwrap();
@@ -165,4 +163,40 @@ fn offload_on_the_cpu_is_accounted_as_offloaded_memory() {
         0,
         "and released after backward"
     );
+}
+
+#[test]
+fn offload_for_a_gpu_takes_saved_inputs_off_the_device() {
+    // Meta of a GPU: offloaded payloads go to Meta of the CPU, a tracker of its own, as a GPU's
+    // go to the CPU. Checkpointed and offloaded in two time chunks, the device holds at the end
+    // of forward exactly the offloaded bytes less; the host held them until backward.
+    let gpu = Device::Meta(memopt_core::Target::Cuda);
+    let host = MemoryTracker::new(Device::META);
+    let _host = MemoryTracker::install(host.clone());
+    let plan = |p: Policy| Plan::from_entries([("1", p), ("2", p)]);
+    let build = |d| zoo_small("toy-if", d, 0);
+    let checkpointed = step(&build, &plan(Policy::checkpoint(CompressorKind::Null, 2)), gpu, 4);
+    assert_eq!(
+        host.peak_bytes(),
+        0,
+        "checkpointing keeps everything on the device"
+    );
+    let offloaded = step(&build, &plan(Policy::offload(CompressorKind::Null, 2)), gpu, 4);
+    let on_host = host.stats().kind(MemoryKind::Offloaded);
+    assert!(on_host.peak > 0, "the saved inputs went to the host");
+    assert_eq!(on_host.current, 0, "and were released after backward");
+    assert_eq!(
+        checkpointed.end_of_forward - offloaded.end_of_forward,
+        on_host.peak,
+        "the device holds the offloaded bytes less at the end of forward"
+    );
+    assert!(offloaded.peak <= checkpointed.peak);
+    // On the CPU target the host is the device: the payload stays in its figures.
+    let cpu_target = step(
+        &build,
+        &plan(Policy::offload(CompressorKind::Null, 2)),
+        Device::META,
+        4,
+    );
+    assert_eq!(cpu_target.end_of_forward, checkpointed.end_of_forward);
 }

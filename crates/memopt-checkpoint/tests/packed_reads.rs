@@ -150,9 +150,7 @@ fn packed_reads_leave_every_result_bit_identical_to_storing_everything() {
         )]),
         Plan::from_entries([(
             "block",
-            Policy::Offload {
-                compressor: memopt_compress::CompressorKind::BitSpike,
-            },
+            Policy::offload(memopt_compress::CompressorKind::BitSpike, 1),
         )]),
         // Nested: the outer recomputation hands the inner segment its packed input.
         Plan::from_entries([("block", Policy::CHECKPOINT), ("block.conv", Policy::CHECKPOINT)]),

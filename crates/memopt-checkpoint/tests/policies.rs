@@ -47,21 +47,33 @@ fn random_plan_with(model: &Model, picks: &[u32], compressors: &[CompressorKind]
         let compressor = compressors[(r / 8) as usize % compressors.len()];
         let policy = match r % 5 {
             0 => continue,
-            1 => Policy::Offload { compressor },
             4 => Policy::StorePacked,
-            _ => {
+            kind => {
+                // One in three recomputing entries offloads (its saved inputs to host memory,
+                // per time chunk), the others checkpoint.
                 let chunks = 1 + (r as usize / 32) % t;
-                let chunked = Policy::Checkpoint {
-                    compressor,
-                    chunks,
-                    boundaries: boundaries(r),
+                let boundaries = boundaries(r);
+                let (chunked, whole) = if kind == 1 {
+                    let chunked = Policy::Offload {
+                        compressor,
+                        chunks,
+                        boundaries,
+                    };
+                    (chunked, Policy::offload(compressor, 1))
+                } else {
+                    let chunked = Policy::Checkpoint {
+                        compressor,
+                        chunks,
+                        boundaries,
+                    };
+                    (chunked, Policy::checkpoint(compressor, 1))
                 };
                 let plan = Plan::from_entries([(info.path.clone(), chunked)]);
                 let mut probe = Model::clone_policies_probe(model);
                 if chunks > 1 && probe(&plan) {
                     chunked
                 } else {
-                    Policy::checkpoint(compressor, 1)
+                    whole
                 }
             }
         };

@@ -77,8 +77,6 @@ fn time_chunks_runs_into_the_pool_and_offload_compose_with_spike_counts() {
     common::assert_exact_and_meta_matches_cpu(dvs_vgg, &into, N);
     assert!(packed(&into).contains(&POOLED), "{:?}", packed(&into));
     // Offloaded: the counts go to host memory and back.
-    let offload = block2_rest(Policy::Offload {
-        compressor: CompressorKind::BitSpike,
-    });
+    let offload = block2_rest(Policy::offload(CompressorKind::BitSpike, 1));
     common::assert_exact_and_meta_matches_cpu(dvs_vgg, &offload, N);
 }

@@ -49,6 +49,24 @@ impl Device {
     pub fn meta(self) -> Device {
         Device::Meta(self.target())
     }
+
+    /// Where this device's offloaded tensors go: the CPU for a GPU, and Meta of the CPU for
+    /// Meta of a GPU (a tracker of its own, so that offloaded bytes leave the planned device's
+    /// figures as they leave a GPU's); the device itself for the CPU and Meta of the CPU,
+    /// whose memory is the host's.
+    pub fn host(self) -> Device {
+        match self {
+            Device::Cuda(_) => Device::Cpu,
+            Device::Meta(Target::Cuda) => Device::Meta(Target::Cpu),
+            Device::Cpu | Device::Meta(Target::Cpu) => self,
+        }
+    }
+
+    /// Whether host memory is separate from this device's ([`Device::host`] is another
+    /// device): offloading then frees this device's memory.
+    pub fn has_separate_host(self) -> bool {
+        self.host() != self
+    }
 }
 
 impl std::fmt::Display for Device {

@@ -318,9 +318,7 @@ impl StepSession {
 /// Whether `plan` stores anything whose size depends on the data (the sparse compressor), in
 /// which case a Meta estimate is an upper bound instead of the exact figure.
 pub fn plan_is_data_dependent(plan: &Plan) -> bool {
-    plan.entries.iter().any(|e| match e.policy {
-        memopt_checkpoint::Policy::Checkpoint { compressor, .. }
-        | memopt_checkpoint::Policy::Offload { compressor } => compressor == CompressorKind::Sparse,
-        memopt_checkpoint::Policy::Store | memopt_checkpoint::Policy::StorePacked => false,
-    })
+    plan.entries
+        .iter()
+        .any(|e| e.policy.compressor() == Some(CompressorKind::Sparse))
 }

@@ -143,16 +143,12 @@ pub(crate) fn forward<'m>(
     inputs: Vec<Var>,
     policy: Policy,
 ) -> Result<Vec<Var>> {
-    let (compressor, chunks, boundaries, offload) = match policy {
-        Policy::Checkpoint {
-            compressor,
-            chunks,
-            boundaries,
-        } => (compressor, chunks, boundaries, false),
-        Policy::Offload { compressor } => (compressor, 1, ChunkBoundaries::Kept, true),
+    let compressor = match policy {
+        Policy::Checkpoint { compressor, .. } | Policy::Offload { compressor, .. } => compressor,
         Policy::Store => return segment.forward(cx, inputs),
         Policy::StorePacked => return cx.with_packed_saves(true, |cx| segment.forward(cx, inputs)),
     };
+    let (chunks, boundaries, offload) = (policy.chunks(), policy.boundaries(), policy.offloads());
     let spans = chunk_spans(cx, &path, &segment, &inputs, chunks)?;
     let state_prefixes = segment.state_prefixes(&path);
     let rng_entry = cx.rng.state();

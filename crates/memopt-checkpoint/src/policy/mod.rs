@@ -47,12 +47,21 @@ pub enum Policy {
         #[serde(default, skip_serializing_if = "ChunkBoundaries::is_kept")]
         boundaries: ChunkBoundaries,
     },
-    /// Like `Checkpoint` with one chunk, but the saved input is moved to host memory until
-    /// backward needs it.
+    /// Like `Checkpoint`, but the saved input (its compressed payload, per time chunk) moves to
+    /// host memory until backward needs it: on a GPU it then takes no GPU memory between the
+    /// segment's forward and its backward, at the cost of copying it out and back. On the CPU,
+    /// whose memory is the host's, it is kept where it is (tracked as offloaded).
     Offload {
         /// Compressor for the saved input (applied before the move).
         #[serde(default = "default_compressor")]
         compressor: CompressorKind,
+        /// Number of time chunks (1 = whole sequence at once).
+        #[serde(default = "default_chunks")]
+        chunks: usize,
+        /// How backward gets each time chunk's starting neuron states (only with `chunks > 1`;
+        /// kept boundary states stay in device memory).
+        #[serde(default, skip_serializing_if = "ChunkBoundaries::is_kept")]
+        boundaries: ChunkBoundaries,
     },
 }
 
@@ -100,45 +109,67 @@ impl Policy {
         }
     }
 
+    /// Offloading with `compressor` in `chunks` time chunks whose boundary states are kept.
+    pub const fn offload(compressor: CompressorKind, chunks: usize) -> Policy {
+        Policy::Offload {
+            compressor,
+            chunks,
+            boundaries: ChunkBoundaries::Kept,
+        }
+    }
+
     /// Whether the policy recomputes in backward.
     pub fn recomputes(&self) -> bool {
         !matches!(self, Policy::Store | Policy::StorePacked)
     }
 
-    /// Number of time chunks (1 unless chunked checkpointing).
+    /// Number of time chunks (1 unless a chunked checkpoint or offload).
     pub fn chunks(&self) -> usize {
         match self {
-            Policy::Checkpoint { chunks, .. } => *chunks,
-            _ => 1,
+            Policy::Checkpoint { chunks, .. } | Policy::Offload { chunks, .. } => *chunks,
+            Policy::Store | Policy::StorePacked => 1,
         }
+    }
+
+    /// How backward gets chunk boundary states ([`ChunkBoundaries::Kept`] for the policies
+    /// that do not recompute).
+    pub fn boundaries(&self) -> ChunkBoundaries {
+        match self {
+            Policy::Checkpoint { boundaries, .. } | Policy::Offload { boundaries, .. } => *boundaries,
+            Policy::Store | Policy::StorePacked => ChunkBoundaries::Kept,
+        }
+    }
+
+    /// The compressor of the saved input, for the policies that recompute.
+    pub fn compressor(&self) -> Option<CompressorKind> {
+        match self {
+            Policy::Checkpoint { compressor, .. } | Policy::Offload { compressor, .. } => Some(*compressor),
+            Policy::Store | Policy::StorePacked => None,
+        }
+    }
+
+    /// Whether the saved input moves to host memory ([`Policy::Offload`]).
+    pub fn offloads(&self) -> bool {
+        matches!(self, Policy::Offload { .. })
     }
 }
 
 impl std::fmt::Display for Policy {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Policy::Store => f.write_str("store"),
-            Policy::StorePacked => f.write_str("store(packed)"),
-            Policy::Checkpoint {
-                compressor,
-                chunks: 1,
-                ..
-            } => write!(f, "checkpoint({})", compressor.name()),
-            Policy::Checkpoint {
-                compressor,
-                chunks,
-                boundaries: ChunkBoundaries::Kept,
-            } => write!(f, "checkpoint({}, chunks={chunks})", compressor.name()),
-            Policy::Checkpoint {
-                compressor,
-                chunks,
-                boundaries: ChunkBoundaries::Replayed,
-            } => write!(
-                f,
-                "checkpoint({}, chunks={chunks}, replayed boundaries)",
-                compressor.name()
-            ),
-            Policy::Offload { compressor } => write!(f, "offload({})", compressor.name()),
+        let (name, compressor) = match self {
+            Policy::Store => return f.write_str("store"),
+            Policy::StorePacked => return f.write_str("store(packed)"),
+            Policy::Checkpoint { compressor, .. } => ("checkpoint", compressor),
+            Policy::Offload { compressor, .. } => ("offload", compressor),
+        };
+        write!(f, "{name}({}", compressor.name())?;
+        let chunks = self.chunks();
+        if chunks > 1 {
+            write!(f, ", chunks={chunks}")?;
+            if self.boundaries() == ChunkBoundaries::Replayed {
+                f.write_str(", replayed boundaries")?;
+            }
         }
+        f.write_str(")")
     }
 }

@@ -339,10 +339,8 @@ fn check_entry(root: &dyn Module, e: &PlanEntry, run: RunShape) -> Result<()> {
             "\"into_next\" continues a run of children into the next child; give \"children\" too, or drop it".into(),
         ));
     }
-    if let Policy::Checkpoint {
-        chunks, boundaries, ..
-    } = e.policy
-    {
+    if e.policy.recomputes() {
+        let (chunks, boundaries) = (e.policy.chunks(), e.policy.boundaries());
         if chunks == 0 {
             return Err(invalid("chunks must be at least 1".into()));
         }

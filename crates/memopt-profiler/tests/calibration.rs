@@ -3,7 +3,7 @@
 //! measured steps, transfers to other workloads as ratios, and its file is strict about its
 //! format and about where it applies.
 
-use memopt_checkpoint::{InputSpec, Plan, PlanEntry, Policy};
+use memopt_checkpoint::{ChunkBoundaries, InputSpec, Plan, PlanEntry, Policy};
 use memopt_compress::CompressorKind;
 use memopt_core::{DType, Device, Phase, Target};
 use memopt_profiler::cost::{
@@ -186,8 +186,25 @@ fn measurement(m: &CostModel) -> (CalibrationMeasurement, Plan) {
         baseline: base,
         checkpointed: ckpt,
         codecs: codecs(m),
+        host_link: Some(host_link(m)),
     };
     (measured, plan)
+}
+
+/// The synthetic host link: 5 GB/s to host memory, 10 GB/s back.
+const TO_HOST: f64 = 5e9;
+const FROM_HOST: f64 = 10e9;
+
+fn host_link(m: &CostModel) -> CodecTiming {
+    let shape = memopt_profiler::cost::largest_spike_input(m).unwrap();
+    let bytes = 4 * shape.iter().product::<usize>() as u64;
+    CodecTiming {
+        compressor: CompressorKind::Null,
+        shape,
+        input_bytes: bytes,
+        compress_ms: 1e3 * bytes as f64 / TO_HOST,
+        decompress_ms: 1e3 * bytes as f64 / FROM_HOST,
+    }
 }
 
 fn close(a: f64, b: f64) -> bool {
@@ -423,4 +440,65 @@ fn calibrated_packing_prices_spike_inputs_only() {
     let guess =
         1e3 * cal.saved_input_traffic(&sparse.path, sparse.policy) as f64 / cal.throughput.bytes_per_s;
     assert!(close(cal.saved_input_ms(&sparse.path, sparse.policy), guess) && guess > 0.0);
+}
+
+#[test]
+fn calibrated_offloads_are_priced_at_the_measured_host_link() {
+    let m = model(&vgg(2));
+    let (measured, _) = measurement(&m);
+    let c = Calibration::fit(&m, &measured, Device::Cpu, host()).unwrap();
+    let link = c.host_link.expect("the host link was measured");
+    assert!(close(link.compress_bytes_per_s, TO_HOST) && close(link.decompress_bytes_per_s, FROM_HOST));
+    let mut cal = model(&vgg(2));
+    c.apply(&mut cal);
+    // features.0 takes the input frames, kept whole: the payload is the input.
+    let payload = cal
+        .modules
+        .iter()
+        .find(|e| e.path == "features.0")
+        .unwrap()
+        .inputs[0]
+        .bytes() as f64;
+    let once = 1e3 * payload * (1.0 / TO_HOST + 1.0 / FROM_HOST);
+    assert!(close(
+        cal.saved_input_ms("features.0", Policy::offload(CompressorKind::BitSpike, 1)),
+        once
+    ));
+    assert_eq!(cal.saved_input_ms("features.0", Policy::CHECKPOINT), 0.0);
+    // In time chunks the backward brings the payload back once per pass: the backward and the
+    // block's BatchNorm gradient-sums pass; replayed boundaries (T = 4, two chunks) re-read the
+    // first chunk in each pass too.
+    let extra = |p: Policy| cal.plan_extra_ms(&Plan::from_entries([("features.0", p)]));
+    let offload = |boundaries| Policy::Offload {
+        compressor: CompressorKind::BitSpike,
+        chunks: 2,
+        boundaries,
+    };
+    let checkpoint = |boundaries| Policy::Checkpoint {
+        compressor: CompressorKind::BitSpike,
+        chunks: 2,
+        boundaries,
+    };
+    let copies = |restores: f64| 1e3 * payload * (1.0 / TO_HOST + restores / FROM_HOST);
+    for (boundaries, restores) in [(ChunkBoundaries::Kept, 2.0), (ChunkBoundaries::Replayed, 3.0)] {
+        let added = extra(offload(boundaries)) - extra(checkpoint(boundaries));
+        assert!(
+            close(added, copies(restores)),
+            "{boundaries:?}: {added} vs {}",
+            copies(restores)
+        );
+    }
+    // Without a measured link (calibrations written before it), at `throughput.bytes_per_s`.
+    let mut old = c.clone();
+    old.host_link = None;
+    let mut guessed = model(&vgg(2));
+    old.apply(&mut guessed);
+    let per_s = guessed.throughput.bytes_per_s;
+    assert!(close(
+        guessed.saved_input_ms("features.0", Policy::offload(CompressorKind::BitSpike, 1)),
+        2e3 * payload / per_s
+    ));
+    let json = old.to_json();
+    assert!(!json.contains("host_link"), "{json}");
+    assert_eq!(Calibration::from_json(&json).unwrap(), old);
 }

@@ -86,12 +86,7 @@ fn plans_cost_their_recomputation_and_compression() {
     assert!(
         m.plan_extra_ms(&spikes(CompressorKind::BitSpike)) > m.plan_extra_ms(&spikes(CompressorKind::Null))
     );
-    let offload = Plan::from_entries([(
-        "features.2",
-        Policy::Offload {
-            compressor: CompressorKind::BitSpike,
-        },
-    )]);
+    let offload = Plan::from_entries([("features.2", Policy::offload(CompressorKind::BitSpike, 1))]);
     assert!(m.plan_extra_ms(&offload) > m.plan_extra_ms(&spikes(CompressorKind::BitSpike)));
     // A run of children costs what its children recompute.
     let run = blocks_1_and_2_checkpointed();

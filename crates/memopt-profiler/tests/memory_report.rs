@@ -144,9 +144,7 @@ fn per_module_figures_sum_to_the_global_figures_under_checkpoints_and_offload() 
             ("features.1", Policy::CHECKPOINT),
             (
                 "features.2.neuron",
-                Policy::Offload {
-                    compressor: memopt_compress::CompressorKind::U8,
-                },
+                Policy::offload(memopt_compress::CompressorKind::U8, 1),
             ),
             ("features", Policy::CHECKPOINT),
         ]),

@@ -21,8 +21,9 @@ the time outside modules, the optimizer) and checkpointing every leaf module (ea
 recomputation as the module that ends its segment, timed in the recompute phase: such a module
 materialises only what its backward keeps, so a convolution recomputes nothing; a recomputed
 module whose outputs are read is priced at its forward factor). Then it times the exact spike compressors
-(bit_spike, u8) packing and unpacking the model's largest spike input. Nothing is assumed:
-recomputation and packing are measured. The factors are ratios, so a calibration made on one
+(bit_spike, u8) packing and unpacking the model's largest spike input, and that tensor moving to host
+memory and back (what the offload policy copies; on the CPU, whose memory is the host's, a copy).
+Nothing is assumed: recomputation, packing and offload copies are measured. The factors are ratios, so a calibration made on one
 model and size predicts others on the same device: pass it to `memopt optimize --calibration
 FILE` or `memopt bench --calibration FILE`. The file records the device and what its times
 depend on (CPU model, worker threads, build); using it with another is refused. A model with
@@ -147,6 +148,14 @@ pub fn run(args: &CalibrateArgs, out: &mut dyn Write) -> Result<()> {
                 "  {name:<9} pack {:>7.2} GB/s, unpack {:>7.2} GB/s (of unpacked bytes)",
                 speed.compress_bytes_per_s / 1e9,
                 speed.decompress_bytes_per_s / 1e9
+            )?;
+        }
+        if let Some(link) = &c.host_link {
+            out!(
+                out,
+                "  offload   to host {:>7.2} GB/s, back {:>7.2} GB/s",
+                link.compress_bytes_per_s / 1e9,
+                link.decompress_bytes_per_s / 1e9
             )?;
         }
     }

@@ -123,6 +123,11 @@ pub struct Calibration {
     pub optimizer_ms_per_byte: f64,
     /// Packing and unpacking speed per compressor timed (by its name).
     pub codecs: BTreeMap<String, CodecSpeed>,
+    /// Speed of moving a payload to host memory and back ([`CostModel::host_link`]); absent
+    /// in calibrations written before it was measured (offloads are then priced at
+    /// `throughput.bytes_per_s`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_link: Option<CodecSpeed>,
 }
 
 /// What applying a calibration to a workload's cost model did.
@@ -228,6 +233,10 @@ impl Calibration {
                 c.decompress_bytes_per_s,
             )?;
         }
+        if let Some(l) = &self.host_link {
+            positive("host_link.compress_bytes_per_s", l.compress_bytes_per_s)?;
+            positive("host_link.decompress_bytes_per_s", l.decompress_bytes_per_s)?;
+        }
         if self.host.threads == 0 {
             return Err(invalid("host.threads is 0; it must be at least 1".into()));
         }
@@ -307,6 +316,7 @@ impl Calibration {
         model.backward_overhead_ms = self.backward_outside * bwd;
         model.optimizer_ms = Some(self.optimizer_ms_per_byte * model.param_bytes as f64);
         model.codecs = self.codecs.clone();
+        model.host_link = self.host_link;
         Applied {
             unmeasured_types: unmeasured,
         }

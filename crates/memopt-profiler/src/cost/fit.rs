@@ -36,6 +36,9 @@ pub struct CalibrationMeasurement {
     pub checkpointed: TimingReport,
     /// Compressors packing and unpacking a spike tensor.
     pub codecs: Vec<CodecTiming>,
+    /// The same tensor moved to host memory and back, as an offload moves a payload kept
+    /// whole (`compress_ms`: to the host, `decompress_ms`: back; compressor `null`).
+    pub host_link: Option<CodecTiming>,
 }
 
 /// A calibration with the measurement it was fitted to.
@@ -94,16 +97,19 @@ impl Calibration {
             }
         };
         let mut codecs = Vec::new();
+        let mut host_link = None;
         if let Some(shape) = largest_spike_input(&model) {
             let codec_profiler = TimingProfiler::new(profiler.warmup.max(1), profiler.runs.saturating_mul(4));
             for kind in TIMED_CODECS {
                 codecs.push(codec_profiler.profile_codec(kind, &shape, device)?);
             }
+            host_link = Some(codec_profiler.profile_host_link(&shape, device)?);
         }
         let measurement = CalibrationMeasurement {
             baseline,
             checkpointed,
             codecs,
+            host_link,
         };
         let calibration = Calibration::fit(&model, &measurement, device, HostIdentity::this_process())?;
         Ok(CalibrationRun {
@@ -168,6 +174,7 @@ impl Calibration {
             backward_outside: ratio(fitted.backward_overhead_ms, bwd),
             optimizer_ms_per_byte: ratio(fitted.optimizer_update_ms(), fitted.param_bytes as f64),
             codecs: fitted.codecs.clone(),
+            host_link: m.host_link.as_ref().and_then(CodecTiming::speed),
         };
         c.check()?;
         Ok(c)
@@ -251,16 +258,21 @@ impl CostModel {
     /// that compressor stays priced by bytes moved.
     pub fn calibrate_codecs(&mut self, codecs: &[CodecTiming]) {
         for c in codecs {
-            if c.compress_ms > 0.0 && c.decompress_ms > 0.0 && c.input_bytes > 0 {
-                let bytes = c.input_bytes as f64;
-                self.codecs.insert(
-                    c.compressor.name().to_string(),
-                    CodecSpeed {
-                        compress_bytes_per_s: bytes / (c.compress_ms / 1e3),
-                        decompress_bytes_per_s: bytes / (c.decompress_ms / 1e3),
-                    },
-                );
+            if let Some(speed) = c.speed() {
+                self.codecs.insert(c.compressor.name().to_string(), speed);
             }
         }
+    }
+}
+
+impl CodecTiming {
+    /// Bytes of the unpacked tensor over the median times; `None` for a timing too short for
+    /// the clock to see.
+    pub fn speed(&self) -> Option<CodecSpeed> {
+        let bytes = self.input_bytes as f64;
+        (self.compress_ms > 0.0 && self.decompress_ms > 0.0 && self.input_bytes > 0).then(|| CodecSpeed {
+            compress_bytes_per_s: bytes / (self.compress_ms / 1e3),
+            decompress_bytes_per_s: bytes / (self.decompress_ms / 1e3),
+        })
     }
 }

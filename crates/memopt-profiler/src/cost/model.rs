@@ -98,6 +98,12 @@ pub struct CostModel {
     /// prices the chunk replays of [`memopt_checkpoint::ChunkBoundaries::Replayed`].
     #[serde(default)]
     pub time_steps: usize,
+    /// Measured speed of moving a saved payload to host memory (`compress_bytes_per_s`) and
+    /// back (`decompress_bytes_per_s`), in bytes per second, for [`Policy::Offload`]
+    /// (measured by [`crate::TimingProfiler::profile_host_link`]); `None`: both at
+    /// `throughput.bytes_per_s`.
+    #[serde(default)]
+    pub host_link: Option<CodecSpeed>,
 }
 
 /// How fast a compressor packs and unpacks on a device, in bytes of the unpacked tensor per
@@ -132,6 +138,7 @@ impl CostModel {
             modules,
             codecs: BTreeMap::new(),
             time_steps,
+            host_link: None,
         })
     }
 
@@ -240,7 +247,13 @@ impl CostModel {
             .sum();
         let saved: f64 = targets
             .iter()
-            .filter_map(|(paths, policy)| paths.first().map(|p| self.saved_input_ms(p, *policy)))
+            .filter_map(|(paths, policy)| {
+                let restores =
+                    self.saved_input_restores(paths, *policy, !self.nested_in_chunks(paths, &targets));
+                paths
+                    .first()
+                    .map(|p| self.saved_input_ms_restored(p, *policy, restores))
+            })
             .sum();
         let packed_stores: f64 = plan
             .entries
@@ -255,11 +268,7 @@ impl CostModel {
             .filter(|(_, policy)| policy.chunks() > 1)
             .map(|(paths, policy)| (paths, *policy))
             .collect();
-        let nested = |paths: &Vec<String>| {
-            chunked
-                .iter()
-                .any(|(outer, _)| *outer != paths && paths.iter().all(|p| outer.iter().any(|o| within(p, o))))
-        };
+        let nested = |paths: &Vec<String>| self.nested_in_chunks(paths, &targets);
         let passes: f64 = chunked
             .iter()
             .filter(|(paths, _)| !nested(paths))
@@ -270,6 +279,16 @@ impl CostModel {
             .map(|(paths, policy)| self.boundary_replays_ms(paths, *policy, !nested(paths)))
             .sum();
         recompute + saved + passes + packed_stores + replays
+    }
+
+    /// Whether the segment of `paths` lies inside another segment of `targets` that runs in
+    /// time chunks (it then finds its BatchNorm statistics given and runs no passes).
+    fn nested_in_chunks(&self, paths: &[String], targets: &[(Vec<String>, Policy)]) -> bool {
+        targets.iter().any(|(outer, policy)| {
+            policy.chunks() > 1
+                && outer.as_slice() != paths
+                && paths.iter().all(|p| outer.iter().any(|o| within(p, o)))
+        })
     }
 
     /// Predicted time of [`Policy::StorePacked`] over `paths`, in milliseconds: every
@@ -366,11 +385,16 @@ impl CostModel {
     /// `throughput.bytes_per_s`. Spikes read packed (see [`Self::saved_input_traffic`]) are
     /// unpacked twice, each time at the measured unpacking speed.
     pub fn saved_input_ms(&self, path: &str, policy: Policy) -> f64 {
-        let (compressor, offload) = match policy {
-            Policy::Store | Policy::StorePacked => return 0.0,
-            Policy::Checkpoint { compressor, .. } => (compressor, false),
-            Policy::Offload { compressor } => (compressor, true),
+        self.saved_input_ms_restored(path, policy, 1.0)
+    }
+
+    /// [`Self::saved_input_ms`] for a segment whose backward brings an offloaded payload back
+    /// `restores` times ([`Self::saved_input_restores`]; once without chunks).
+    fn saved_input_ms_restored(&self, path: &str, policy: Policy, restores: f64) -> f64 {
+        let Some(compressor) = policy.compressor() else {
+            return 0.0;
         };
+        let offload = policy.offloads();
         let Some(entry) = self.modules.iter().find(|m| m.path == path) else {
             return 0.0;
         };
@@ -381,8 +405,18 @@ impl CostModel {
             .iter()
             .map(|x| {
                 let kind = compressor.keeping(x.known_values());
+                let payload = if kind == CompressorKind::Null {
+                    x.bytes()
+                } else {
+                    kind.build().packed_size(&x.shape, x.dtype).upper_bound()
+                };
+                let moved = if offload {
+                    self.host_copies_ms(payload, restores)
+                } else {
+                    0.0
+                };
                 let Some(speed) = self.codec_speed(kind).filter(|_| kind != CompressorKind::Null) else {
-                    return 1e3 * kept_input_bytes(x, kind, offload, layer_reads_packed) as f64 / per_s;
+                    return 1e3 * kept_input_bytes(x, kind, false, layer_reads_packed) as f64 / per_s + moved;
                 };
                 let bytes = x.bytes() as f64;
                 let unpacks = if reads_packed(x, kind, layer_reads_packed) {
@@ -392,15 +426,20 @@ impl CostModel {
                 };
                 let codec = 1e3
                     * (bytes / speed.compress_bytes_per_s + unpacks * bytes / speed.decompress_bytes_per_s);
-                let payload = kind.build().packed_size(&x.shape, x.dtype).upper_bound();
-                codec
-                    + if offload {
-                        2e3 * payload as f64 / per_s
-                    } else {
-                        0.0
-                    }
+                codec + moved
             })
             .sum()
+    }
+
+    /// Time to copy an offloaded payload of `payload` bytes to host memory once and back
+    /// `restores` times, in milliseconds, at the measured [`CostModel::host_link`] speeds (at
+    /// `throughput.bytes_per_s` when not measured).
+    pub fn host_copies_ms(&self, payload: u64, restores: f64) -> f64 {
+        let (out, back) = match self.host_link {
+            Some(l) => (l.compress_bytes_per_s, l.decompress_bytes_per_s),
+            None => (self.throughput.bytes_per_s, self.throughput.bytes_per_s),
+        };
+        1e3 * payload as f64 * (1.0 / out + restores / back)
     }
 
     /// Whether the segment at `path` starts with a convolution or a linear layer, which reads
@@ -423,11 +462,10 @@ impl CostModel {
     /// identity or a downsampling convolution, unpack it once or twice more; the per-module
     /// costs do not show which module reads which value, so they are not counted.)
     pub fn saved_input_traffic(&self, path: &str, policy: Policy) -> u64 {
-        let (compressor, offload) = match policy {
-            Policy::Store | Policy::StorePacked => return 0,
-            Policy::Checkpoint { compressor, .. } => (compressor, false),
-            Policy::Offload { compressor } => (compressor, true),
+        let Some(compressor) = policy.compressor() else {
+            return 0;
         };
+        let offload = policy.offloads();
         let Some(entry) = self.modules.iter().find(|m| m.path == path) else {
             return 0;
         };

@@ -59,31 +59,64 @@ impl CostModel {
         policy: Policy,
         computes_statistics: bool,
     ) -> f64 {
-        let Policy::Checkpoint {
-            chunks,
-            boundaries: ChunkBoundaries::Replayed,
-            ..
-        } = policy
-        else {
+        let share = self.replay_share(policy);
+        if share == 0.0 {
             return 0.0;
-        };
-        let share = if self.time_steps >= chunks && chunks > 1 {
+        }
+        let forward: f64 = self
+            .modules
+            .iter()
+            .filter(|m| m.leaf && paths.iter().any(|p| within(&m.path, p)))
+            .map(|m| self.entry_recompute_ms(m, false))
+            .sum();
+        self.backward_passes(paths, computes_statistics) as f64 * share * forward
+    }
+
+    /// The passes over its chunks a chunked segment (the modules under `paths`) runs in
+    /// backward: the backward proper and, when it computes its BatchNorm statistics itself,
+    /// one gradient-sums pass per training BatchNorm.
+    fn backward_passes(&self, paths: &[String], computes_statistics: bool) -> usize {
+        let batch_norms = self
+            .modules
+            .iter()
+            .filter(|m| m.leaf && paths.iter().any(|p| within(&m.path, p)))
+            .filter(|m| m.module_type.starts_with("BatchNorm"))
+            .count();
+        1 + if computes_statistics { batch_norms } else { 0 }
+    }
+
+    /// How many times the backward of a segment (the modules under `paths`) under `policy`
+    /// restores its whole saved input: once without chunks; in time chunks, once per backward
+    /// pass ([`Self::backward_passes`]), and replayed boundaries re-read the chunks before
+    /// each chunk again (the share of [`Self::boundary_replays_ms`]). An offloaded payload
+    /// comes back from host memory each time.
+    pub(super) fn saved_input_restores(
+        &self,
+        paths: &[String],
+        policy: Policy,
+        computes_statistics: bool,
+    ) -> f64 {
+        if policy.chunks() <= 1 {
+            return 1.0;
+        }
+        let passes = self.backward_passes(paths, computes_statistics) as f64;
+        passes * (1.0 + self.replay_share(policy))
+    }
+
+    /// The share of the segment's forward that replayed boundaries run again per backward pass
+    /// (0 with kept boundaries): `sum(start of chunk i) / T`, `(k - 1) / 2` for `k` chunks when
+    /// T is unknown.
+    fn replay_share(&self, policy: Policy) -> f64 {
+        if policy.boundaries() != ChunkBoundaries::Replayed {
+            return 0.0;
+        }
+        let chunks = policy.chunks();
+        if self.time_steps >= chunks && chunks > 1 {
             let starts: usize = time_spans(self.time_steps, chunks).iter().map(|s| s.start).sum();
             starts as f64 / self.time_steps as f64
         } else {
             chunks.saturating_sub(1) as f64 / 2.0
-        };
-        let leaves = || {
-            self.modules
-                .iter()
-                .filter(|m| m.leaf && paths.iter().any(|p| within(&m.path, p)))
-        };
-        let forward: f64 = leaves().map(|m| self.entry_recompute_ms(m, false)).sum();
-        let batch_norms = leaves()
-            .filter(|m| m.module_type.starts_with("BatchNorm"))
-            .count();
-        let passes = 1 + if computes_statistics { batch_norms } else { 0 };
-        passes as f64 * share * forward
+        }
     }
 
     /// The extra passes of a segment (the modules under `paths`) run in time chunks, for its

@@ -83,4 +83,42 @@ impl TimingProfiler {
             decompress_ms: median(&unpacks),
         })
     }
+
+    /// Times moving an f32 tensor of `shape` from `device` to its host memory
+    /// ([`Device::host`]) and back, as an offload moves a saved payload kept whole, after
+    /// `warmup` rounds: the median of `runs` rounds of each direction (CUDA events on a GPU).
+    /// On the CPU, whose host is itself, it times a copy. Reported as a [`CodecTiming`] of the
+    /// `null` compressor: `compress_ms` to the host, `decompress_ms` back.
+    pub fn profile_host_link(&self, shape: &[usize], device: Device) -> Result<CodecTiming> {
+        if self.runs == 0 {
+            return Err(crate::ProfilerError::Invalid(
+                "the timing profiler needs at least one run".into(),
+            ));
+        }
+        let _own = MemoryTracker::install(MemoryTracker::new(device));
+        let shape = Shape::from(shape.to_vec());
+        let x = spikes(&shape, device)?;
+        let (mut outs, mut backs) = (Vec::with_capacity(self.runs), Vec::with_capacity(self.runs));
+        for round in 0..self.warmup + self.runs {
+            let mut clock = Clock::for_device(device)?;
+            let start = clock.mark(Instant::now())?;
+            let on_host = x.to_device_as(device.host(), MemoryKind::Offloaded)?;
+            let out_at = clock.mark(Instant::now())?;
+            let back = on_host.to_device_as(device, MemoryKind::Activation)?;
+            let end = clock.mark(Instant::now())?;
+            let at = clock.resolve()?;
+            drop((on_host, back));
+            if round >= self.warmup {
+                outs.push(at[out_at].saturating_sub(at[start]).as_secs_f64() * 1e3);
+                backs.push(at[end].saturating_sub(at[out_at]).as_secs_f64() * 1e3);
+            }
+        }
+        Ok(CodecTiming {
+            compressor: CompressorKind::Null,
+            shape: shape.dims().to_vec(),
+            input_bytes: x.view_bytes(),
+            compress_ms: median(&outs),
+            decompress_ms: median(&backs),
+        })
+    }
 }

@@ -75,7 +75,17 @@ pub fn random_plan(model: &Model, picks: &[u32], compressors: &[CompressorKind])
         let candidates = match r % 5 {
             0 => continue,
             1 => vec![Policy::StorePacked],
-            2 => vec![Policy::Offload { compressor }],
+            2 => {
+                let chunks = 1 + (r as usize / 64) % t;
+                vec![
+                    Policy::Offload {
+                        compressor,
+                        chunks,
+                        boundaries: ChunkBoundaries::Kept,
+                    },
+                    Policy::offload(compressor, 1),
+                ]
+            }
             _ => checkpoint(compressor, 1 + (r as usize / 64) % t, r),
         };
         push(&mut plan, &info.path, None, 0, candidates);

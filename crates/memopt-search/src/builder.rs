@@ -52,6 +52,12 @@ pub struct OptionSpace {
     /// baseline's reserved peak: +8.1% predicted instead of +54.3%), so a planning session
     /// builds its chain models both ways ([`crate::PlanningSession::chains`]).
     pub spike_counts: bool,
+    /// Whether every checkpoint option is also offered offloaded ([`Policy::Offload`]: the
+    /// saved input, per time chunk, in host memory between the segment's forward and its
+    /// backward). Only where host memory is separate from the model's device (a GPU, or Meta
+    /// of a GPU: [`memopt_core::Device::has_separate_host`]); elsewhere offloading frees nothing
+    /// and the option is not measured.
+    pub offload: bool,
 }
 
 impl Default for OptionSpace {
@@ -64,6 +70,7 @@ impl Default for OptionSpace {
             replay_boundaries: true,
             split_poolings: true,
             spike_counts: true,
+            offload: true,
         }
     }
 }
@@ -108,7 +115,9 @@ fn option(policy: Policy, f: &Figures, extra_ms: f64) -> SegmentOption {
 
 /// The policies measured for `site` in a chain of `t` time steps, in the order [`segment`]
 /// measures them: storing, checkpointing, time chunks where the site can run on part of the
-/// time steps, and last [`Policy::StorePacked`] when the space offers it.
+/// time steps, each of those offloaded when the space offers it ([`OptionSpace::offload`],
+/// already limited to devices with separate host memory by [`offered`]), and last
+/// [`Policy::StorePacked`] when the space offers it.
 fn policies(site: &Site, t: usize, space: &OptionSpace) -> Vec<Policy> {
     let compressor = if !space.spike_counts && site.inputs.iter().any(|x| x.pooled_spike_window.is_some()) {
         CompressorKind::Null
@@ -133,10 +142,30 @@ fn policies(site: &Site, t: usize, space: &OptionSpace) -> Vec<Policy> {
             });
         }
     }
+    if space.offload {
+        let offloaded: Vec<Policy> = policies[1..]
+            .iter()
+            .map(|p| Policy::Offload {
+                compressor,
+                chunks: p.chunks(),
+                boundaries: p.boundaries(),
+            })
+            .collect();
+        policies.extend(offloaded);
+    }
     if space.store_packed {
         policies.push(Policy::StorePacked);
     }
     policies
+}
+
+/// `space` as offered on `device`: no offload options where host memory is the device's own
+/// (the CPU and Meta of the CPU), where they would free nothing.
+fn offered(space: &OptionSpace, device: memopt_core::Device) -> OptionSpace {
+    OptionSpace {
+        offload: space.offload && device.has_separate_host(),
+        ..space.clone()
+    }
 }
 
 /// Whether some segment under `root` takes or holds pooled spikes (so that
@@ -293,7 +322,8 @@ pub fn chain_model(
     space: &OptionSpace,
     cost: &CostModel,
 ) -> Result<ChainModel> {
-    build(model, root, n, base, space, cost, &mut Measurements::new(model))
+    let space = offered(space, model.device());
+    build(model, root, n, base, &space, cost, &mut Measurements::new(model))
 }
 
 /// [`chain_model`] with the distinct segments measured in advance on up to `threads` threads
@@ -310,8 +340,9 @@ pub fn chain_model_on_threads(
     cost: &CostModel,
     threads: usize,
 ) -> Result<ChainModel> {
-    let mut measurements = measured_ahead(workload, model, root, &[space], threads)?;
-    build(model, root, n, base, space, cost, &mut measurements)
+    let space = offered(space, model.device());
+    let mut measurements = measured_ahead(workload, model, root, &[&space], threads)?;
+    build(model, root, n, base, &space, cost, &mut measurements)
 }
 
 /// The measurements every chain model of `spaces` asks for under `root`, made in advance on up
@@ -348,6 +379,7 @@ pub(crate) fn chain_models_on_threads(
     cost: &CostModel,
     threads: usize,
 ) -> Result<Vec<ChainModel>> {
+    let space = &offered(space, model.device());
     let mut spaces = vec![space.clone()];
     if space.split_poolings && splits_a_pooling(root, space) {
         spaces.push(OptionSpace {

@@ -36,8 +36,8 @@ pub(crate) fn measure_threads() -> usize {
 /// runs (its chunks, again per BatchNorm statistics and gradient-sums pass). Only the order
 /// depends on it, never a figure.
 fn weight(r: &Request) -> u128 {
-    let passes = match r.policy {
-        Policy::Checkpoint { chunks, .. } if chunks > 1 => 4 * chunks as u128,
+    let passes = match r.policy.chunks() {
+        chunks if chunks > 1 => 4 * chunks as u128,
         _ => 1,
     };
     (u128::from(r.site.cost.bytes) + 1) * passes

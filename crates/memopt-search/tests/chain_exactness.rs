@@ -25,17 +25,17 @@ fn sgd() -> SgdConfig {
     }
 }
 
-/// Exact peak of one step of zoo model `name` (small spec) with batch `n` under `plan`, and the
-/// bytes held before the step starts.
-fn exact(name: &str, n: usize, plan: &Plan) -> (u64, u64) {
-    let tracker = MemoryTracker::new(Device::META);
+/// Exact peak of one step of zoo model `name` (small spec) with batch `n` under `plan` on Meta
+/// `device`, and the bytes held before the step starts.
+fn exact(name: &str, n: usize, plan: &Plan, device: Device) -> (u64, u64) {
+    let tracker = MemoryTracker::new(device);
     let _installed = MemoryTracker::install(tracker.clone());
     let spec = zoo::entry(name).unwrap().small;
-    let mut model = zoo::build(name, &spec, Device::META, 0).unwrap();
+    let mut model = zoo::build(name, &spec, device, 0).unwrap();
     model.apply_plan(plan).unwrap();
     let mut trainer = Trainer::new(Box::new(Sgd::new(&model, sgd()).unwrap()), 0);
-    let input = Tensor::zeros(spec.input_dims(n), DType::F32, Device::META, MemoryKind::Input).unwrap();
-    let labels = Tensor::zeros([n], DType::I64, Device::META, MemoryKind::Input).unwrap();
+    let input = Tensor::zeros(spec.input_dims(n), DType::F32, device, MemoryKind::Input).unwrap();
+    let labels = Tensor::zeros([n], DType::I64, device, MemoryKind::Input).unwrap();
     let base = tracker.current_bytes();
     trainer
         .step(
@@ -54,10 +54,13 @@ fn cost(name: &str, n: usize) -> CostModel {
     CostModel::from_workload(&Workload::zoo_small(name, n).unwrap(), Throughput::cpu_default()).unwrap()
 }
 
-fn meta_model(name: &str) -> Model {
+fn meta_model(name: &str, device: Device) -> Model {
     let spec = zoo::entry(name).unwrap().small;
-    zoo::build(name, &spec, Device::META, 0).unwrap()
+    zoo::build(name, &spec, device, 0).unwrap()
 }
+
+/// Meta of a GPU, whose host memory is separate: the chain model offers offloading there.
+const GPU: Device = Device::Meta(memopt_core::Target::Cuda);
 
 /// The site at `path` in the tree under `site`.
 fn find<'a>(site: &'a Site, path: &str) -> Option<&'a Site> {
@@ -71,13 +74,9 @@ fn find<'a>(site: &'a Site, path: &str) -> Option<&'a Site> {
 /// checkpointed with BitSpike, its input is spikes and its first layer (in registration order,
 /// which is forward order in the zoo) is a convolution or a linear layer.
 fn reads_packed(model: &Model, root: &Site, entry: &PlanEntry) -> bool {
-    let Policy::Checkpoint {
-        compressor: CompressorKind::BitSpike,
-        ..
-    } = entry.policy
-    else {
+    if entry.policy.compressor() != Some(CompressorKind::BitSpike) {
         return false;
-    };
+    }
     let (Some(site), Some(module)) = (find(root, &entry.path), model.module(&entry.path)) else {
         return false;
     };
@@ -94,12 +93,7 @@ fn reads_packed(model: &Model, root: &Site, entry: &PlanEntry) -> bool {
 /// Whether `entry`'s segment keeps its saved input as spike counts: checkpointed with a binary
 /// compressor, and its input pooled spikes (an average pooling of spikes).
 fn keeps_counts(root: &Site, entry: &PlanEntry) -> bool {
-    let binary = match entry.policy {
-        Policy::Checkpoint { compressor, .. } | Policy::Offload { compressor } => {
-            compressor.requires_binary()
-        }
-        _ => false,
-    };
+    let binary = entry.policy.compressor().is_some_and(|c| c.requires_binary());
     let Some(site) = find(root, &entry.path) else {
         return false;
     };
@@ -133,15 +127,15 @@ fn contains_batch_norm(model: &Model, e: &PlanEntry) -> bool {
 }
 
 fn check(name: &str, n: usize, samples: usize) {
-    let (store_peak, base) = exact(name, n, &Plan::store_all());
-    let model = meta_model(name);
-    let input = Tensor::zeros(
-        model.spec().input_dims(n),
-        DType::F32,
-        Device::META,
-        MemoryKind::Input,
-    )
-    .unwrap();
+    check_on(name, n, samples, Device::META);
+}
+
+/// [`check`] on Meta `device`: on Meta of a GPU the chain offers offloading, and sampled plans
+/// offload (chunked too); on Meta of the CPU it offers none.
+fn check_on(name: &str, n: usize, samples: usize, device: Device) {
+    let (store_peak, base) = exact(name, n, &Plan::store_all(), device);
+    let model = meta_model(name, device);
+    let input = Tensor::zeros(model.spec().input_dims(n), DType::F32, device, MemoryKind::Input).unwrap();
     let root = discover(&model, &input).unwrap();
     let chain = chain_model(&model, &root, n, base, &OptionSpace::default(), &cost(name, n)).unwrap();
     let store: Vec<Chosen<'_>> = chain.pick_plan(&mut |_| 0);
@@ -152,6 +146,7 @@ fn check(name: &str, n: usize, samples: usize) {
     let mut pick = |n: usize| (rng.next_uniform() * n as f32) as usize % n;
     let (mut checked_entries, mut chunked, mut runs, mut chunked_bn) = (0, 0, 0, 0);
     let (mut runs_into_next, mut chunked_into_next, mut counts) = (0, 0, 0);
+    let (mut offloaded, mut chunked_offloaded) = (0, 0);
     let (mut packed, mut stored_packed, mut chunked_bn_packed, mut stored_packed_bn) = (0, 0, 0, 0);
     for _ in 0..samples {
         let p = chain.pick_plan(&mut pick);
@@ -163,9 +158,15 @@ fn check(name: &str, n: usize, samples: usize) {
                 version: 1,
                 entries: entries.clone(),
             },
+            device,
         );
         assert_eq!(ChainModel::peak(&chain, &p).unwrap(), peak, "{name}: {entries:?}");
         checked_entries += entries.len();
+        offloaded += entries.iter().filter(|e| e.policy.offloads()).count();
+        chunked_offloaded += entries
+            .iter()
+            .filter(|e| e.policy.offloads() && e.policy.chunks() > 1)
+            .count();
         chunked += entries.iter().filter(|e| e.policy.chunks() > 1).count();
         chunked_bn += entries
             .iter()
@@ -234,6 +235,12 @@ fn check(name: &str, n: usize, samples: usize) {
         counts > 0 || name != "cifar10dvs-vgg",
         "{name}: some sampled plans keep a pooled input as spike counts"
     );
+    let offers_offload = format!("{:?}", chain.nodes).contains("Offload");
+    assert_eq!(offers_offload, device.has_separate_host(), "{name} on {device}");
+    assert!(
+        (offloaded > 0 && chunked_offloaded > 0) || !offers_offload,
+        "{name}: some sampled plans offload, some of them in time chunks"
+    );
     let has_runs = format!("{:?}", chain.nodes).contains("children: Some");
     assert!(
         runs > 0 || !has_runs,
@@ -257,6 +264,16 @@ fn chain_model_is_exact_on_the_cifar10dvs_vgg() {
 }
 
 #[test]
+fn chain_model_is_exact_on_the_cifar10dvs_vgg_for_a_gpu() {
+    check_on("cifar10dvs-vgg", 2, 300, GPU);
+}
+
+#[test]
+fn chain_model_is_exact_on_toy_if_for_a_gpu() {
+    check_on("toy-if", 4, 200, GPU);
+}
+
+#[test]
 fn chain_model_is_exact_on_the_resnets() {
     check("sew-resnet18", 2, 60);
     check("spiking-resnet18", 2, 60);
@@ -269,7 +286,7 @@ fn chain_model_is_exact_on_vgg11() {
 
 #[test]
 fn plans_map_back_onto_the_chain() {
-    let model = meta_model("cifar10dvs-vgg");
+    let model = meta_model("cifar10dvs-vgg", Device::META);
     let input = Tensor::zeros(
         model.spec().input_dims(2),
         DType::F32,

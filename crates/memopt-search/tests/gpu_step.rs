@@ -160,20 +160,16 @@ fn bits(v: &[(String, Vec<f32>)]) -> Vec<(String, Vec<u32>)> {
         .collect()
 }
 
-/// `count` random plans of zoo model `name` at batch `n`, drawn from its chain model with a
+/// `count` random plans of zoo model `name` at batch `n`, drawn from its chain model for the
+/// GPU (Meta of the CUDA target, whose options include offloading to host memory) with a
 /// fixed seed (as in chain_exactness.rs).
 fn random_plans(name: &str, n: usize, count: usize) -> Vec<Plan> {
     let workload = Workload::zoo_small(name, n).unwrap();
-    let tracker = MemoryTracker::new(Device::META);
+    let meta = GPU.meta();
+    let tracker = MemoryTracker::new(meta);
     let _installed = MemoryTracker::install(tracker.clone());
-    let model = workload.build_model(Device::META).unwrap();
-    let input = Tensor::zeros(
-        model.spec().input_dims(n),
-        DType::F32,
-        Device::META,
-        MemoryKind::Input,
-    )
-    .unwrap();
+    let model = workload.build_model(meta).unwrap();
+    let input = Tensor::zeros(model.spec().input_dims(n), DType::F32, meta, MemoryKind::Input).unwrap();
     let root = discover(&model, &input).unwrap();
     let cost = CostModel::from_workload(&workload, Throughput::cpu_default()).unwrap();
     let chain = chain_model(&model, &root, n, 0, &OptionSpace::default(), &cost).unwrap();

@@ -205,7 +205,7 @@ fn measuring_on_threads_gives_the_same_figures_and_asks_nothing_twice() {
     for workload in workloads() {
         let _own = MemoryTracker::install(MemoryTracker::new(workload.meta_device()));
         let (model, root, cost) = setup(&workload);
-        let space = OptionSpace::default();
+        let space = super::offered(&OptionSpace::default(), model.device());
         let mut serial = Measurements::new(&model);
         let one = build(&model, &root, 2, 0, &space, &cost, &mut serial).unwrap();
         for threads in [1, 2, 3] {

@@ -19,10 +19,11 @@ use pieces::{PartRun, Piece, part_runs, piece_site, pieces, rest_runs, rest_site
 pub struct OptionSpace {
     /// Compressor of checkpointed inputs (applied to spike inputs only).
     pub compressor: CompressorKind,
-    /// Time-chunk counts tried for segments that can run on part of the time steps (counts
-    /// above T are skipped). Each count k also brings the fewest chunks whose longest chunk is
-    /// as long as k's (see [`chunk_candidates`]): at T = 10, 8 chunks (longest 2 steps) bring
-    /// 5 chunks of 2 steps, which keep 4 boundary states instead of 7.
+    /// Time-chunk counts tried for segments that can run on part of the time steps (a count
+    /// above T stands for T: one time step per chunk). Each count k also brings the fewest
+    /// chunks whose longest chunk is as long as k's (see [`chunk_candidates`]): at T = 10,
+    /// 8 chunks (longest 2 steps) bring 5 chunks of 2 steps, which keep 4 boundary states
+    /// instead of 7, and 16 stands for 10 chunks of one step.
     pub chunk_counts: Vec<usize>,
     /// Longest run of consecutive children considered as one segment (0: no runs).
     pub max_run: usize,
@@ -64,7 +65,7 @@ impl Default for OptionSpace {
     fn default() -> Self {
         OptionSpace {
             compressor: CompressorKind::BitSpike,
-            chunk_counts: vec![2, 4, 8],
+            chunk_counts: vec![2, 4, 8, 16],
             max_run: 6,
             store_packed: true,
             replay_boundaries: true,
@@ -76,8 +77,9 @@ impl Default for OptionSpace {
 }
 
 /// The time-chunk counts tried at `t` time steps for the listed `counts`: every listed count
-/// from 2 to `t`, and for each the fewest chunks with the same longest chunk,
-/// `ceil(t / ceil(t / k))`; ascending, each once.
+/// from 2 on, `t` for a count above `t` (one time step per chunk: at T = 10 the least memory
+/// of the CIFAR10-DVS VGG at N = 32 falls from 669.8 to 509.7 MiB with it), and for each the
+/// fewest chunks with the same longest chunk, `ceil(t / ceil(t / k))`; ascending, each once.
 ///
 /// Why the second: a chunked segment keeps one neuron state per chunk boundary until its
 /// backward reaches that chunk, and while its BatchNorm gradient-sums passes run, every
@@ -89,8 +91,9 @@ impl Default for OptionSpace {
 pub fn chunk_candidates(counts: &[usize], t: usize) -> Vec<usize> {
     let mut out: Vec<usize> = counts
         .iter()
-        .filter(|&&k| k > 1 && k <= t)
-        .flat_map(|&k| {
+        .map(|&k| k.min(t))
+        .filter(|&k| k > 1)
+        .flat_map(|k| {
             let longest = t.div_ceil(k);
             [k, t.div_ceil(longest)]
         })

@@ -230,16 +230,17 @@ fn measuring_on_threads_gives_the_same_figures_and_asks_nothing_twice() {
 }
 
 /// Each listed chunk count brings the fewest chunks with its longest chunk: at T = 10, 8
-/// chunks (longest 2 steps) bring 5; counts above T are dropped; T = 4, 8, 16 add nothing.
+/// chunks (longest 2 steps) bring 5; counts above T stand for T (one step per chunk); T = 4,
+/// 8, 16 add nothing.
 #[test]
 fn chunk_candidates_add_the_fewest_chunks_of_each_longest_chunk() {
     let listed = OptionSpace::default().chunk_counts;
-    assert_eq!(listed, vec![2, 4, 8]);
-    assert_eq!(chunk_candidates(&listed, 10), vec![2, 4, 5, 8]);
-    assert_eq!(chunk_candidates(&listed, 6), vec![2, 3, 4]);
+    assert_eq!(listed, vec![2, 4, 8, 16]);
+    assert_eq!(chunk_candidates(&listed, 10), vec![2, 4, 5, 8, 10]);
+    assert_eq!(chunk_candidates(&listed, 6), vec![2, 3, 4, 6]);
     assert_eq!(chunk_candidates(&listed, 4), vec![2, 4]);
-    assert_eq!(chunk_candidates(&listed, 16), vec![2, 4, 8]);
-    assert_eq!(chunk_candidates(&listed, 3), vec![2]);
+    assert_eq!(chunk_candidates(&listed, 16), vec![2, 4, 8, 16]);
+    assert_eq!(chunk_candidates(&listed, 3), vec![2, 3]);
     assert_eq!(chunk_candidates(&listed, 1), Vec::<usize>::new());
     assert_eq!(chunk_candidates(&[1, 0, 7], 10), vec![5, 7]);
 }

@@ -51,7 +51,7 @@ impl std::fmt::Display for BudgetKind {
 
 /// Candidates tried one by one, each the fastest plan strictly below the previous one's
 /// requested peak, before the search steps down by the whole overshoot at once.
-const ONE_BY_ONE: usize = 16;
+const ONE_BY_ONE: usize = 48;
 
 /// A plan that fits, its exact peaks, the candidates checked and its predicted extra time (ms).
 type Fitted = (Plan, AllocatorLevels, usize, f64);

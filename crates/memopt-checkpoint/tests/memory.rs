@@ -4,7 +4,7 @@
 mod common;
 
 use common::{batch, trainer, zoo_small};
-use memopt_checkpoint::{InputSpec, Model, Plan, Policy, StepOptions, zoo};
+use memopt_checkpoint::{ChunkBoundaries, InputSpec, Model, Plan, Policy, StepOptions, zoo};
 use memopt_compress::CompressorKind;
 use memopt_core::memory::{MemoryEvent, MemorySubscriber, Phase};
 use memopt_core::{Device, MemoryKind, MemoryTracker};
@@ -191,6 +191,29 @@ fn offload_for_a_gpu_takes_saved_inputs_off_the_device() {
         "the device holds the offloaded bytes less at the end of forward"
     );
     assert!(offloaded.peak <= checkpointed.peak);
+    // The boundary states go too: offloaded, kept boundaries leave the device holding what
+    // replayed ones (no boundary state) do, where checkpointed ones hold the states.
+    let replayed = |p: fn(CompressorKind, usize) -> Policy| match p(CompressorKind::Null, 2) {
+        Policy::Checkpoint {
+            compressor, chunks, ..
+        } => Policy::Checkpoint {
+            compressor,
+            chunks,
+            boundaries: ChunkBoundaries::Replayed,
+        },
+        Policy::Offload {
+            compressor, chunks, ..
+        } => Policy::Offload {
+            compressor,
+            chunks,
+            boundaries: ChunkBoundaries::Replayed,
+        },
+        other => other,
+    };
+    let offloaded_replayed = step(&build, &plan(replayed(Policy::offload)), gpu, 4);
+    let checkpointed_replayed = step(&build, &plan(replayed(Policy::checkpoint)), gpu, 4);
+    assert!(checkpointed.end_of_forward > checkpointed_replayed.end_of_forward);
+    assert_eq!(offloaded.end_of_forward, offloaded_replayed.end_of_forward);
     // On the CPU target the host is the device: the payload stays in its figures.
     let cpu_target = step(
         &build,

@@ -467,7 +467,24 @@ fn calibrated_offloads_are_priced_at_the_measured_host_link() {
     assert_eq!(cal.saved_input_ms("features.0", Policy::CHECKPOINT), 0.0);
     // In time chunks the backward brings the payload back once per pass: the backward and the
     // block's BatchNorm gradient-sums pass; replayed boundaries (T = 4, two chunks) re-read the
-    // first chunk in each pass too.
+    // first chunk in each pass too. Kept boundary states (the LIF's membrane potential, one
+    // time step of its input, at the one boundary) go out once and come back once per pass;
+    // replayed boundaries keep none.
+    let lif = cal
+        .modules
+        .iter()
+        .find(|e| e.path == "features.0.neuron")
+        .unwrap();
+    let t = lif.inputs[0].shape.dims()[0] as u64;
+    assert!(lif.state_bytes > 0 && lif.state_bytes == lif.inputs[0].bytes() / t);
+    let states: u64 = cal
+        .modules
+        .iter()
+        .filter(|e| e.path.starts_with("features.0."))
+        .map(|e| e.state_bytes)
+        .sum();
+    assert_eq!(states, lif.state_bytes, "the LIF is the block's only state");
+    let state_copies = 1e3 * states as f64 * (1.0 / TO_HOST + 2.0 / FROM_HOST);
     let extra = |p: Policy| cal.plan_extra_ms(&Plan::from_entries([("features.0", p)]));
     let offload = |boundaries| Policy::Offload {
         compressor: CompressorKind::BitSpike,
@@ -480,13 +497,13 @@ fn calibrated_offloads_are_priced_at_the_measured_host_link() {
         boundaries,
     };
     let copies = |restores: f64| 1e3 * payload * (1.0 / TO_HOST + restores / FROM_HOST);
-    for (boundaries, restores) in [(ChunkBoundaries::Kept, 2.0), (ChunkBoundaries::Replayed, 3.0)] {
+    for (boundaries, restores, states) in [
+        (ChunkBoundaries::Kept, 2.0, state_copies),
+        (ChunkBoundaries::Replayed, 3.0, 0.0),
+    ] {
         let added = extra(offload(boundaries)) - extra(checkpoint(boundaries));
-        assert!(
-            close(added, copies(restores)),
-            "{boundaries:?}: {added} vs {}",
-            copies(restores)
-        );
+        let expected = copies(restores) + states;
+        assert!(close(added, expected), "{boundaries:?}: {added} vs {expected}");
     }
     // Without a measured link (calibrations written before it), at `throughput.bytes_per_s`.
     let mut old = c.clone();

@@ -5,9 +5,10 @@
 
 use super::chunk_passes::{self, Carry, ChunkData, Pass, Recompute};
 use super::saved_input::SavedInput;
+use super::saved_state::SavedState;
 use super::segment::Segment;
 use super::{ChunkBoundaries, Policy};
-use crate::autograd::{BackwardGrads, BackwardOp, SavedTensor, Var, VarId};
+use crate::autograd::{BackwardGrads, BackwardOp, Var, VarId};
 use crate::context::Cx;
 use crate::{CheckpointError, Result};
 use memopt_core::kernels::BatchNormStats;
@@ -18,7 +19,7 @@ use std::ops::Range;
 /// first has no states: backward rebuilds them).
 pub(super) struct ChunkSave {
     pub(super) inputs: Vec<SavedInput>,
-    pub(super) states: Vec<(ModulePath, SavedTensor)>,
+    pub(super) states: Vec<(ModulePath, SavedState)>,
     pub(super) rng: RngState,
 }
 
@@ -289,7 +290,7 @@ fn chunk_outputs<'m>(
             cx.states
                 .under_any(state_prefixes)
                 .into_iter()
-                .map(|(p, v)| Ok((p, cx.save(&*v.tensor()?))))
+                .map(|(p, v)| Ok((p, SavedState::save(&*v.tensor()?, host)?)))
                 .collect::<Result<Vec<_>>>()?
         };
         let saved = xs

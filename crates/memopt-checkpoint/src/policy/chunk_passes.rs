@@ -187,7 +187,7 @@ fn replay_states<'m>(
     cx.states.clear();
     if let Some(first) = earlier.first() {
         for (p, s) in &first.save().states {
-            cx.states.set(p.clone(), Var::constant(s.tensor().clone()));
+            cx.states.set(p.clone(), Var::constant(s.restore()?));
         }
     }
     let ran = (|| {
@@ -311,8 +311,8 @@ pub(super) fn backward_chunks<'m>(
                     .collect::<Result<Vec<_>>>()?,
                 c.states
                     .iter()
-                    .map(|(p, s)| (p.clone(), s.tensor().clone()))
-                    .collect::<Vec<_>>(),
+                    .map(|(p, s)| Ok((p.clone(), s.restore()?)))
+                    .collect::<Result<Vec<_>>>()?,
                 c.rng,
             ),
             ChunkData::Owned(c) => (
@@ -323,8 +323,8 @@ pub(super) fn backward_chunks<'m>(
                     .collect::<Result<Vec<_>>>()?,
                 c.states
                     .into_iter()
-                    .map(|(p, s)| (p, s.tensor().clone()))
-                    .collect::<Vec<_>>(),
+                    .map(|(p, s)| Ok((p, s.restore()?)))
+                    .collect::<Result<Vec<_>>>()?,
                 c.rng,
             ),
         };

@@ -8,6 +8,7 @@ mod chunk_grads;
 mod chunk_passes;
 mod plan;
 mod saved_input;
+mod saved_state;
 mod segment;
 mod table;
 

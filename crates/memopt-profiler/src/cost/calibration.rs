@@ -124,8 +124,9 @@ pub struct Calibration {
     /// Packing and unpacking speed per compressor timed (by its name).
     pub codecs: BTreeMap<String, CodecSpeed>,
     /// Speed of moving a payload to host memory and back ([`CostModel::host_link`]); absent
-    /// in calibrations written before it was measured (offloads are then priced at
-    /// `throughput.bytes_per_s`).
+    /// in calibrations written before it was measured (offloads are then priced at the
+    /// uncalibrated guess: [`CostModel::guessed_gpu_host_link`] for a GPU target,
+    /// `throughput.bytes_per_s` otherwise).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host_link: Option<CodecSpeed>,
 }
@@ -316,7 +317,10 @@ impl Calibration {
         model.backward_overhead_ms = self.backward_outside * bwd;
         model.optimizer_ms = Some(self.optimizer_ms_per_byte * model.param_bytes as f64);
         model.codecs = self.codecs.clone();
-        model.host_link = self.host_link;
+        // A calibration written before the link was measured keeps the model's guess.
+        if self.host_link.is_some() {
+            model.host_link = self.host_link;
+        }
         Applied {
             unmeasured_types: unmeasured,
         }

@@ -68,6 +68,12 @@ pub struct ModuleCostEntry {
     /// cost models saved before it was recorded.
     #[serde(default)]
     pub ends_parent: bool,
+    /// Bytes of the state it carries from one time step to the next (a neuron's membrane
+    /// potential: one time step of its input), which a time-chunked segment keeps at every
+    /// chunk boundary; 0 for a module without state, and in cost models saved before it was
+    /// recorded.
+    #[serde(default)]
+    pub state_bytes: u64,
 }
 
 impl ModuleCostEntry {
@@ -126,6 +132,15 @@ impl CallObserver for Sink {
                     })
                     .collect(),
                 ends_parent: call.ends_parent,
+                state_bytes: if call.module.is_stateful() && call.module.children().is_empty() {
+                    call.inputs.first().map_or(0, |v| {
+                        let dims = v.shape.dims();
+                        let t = dims.first().copied().unwrap_or(1).max(1) as u64;
+                        (v.shape.elem_count() as u64).saturating_mul(v.dtype.size_in_bytes() as u64) / t
+                    })
+                } else {
+                    0
+                },
             }
         });
         entry.calls += 1;

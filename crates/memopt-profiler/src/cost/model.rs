@@ -98,13 +98,21 @@ pub struct CostModel {
     /// prices the chunk replays of [`memopt_checkpoint::ChunkBoundaries::Replayed`].
     #[serde(default)]
     pub time_steps: usize,
-    /// Measured speed of moving a saved payload to host memory (`compress_bytes_per_s`) and
-    /// back (`decompress_bytes_per_s`), in bytes per second, for [`Policy::Offload`]
-    /// (measured by [`crate::TimingProfiler::profile_host_link`]); `None`: both at
-    /// `throughput.bytes_per_s`.
+    /// Speed of moving a saved payload to host memory (`compress_bytes_per_s`) and back
+    /// (`decompress_bytes_per_s`), in bytes per second, for [`Policy::Offload`]: measured by
+    /// a calibration ([`crate::TimingProfiler::profile_host_link`]), or for an uncalibrated
+    /// GPU target the guess [`CostModel::guessed_gpu_host_link`]; `None` (a CPU target, whose
+    /// host is itself): both at `throughput.bytes_per_s`.
     #[serde(default)]
     pub host_link: Option<CodecSpeed>,
 }
+
+/// How many times a GPU's memory bandwidth exceeds its copies to and from host memory, for the
+/// uncalibrated cost model of a GPU target: an H100's 3.35 TB/s HBM against about 16 GB/s of
+/// copies through pageable host memory over PCIe 5. A guess, as the uncalibrated model's
+/// throughputs are (the compute and memory guesses are a CPU's, so only their ratio to this
+/// one means anything); `memopt calibrate --device cuda` measures the link.
+pub const GPU_MEMORY_OVER_HOST_LINK: f64 = 200.0;
 
 /// How fast a compressor packs and unpacks on a device, in bytes of the unpacked tensor per
 /// second (measured by [`crate::TimingProfiler::profile_codec`]).
@@ -138,8 +146,22 @@ impl CostModel {
             modules,
             codecs: BTreeMap::new(),
             time_steps,
-            host_link: None,
+            host_link: workload
+                .meta_device()
+                .has_separate_host()
+                .then(|| Self::guessed_gpu_host_link(throughput)),
         })
+    }
+
+    /// The uncalibrated guess of a GPU's host link: [`GPU_MEMORY_OVER_HOST_LINK`] times slower
+    /// than the memory bandwidth guess, as a GPU's copies to and from host memory are slower
+    /// than its own memory; a calibration on the GPU measures it.
+    pub fn guessed_gpu_host_link(throughput: Throughput) -> CodecSpeed {
+        let per_s = throughput.bytes_per_s / GPU_MEMORY_OVER_HOST_LINK;
+        CodecSpeed {
+            compress_bytes_per_s: per_s,
+            decompress_bytes_per_s: per_s,
+        }
     }
 
     pub(super) fn raw_ms(&self, e: &ModuleCostEntry) -> f64 {
@@ -248,11 +270,12 @@ impl CostModel {
         let saved: f64 = targets
             .iter()
             .filter_map(|(paths, policy)| {
-                let restores =
-                    self.saved_input_restores(paths, *policy, !self.nested_in_chunks(paths, &targets));
+                let statistics = !self.nested_in_chunks(paths, &targets);
+                let restores = self.saved_input_restores(paths, *policy, statistics);
+                let states = self.offloaded_states_ms(paths, *policy, statistics);
                 paths
                     .first()
-                    .map(|p| self.saved_input_ms_restored(p, *policy, restores))
+                    .map(|p| self.saved_input_ms_restored(p, *policy, restores) + states)
             })
             .sum();
         let packed_stores: f64 = plan

@@ -103,6 +103,33 @@ impl CostModel {
         passes * (1.0 + self.replay_share(policy))
     }
 
+    /// The copies of an offloaded segment's kept boundary states (the modules under `paths`
+    /// under `policy`), in milliseconds: in `k` time chunks with kept boundaries, the states
+    /// of the `k - 1` boundaries ([`ModuleCostEntry::state_bytes`]) go to host memory once and
+    /// come back once per backward pass ([`Self::backward_passes`]). Nothing without chunks or
+    /// offloading, and nothing with replayed boundaries (no boundary state is kept). The first
+    /// chunk's states are the segment's entry states, which a segment at the start of the step
+    /// does not have (one nested in a chunked segment does; not counted).
+    pub(super) fn offloaded_states_ms(
+        &self,
+        paths: &[String],
+        policy: Policy,
+        computes_statistics: bool,
+    ) -> f64 {
+        let chunks = policy.chunks();
+        if !policy.offloads() || chunks <= 1 || policy.boundaries() == ChunkBoundaries::Replayed {
+            return 0.0;
+        }
+        let per_boundary: u64 = self
+            .modules
+            .iter()
+            .filter(|m| m.leaf && paths.iter().any(|p| within(&m.path, p)))
+            .map(|m| m.state_bytes)
+            .sum();
+        let bytes = per_boundary.saturating_mul(chunks as u64 - 1);
+        self.host_copies_ms(bytes, self.backward_passes(paths, computes_statistics) as f64)
+    }
+
     /// The share of the segment's forward that replayed boundaries run again per backward pass
     /// (0 with kept boundaries): `sum(start of chunk i) / T`, `(k - 1) / 2` for `k` chunks when
     /// T is unknown.

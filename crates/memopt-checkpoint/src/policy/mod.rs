@@ -60,7 +60,8 @@ pub enum Policy {
         #[serde(default = "default_chunks")]
         chunks: usize,
         /// How backward gets each time chunk's starting neuron states (only with `chunks > 1`;
-        /// kept boundary states stay in device memory).
+        /// kept boundary states move to host memory too, each brought back when backward
+        /// reaches its chunk).
         #[serde(default, skip_serializing_if = "ChunkBoundaries::is_kept")]
         boundaries: ChunkBoundaries,
     },

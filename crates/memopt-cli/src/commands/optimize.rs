@@ -53,8 +53,9 @@ step.
 Planning for a GPU (--device cuda or meta:cuda), the planners also offer every checkpoint
 offloaded: its saved input moves to host memory until backward, taking no GPU memory in
 between, at the cost of copying it out and back (priced at the host link speed `memopt
-calibrate` measures; uncalibrated at the 8 GB/s guess). On the CPU, whose memory is the host's,
-offloading frees nothing and is not offered.
+calibrate --device cuda` measures; uncalibrated at 1/200 of the memory bandwidth guess). Kept
+chunk-boundary states go to host memory too. On the CPU, whose memory is the host's, offloading
+frees nothing and is not offered.
 
 --verify runs a real CPU step of a fresh model with and without the plan (same seeds) and
 checks that the measured peak is the planned one and that the loss, every gradient, the

@@ -13,4 +13,4 @@ pub use collect::{InputInfo, ModuleCostEntry};
 pub use fit::{
     CalibrationMeasurement, CalibrationRun, TIMED_CODECS, every_leaf_checkpointed, largest_spike_input,
 };
-pub use model::{CodecSpeed, CostModel, Throughput, TypeFactors};
+pub use model::{CodecSpeed, CostModel, GPU_MEMORY_OVER_HOST_LINK, Throughput, TypeFactors};

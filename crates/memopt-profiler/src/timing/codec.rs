@@ -51,45 +51,46 @@ impl TimingProfiler {
         shape: &[usize],
         device: Device,
     ) -> Result<CodecTiming> {
-        if self.runs == 0 {
-            return Err(crate::ProfilerError::Invalid(
-                "the timing profiler needs at least one run".into(),
-            ));
-        }
-        let _own = MemoryTracker::install(MemoryTracker::new(device));
-        let shape = Shape::from(shape.to_vec());
-        let x = spikes(&shape, device)?;
         let codec = compressor.build();
-        let (mut packs, mut unpacks) = (Vec::with_capacity(self.runs), Vec::with_capacity(self.runs));
-        for round in 0..self.warmup + self.runs {
-            let mut clock = Clock::for_device(device)?;
-            let start = clock.mark(Instant::now())?;
-            let packed = codec.compress(&x)?;
-            let packed_at = clock.mark(Instant::now())?;
-            let restored = codec.decompress(&packed)?;
-            let end = clock.mark(Instant::now())?;
-            let at = clock.resolve()?;
-            drop((packed, restored));
-            if round >= self.warmup {
-                packs.push(at[packed_at].saturating_sub(at[start]).as_secs_f64() * 1e3);
-                unpacks.push(at[end].saturating_sub(at[packed_at]).as_secs_f64() * 1e3);
-            }
-        }
-        Ok(CodecTiming {
+        self.round_trips(
+            shape,
+            device,
             compressor,
-            shape: shape.dims().to_vec(),
-            input_bytes: x.view_bytes(),
-            compress_ms: median(&packs),
-            decompress_ms: median(&unpacks),
-        })
+            |x| codec.compress(x).map_err(Into::into),
+            |packed| Ok(codec.decompress(packed)?),
+        )
     }
 
     /// Times moving an f32 tensor of `shape` from `device` to its host memory
     /// ([`Device::host`]) and back, as an offload moves a saved payload kept whole, after
     /// `warmup` rounds: the median of `runs` rounds of each direction (CUDA events on a GPU).
     /// On the CPU, whose host is itself, it times a copy. Reported as a [`CodecTiming`] of the
-    /// `null` compressor: `compress_ms` to the host, `decompress_ms` back.
+    /// `null` compressor: `compress_ms` to the host, `decompress_ms` back. Both copies live in
+    /// trackers of their own.
     pub fn profile_host_link(&self, shape: &[usize], device: Device) -> Result<CodecTiming> {
+        let host = device.host();
+        let _host = (host != device).then(|| MemoryTracker::install(MemoryTracker::new(host)));
+        self.round_trips(
+            shape,
+            device,
+            CompressorKind::Null,
+            |x| Ok(x.to_device_as(host, MemoryKind::Offloaded)?),
+            |on_host| Ok(on_host.to_device_as(device, MemoryKind::Activation)?),
+        )
+    }
+
+    /// `warmup` discarded rounds, then `runs` timed rounds of `there` on a spike tensor of
+    /// `shape` on `device` followed by `back` on its result, in a tracker of their own: the
+    /// medians as a [`CodecTiming`] of `compressor` (`compress_ms`: there, `decompress_ms`:
+    /// back).
+    fn round_trips<A, B>(
+        &self,
+        shape: &[usize],
+        device: Device,
+        compressor: CompressorKind,
+        there: impl Fn(&Tensor) -> Result<A>,
+        back: impl Fn(&A) -> Result<B>,
+    ) -> Result<CodecTiming> {
         if self.runs == 0 {
             return Err(crate::ProfilerError::Invalid(
                 "the timing profiler needs at least one run".into(),
@@ -98,26 +99,26 @@ impl TimingProfiler {
         let _own = MemoryTracker::install(MemoryTracker::new(device));
         let shape = Shape::from(shape.to_vec());
         let x = spikes(&shape, device)?;
-        let (mut outs, mut backs) = (Vec::with_capacity(self.runs), Vec::with_capacity(self.runs));
+        let (mut theres, mut backs) = (Vec::with_capacity(self.runs), Vec::with_capacity(self.runs));
         for round in 0..self.warmup + self.runs {
             let mut clock = Clock::for_device(device)?;
             let start = clock.mark(Instant::now())?;
-            let on_host = x.to_device_as(device.host(), MemoryKind::Offloaded)?;
-            let out_at = clock.mark(Instant::now())?;
-            let back = on_host.to_device_as(device, MemoryKind::Activation)?;
+            let moved = there(&x)?;
+            let there_at = clock.mark(Instant::now())?;
+            let returned = back(&moved)?;
             let end = clock.mark(Instant::now())?;
             let at = clock.resolve()?;
-            drop((on_host, back));
+            drop((moved, returned));
             if round >= self.warmup {
-                outs.push(at[out_at].saturating_sub(at[start]).as_secs_f64() * 1e3);
-                backs.push(at[end].saturating_sub(at[out_at]).as_secs_f64() * 1e3);
+                theres.push(at[there_at].saturating_sub(at[start]).as_secs_f64() * 1e3);
+                backs.push(at[end].saturating_sub(at[there_at]).as_secs_f64() * 1e3);
             }
         }
         Ok(CodecTiming {
-            compressor: CompressorKind::Null,
+            compressor,
             shape: shape.dims().to_vec(),
             input_bytes: x.view_bytes(),
-            compress_ms: median(&outs),
+            compress_ms: median(&theres),
             decompress_ms: median(&backs),
         })
     }

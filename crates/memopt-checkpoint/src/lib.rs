@@ -2,7 +2,7 @@
 //! exact recomputation, and the model zoo.
 //!
 //! A [`Model`] is a tree of named modules (paths like `features.3.neuron`). Each node can carry a
-//! [`Policy`] — store, checkpoint (with a compressor and time chunks) or offload — assigned from a
+//! [`Policy`] — store, checkpoint or offload (each with a compressor and time chunks) — assigned from a
 //! [`Plan`] without rewriting the model. Checkpointed segments save their (bit-packed) input, the
 //! RNG state and the neuron states they start from, and recompute in backward with gradients
 //! bit-identical to storing everything.

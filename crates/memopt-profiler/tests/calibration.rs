@@ -485,6 +485,18 @@ fn calibrated_offloads_are_priced_at_the_measured_host_link() {
         .sum();
     assert_eq!(states, lif.state_bytes, "the LIF is the block's only state");
     let state_copies = 1e3 * states as f64 * (1.0 / TO_HOST + 2.0 / FROM_HOST);
+    // Boundary states move only where the host is separate (a GPU target); on the CPU they
+    // stay, and cost nothing.
+    assert!(!cal.separate_host);
+    let on_cpu = cal.plan_extra_ms(&Plan::from_entries([(
+        "features.0",
+        Policy::offload(CompressorKind::BitSpike, 2),
+    )])) - cal.plan_extra_ms(&Plan::from_entries([(
+        "features.0",
+        Policy::checkpoint(CompressorKind::BitSpike, 2),
+    )]));
+    assert!(close(on_cpu, 1e3 * payload * (1.0 / TO_HOST + 2.0 / FROM_HOST)));
+    cal.separate_host = true;
     let extra = |p: Policy| cal.plan_extra_ms(&Plan::from_entries([("features.0", p)]));
     let offload = |boundaries| Policy::Offload {
         compressor: CompressorKind::BitSpike,
@@ -518,4 +530,22 @@ fn calibrated_offloads_are_priced_at_the_measured_host_link() {
     let json = old.to_json();
     assert!(!json.contains("host_link"), "{json}");
     assert_eq!(Calibration::from_json(&json).unwrap(), old);
+    // For a GPU target without a measured link: the uncalibrated guess of the calibrated speed
+    // (the memory guess over the overall forward factor), as uncalibrated GPU targets are.
+    let mut gpu_workload = vgg(2);
+    gpu_workload.target = Target::Cuda;
+    let mut gpu = model(&gpu_workload);
+    assert!(gpu.separate_host);
+    assert_eq!(
+        gpu.host_link,
+        Some(CostModel::guessed_gpu_host_link(gpu.throughput)),
+        "uncalibrated"
+    );
+    old.apply(&mut gpu);
+    let speed =
+        gpu.throughput.bytes_per_s / old.overall.forward / memopt_profiler::cost::GPU_MEMORY_OVER_HOST_LINK;
+    let link = gpu.host_link.expect("guessed");
+    assert!(close(link.compress_bytes_per_s, speed) && close(link.decompress_bytes_per_s, speed));
+    c.apply(&mut gpu);
+    assert_eq!(gpu.host_link, c.host_link, "a measured link wins");
 }

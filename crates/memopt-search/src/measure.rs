@@ -77,6 +77,10 @@ pub fn measure(model: &Model, site: &Site, policy: Policy, first: bool) -> Resul
     };
     let tracker = measuring_tracker(model.device());
     let _installed = MemoryTracker::install(tracker.clone());
+    // Offloaded payloads go to the device's host (Meta of the CPU for Meta of a GPU): a
+    // counting tracker of their own, so that no measurement leaves bookkeeping behind.
+    let host = model.device().host();
+    let _host = (host != model.device()).then(|| MemoryTracker::install(measuring_tracker(host)));
     let inputs = if first {
         outside
     } else {

@@ -447,6 +447,34 @@ fn pieces_of_the_zoo_step_on_the_gpu_like_the_cpu() {
     });
 }
 
+/// The plans `every_zoo_model_steps_on_the_gpu_like_the_cpu_and_plans_are_exact` draws offload
+/// (some in time chunks), so a GPU run checks offloading bit for bit and peak for peak. Runs
+/// without a GPU: drawing plans needs only Meta.
+#[test]
+fn the_sampled_gpu_plans_offload() {
+    let plans: Vec<Plan> = zoo::entries()
+        .iter()
+        .flat_map(|e| random_plans(e.name, 2, 4))
+        .collect();
+    let offloading = |chunked: bool| {
+        plans
+            .iter()
+            .filter(|p| {
+                p.entries
+                    .iter()
+                    .any(|e| e.policy.offloads() && (!chunked || e.policy.chunks() > 1))
+            })
+            .count()
+    };
+    eprintln!(
+        "{} of {} sampled plans offload, {} in time chunks",
+        offloading(false),
+        plans.len(),
+        offloading(true)
+    );
+    assert!(offloading(false) > 0 && offloading(true) > 0);
+}
+
 #[test]
 fn every_zoo_model_steps_on_the_gpu_like_the_cpu_and_plans_are_exact() {
     if !gpu_or_skip("every_zoo_model_steps_on_the_gpu_like_the_cpu_and_plans_are_exact") {

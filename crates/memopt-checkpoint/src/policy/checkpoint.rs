@@ -93,7 +93,7 @@ fn chunk_spans(
         return Err(module_error(
             path,
             segment,
-            "chunked checkpointing needs at least one input".into(),
+            "a segment in time chunks needs at least one input".into(),
         ));
     };
     let t = first.dims().first().copied().unwrap_or(0);
@@ -102,7 +102,7 @@ fn chunk_spans(
             path,
             segment,
             format!(
-                "chunked checkpointing needs inputs of shape [T, ...] with T >= 1, got {}",
+                "a segment in time chunks needs inputs of shape [T, ...] with T >= 1, got {}",
                 first.shape()
             ),
         ));

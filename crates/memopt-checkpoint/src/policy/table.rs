@@ -361,7 +361,7 @@ fn check_entry(root: &dyn Module, e: &PlanEntry, run: RunShape) -> Result<()> {
             }
             if let Some((who, why)) = segment.time_coupling(&e.path, run.training) {
                 return Err(invalid(format!(
-                    "it cannot be chunked over time because it contains {who}: {why}; checkpoint it with chunks = 1 \
+                    "it cannot be chunked over time because it contains {who}: {why}; give it chunks = 1 \
                      or chunk a smaller segment"
                 )));
             }

@@ -207,6 +207,63 @@ impl CudaData {
         })
     }
 
+    /// Elements `range` of this buffer, downloaded to the host (only those come down: a view's
+    /// range, not its whole storage). An error when the range lies outside the buffer.
+    pub fn download_range(&self, ordinal: usize, range: std::ops::Range<usize>) -> Result<CpuData> {
+        if range.is_empty() {
+            return Ok(CpuData::from_empty(self.dtype()));
+        }
+        let outside = || {
+            CoreError::invalid(
+                "download",
+                format!(
+                    "elements {range:?} lie outside the GPU buffer of {} elements",
+                    self.len()
+                ),
+            )
+        };
+        let stream = crate::cuda::stream(ordinal)?;
+        let e = driver_err("copying GPU to host");
+        Ok(match self {
+            CudaData::F32(s) => CpuData::F32(
+                stream
+                    .clone_dtoh(&s.try_slice(range.clone()).ok_or_else(outside)?)
+                    .map_err(e)?
+                    .into(),
+            ),
+            CudaData::F16(s) => CpuData::F16(
+                stream
+                    .clone_dtoh(&s.try_slice(range.clone()).ok_or_else(outside)?)
+                    .map_err(e)?
+                    .into(),
+            ),
+            CudaData::BF16(s) => CpuData::BF16(
+                stream
+                    .clone_dtoh(&s.try_slice(range.clone()).ok_or_else(outside)?)
+                    .map_err(e)?
+                    .into(),
+            ),
+            CudaData::U8(s) => CpuData::U8(
+                stream
+                    .clone_dtoh(&s.try_slice(range.clone()).ok_or_else(outside)?)
+                    .map_err(e)?
+                    .into(),
+            ),
+            CudaData::U32(s) => CpuData::U32(
+                stream
+                    .clone_dtoh(&s.try_slice(range.clone()).ok_or_else(outside)?)
+                    .map_err(e)?
+                    .into(),
+            ),
+            CudaData::I64(s) => CpuData::I64(
+                stream
+                    .clone_dtoh(&s.try_slice(range.clone()).ok_or_else(outside)?)
+                    .map_err(e)?
+                    .into(),
+            ),
+        })
+    }
+
     /// The device address (CUdeviceptr) of the first element. Kernels reach a view's first
     /// element at `device_ptr() + offset * element size`; see [`crate::DataRead::cuda_ptr`].
     pub fn device_ptr(&self) -> u64 {

@@ -107,11 +107,13 @@ impl Tensor {
                 let Device::Cuda(ordinal) = self.device() else {
                     unreachable!("CUDA data lives on a CUDA device")
                 };
-                // The whole storage comes down as tracked staging; the view's range is copied out.
-                let staging = Storage::from_cpu(&g.download(ordinal)?, MemoryKind::Workspace)?;
+                // Only the view's range comes down, as tracked staging (a time chunk of a larger
+                // tensor moves its own bytes, not the whole storage's).
+                let n = range.len();
+                let staging = Storage::from_cpu(&g.download_range(ordinal, range)?, MemoryKind::Workspace)?;
                 let guard = staging.read();
                 match &*guard {
-                    StorageData::Cpu(d) => Ok(d.slice(range)),
+                    StorageData::Cpu(d) => Ok(d.slice(0..n)),
                     _ => Err(CoreError::invalid(op, "host staging holds no host data")),
                 }
             }

@@ -124,9 +124,9 @@ pub struct Calibration {
     /// Packing and unpacking speed per compressor timed (by its name).
     pub codecs: BTreeMap<String, CodecSpeed>,
     /// Speed of moving a payload to host memory and back ([`CostModel::host_link`]); absent
-    /// in calibrations written before it was measured (offloads are then priced at the
-    /// uncalibrated guess: [`CostModel::guessed_gpu_host_link`] for a GPU target,
-    /// `throughput.bytes_per_s` otherwise).
+    /// in calibrations written before it was measured: offloads are then priced, for a GPU
+    /// target, at [`CostModel::guessed_gpu_host_link`] of the calibrated speed (the memory
+    /// guess over the overall forward factor), otherwise at `throughput.bytes_per_s`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host_link: Option<CodecSpeed>,
 }
@@ -290,7 +290,8 @@ impl Calibration {
     }
 
     /// Applies the calibration to `model` (the cost model of any workload): its throughput,
-    /// factors, time outside modules, optimizer time and codec speeds. A module type of the
+    /// factors, time outside modules, optimizer time, codec speeds and host link (for a GPU
+    /// target without a measured link, guessed from the calibrated speed). A module type of the
     /// workload that the calibration never measured (and that has work to do) gets the overall
     /// factors and is named in the result.
     pub fn apply(&self, model: &mut CostModel) -> Applied {
@@ -317,10 +318,18 @@ impl Calibration {
         model.backward_overhead_ms = self.backward_outside * bwd;
         model.optimizer_ms = Some(self.optimizer_ms_per_byte * model.param_bytes as f64);
         model.codecs = self.codecs.clone();
-        // A calibration written before the link was measured keeps the model's guess.
-        if self.host_link.is_some() {
-            model.host_link = self.host_link;
-        }
+        // A calibration written before the link was measured guesses it for a GPU target, as
+        // the uncalibrated model does, from the calibrated speed: the memory guess over the
+        // overall forward factor (the device's measured speed), over
+        // `GPU_MEMORY_OVER_HOST_LINK`.
+        model.host_link = match (self.host_link, model.host_link) {
+            (Some(measured), _) => Some(measured),
+            (None, Some(_)) => Some(CostModel::guessed_gpu_host_link(Throughput {
+                bytes_per_s: self.throughput.bytes_per_s / self.overall.forward.max(f64::MIN_POSITIVE),
+                ..self.throughput
+            })),
+            (None, None) => None,
+        };
         Applied {
             unmeasured_types: unmeasured,
         }

@@ -75,6 +75,17 @@ pub fn largest_spike_input(model: &CostModel) -> Option<Vec<usize>> {
         .map(|x| x.shape.dims().to_vec())
 }
 
+/// The shape of the largest input of any leaf module, if any.
+pub fn largest_input(model: &CostModel) -> Option<Vec<usize>> {
+    model
+        .modules
+        .iter()
+        .filter(|m| m.leaf)
+        .flat_map(|m| m.inputs.iter())
+        .max_by_key(|x| x.bytes())
+        .map(|x| x.shape.dims().to_vec())
+}
+
 impl Calibration {
     /// Measures `workload` on `device` (see the module documentation) with `profiler`'s
     /// warm-up and runs (the compressors get four times the runs: they take milliseconds) and
@@ -97,14 +108,18 @@ impl Calibration {
             }
         };
         let mut codecs = Vec::new();
-        let mut host_link = None;
+        let codec_profiler = TimingProfiler::new(profiler.warmup.max(1), profiler.runs.saturating_mul(4));
         if let Some(shape) = largest_spike_input(&model) {
-            let codec_profiler = TimingProfiler::new(profiler.warmup.max(1), profiler.runs.saturating_mul(4));
             for kind in TIMED_CODECS {
                 codecs.push(codec_profiler.profile_codec(kind, &shape, device)?);
             }
-            host_link = Some(codec_profiler.profile_host_link(&shape, device)?);
         }
+        // The link is timed on the largest input of any kind (a model without spikes offloads
+        // too): the largest spike input when there is one, as the codecs are.
+        let host_link = match largest_spike_input(&model).or_else(|| largest_input(&model)) {
+            Some(shape) => Some(codec_profiler.profile_host_link(&shape, device)?),
+            None => None,
+        };
         let measurement = CalibrationMeasurement {
             baseline,
             checkpointed,

@@ -11,6 +11,7 @@ mod recompute;
 pub use calibration::{Applied, CALIBRATION_FORMAT, Calibration, HostIdentity, MeasuredOn};
 pub use collect::{InputInfo, ModuleCostEntry};
 pub use fit::{
-    CalibrationMeasurement, CalibrationRun, TIMED_CODECS, every_leaf_checkpointed, largest_spike_input,
+    CalibrationMeasurement, CalibrationRun, TIMED_CODECS, every_leaf_checkpointed, largest_input,
+    largest_spike_input,
 };
 pub use model::{CodecSpeed, CostModel, GPU_MEMORY_OVER_HOST_LINK, Throughput, TypeFactors};

@@ -105,6 +105,11 @@ pub struct CostModel {
     /// host is itself): both at `throughput.bytes_per_s`.
     #[serde(default)]
     pub host_link: Option<CodecSpeed>,
+    /// Whether host memory is separate from the device's (a GPU target): only then does an
+    /// offloaded segment move its kept boundary states (on the CPU they stay where they are,
+    /// and only the saved input is copied). False in cost models saved before it was recorded.
+    #[serde(default)]
+    pub separate_host: bool,
 }
 
 /// How many times a GPU's memory bandwidth exceeds its copies to and from host memory, for the
@@ -150,6 +155,7 @@ impl CostModel {
                 .meta_device()
                 .has_separate_host()
                 .then(|| Self::guessed_gpu_host_link(throughput)),
+            separate_host: workload.meta_device().has_separate_host(),
         })
     }
 
@@ -403,10 +409,12 @@ impl CostModel {
 
     /// Predicted time to save and restore `path`'s inputs under `policy`, in milliseconds:
     /// packing and unpacking at the measured speed of the compressor when the model has one
-    /// ([`CostModel::codecs`]), otherwise the bytes moved ([`Self::saved_input_traffic`]) at
-    /// `throughput.bytes_per_s`; an offloaded payload is copied out and back at
-    /// `throughput.bytes_per_s`. Spikes read packed (see [`Self::saved_input_traffic`]) are
-    /// unpacked twice, each time at the measured unpacking speed.
+    /// ([`CostModel::codecs`]), otherwise the bytes the codec moves at `throughput.bytes_per_s`;
+    /// an offloaded payload is copied out once and back once ([`Self::host_copies_ms`]). Spikes
+    /// read packed (see [`Self::saved_input_traffic`]) are unpacked twice, each time at the
+    /// measured unpacking speed. For a whole plan, [`Self::plan_extra_ms`] also counts the
+    /// payload's further trips back in a chunked segment's passes and offloaded boundary
+    /// states.
     pub fn saved_input_ms(&self, path: &str, policy: Policy) -> f64 {
         self.saved_input_ms_restored(path, policy, 1.0)
     }
@@ -475,9 +483,11 @@ impl CostModel {
             .is_some_and(|m| matches!(m.module_type.as_str(), "Conv2d" | "Linear"))
     }
 
-    /// Bytes moved to save and restore `path`'s inputs under `policy` (the uncalibrated
-    /// pricing of [`Self::saved_input_ms`]). Compressing reads the input and writes the
-    /// payload; each decompression reads the payload and writes the input. Bit-packed f32
+    /// Bytes moved to save and restore `path`'s inputs under `policy` once: what
+    /// [`Self::saved_input_ms`] prices at `throughput.bytes_per_s` when uncalibrated, plus an
+    /// offloaded payload's copy out and back (priced at the host link there). Compressing reads
+    /// the input and writes the payload; each decompression reads the payload and writes the
+    /// input. Bit-packed f32
     /// spikes are read packed by a segment whose first layer is a convolution or a linear
     /// layer: it unpacks them one time step at a time twice, in the recomputation and for the
     /// weight gradient, instead of once whole; spike counts before such a layer are decompressed

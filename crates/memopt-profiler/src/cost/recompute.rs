@@ -107,7 +107,8 @@ impl CostModel {
     /// under `policy`), in milliseconds: in `k` time chunks with kept boundaries, the states
     /// of the `k - 1` boundaries ([`ModuleCostEntry::state_bytes`]) go to host memory once and
     /// come back once per backward pass ([`Self::backward_passes`]). Nothing without chunks or
-    /// offloading, and nothing with replayed boundaries (no boundary state is kept). The first
+    /// offloading, nothing with replayed boundaries (no boundary state is kept), and nothing
+    /// where the host is the device ([`CostModel::separate_host`]: the states stay). The first
     /// chunk's states are the segment's entry states, which a segment at the start of the step
     /// does not have (one nested in a chunked segment does; not counted).
     pub(super) fn offloaded_states_ms(
@@ -117,7 +118,11 @@ impl CostModel {
         computes_statistics: bool,
     ) -> f64 {
         let chunks = policy.chunks();
-        if !policy.offloads() || chunks <= 1 || policy.boundaries() == ChunkBoundaries::Replayed {
+        if !self.separate_host
+            || !policy.offloads()
+            || chunks <= 1
+            || policy.boundaries() == ChunkBoundaries::Replayed
+        {
             return 0.0;
         }
         let per_boundary: u64 = self

@@ -191,20 +191,7 @@ impl CudaData {
 
     /// Copies the GPU data back to the host (waits for the GPU's stream).
     pub fn download(&self, ordinal: usize) -> Result<CpuData> {
-        if self.is_empty() {
-            // No driver call for an empty slice (its address is null).
-            return Ok(CpuData::from_empty(self.dtype()));
-        }
-        let stream = crate::cuda::stream(ordinal)?;
-        let e = driver_err("copying GPU to host");
-        Ok(match self {
-            CudaData::F32(s) => CpuData::F32(stream.clone_dtoh(&**s).map_err(e)?.into()),
-            CudaData::F16(s) => CpuData::F16(stream.clone_dtoh(&**s).map_err(e)?.into()),
-            CudaData::BF16(s) => CpuData::BF16(stream.clone_dtoh(&**s).map_err(e)?.into()),
-            CudaData::U8(s) => CpuData::U8(stream.clone_dtoh(&**s).map_err(e)?.into()),
-            CudaData::U32(s) => CpuData::U32(stream.clone_dtoh(&**s).map_err(e)?.into()),
-            CudaData::I64(s) => CpuData::I64(stream.clone_dtoh(&**s).map_err(e)?.into()),
-        })
+        self.download_range(ordinal, 0..self.len())
     }
 
     /// Elements `range` of this buffer, downloaded to the host (only those come down: a view's
@@ -224,43 +211,24 @@ impl CudaData {
         };
         let stream = crate::cuda::stream(ordinal)?;
         let e = driver_err("copying GPU to host");
+        // The range of one typed slice, down to a host vector of the same variant.
+        macro_rules! down {
+            ($s:expr, $variant:ident) => {
+                CpuData::$variant(
+                    stream
+                        .clone_dtoh(&$s.try_slice(range.clone()).ok_or_else(outside)?)
+                        .map_err(&e)?
+                        .into(),
+                )
+            };
+        }
         Ok(match self {
-            CudaData::F32(s) => CpuData::F32(
-                stream
-                    .clone_dtoh(&s.try_slice(range.clone()).ok_or_else(outside)?)
-                    .map_err(e)?
-                    .into(),
-            ),
-            CudaData::F16(s) => CpuData::F16(
-                stream
-                    .clone_dtoh(&s.try_slice(range.clone()).ok_or_else(outside)?)
-                    .map_err(e)?
-                    .into(),
-            ),
-            CudaData::BF16(s) => CpuData::BF16(
-                stream
-                    .clone_dtoh(&s.try_slice(range.clone()).ok_or_else(outside)?)
-                    .map_err(e)?
-                    .into(),
-            ),
-            CudaData::U8(s) => CpuData::U8(
-                stream
-                    .clone_dtoh(&s.try_slice(range.clone()).ok_or_else(outside)?)
-                    .map_err(e)?
-                    .into(),
-            ),
-            CudaData::U32(s) => CpuData::U32(
-                stream
-                    .clone_dtoh(&s.try_slice(range.clone()).ok_or_else(outside)?)
-                    .map_err(e)?
-                    .into(),
-            ),
-            CudaData::I64(s) => CpuData::I64(
-                stream
-                    .clone_dtoh(&s.try_slice(range.clone()).ok_or_else(outside)?)
-                    .map_err(e)?
-                    .into(),
-            ),
+            CudaData::F32(s) => down!(s, F32),
+            CudaData::F16(s) => down!(s, F16),
+            CudaData::BF16(s) => down!(s, BF16),
+            CudaData::U8(s) => down!(s, U8),
+            CudaData::U32(s) => down!(s, U32),
+            CudaData::I64(s) => down!(s, I64),
         })
     }
 

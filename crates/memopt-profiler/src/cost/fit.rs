@@ -13,6 +13,7 @@
 //! that tests can give it known times and check that it recovers the factors exactly.
 
 use super::calibration::{CALIBRATION_FORMAT, Calibration, HostIdentity, MeasuredOn};
+use super::collect::InputInfo;
 use super::model::{CodecSpeed, CostModel, Throughput, TypeFactors};
 use crate::Result;
 use crate::error::ProfilerError;
@@ -65,23 +66,22 @@ pub fn every_leaf_checkpointed(model: &CostModel) -> Plan {
 /// The shape of the largest spike input of any leaf module (what saved inputs look like), if
 /// any module takes spikes.
 pub fn largest_spike_input(model: &CostModel) -> Option<Vec<usize>> {
-    model
-        .modules
-        .iter()
-        .filter(|m| m.leaf)
-        .flat_map(|m| m.inputs.iter())
-        .filter(|x| x.is_spike)
-        .max_by_key(|x| x.bytes())
-        .map(|x| x.shape.dims().to_vec())
+    largest_input_where(model, |x| x.is_spike)
 }
 
 /// The shape of the largest input of any leaf module, if any.
 pub fn largest_input(model: &CostModel) -> Option<Vec<usize>> {
+    largest_input_where(model, |_| true)
+}
+
+/// The shape of the largest input of a leaf module that `keep` accepts.
+fn largest_input_where(model: &CostModel, keep: impl Fn(&InputInfo) -> bool) -> Option<Vec<usize>> {
     model
         .modules
         .iter()
         .filter(|m| m.leaf)
         .flat_map(|m| m.inputs.iter())
+        .filter(|x| keep(x))
         .max_by_key(|x| x.bytes())
         .map(|x| x.shape.dims().to_vec())
 }

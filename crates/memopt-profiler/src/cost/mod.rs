@@ -5,6 +5,7 @@
 mod calibration;
 mod collect;
 mod fit;
+mod host_link;
 mod model;
 mod recompute;
 
@@ -14,4 +15,5 @@ pub use fit::{
     CalibrationMeasurement, CalibrationRun, TIMED_CODECS, every_leaf_checkpointed, largest_input,
     largest_spike_input,
 };
-pub use model::{CodecSpeed, CostModel, GPU_MEMORY_OVER_HOST_LINK, Throughput, TypeFactors};
+pub use host_link::GPU_MEMORY_OVER_HOST_LINK;
+pub use model::{CodecSpeed, CostModel, Throughput, TypeFactors};

@@ -25,6 +25,10 @@ pub struct Estimator {
     setup: RecorderState,
     setup_peaks: AllocatorLevels,
     baseline: u64,
+    /// Where offloaded tensors go when the host is separate from the device (Meta of the CPU
+    /// for Meta of a GPU): a tracker of its own, whose peak each step reports.
+    host: Option<Arc<MemoryTracker>>,
+    host_peak: u64,
 }
 
 impl Estimator {
@@ -37,6 +41,7 @@ impl Estimator {
         recorder.attribute_model(session.model());
         let setup = recorder.snapshot();
         drop(recorder);
+        let device = workload.meta_device();
         Ok(Estimator {
             workload: workload.clone(),
             setup_peaks: peaks_of(&tracker),
@@ -44,6 +49,10 @@ impl Estimator {
             tracker,
             session,
             setup,
+            host: device
+                .has_separate_host()
+                .then(|| MemoryTracker::new(device.host())),
+            host_peak: 0,
         })
     }
 
@@ -68,10 +77,12 @@ impl Estimator {
     /// does, so the reserved peak equals the CPU's.
     pub fn peaks(&mut self, plan: &Plan) -> Result<AllocatorLevels> {
         let _installed = MemoryTracker::install(self.tracker.clone());
+        let _host = self.install_host();
         self.session.apply_plan(plan)?;
         self.tracker.empty_cache();
         self.tracker.reset_peak();
         self.session.step()?;
+        self.host_peak = self.host.as_ref().map_or(0, |h| h.peak_bytes());
         self.check_no_leak()?;
         let step = peaks_of(&self.tracker);
         Ok(AllocatorLevels {
@@ -106,13 +117,30 @@ impl Estimator {
     /// [`crate::profile_memory`] gives on the CPU (times aside), computed on Meta.
     pub fn report(&mut self, plan: &Plan) -> Result<MemoryReport> {
         let _installed = MemoryTracker::install(self.tracker.clone());
+        let _host = self.install_host();
         self.session.apply_plan(plan)?;
         self.tracker.empty_cache();
         let recorder = MemoryRecorder::resume(&self.tracker, self.setup.clone());
         self.session.step()?;
+        self.host_peak = self.host.as_ref().map_or(0, |h| h.peak_bytes());
         let report = recorder.finish(self.workload.describe(), plan.clone());
         self.check_no_leak()?;
         Ok(report)
+    }
+
+    /// Bytes the last step ([`Self::peaks`], [`Self::report`]) held at most in host memory for
+    /// offloaded payloads and boundary states, where the host is separate from the device (a
+    /// GPU target); 0 where the host is the device, whose figures hold them.
+    pub fn host_peak_bytes(&self) -> u64 {
+        self.host_peak
+    }
+
+    /// Installs the host tracker with its peak reset, where the host is separate.
+    fn install_host(&self) -> Option<memopt_core::memory::TrackerGuard> {
+        self.host.as_ref().map(|h| {
+            h.reset_peak();
+            MemoryTracker::install(h.clone())
+        })
     }
 
     fn check_no_leak(&self) -> Result<()> {

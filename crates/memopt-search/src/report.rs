@@ -26,6 +26,11 @@ pub struct PlanReport {
     /// Requested, allocated and reserved peaks of a step under the plan, in bytes (exact: a
     /// Meta step replaying the caching allocator). Reserved is what runs out on a device.
     pub planned_peaks: AllocatorLevels,
+    /// Peak bytes the step holds in host memory for offloaded payloads and boundary states
+    /// (exact: the Meta step's host tracker), where the host is separate from the device (a
+    /// GPU target); 0 otherwise, and in reports saved before it was recorded.
+    #[serde(default)]
+    pub host_peak_bytes: u64,
     /// The budget the plan was chosen to fit, when the strategy had one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub budget: Option<BudgetFit>,

@@ -286,6 +286,7 @@ impl PlanningSession {
         summary: Option<PipelineSummary>,
     ) -> Result<PlanReport> {
         let planned = self.exact_peaks(&plan)?;
+        let host_peak_bytes = self.estimator.host_peak_bytes();
         let selected = self
             .chains()
             .into_iter()
@@ -311,6 +312,7 @@ impl PlanningSession {
             planned_peak_bytes: planned.requested_bytes,
             baseline_peaks: self.baseline,
             planned_peaks: planned,
+            host_peak_bytes,
             budget: None,
             predicted_overhead: self.overhead(&plan),
             planning_ms: started.elapsed().as_secs_f64() * 1e3,

@@ -493,3 +493,49 @@ fn a_reserved_budget_is_met_where_the_fastest_requested_fit_is_over_it() {
     .unwrap();
     assert!(allocated.planned_peaks.allocated_bytes <= budget);
 }
+
+/// Planning for a GPU, a plan that offloads reports the host memory it holds (a Meta step's
+/// host tracker, exact); on the CPU, whose host is itself, nothing is offered nor reported.
+#[test]
+fn plans_for_a_gpu_report_their_host_memory() {
+    let mut workload = Workload::zoo_small("cifar10dvs-vgg", 4).unwrap();
+    workload.target = memopt_core::Target::Cuda;
+    let mut session = PlanningSession::new(&workload).unwrap();
+    let least = MinMemory.plan(&mut session).unwrap();
+    let offloads = least.plan.entries.iter().any(|e| e.policy.offloads());
+    assert!(offloads, "{:?}", least.plan.entries);
+    assert!(least.host_peak_bytes > 0);
+    // The same plan without offloading holds the offloaded bytes on the device instead: its
+    // device peak is higher and it reports no host memory.
+    let kept = Plan {
+        entries: least
+            .plan
+            .entries
+            .iter()
+            .map(|e| {
+                let mut e = e.clone();
+                if let memopt_checkpoint::Policy::Offload {
+                    compressor,
+                    chunks,
+                    boundaries,
+                } = e.policy
+                {
+                    e.policy = memopt_checkpoint::Policy::Checkpoint {
+                        compressor,
+                        chunks,
+                        boundaries,
+                    };
+                }
+                e
+            })
+            .collect(),
+        ..least.plan.clone()
+    };
+    let without = session.report("kept", kept).unwrap();
+    assert_eq!(without.host_peak_bytes, 0);
+    assert!(without.planned_peak_bytes >= least.planned_peak_bytes);
+    let mut cpu = PlanningSession::new(&Workload::zoo_small("cifar10dvs-vgg", 4).unwrap()).unwrap();
+    let on_cpu = MinMemory.plan(&mut cpu).unwrap();
+    assert!(!on_cpu.plan.entries.iter().any(|e| e.policy.offloads()));
+    assert_eq!(on_cpu.host_peak_bytes, 0);
+}

@@ -54,8 +54,9 @@ Planning for a GPU (--device cuda or meta:cuda), the planners also offer every c
 offloaded: its saved input moves to host memory until backward, taking no GPU memory in
 between, at the cost of copying it out and back (priced at the host link speed `memopt
 calibrate --device cuda` measures; uncalibrated at 1/200 of the memory bandwidth guess). Kept
-chunk-boundary states go to host memory too. On the CPU, whose memory is the host's, offloading
-frees nothing and is not offered.
+chunk-boundary states go to host memory too, and the report shows the host memory the plan
+holds at its peak. On the CPU, whose memory is the host's, offloading frees nothing and is not
+offered.
 
 --verify runs a real CPU step of a fresh model with and without the plan (same seeds) and
 checks that the measured peak is the planned one and that the loss, every gradient, the
@@ -336,6 +337,14 @@ pub fn run(args: &OptimizeArgs, out: &mut dyn Write) -> Result<()> {
             bytes(l.allocated_bytes),
             bytes(l.reserved_bytes),
             bytes(l.fragmentation_bytes())
+        )?;
+    }
+    if report.host_peak_bytes > 0 {
+        out!(
+            out,
+            "host memory         {:>12}  ({} bytes at the peak: offloaded payloads and boundary states, exact)",
+            bytes(report.host_peak_bytes),
+            report.host_peak_bytes
         )?;
     }
     if let Some(b) = &report.budget {

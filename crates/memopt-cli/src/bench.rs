@@ -12,6 +12,7 @@ use memopt_checkpoint::Plan;
 use memopt_core::Device;
 use memopt_profiler::timing::{median, quartiles};
 use memopt_profiler::{PlanCheck, Quantity, TimingProfiler, plan_is_data_dependent};
+use memopt_search::builder::OptionSpace;
 use memopt_search::{
     Budget, BudgetStrategy, MaxOverhead, Memonger, MinMemory, Pipeline, PlanReport, SearchError, Strategy,
 };
@@ -171,7 +172,7 @@ pub fn bench(
 ) -> Result<BenchReport> {
     let workload = &selection.workload;
     let started = Instant::now();
-    let (mut session, source) = planning_session(workload, calibration)?;
+    let (mut session, source) = planning_session(workload, calibration, OptionSpace::default())?;
     let session_setup_ms = started.elapsed().as_secs_f64() * 1e3;
     let uncalibrated = match calibration {
         Some(_) => Some(cost_model(workload, None)?.0),

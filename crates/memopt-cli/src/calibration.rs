@@ -123,14 +123,13 @@ pub fn cost_model(
     Ok((cost, source))
 }
 
-/// A planning session for `workload` whose cost model carries `calibration` when given.
+/// A planning session for `workload` over the options of `space`, whose cost model carries
+/// `calibration` when given.
 pub fn planning_session(
     workload: &Workload,
     calibration: Option<&LoadedCalibration>,
+    space: OptionSpace,
 ) -> Result<(PlanningSession, CostModelSource)> {
     let (cost, source) = cost_model(workload, calibration)?;
-    Ok((
-        PlanningSession::with(workload, OptionSpace::default(), cost)?,
-        source,
-    ))
+    Ok((PlanningSession::with(workload, space, cost)?, source))
 }

@@ -53,3 +53,26 @@ fn every_command_spells_and_checks_the_device_alike() {
     );
     assert!(e.contains("real steps"), "{e}");
 }
+
+#[test]
+fn planning_for_a_gpu_offloads_and_reports_host_memory_unless_told_not_to() {
+    let args = ["optimize", "--device", "meta:cuda", "--strategy", "min-memory"];
+    let text = ok(&args);
+    assert!(
+        text.contains("offload(") && text.contains("host memory"),
+        "{text}"
+    );
+    let mut without = args.to_vec();
+    without.push("--no-offload");
+    let text = ok(&without);
+    assert!(
+        !text.contains("offload(") && !text.contains("host memory"),
+        "{text}"
+    );
+    // On the CPU nothing is offloaded.
+    let text = ok(&["optimize", "--strategy", "min-memory"]);
+    assert!(
+        !text.contains("offload(") && !text.contains("host memory"),
+        "{text}"
+    );
+}

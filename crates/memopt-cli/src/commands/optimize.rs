@@ -17,6 +17,7 @@ use memopt_checkpoint::Plan;
 use memopt_core::Target;
 use memopt_profiler::timing::{median, quartiles};
 use memopt_profiler::{PlanCheck, Quantity, TimingProfiler, plan_is_data_dependent};
+use memopt_search::builder::OptionSpace;
 use memopt_search::{AllocatorLevels, BudgetFit, PipelineSummary};
 use serde::Serialize;
 use std::io::Write;
@@ -103,6 +104,10 @@ pub struct OptimizeArgs {
     /// weighs time).
     #[command(flatten)]
     pub calibration: CalibrationArgs,
+    /// Planning for a GPU, offer no offloading: every checkpointed segment keeps its saved
+    /// input and boundary states in GPU memory (on the CPU nothing is offloaded anyway).
+    #[arg(long)]
+    pub no_offload: bool,
 }
 
 /// What `--verify` measured.
@@ -202,7 +207,11 @@ pub fn run(args: &OptimizeArgs, out: &mut dyn Write) -> Result<()> {
     let workload = &sel.workload;
     let started = Instant::now();
     let calibration = args.calibration.load(device)?;
-    let (mut session, cost_model) = planning_session(workload, calibration.as_ref())?;
+    let space = OptionSpace {
+        offload: !args.no_offload,
+        ..OptionSpace::default()
+    };
+    let (mut session, cost_model) = planning_session(workload, calibration.as_ref(), space)?;
     let setup_ms = started.elapsed().as_secs_f64() * 1e3;
     let report = strategy.plan(&mut session).map_err(explain)?;
     if let Some(path) = &args.out {

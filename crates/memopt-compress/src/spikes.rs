@@ -126,12 +126,18 @@ impl PackedSpikes {
         Ok(out.into_tensor(self.shape.clone())?.with_spike_flag(true))
     }
 
-    /// The same spikes with the payload's bytes copied to `device` and recorded there as
-    /// `kind` (the offload policy moves payloads to host memory and back).
+    /// The same spikes with the payload's bytes that hold them copied to `device` and recorded
+    /// there as `kind` (the offload policy moves payloads to host memory and back): a time
+    /// slice of a larger payload moves its own bytes, not the whole payload's.
     pub fn to_device(&self, device: Device, kind: MemoryKind) -> Result<PackedSpikes> {
+        // Within the payload: first + elements <= 8 * payload bytes.
+        let end_bit = self.first + self.shape.elem_count();
+        let (start, end) = (self.first / 8, end_bit.div_ceil(8));
+        let bytes = self.payload.narrow0(start, end - start)?;
         Ok(PackedSpikes {
-            payload: self.payload.to_device_as(device, kind)?,
-            ..self.clone()
+            payload: bytes.to_device_as(device, kind)?,
+            first: self.first % 8,
+            shape: self.shape.clone(),
         })
     }
 }

@@ -53,6 +53,12 @@ proptest! {
         let flat = slice.reshape([len * inner]).unwrap();
         prop_assert_eq!(flat.dims(), &[len * inner]);
         prop_assert_eq!(flat.unpack().unwrap().to_vec_f32().unwrap(), values[start * inner..][..len * inner].to_vec());
+        // Moved (as an offload moves it), a slice takes only the bytes that hold its bits and
+        // keeps its values.
+        let moved = slice.to_device(Device::Cpu, MemoryKind::Offloaded).unwrap();
+        let first = start * inner;
+        prop_assert_eq!(moved.payload().view_bytes(), ((first + len * inner).div_ceil(8) - first / 8) as u64);
+        prop_assert_eq!(moved.unpack().unwrap().to_vec_f32().unwrap(), values[first..][..len * inner].to_vec());
     }
 }
 

@@ -75,4 +75,26 @@ fn planning_for_a_gpu_offloads_and_reports_host_memory_unless_told_not_to() {
         !text.contains("offload(") && !text.contains("host memory"),
         "{text}"
     );
+    // `profile` of an offloading plan shows the same host memory on Meta of a GPU.
+    let plan = temp("offloading-plan.json");
+    let plan = plan.to_str().expect("utf-8 temp path");
+    let planned = ok(&[
+        "optimize",
+        "--device",
+        "meta:cuda",
+        "--strategy",
+        "min-memory",
+        "-o",
+        plan,
+    ]);
+    let host = |text: &str| {
+        text.lines()
+            .find(|l| l.contains("host memory"))
+            .and_then(|l| l.split('(').nth(1))
+            .and_then(|l| l.split(' ').next())
+            .map(str::to_string)
+    };
+    let profiled = ok(&["profile", "--device", "meta:cuda", "--plan", plan]);
+    assert!(host(&planned).is_some(), "{planned}");
+    assert_eq!(host(&profiled), host(&planned), "{profiled}");
 }

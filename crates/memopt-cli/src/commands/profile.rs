@@ -11,7 +11,7 @@ use crate::out;
 use crate::selection::{DEFAULT_MODEL, ModelArgs};
 use memopt_checkpoint::Plan;
 use memopt_profiler::memory::{AllocatorFigures, Holder, KindBytes};
-use memopt_profiler::{MemoryReport, TimingProfiler, TimingReport, estimate, profile_memory};
+use memopt_profiler::{Estimator, MemoryReport, TimingProfiler, TimingReport, profile_memory};
 use serde::Serialize;
 use std::io::Write;
 use std::path::PathBuf;
@@ -28,7 +28,8 @@ for: it keeps no final neuron state (each is freed as soon as nothing reads it).
 --device cpu measures a real step (and times it over --runs steps); --device cuda[:N] does so on
 a GPU (times from CUDA events; the GPU memory outside memopt's pool is reported separately);
 --device meta computes the same memory figures to the byte without running anything (no times);
---device meta:cuda computes what the step would allocate on a GPU, with the CUDA backend's rules. --plan profiles the step
+--device meta:cuda computes what the step would allocate on a GPU, with the CUDA backend's rules,
+and the host memory a plan's offloading holds. --plan profiles the step
 under a plan written by `memopt optimize --out`.";
 
 /// Options of `memopt profile`.
@@ -121,6 +122,10 @@ pub struct ProfileJson {
     pub holders: Vec<Holder>,
     /// Median step time, in ms (`null` on Meta).
     pub step_ms: Option<f64>,
+    /// On Meta of a GPU: the most bytes the step holds in host memory for offloaded payloads
+    /// and boundary states (exact; absent elsewhere).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub host_peak_bytes: Option<u64>,
     /// Per module and phase.
     pub modules: Vec<ModuleRow>,
     /// On a GPU: its memory after the timed steps, memopt's pool and what lies outside it.
@@ -172,10 +177,13 @@ pub fn run(args: &ProfileArgs, out: &mut dyn Write) -> Result<()> {
     let workload = &sel.workload;
     args.limit
         .check(workload, &[&plan], device, &args.model.command_line())?;
-    let report = if device.is_meta() {
-        estimate(workload, &plan)?
+    let (report, host_peak_bytes) = if device.is_meta() {
+        let mut estimator = Estimator::new(workload)?;
+        let report = estimator.report(&plan)?;
+        let host = device.has_separate_host().then(|| estimator.host_peak_bytes());
+        (report, host)
     } else {
-        profile_memory(workload, &plan, device)?
+        (profile_memory(workload, &plan, device)?, None)
     };
     let timing = if device.is_meta() {
         None
@@ -210,6 +218,7 @@ pub fn run(args: &ProfileArgs, out: &mut dyn Write) -> Result<()> {
             allocator: report.allocator,
             holders: report.holders.clone(),
             step_ms: timing.as_ref().map(|t| t.step_ms),
+            host_peak_bytes,
             modules,
             gpu,
         };
@@ -217,6 +226,13 @@ pub fn run(args: &ProfileArgs, out: &mut dyn Write) -> Result<()> {
     }
     out!(out, "{}", sel.describe())?;
     out!(out, "{}", report.table(args.top, false).trim_end())?;
+    if let Some(host) = host_peak_bytes.filter(|&b| b > 0) {
+        out!(
+            out,
+            "host memory: {} ({host} bytes at the peak: offloaded payloads and boundary states, exact)",
+            crate::format::bytes(host)
+        )?;
+    }
     if let Some(t) = &timing {
         out!(
             out,

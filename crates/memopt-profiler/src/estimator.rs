@@ -6,7 +6,7 @@ use crate::memory::recorder::RecorderState;
 use crate::memory::{AllocatorLevels, MemoryRecorder, MemoryReport};
 use crate::workload::{StepSession, Workload};
 use memopt_checkpoint::Plan;
-use memopt_core::MemoryTracker;
+use memopt_core::{Device, MemoryTracker};
 use std::sync::Arc;
 
 /// Estimates a workload's step memory for any plan by running the step on the Meta device,
@@ -49,9 +49,11 @@ impl Estimator {
             tracker,
             session,
             setup,
-            host: device
-                .has_separate_host()
-                .then(|| MemoryTracker::new(device.host())),
+            // Only the host's requested peak is read: a counting tracker (Meta of the CPU).
+            host: match device.host() {
+                Device::Meta(target) if device.has_separate_host() => Some(MemoryTracker::counting(target)),
+                _ => None,
+            },
             host_peak: 0,
         })
     }

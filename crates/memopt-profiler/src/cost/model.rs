@@ -418,11 +418,7 @@ impl CostModel {
             .iter()
             .map(|x| {
                 let kind = compressor.keeping(x.known_values());
-                let payload = if kind == CompressorKind::Null {
-                    x.bytes()
-                } else {
-                    kind.build().packed_size(&x.shape, x.dtype).upper_bound()
-                };
+                let payload = payload_bytes(x, kind);
                 let moved = if offload {
                     self.host_copies_ms(payload, restores)
                 } else {
@@ -534,18 +530,29 @@ impl CostModel {
 /// writes the payload, each decompression the reverse; kept as it is, nothing, but an offload
 /// copies the payload out and back.
 fn kept_input_bytes(x: &InputInfo, kind: CompressorKind, offload: bool, layer_reads_packed: bool) -> u64 {
-    let (payload, codec) = if kind == CompressorKind::Null {
-        (x.bytes(), 0)
+    let payload = payload_bytes(x, kind);
+    let codec = if kind == CompressorKind::Null {
+        0
     } else {
-        let payload = kind.build().packed_size(&x.shape, x.dtype).upper_bound();
         let unpacks = if reads_packed(x, kind, layer_reads_packed) {
             2
         } else {
             1
         };
-        (payload, (1 + unpacks) * (x.bytes() + payload))
+        (1 + unpacks) * (x.bytes() + payload)
     };
     codec + if offload { 2 * payload } else { 0 }
+}
+
+/// Bytes of the payload that keeps input `x` with compressor `kind` (already
+/// [`CompressorKind::keeping`]): the input itself when kept whole, else the packed size (its
+/// upper bound for a data-dependent compressor).
+fn payload_bytes(x: &InputInfo, kind: CompressorKind) -> u64 {
+    if kind == CompressorKind::Null {
+        x.bytes()
+    } else {
+        kind.build().packed_size(&x.shape, x.dtype).upper_bound()
+    }
 }
 
 /// Whether a saved input kept with `kind` is unpacked twice, in the recomputation and for the

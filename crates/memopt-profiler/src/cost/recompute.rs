@@ -8,6 +8,13 @@ use memopt_checkpoint::{ChunkBoundaries, Policy, time_spans};
 use memopt_core::ModulePath;
 
 impl CostModel {
+    /// The leaf modules at or below `paths` (a segment's), in module order.
+    fn leaves_under<'a>(&'a self, paths: &'a [String]) -> impl Iterator<Item = &'a ModuleCostEntry> + 'a {
+        self.modules
+            .iter()
+            .filter(move |m| m.leaf && paths.iter().any(|p| within(&m.path, p)))
+    }
+
     /// The recomputation of `e`, in milliseconds: at the forward factor when its outputs are
     /// read, at [`TypeFactors::recompute_last`] when it ends its segment (`last`).
     pub(super) fn entry_recompute_ms(&self, e: &ModuleCostEntry, last: bool) -> f64 {
@@ -64,9 +71,7 @@ impl CostModel {
             return 0.0;
         }
         let forward: f64 = self
-            .modules
-            .iter()
-            .filter(|m| m.leaf && paths.iter().any(|p| within(&m.path, p)))
+            .leaves_under(paths)
             .map(|m| self.entry_recompute_ms(m, false))
             .sum();
         self.backward_passes(paths, computes_statistics) as f64 * share * forward
@@ -77,9 +82,7 @@ impl CostModel {
     /// one gradient-sums pass per training BatchNorm.
     fn backward_passes(&self, paths: &[String], computes_statistics: bool) -> usize {
         let batch_norms = self
-            .modules
-            .iter()
-            .filter(|m| m.leaf && paths.iter().any(|p| within(&m.path, p)))
+            .leaves_under(paths)
             .filter(|m| m.module_type.starts_with("BatchNorm"))
             .count();
         1 + if computes_statistics { batch_norms } else { 0 }
@@ -125,12 +128,7 @@ impl CostModel {
         {
             return 0.0;
         }
-        let per_boundary: u64 = self
-            .modules
-            .iter()
-            .filter(|m| m.leaf && paths.iter().any(|p| within(&m.path, p)))
-            .map(|m| m.state_bytes)
-            .sum();
+        let per_boundary: u64 = self.leaves_under(paths).map(|m| m.state_bytes).sum();
         let bytes = per_boundary.saturating_mul(chunks as u64 - 1);
         self.host_copies_ms(bytes, self.backward_passes(paths, computes_statistics) as f64)
     }
@@ -160,11 +158,7 @@ impl CostModel {
     /// factor ([`TypeFactors::recompute_last`]); the backward ones at the backward factor. Leaves
     /// in module order stand for the order in which they run. Zero without BatchNorm.
     pub(super) fn batch_norm_passes_ms(&self, paths: &[String]) -> f64 {
-        let leaves: Vec<&ModuleCostEntry> = self
-            .modules
-            .iter()
-            .filter(|m| m.leaf && paths.iter().any(|p| within(&m.path, p)))
-            .collect();
+        let leaves: Vec<&ModuleCostEntry> = self.leaves_under(paths).collect();
         let forward: Vec<f64> = leaves.iter().map(|m| self.entry_recompute_ms(m, false)).collect();
         let last = self.segment_last_leaf(paths).map(|e| e.path.as_str());
         let whole: f64 = leaves

@@ -2,7 +2,8 @@
 //! memory policies in force and the parameter gradients of the step.
 
 use crate::autograd::{
-    Backward, BackwardOp, Gradients, SavedLayerInput, SavedTensor, StateStore, Tape, Typed, Var, VarId,
+    Backward, BackwardOp, Gradients, ParamReaders, SavedLayerInput, SavedTensor, StateStore, Tape, Typed,
+    Var, VarId,
 };
 use crate::module::Module;
 use crate::module::call_observer::{self, ModuleCall, ValueInfo};
@@ -10,12 +11,16 @@ use crate::param::{Param, ParamId};
 use crate::policy::batch_stats::BatchStats;
 use crate::policy::{Policy, PolicyTable, Segment};
 use crate::{CheckpointError, Result};
-use memopt_core::memory::{Phase, current_scope, enter_module, enter_phase};
+use memopt_core::memory::{Phase, Scope, current_scope, enter_module, enter_phase, enter_scope};
 use memopt_core::{Device, MemoryKind, ModulePath, Philox, Tensor};
 use std::collections::HashMap;
 
 mod chain_calls;
 mod outputs_unread;
+
+/// What the update in backward applies to a parameter whose gradient is final: the optimizer's
+/// update of that parameter (see [`Cx::update_in_backward`]).
+pub type UpdateHook<'m> = Box<dyn FnMut(ParamId, &Tensor) -> Result<()> + 'm>;
 
 /// Whether a forward pass records for backward.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -50,6 +55,10 @@ pub struct Cx<'m> {
     pub(crate) batch_stats: BatchStats,
     policies: &'m PolicyTable,
     grads: Gradients,
+    /// Readers still to run in backward, per parameter.
+    pub(crate) readers: ParamReaders,
+    /// The update in backward, when on, and whether final gradients are kept for the caller.
+    update: Option<(UpdateHook<'m>, bool)>,
     /// Whether the values the module call running now returns are read by no one (see
     /// [`Cx::outputs_unread`]).
     unread_call: bool,
@@ -90,6 +99,8 @@ impl<'m> Cx<'m> {
             batch_stats: BatchStats::default(),
             policies,
             grads: Gradients::default(),
+            readers: ParamReaders::default(),
+            update: None,
             unread_call: false,
             unread_next: false,
             final_next: false,
@@ -156,6 +167,33 @@ impl<'m> Cx<'m> {
     /// Takes the accumulated parameter gradients, leaving none.
     pub fn take_grads(&mut self) -> Gradients {
         std::mem::take(&mut self.grads)
+    }
+
+    /// Turns on the update in backward ([`crate::Plan::update_in_backward`]): as soon as no op
+    /// still to run in backward reads a parameter, `update` receives its final gradient, which
+    /// is then freed (with `keep_grads`, kept in [`Cx::grads`] instead, holding its memory).
+    /// Parameters are updated while backward runs, so set it only for a step whose backward
+    /// reads no parameter after its last reader (a training step).
+    pub fn update_in_backward(&mut self, update: UpdateHook<'m>, keep_grads: bool) {
+        self.update = Some((update, keep_grads));
+    }
+
+    /// Ops reading each of `params` have run their backward: the gradients of those no reader
+    /// is left for are final, and the update in backward, when on, applies to them now.
+    pub(crate) fn param_readers_done(&mut self, params: &[ParamId]) -> Result<()> {
+        if params.is_empty() {
+            return Ok(());
+        }
+        for p in self.readers.done(params) {
+            let Some((update, keep)) = self.update.as_mut() else {
+                continue;
+            };
+            if let Some(g) = self.grads.finalize(p, *keep) {
+                let _scope = enter_scope(Scope::new("", Phase::Optimizer));
+                update(p, &g)?;
+            }
+        }
+        Ok(())
     }
 
     /// The gradient accumulator of a parameter (zeros on first use). Backward ops of layers
@@ -242,7 +280,14 @@ impl<'m> Cx<'m> {
             Some(tape) if !self.batch_stats.params_frozen => {
                 Var::tracked(p.tensor().clone(), tape.param_leaf(p.id()))
             }
-            _ => Var::constant(p.tensor().clone()),
+            Some(_) => Var::constant(p.tensor().clone()),
+            None => {
+                // A checkpointed segment's forward: its node will read the parameter.
+                if !self.batch_stats.params_frozen {
+                    self.readers.read_untaped(p.id());
+                }
+                Var::constant(p.tensor().clone())
+            }
         }
     }
 
@@ -327,7 +372,8 @@ impl<'m> Cx<'m> {
             return output;
         };
         let id = VarId::fresh();
-        tape.push(Box::new(Typed(op)), ids, vec![id], current_scope());
+        self.readers
+            .add(tape.push(Box::new(Typed(op)), ids, vec![id], current_scope(), Vec::new()));
         output.with_id(id)
     }
 
@@ -366,19 +412,33 @@ impl<'m> Cx<'m> {
         self.record_always(op, inputs, outputs)
     }
 
-    /// Records an op even when none of its inputs needs a gradient (a checkpointed segment's
-    /// parameters do). Returns constants when not recording.
+    /// Records an op even when none of its inputs needs a gradient. Returns constants when not
+    /// recording.
     pub(crate) fn record_always(
         &mut self,
         op: Box<dyn BackwardOp<'m> + 'm>,
         inputs: Vec<Option<VarId>>,
         outputs: Vec<Tensor>,
     ) -> Vec<Var> {
+        self.record_segment(op, inputs, outputs, Vec::new())
+    }
+
+    /// Records a checkpointed segment's node, which reads `params` (those its forward read
+    /// without a tape) and is recorded even when none of its inputs needs a gradient (its
+    /// parameters do). Returns constants when not recording.
+    pub(crate) fn record_segment(
+        &mut self,
+        op: Box<dyn BackwardOp<'m> + 'm>,
+        inputs: Vec<Option<VarId>>,
+        outputs: Vec<Tensor>,
+        params: Vec<crate::param::ParamId>,
+    ) -> Vec<Var> {
         let Some(tape) = self.tape.as_mut() else {
             return outputs.into_iter().map(Var::constant).collect();
         };
         let ids: Vec<VarId> = outputs.iter().map(|_| VarId::fresh()).collect();
-        tape.push(op, inputs, ids.clone(), current_scope());
+        self.readers
+            .add(tape.push(op, inputs, ids.clone(), current_scope(), params));
         outputs
             .into_iter()
             .zip(ids)

@@ -4,9 +4,11 @@ use crate::autograd::{Gradients, Var};
 use crate::context::{Cx, Recording};
 use crate::model::Model;
 use crate::optim::Optimizer;
+use crate::param::{Param, ParamId};
 use crate::{CheckpointError, Result, ops};
 use memopt_core::memory::{Phase, Scope, enter_scope};
 use memopt_core::{DType, Philox, RngState, Tensor};
+use std::collections::HashMap;
 
 /// What a step's loss compares the output with.
 #[derive(Debug, Clone)]
@@ -30,7 +32,9 @@ pub struct Batch {
 /// What a step keeps for the caller beyond the loss (tests compare these across policies).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct StepOptions {
-    /// Return the parameter gradients (otherwise they are freed after the update).
+    /// Return the parameter gradients (otherwise they are freed after the update, or, under a
+    /// plan updating in backward, as soon as each is final: keeping them then holds them to the
+    /// end of the step, which raises its peak).
     pub keep_grads: bool,
     /// Compute and return the gradient of the input.
     pub input_grad: bool,
@@ -107,6 +111,11 @@ impl Trainer {
 
     /// One step. Input, target and plan are checked before anything runs, so a rejected batch
     /// leaves the model untouched.
+    ///
+    /// Under a plan updating in backward ([`crate::Plan::update_in_backward`]) each parameter
+    /// is updated as soon as no op still to run in backward reads it, and its gradient is freed
+    /// there; the parameters after the step are bit-identical to those of the update after
+    /// backward (each parameter's update reads only its own gradient and optimizer state).
     pub fn step(&mut self, model: &Model, batch: &Batch, opts: StepOptions) -> Result<StepOutput> {
         check_target(model, batch)?;
         if model.params().is_empty() && !opts.input_grad {
@@ -121,6 +130,21 @@ impl Trainer {
         );
         // Without the caller reading them, the final states go as soon as nothing reads them.
         cx.set_keep_final_states(opts.keep_states);
+        let update_in_backward = model.policies().updates_in_backward() && !opts.skip_update;
+        if update_in_backward {
+            let params: HashMap<ParamId, &Param> =
+                model.params().into_iter().map(|(_, p)| (p.id(), p)).collect();
+            let optimizer = &mut self.optimizer;
+            cx.update_in_backward(
+                Box::new(move |id, grad| match params.get(&id) {
+                    Some(p) => optimizer.update(p, grad),
+                    None => Err(CheckpointError::Autograd(format!(
+                        "a gradient of parameter {id:?}, which the model does not have"
+                    ))),
+                }),
+                opts.keep_grads,
+            );
+        }
         let (loss, output, x_id) = {
             let _fwd = enter_scope(Scope::new("", Phase::Forward));
             let x = cx.leaf(batch.input.clone(), opts.input_grad);
@@ -148,7 +172,17 @@ impl Trainer {
             Vec::new()
         };
         drop(cx);
-        if !opts.skip_update {
+        if update_in_backward {
+            // Parameters whose readers all ran were updated in backward; none is left in a
+            // training step, but a parameter read by no recorded op is updated here all the same.
+            let _opt = enter_scope(Scope::new("", Phase::Optimizer));
+            for (_, p) in model.params() {
+                if let Some(g) = grads.get(p.id()).filter(|_| !grads.is_final(p.id())) {
+                    self.optimizer.update(p, g)?;
+                }
+            }
+            self.optimizer.finish_step();
+        } else if !opts.skip_update {
             let _opt = enter_scope(Scope::new("", Phase::Optimizer));
             self.optimizer.step(model, &grads)?;
         }

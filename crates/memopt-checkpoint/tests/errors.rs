@@ -219,7 +219,11 @@ fn runs_of_children_are_validated() {
         into_next: 0,
         policy: Policy::checkpoint(CompressorKind::BitSpike, chunks),
     };
-    let plan = |entries: Vec<memopt_checkpoint::PlanEntry>| Plan { version: 1, entries };
+    let plan = |entries: Vec<memopt_checkpoint::PlanEntry>| Plan {
+        update_in_backward: false,
+        version: 1,
+        entries,
+    };
     model
         .apply_plan(&plan(vec![entry("", 0, 3, 1), entry("", 5, 7, 2)]))
         .unwrap();

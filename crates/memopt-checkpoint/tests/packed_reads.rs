@@ -98,6 +98,7 @@ fn peaks(plan: &Plan, device: Device) -> (u64, u64, u64) {
 /// `block`'s children `run` checkpointed with bit-packed inputs.
 fn checkpoint_run(run: [usize; 2]) -> Plan {
     Plan {
+        update_in_backward: false,
         entries: vec![PlanEntry {
             path: "block".into(),
             children: Some(run),
@@ -316,6 +317,7 @@ fn storing_packed_keeps_a_layers_spike_input_at_one_bit_per_value_and_stays_exac
         // Inside a recomputation the layers keep packing.
         Plan::from_entries([("", Policy::StorePacked), ("block", Policy::CHECKPOINT)]),
         Plan {
+            update_in_backward: false,
             entries: vec![PlanEntry {
                 path: "block".into(),
                 children: Some([1, 3]),

@@ -23,6 +23,7 @@ fn vgg(t: usize, n: usize) -> CostModel {
 /// Children 1 and 2 of `features` (two VGG blocks) checkpointed as one segment.
 fn blocks_1_and_2_checkpointed() -> Plan {
     Plan {
+        update_in_backward: false,
         entries: vec![memopt_checkpoint::PlanEntry {
             path: "features".into(),
             children: Some([1, 3]),

@@ -17,6 +17,7 @@ fn checkpointed_blocks() -> Plan {
         policy: Policy::checkpoint(CompressorKind::BitSpike, chunks),
     };
     Plan {
+        update_in_backward: false,
         entries: vec![checkpoint("features.1", 4), checkpoint("features.3", 1)],
         ..Plan::store_all()
     }

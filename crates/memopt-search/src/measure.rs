@@ -53,6 +53,7 @@ pub fn measure(model: &Model, site: &Site, policy: Policy, first: bool) -> Resul
         time_steps: Some(model.spec().time_steps),
     };
     let plan = Plan {
+        update_in_backward: false,
         version: PLAN_VERSION,
         entries: vec![PlanEntry {
             path: site.path.clone(),

@@ -165,6 +165,7 @@ impl<'c> SegmentPricing<'c> {
 /// in ms.
 pub(crate) fn extra_ms(cost: &CostModel, site: &Site, policy: Policy) -> f64 {
     let plan = Plan {
+        update_in_backward: false,
         version: PLAN_VERSION,
         entries: vec![PlanEntry {
             path: site.path.clone(),

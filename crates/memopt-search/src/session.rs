@@ -236,6 +236,7 @@ impl PlanningSession {
                 .iter()
                 .map(|s| {
                     let plan = Plan {
+                        update_in_backward: false,
                         version: PLAN_VERSION,
                         entries: plan_entries(&s.plan),
                     };

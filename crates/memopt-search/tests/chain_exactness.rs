@@ -155,6 +155,7 @@ fn check_on(name: &str, n: usize, samples: usize, device: Device) {
             name,
             n,
             &Plan {
+                update_in_backward: false,
                 version: 1,
                 entries: entries.clone(),
             },
@@ -309,6 +310,7 @@ fn plans_map_back_onto_the_chain() {
     for _ in 0..200 {
         let p = chain.pick_plan(&mut pick);
         let plan = Plan {
+            update_in_backward: false,
             version: 1,
             entries: plan_entries(&p),
         };

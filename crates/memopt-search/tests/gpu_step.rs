@@ -177,6 +177,7 @@ fn random_plans(name: &str, n: usize, count: usize) -> Vec<Plan> {
     let mut pick = |k: usize| (rng.next_uniform() * k as f32) as usize % k;
     (0..count)
         .map(|_| Plan {
+            update_in_backward: false,
             version: 1,
             entries: plan_entries(&chain.pick_plan(&mut pick)),
         })

@@ -262,6 +262,7 @@ fn dp_equals_brute_force_over_exact_peaks() {
     let mut exact: Vec<(u64, f64)> = Vec::new();
     for p in &all {
         let plan = Plan {
+            update_in_backward: false,
             version: 1,
             entries: plan_entries(p),
         };
@@ -468,6 +469,7 @@ fn a_reserved_budget_is_met_where_the_fastest_requested_fit_is_over_it() {
     let mut session = PlanningSession::new(&workload).unwrap();
     let budget = MinMemory.plan(&mut session).unwrap().planned_peaks.reserved_bytes;
     let naive = Plan {
+        update_in_backward: false,
         version: 1,
         entries: plan_entries(&least_time_within(session.chain(), budget).unwrap().unwrap().plan),
     };
@@ -508,6 +510,7 @@ fn plans_for_a_gpu_report_their_host_memory() {
     // The same plan without offloading holds the offloaded bytes on the device instead: its
     // device peak is higher and it reports no host memory.
     let kept = Plan {
+        update_in_backward: false,
         entries: least
             .plan
             .entries

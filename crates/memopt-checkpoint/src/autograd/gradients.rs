@@ -1,16 +1,19 @@
 //! Accumulated parameter gradients of one step.
 
-use crate::Result;
 use crate::param::ParamId;
+use crate::{CheckpointError, Result};
 use memopt_core::{DType, Device, MemoryKind, Tensor};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// Parameter gradients, created as zeros on a parameter's first contribution and accumulated in
 /// place afterwards. Every contribution goes through the same accumulator, so the order of
-/// floating-point additions is the same whatever memory policy produced it.
+/// floating-point additions is the same whatever memory policy produced it. A gradient can be
+/// declared final ([`Gradients::finalize`], the update in backward): no contribution may
+/// follow.
 #[derive(Debug, Default)]
 pub struct Gradients {
     map: BTreeMap<ParamId, Tensor>,
+    finals: BTreeSet<ParamId>,
 }
 
 impl Gradients {
@@ -36,12 +39,37 @@ impl Gradients {
 
     /// The accumulator of parameter `id` of shape `dims` on `device`, created as zeros (kind
     /// gradient) on first use.
+    /// An error for a parameter whose gradient was declared final.
     pub fn accumulator(&mut self, id: ParamId, dims: &[usize], device: Device) -> Result<Tensor> {
+        if self.finals.contains(&id) {
+            return Err(CheckpointError::Autograd(format!(
+                "parameter {id:?} received a gradient after its last reader's backward had run \
+                 (its update in backward was already applied)"
+            )));
+        }
         if let Some(t) = self.map.get(&id) {
             return Ok(t.clone());
         }
         let t = Tensor::zeros(dims, DType::F32, device, MemoryKind::Gradient)?;
         self.map.insert(id, t.clone());
         Ok(t)
+    }
+
+    /// Declares the gradient of `id` final and returns it: taken out when `keep` is false (the
+    /// caller's handle is then the last), left in place (and in [`Gradients::iter`]) when true.
+    /// `None` for a parameter that received no gradient.
+    pub(crate) fn finalize(&mut self, id: ParamId, keep: bool) -> Option<Tensor> {
+        let g = if keep {
+            self.map.get(&id).cloned()
+        } else {
+            self.map.remove(&id)
+        }?;
+        self.finals.insert(id);
+        Some(g)
+    }
+
+    /// Whether the gradient of `id` was declared final ([`Gradients::finalize`]).
+    pub fn is_final(&self, id: ParamId) -> bool {
+        self.finals.contains(&id)
     }
 }

@@ -6,6 +6,7 @@
 
 mod backward;
 mod gradients;
+mod param_readers;
 mod saved;
 mod states;
 mod tape;
@@ -14,6 +15,7 @@ mod var;
 pub(crate) use backward::Typed;
 pub use backward::{Backward, BackwardGrads, BackwardOp, InputSlot};
 pub use gradients::Gradients;
+pub(crate) use param_readers::ParamReaders;
 pub use saved::{LayerInputRead, SavedLayerInput, SavedTensor};
 pub use states::StateStore;
 pub use tape::Tape;

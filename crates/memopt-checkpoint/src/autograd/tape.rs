@@ -14,6 +14,8 @@ struct Node<'m> {
     inputs: Vec<Option<VarId>>,
     outputs: Vec<VarId>,
     scope: Scope,
+    /// The parameters its backward reads (see `param_readers.rs`).
+    params: Vec<ParamId>,
 }
 
 /// The record of one forward pass: nodes in execution order, and which leaf values are
@@ -66,19 +68,33 @@ impl<'m> Tape<'m> {
         v
     }
 
+    /// Records an op reading `inputs` and, for a checkpointed segment, `segment_params` (the
+    /// parameters its forward read without a tape). Returns the parameters the node reads.
     pub(crate) fn push(
         &mut self,
         op: Box<dyn BackwardOp<'m> + 'm>,
         inputs: Vec<Option<VarId>>,
         outputs: Vec<VarId>,
         scope: Scope,
-    ) {
+        segment_params: Vec<ParamId>,
+    ) -> &[ParamId] {
+        let mut params = segment_params;
+        params.extend(
+            inputs
+                .iter()
+                .flatten()
+                .filter_map(|v| self.params.get(v).copied()),
+        );
+        params.sort_unstable();
+        params.dedup();
         self.nodes.push(Node {
             op,
             inputs,
             outputs,
             scope,
+            params,
         });
+        &self.nodes.last().expect("just pushed").params
     }
 
     /// Runs backward from `seeds` (value id and its gradient), newest node first. Parameter
@@ -92,60 +108,82 @@ impl<'m> Tape<'m> {
     ) -> Result<HashMap<VarId, Tensor>> {
         let Tape {
             nodes,
-            params,
+            params: params_of,
             leaves,
         } = self;
         let mut grads: HashMap<VarId, Tensor> = HashMap::new();
         for (id, g) in seeds {
             accumulate(&mut grads, id, g)?;
         }
-        for node in nodes.into_iter().rev() {
-            let outputs: Vec<Option<Tensor>> = node.outputs.iter().map(|id| grads.remove(id)).collect();
-            if outputs.iter().all(Option::is_none) {
-                continue;
-            }
-            let slots: Vec<InputSlot> = node
-                .inputs
-                .iter()
-                .map(|i| InputSlot {
-                    needs_grad: i.is_some(),
-                    param: i.and_then(|v| params.get(&v).copied()),
-                })
-                .collect();
-            let _scope = enter_scope(node.scope.with_phase(Phase::Backward));
-            let name = node.op.name();
-            let input_grads = node.op.backward(
-                cx,
-                BackwardGrads {
-                    outputs,
-                    inputs: slots.clone(),
-                },
-            )?;
-            if input_grads.len() != node.inputs.len() {
-                return Err(CheckpointError::Autograd(format!(
-                    "op {name} returned {} input gradients for {} inputs",
-                    input_grads.len(),
-                    node.inputs.len()
-                )));
-            }
-            for ((input, slot), g) in node.inputs.iter().zip(&slots).zip(input_grads) {
-                let (Some(id), Some(g)) = (input, g) else { continue };
-                match slot.param {
-                    Some(p) => {
-                        let acc = cx.grads_mut().accumulator(p, g.dims(), g.device())?;
-                        kernels::add_assign(&acc, &g)?;
-                    }
-                    None => accumulate(&mut grads, *id, g)?,
-                }
-            }
+        let mut pending = nodes.into_iter().rev();
+        while let Some(mut node) = pending.next() {
+            let params = std::mem::take(&mut node.params);
+            run_node(cx, node, &params_of, &mut grads)?;
+            // Once the node has run, it reads its parameters no more.
+            cx.param_readers_done(&params)?;
             // A chunked BatchNorm's gradient-sums pass needs nothing recorded before it.
             if cx.batch_stats.reached() {
                 break;
             }
         }
+        // The nodes a gradient-sums pass stops before never run (they read no parameter: the
+        // pass freezes them).
+        for node in pending {
+            cx.param_readers_done(&node.params)?;
+        }
         grads.retain(|id, _| leaves.contains(id));
         Ok(grads)
     }
+}
+
+/// Runs one node's backward: takes its outputs' gradients from `grads`, accumulates parameter
+/// gradients into `cx`'s [`crate::Gradients`] (`param_of`: the tape's parameter leaves) and its
+/// inputs' into `grads`. A node no gradient reached does nothing.
+fn run_node<'m>(
+    cx: &mut Cx<'m>,
+    node: Node<'m>,
+    param_of: &HashMap<VarId, ParamId>,
+    grads: &mut HashMap<VarId, Tensor>,
+) -> Result<()> {
+    let outputs: Vec<Option<Tensor>> = node.outputs.iter().map(|id| grads.remove(id)).collect();
+    if outputs.iter().all(Option::is_none) {
+        return Ok(());
+    }
+    let slots: Vec<InputSlot> = node
+        .inputs
+        .iter()
+        .map(|i| InputSlot {
+            needs_grad: i.is_some(),
+            param: i.and_then(|v| param_of.get(&v).copied()),
+        })
+        .collect();
+    let _scope = enter_scope(node.scope.with_phase(Phase::Backward));
+    let name = node.op.name();
+    let input_grads = node.op.backward(
+        cx,
+        BackwardGrads {
+            outputs,
+            inputs: slots.clone(),
+        },
+    )?;
+    if input_grads.len() != node.inputs.len() {
+        return Err(CheckpointError::Autograd(format!(
+            "op {name} returned {} input gradients for {} inputs",
+            input_grads.len(),
+            node.inputs.len()
+        )));
+    }
+    for ((input, slot), g) in node.inputs.iter().zip(&slots).zip(input_grads) {
+        let (Some(id), Some(g)) = (input, g) else { continue };
+        match slot.param {
+            Some(p) => {
+                let acc = cx.grads_mut().accumulator(p, g.dims(), g.device())?;
+                kernels::add_assign(&acc, &g)?;
+            }
+            None => accumulate(grads, *id, g)?,
+        }
+    }
+    Ok(())
 }
 
 /// Adds `g` to the gradient of `id`, in place when the existing gradient is not shared.

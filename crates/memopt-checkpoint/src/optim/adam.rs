@@ -2,9 +2,8 @@
 
 use super::{Optimizer, StateTensor};
 use crate::Result;
-use crate::autograd::Gradients;
 use crate::model::Model;
-use crate::param::ParamId;
+use crate::param::{Param, ParamId};
 use memopt_core::kernels::{self, AdamConfig};
 use memopt_core::{DType, MemoryKind, Tensor};
 use std::collections::BTreeMap;
@@ -46,22 +45,24 @@ impl Optimizer for Adam {
         "adam"
     }
 
-    fn step(&mut self, model: &Model, grads: &Gradients) -> Result<()> {
-        self.step += 1;
-        for (_, p) in model.params() {
-            let (Some(g), Some((m, v))) = (grads.get(p.id()), self.moments.get(&p.id())) else {
-                continue;
-            };
-            kernels::adam_step(kernels::AdamStep {
-                param: p.tensor(),
-                grad: g,
-                m,
-                v,
-                cfg: &self.cfg,
-                step: self.step,
-            })?;
-        }
+    fn update(&mut self, param: &Param, grad: &Tensor) -> Result<()> {
+        let Some((m, v)) = self.moments.get(&param.id()) else {
+            return Ok(());
+        };
+        // The step being taken: `finish_step` counts it once every parameter is updated.
+        kernels::adam_step(kernels::AdamStep {
+            param: param.tensor(),
+            grad,
+            m,
+            v,
+            cfg: &self.cfg,
+            step: self.step + 1,
+        })?;
         Ok(())
+    }
+
+    fn finish_step(&mut self) {
+        self.step += 1;
     }
 
     fn learning_rate(&self) -> f32 {

@@ -10,7 +10,7 @@ pub use sgd::Sgd;
 use crate::Result;
 use crate::autograd::Gradients;
 use crate::model::Model;
-use crate::param::ParamId;
+use crate::param::{Param, ParamId};
 use memopt_core::Tensor;
 
 /// One state tensor of an optimizer: the parameter it belongs to, its name in PyTorch's
@@ -31,7 +31,21 @@ pub trait Optimizer {
     /// Name for reports (`sgd`, `adam`).
     fn name(&self) -> &'static str;
     /// Applies one update; parameters without a gradient are left alone.
-    fn step(&mut self, model: &Model, grads: &Gradients) -> Result<()>;
+    fn step(&mut self, model: &Model, grads: &Gradients) -> Result<()> {
+        for (_, p) in model.params() {
+            if let Some(g) = grads.get(p.id()) {
+                self.update(p, g)?;
+            }
+        }
+        self.finish_step();
+        Ok(())
+    }
+    /// Applies the current step's update to one parameter, exactly as [`Optimizer::step`]
+    /// does to each (in any order: every parameter's update reads only its own gradient and
+    /// state). Call [`Optimizer::finish_step`] once after the last parameter of the step.
+    fn update(&mut self, param: &Param, grad: &Tensor) -> Result<()>;
+    /// Counts the step whose parameters [`Optimizer::update`] updated.
+    fn finish_step(&mut self);
     /// The learning rate the next step uses.
     fn learning_rate(&self) -> f32;
     /// Sets the learning rate of the following steps (schedules); must be finite and >= 0.

@@ -2,9 +2,8 @@
 
 use super::{Optimizer, StateTensor};
 use crate::Result;
-use crate::autograd::Gradients;
 use crate::model::Model;
-use crate::param::ParamId;
+use crate::param::{Param, ParamId};
 use memopt_core::kernels::{self, SgdConfig};
 use memopt_core::{DType, MemoryKind, Tensor};
 use std::collections::BTreeMap;
@@ -62,19 +61,19 @@ impl Optimizer for Sgd {
         "sgd"
     }
 
-    fn step(&mut self, model: &Model, grads: &Gradients) -> Result<()> {
-        for (_, p) in model.params() {
-            let Some(g) = grads.get(p.id()) else { continue };
-            kernels::sgd_step(
-                p.tensor(),
-                g,
-                self.momentum.get(&p.id()),
-                &self.cfg,
-                self.steps == 0,
-            )?;
-        }
-        self.steps += 1;
+    fn update(&mut self, param: &Param, grad: &Tensor) -> Result<()> {
+        kernels::sgd_step(
+            param.tensor(),
+            grad,
+            self.momentum.get(&param.id()),
+            &self.cfg,
+            self.steps == 0,
+        )?;
         Ok(())
+    }
+
+    fn finish_step(&mut self) {
+        self.steps += 1;
     }
 
     fn learning_rate(&self) -> f32 {

@@ -163,6 +163,7 @@ pub(crate) fn forward<'m>(
     // saved, the segment's own ops are their last readers and free them when done.
     let inputs: Vec<Var> = inputs.into_iter().map(Var::into_constant).collect();
     let outer_tape = cx.tape.take();
+    let outer_reads = cx.readers.begin_segment();
     let chunked = spans.len() > 1;
     let replay_boundaries = chunked && boundaries == ChunkBoundaries::Replayed;
     cx.time_chunk_depth += usize::from(chunked);
@@ -178,6 +179,7 @@ pub(crate) fn forward<'m>(
     );
     cx.time_chunk_depth -= usize::from(chunked);
     cx.tape = outer_tape;
+    let params = cx.readers.end_segment(outer_reads);
     let (saves, outputs, batch_norms) = ran?;
 
     let finals = cx.states.under_any(&state_prefixes);
@@ -201,7 +203,7 @@ pub(crate) fn forward<'m>(
         n_out,
         batch_norms,
     };
-    let mut vars = cx.record_always(Box::new(op), node_inputs, node_outputs);
+    let mut vars = cx.record_segment(Box::new(op), node_inputs, node_outputs, params);
     let state_vars = vars.split_off(n_out);
     for ((p, _), v) in finals.into_iter().zip(state_vars) {
         cx.states.set(p, v);

@@ -55,6 +55,10 @@ fn is_zero(n: &usize) -> bool {
     *n == 0
 }
 
+fn is_false(b: &bool) -> bool {
+    !*b
+}
+
 /// A memory plan: every module not listed is stored. Serialises to JSON as
 /// `{"version": 1, "entries": [{"path": "features.0", "policy": {"kind": "checkpoint",
 /// "compressor": "bit_spike", "chunks": 1}}, {"path": "features", "children": [2, 5],
@@ -69,6 +73,13 @@ pub struct Plan {
     pub version: u32,
     /// Assignments, in any order; a path appears at most once.
     pub entries: Vec<PlanEntry>,
+    /// Whether the optimizer updates each parameter during backward, as soon as its gradient is
+    /// final (no op still to run reads the parameter), and frees that gradient there instead of
+    /// holding every gradient until the update after backward (see
+    /// [`crate::Trainer::step`]). The updated parameters are bit-identical; the step returns no
+    /// gradients unless asked to keep them. Absent in a plan file: `false`.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub update_in_backward: bool,
 }
 
 /// The fields of a plan file: [`Plan`]'s, plus the `made_for` description tools may add.
@@ -77,6 +88,8 @@ pub struct Plan {
 struct PlanFile {
     version: u32,
     entries: Vec<PlanEntry>,
+    #[serde(default)]
+    update_in_backward: bool,
     #[serde(default)]
     #[allow(dead_code)] // read past: its contents are the writer's business
     made_for: Option<serde::de::IgnoredAny>,
@@ -87,6 +100,7 @@ impl From<PlanFile> for Plan {
         Plan {
             version: f.version,
             entries: f.entries,
+            update_in_backward: f.update_in_backward,
         }
     }
 }
@@ -95,6 +109,7 @@ impl Plan {
     /// The empty plan (store everything).
     pub fn store_all() -> Plan {
         Plan {
+            update_in_backward: false,
             version: PLAN_VERSION,
             entries: Vec::new(),
         }
@@ -103,6 +118,7 @@ impl Plan {
     /// A plan from (path, policy) pairs.
     pub fn from_entries<S: Into<String>>(entries: impl IntoIterator<Item = (S, Policy)>) -> Plan {
         Plan {
+            update_in_backward: false,
             version: PLAN_VERSION,
             entries: entries
                 .into_iter()

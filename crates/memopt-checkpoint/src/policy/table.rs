@@ -30,6 +30,7 @@ pub struct ChildRange {
 pub struct PolicyTable {
     map: BTreeMap<Arc<str>, Policy>,
     ranges: BTreeMap<Arc<str>, Vec<ChildRange>>,
+    update_in_backward: bool,
 }
 
 /// What validation needs to know about the run a plan is for.
@@ -42,6 +43,11 @@ pub struct RunShape {
 }
 
 impl PolicyTable {
+    /// Whether the optimizer updates each parameter during backward ([`Plan::update_in_backward`]).
+    pub fn updates_in_backward(&self) -> bool {
+        self.update_in_backward
+    }
+
     /// The policy assigned to `path`, if any.
     pub fn get(&self, path: &str) -> Option<&Policy> {
         self.map.get(path)
@@ -84,6 +90,7 @@ impl PolicyTable {
             })
         });
         Plan {
+            update_in_backward: self.update_in_backward,
             version: PLAN_VERSION,
             entries: modules.chain(runs).collect(),
         }
@@ -100,7 +107,10 @@ impl PolicyTable {
                 plan.version
             )));
         }
-        let mut table = PolicyTable::default();
+        let mut table = PolicyTable {
+            update_in_backward: plan.update_in_backward,
+            ..PolicyTable::default()
+        };
         // Store entries are not kept in the table, so duplicates are found here.
         let mut whole: std::collections::HashSet<&str> = std::collections::HashSet::new();
         for e in &plan.entries {

@@ -275,6 +275,7 @@ fn least_fitting_limit(session: &mut PlanningSession, plan: &Plan, peaks: &Alloc
 
 fn plan_of(chosen: &[crate::chain::Chosen<'_>]) -> Plan {
     Plan {
+        update_in_backward: false,
         version: PLAN_VERSION,
         entries: plan_entries(chosen),
     }

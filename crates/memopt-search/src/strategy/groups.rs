@@ -134,6 +134,7 @@ impl<'a> Blocks<'a> {
             }
         }
         memopt_checkpoint::Plan {
+            update_in_backward: false,
             version: memopt_checkpoint::PLAN_VERSION,
             entries,
         }

@@ -68,6 +68,7 @@ impl Strategy for Memonger {
         let mut evaluate = |session: &mut PlanningSession, threshold: u64| -> Result<(u64, u64)> {
             let (groups, saved, largest) = mirror_plan(&layers, threshold);
             let plan = Plan {
+                update_in_backward: false,
                 version: PLAN_VERSION,
                 entries: group_entries(&layers, &groups, self.policy),
             };

@@ -67,6 +67,7 @@ fn least_peak_over_chains<'s>(
         let s = solve(chain)?;
         if best.as_ref().is_none_or(|b| (s.peak, s.extra_ms) < (b.0, b.1)) {
             let plan = memopt_checkpoint::Plan {
+                update_in_backward: false,
                 version: memopt_checkpoint::PLAN_VERSION,
                 entries: crate::chain::plan_entries(&s.plan),
             };

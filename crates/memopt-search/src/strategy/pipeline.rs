@@ -87,6 +87,7 @@ struct Run<'s> {
 impl Run<'_> {
     fn plan_of(entries: &[PlanEntry]) -> Plan {
         Plan {
+            update_in_backward: false,
             version: PLAN_VERSION,
             entries: entries.to_vec(),
         }

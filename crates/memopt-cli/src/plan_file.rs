@@ -71,14 +71,18 @@ impl MadeFor {
 struct PlanFileOut<'a> {
     version: u32,
     made_for: &'a MadeFor,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    update_in_backward: bool,
     entries: &'a [PlanEntry],
 }
 
-/// The JSON of a plan file: the plan with `made_for` between its version and its entries.
+/// The JSON of a plan file: the plan with `made_for` between its version and its entries (and
+/// `update_in_backward` before the entries when the plan updates in backward).
 pub fn plan_file_json(plan: &Plan, made_for: &MadeFor) -> String {
     let file = PlanFileOut {
         version: plan.version,
         made_for,
+        update_in_backward: plan.update_in_backward,
         entries: &plan.entries,
     };
     // A struct of strings, numbers and plan entries always serialises.

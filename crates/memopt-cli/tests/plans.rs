@@ -127,6 +127,9 @@ fn optimize_writes_a_plan_that_train_reads_back_at_the_planned_peak() {
     assert_eq!(written["version"], v["plan"]["version"]);
     assert_eq!(written["entries"], v["plan"]["entries"]);
     assert_eq!(written["made_for"]["model"], "small-snn");
+    // Plans update in backward unless told otherwise; training honours it (the peak below).
+    assert_eq!(written["update_in_backward"], Value::Bool(true));
+    assert_eq!(v["plan"]["update_in_backward"], Value::Bool(true));
     assert!(!written["entries"].as_array().expect("entries").is_empty());
     let t = json(&[
         "train",
@@ -161,6 +164,34 @@ fn optimize_writes_a_plan_that_train_reads_back_at_the_planned_peak() {
     assert!(
         text.contains("Residual") && text.contains("wrote the plan to"),
         "{text}"
+    );
+}
+
+#[test]
+fn no_update_in_backward_plans_the_update_after_backward() {
+    let args = ["optimize", "-m", "cifar10dvs-vgg", "--strategy", "min-memory"];
+    let text = ok(&args);
+    assert!(text.contains("optimizer update     in backward"), "{text}");
+    let in_backward = json(&[&args[..], &["--json"]].concat());
+    let after_args = [&args[..], &["--no-update-in-backward"]].concat();
+    let text = ok(&after_args);
+    assert!(text.contains("optimizer update           after"), "{text}");
+    let plan = temp("after-backward.json");
+    let after = json(&[&after_args[..], &["--json", "-o", s(&plan)]].concat());
+    let written = std::fs::read_to_string(&plan).expect("plan written");
+    assert!(!written.contains("update_in_backward"), "{written}");
+    assert!(after["plan"]["update_in_backward"].is_null(), "absent when off");
+    // Holding every gradient until the update costs memory: the least peak is higher.
+    assert!(
+        u(&after, "planned_peak_bytes") > u(&in_backward, "planned_peak_bytes"),
+        "{} vs {}",
+        u(&after, "planned_peak_bytes"),
+        u(&in_backward, "planned_peak_bytes")
+    );
+    assert_eq!(
+        u(&after, "baseline_peak_bytes"),
+        u(&in_backward, "baseline_peak_bytes"),
+        "the baseline updates after backward either way"
     );
 }
 

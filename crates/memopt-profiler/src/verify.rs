@@ -25,13 +25,14 @@ use std::fmt;
 /// Everything one training step produced, as bits, in a fixed order.
 #[derive(Debug, Clone, PartialEq)]
 pub struct StepRecord {
-    /// Peak bytes of the step run with the planned options ([`PLANNED_STEP`], the gradients
-    /// kept after the update), parameters, optimizer state and batch included (a fresh
+    /// Peak bytes of the step run with the planned options ([`PLANNED_STEP`]; the gradients
+    /// kept after the update, except under a plan updating in backward), parameters, optimizer state and batch included (a fresh
     /// tracker's own figure).
     pub peak_bytes: u64,
     /// Peak bytes of the same first step keeping the final neuron states
     /// (`StepOptions::keep_states`), which it holds from each neuron's forward to the end of the
-    /// step (a fresh tracker's own figure, on another fresh model).
+    /// step (a fresh tracker's own figure, on another fresh model). Under a plan updating in
+    /// backward this step also keeps the gradients, which the other one then does not.
     pub peak_bytes_keeping_states: u64,
     /// Loss of the step.
     pub loss_bits: Option<u32>,
@@ -56,7 +57,8 @@ impl StepRecord {
     /// and records its first training step, run with the planned options ([`PLANNED_STEP`],
     /// keeping the gradients after the update, which leaves the peak as it is); then records
     /// the final neuron states from the same first step of another fresh model in its own
-    /// tracker, keeping them. Returns the first session too, so that the caller can run more
+    /// tracker, keeping them (and, under a plan updating in backward, the gradients, which the
+    /// first step then does not keep: holding them would raise its peak). Returns the first session too, so that the caller can run more
     /// steps (to time them, for instance). Fresh models with the same seeds give the same first
     /// step under any plan, which is what makes records comparable across plans.
     pub fn first_step(workload: &Workload, plan: &Plan, device: Device) -> Result<(StepRecord, StepSession)> {
@@ -65,41 +67,55 @@ impl StepRecord {
                 "a step on the Meta device computes nothing to compare: record it on cpu".into(),
             ));
         }
-        let (neuron_states, peak_bytes_keeping_states) = {
+        // Keeping the gradients leaves the peak as it is when they are held until the update
+        // after backward anyway; under a plan updating in backward it would hold them, so the
+        // step measuring the peak keeps none and the step keeping the states keeps them.
+        let grads_in_states_step = plan.update_in_backward;
+        let gradient_bits = |session: &StepSession, out: &memopt_checkpoint::StepOutput| -> Result<_> {
+            let mut gradients = Vec::new();
+            for (path, p) in session.model().params() {
+                let g = match out.grads.as_ref().and_then(|g| g.get(p.id())) {
+                    Some(g) => bits(g)?,
+                    None => Vec::new(),
+                };
+                gradients.push((path, g));
+            }
+            Ok(gradients)
+        };
+        let (neuron_states, peak_bytes_keeping_states, states_step_gradients) = {
             let tracker = MemoryTracker::new(device);
             let _installed = MemoryTracker::install(tracker.clone());
             let mut session = workload.instantiate(device, plan)?;
             let out = session.step_with(StepOptions {
                 keep_states: true,
+                keep_grads: grads_in_states_step,
                 ..PLANNED_STEP
             })?;
             let mut states = Vec::new();
             for (path, t) in &out.final_states {
                 states.push((path.clone(), bits(t)?));
             }
+            let gradients = gradient_bits(&session, &out)?;
             drop(out);
-            (states, tracker.peak_bytes())
+            (states, tracker.peak_bytes(), gradients)
         };
         let tracker = MemoryTracker::new(device);
         let _installed = MemoryTracker::install(tracker.clone());
         let mut session = workload.instantiate(device, plan)?;
         let opts = StepOptions {
-            keep_grads: true,
+            keep_grads: !grads_in_states_step,
             ..PLANNED_STEP
         };
         let started = std::time::Instant::now();
         let out = session.step_with(opts)?;
         let step_ms = started.elapsed().as_secs_f64() * 1e3;
         let peak_bytes = tracker.peak_bytes();
+        let gradients = if grads_in_states_step {
+            states_step_gradients
+        } else {
+            gradient_bits(&session, &out)?
+        };
         let model = session.model();
-        let mut gradients = Vec::new();
-        for (path, p) in model.params() {
-            let g = match out.grads.as_ref().and_then(|g| g.get(p.id())) {
-                Some(g) => bits(g)?,
-                None => Vec::new(),
-            };
-            gradients.push((path, g));
-        }
         let mut parameters = Vec::new();
         for (path, p) in model.params() {
             parameters.push((path, bits(p.tensor())?));

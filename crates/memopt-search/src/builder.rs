@@ -59,6 +59,12 @@ pub struct OptionSpace {
     /// of a GPU: [`memopt_core::Device::has_separate_host`]); elsewhere offloading frees nothing
     /// and the option is not measured.
     pub offload: bool,
+    /// Whether the plans update each parameter in backward, as soon as its gradient is final
+    /// ([`memopt_checkpoint::Plan::update_in_backward`]): every segment's gradients are freed
+    /// in its own backward instead of waiting for the update after backward, so no segment's
+    /// backward holds the gradients of the segments after it. Costs no time; the step returns
+    /// no gradients.
+    pub update_in_backward: bool,
 }
 
 impl Default for OptionSpace {
@@ -72,6 +78,7 @@ impl Default for OptionSpace {
             split_poolings: true,
             spike_counts: true,
             offload: true,
+            update_in_backward: true,
         }
     }
 }
@@ -188,6 +195,7 @@ pub(crate) fn requests(site: &Site, first: bool, t: usize, space: &OptionSpace, 
                 site: s.clone(),
                 policy,
                 first,
+                update_in_backward: space.update_in_backward,
             });
         }
     };
@@ -326,7 +334,15 @@ pub fn chain_model(
     cost: &CostModel,
 ) -> Result<ChainModel> {
     let space = offered(space, model.device());
-    build(model, root, n, base, &space, cost, &mut Measurements::new(model))
+    build(
+        model,
+        root,
+        n,
+        base,
+        &space,
+        cost,
+        &mut Measurements::new(model, space.update_in_backward),
+    )
 }
 
 /// [`chain_model`] with the distinct segments measured in advance on up to `threads` threads
@@ -357,7 +373,8 @@ fn measured_ahead<'m>(
     spaces: &[&OptionSpace],
     threads: usize,
 ) -> Result<Measurements<'m>> {
-    let mut measurements = Measurements::new(model);
+    let update_in_backward = spaces.first().is_some_and(|s| s.update_in_backward);
+    let mut measurements = Measurements::new(model, update_in_backward);
     let mut wanted = Vec::new();
     for space in spaces {
         requests(root, true, model.spec().time_steps, space, &mut wanted);

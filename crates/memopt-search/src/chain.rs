@@ -17,6 +17,11 @@
 //! runs ([`memopt_profiler::PLANNED_STEP`]), which keeps no final neuron state (each is
 //! released as soon as nothing reads it), so `S` is 0 for the model's segments; the loss holds
 //! its value.
+//!
+//! When the step updates in backward ([`memopt_checkpoint::Plan::update_in_backward`], the
+//! planners' default) each segment's parameter gradients are freed inside its own backward as
+//! soon as they are final, so they are part of its `W` and `P` is 0 for every segment: no
+//! backward holds the gradients of the segments after it, and the update holds none.
 
 use crate::{Result, SearchError};
 use memopt_checkpoint::{PlanEntry, Policy};

@@ -24,7 +24,7 @@ pub struct Figures {
     /// ([`PLANNED_STEP`], which release each final state as soon as nothing reads it); for the
     /// loss, its value.
     pub states: u64,
-    /// Parameter gradients.
+    /// Parameter gradients held after its backward (none when the step updates in backward).
     pub param_grads: u64,
 }
 
@@ -47,13 +47,22 @@ fn measuring_tracker(device: Device) -> std::sync::Arc<MemoryTracker> {
 
 /// Runs `site` of `model` (built on Meta) under `policy`. `first` marks the first segment,
 /// whose input is the batch (held by the caller, not by the segment, and needing no gradient).
-pub fn measure(model: &Model, site: &Site, policy: Policy, first: bool) -> Result<Figures> {
+/// With `update_in_backward` the step updates each parameter in backward
+/// ([`Plan::update_in_backward`]): the segment's gradients are freed as soon as they are final,
+/// inside its backward, and none is left after it.
+pub fn measure(
+    model: &Model,
+    site: &Site,
+    policy: Policy,
+    first: bool,
+    update_in_backward: bool,
+) -> Result<Figures> {
     let run = RunShape {
         training: model.is_training(),
         time_steps: Some(model.spec().time_steps),
     };
     let plan = Plan {
-        update_in_backward: false,
+        update_in_backward,
         version: PLAN_VERSION,
         entries: vec![PlanEntry {
             path: site.path.clone(),
@@ -100,6 +109,11 @@ pub fn measure(model: &Model, site: &Site, policy: Policy, first: bool) -> Resul
     // The planner plans the step `memopt train` runs: final states not kept
     // (`StepOptions::keep_states` false), so each is released as soon as nothing reads it.
     cx.set_keep_final_states(PLANNED_STEP.keep_states);
+    if update_in_backward {
+        // The update itself allocates nothing (optimizers update in place): only the
+        // gradient's release matters here.
+        cx.update_in_backward(Box::new(|_, _| Ok(())), false);
+    }
     let leaves: Vec<Var> = inputs.into_iter().map(|t| cx.leaf(t, !first)).collect();
     let outputs = {
         let _scope = enter_scope(Scope::new(site.path.as_str(), Phase::Forward));

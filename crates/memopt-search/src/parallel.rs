@@ -23,6 +23,8 @@ pub(crate) struct Request {
     pub(crate) policy: Policy,
     /// Whether its input is the batch.
     pub(crate) first: bool,
+    /// Whether the step updates each parameter in backward ([`crate::OptionSpace::update_in_backward`]).
+    pub(crate) update_in_backward: bool,
 }
 
 /// Threads a planning session measures on: the machine's available parallelism (1 when the
@@ -59,7 +61,7 @@ pub(crate) fn measure_distinct(
     if threads == 1 {
         return requests
             .iter()
-            .map(|r| measure(model, &r.site, r.policy, r.first))
+            .map(|r| measure(model, &r.site, r.policy, r.first, r.update_in_backward))
             .collect();
     }
     let mut order: Vec<usize> = (0..requests.len()).collect();
@@ -69,7 +71,10 @@ pub(crate) fn measure_distinct(
         let mut out = Vec::new();
         while let Some(&i) = order.get(next.fetch_add(1, Ordering::Relaxed)) {
             let r = &requests[i];
-            out.push((i, measure(model, &r.site, r.policy, r.first)));
+            out.push((
+                i,
+                measure(model, &r.site, r.policy, r.first, r.update_in_backward),
+            ));
         }
         out
     };
@@ -119,6 +124,6 @@ pub(crate) fn measure_distinct(
         .zip(requests)
         // Every request is taken from the queue by some thread, and the calling thread runs
         // until the queue is empty; a missing one (impossible) is measured here.
-        .map(|(f, r)| f.unwrap_or_else(|| measure(model, &r.site, r.policy, r.first)))
+        .map(|(f, r)| f.unwrap_or_else(|| measure(model, &r.site, r.policy, r.first, r.update_in_backward)))
         .collect()
 }

@@ -107,6 +107,9 @@ fn own_description(module: &dyn Module) -> Option<String> {
 /// Measurements of one model's segments, each distinct segment measured once.
 pub(crate) struct Measurements<'m> {
     model: &'m Model,
+    /// Whether every segment is measured in a step updating in backward (one choice per
+    /// session, so not part of the keys).
+    update_in_backward: bool,
     keys: SegmentKeys<'m>,
     /// Figures by key, and whether [`Self::of`] has answered with them yet.
     figures: HashMap<String, (Figures, bool)>,
@@ -121,9 +124,10 @@ pub(crate) struct Measurements<'m> {
 }
 
 impl<'m> Measurements<'m> {
-    pub(crate) fn new(model: &'m Model) -> Self {
+    pub(crate) fn new(model: &'m Model, update_in_backward: bool) -> Self {
         Measurements {
             model,
+            update_in_backward,
             keys: SegmentKeys::new(model),
             figures: HashMap::new(),
             measured: 0,
@@ -135,10 +139,10 @@ impl<'m> Measurements<'m> {
 
     /// Every segment measured on its own (to check that sharing changes nothing).
     #[cfg(test)]
-    pub(crate) fn measuring_each(model: &'m Model) -> Self {
+    pub(crate) fn measuring_each(model: &'m Model, update_in_backward: bool) -> Self {
         Measurements {
             reuse: false,
-            ..Self::new(model)
+            ..Self::new(model, update_in_backward)
         }
     }
 
@@ -199,7 +203,7 @@ impl<'m> Measurements<'m> {
             *answered = true;
             return Ok(*f);
         }
-        let f = measure(self.model, site, policy, first)?;
+        let f = measure(self.model, site, policy, first, self.update_in_backward)?;
         self.measured += 1;
         self.on_demand += 1;
         if let Some(k) = key {

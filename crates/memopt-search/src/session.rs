@@ -40,6 +40,8 @@ pub struct PlanningSession {
     baseline: AllocatorLevels,
     chain_exact: bool,
     exact_front: Option<Vec<ExactCandidate>>,
+    /// Whether its plans update each parameter in backward ([`OptionSpace::update_in_backward`]).
+    update_in_backward: bool,
     setup_ms: f64,
     /// Start of the current planning (see [`PlanningSession::report`]).
     clock: Instant,
@@ -97,10 +99,18 @@ impl PlanningSession {
         let chain = chains
             .next()
             .ok_or_else(|| SearchError::Internal("no chain model was built".into()))?;
+        // The baseline stores everything and updates after backward, as training does
+        // without memopt; the chain models are exact if they give the peak of storing
+        // everything in the session's step.
         let baseline = estimator.peaks(&Plan::store_all())?;
+        let store_all = Plan {
+            update_in_backward: space.update_in_backward,
+            ..Plan::store_all()
+        };
+        let store_all_peak = estimator.peaks(&store_all)?.requested_bytes;
         let exact = |c: &ChainModel| -> Result<bool> {
-            Ok(match c.select(&Plan::store_all()) {
-                Some(p) => c.peak(&p)? == baseline.requested_bytes,
+            Ok(match c.select(&store_all) {
+                Some(p) => c.peak(&p)? == store_all_peak,
                 None => false,
             })
         };
@@ -124,6 +134,7 @@ impl PlanningSession {
             baseline,
             chain_exact,
             exact_front: None,
+            update_in_backward: space.update_in_backward,
             setup_ms: started.elapsed().as_secs_f64() * 1e3,
             clock: Instant::now(),
         })
@@ -200,17 +211,33 @@ impl PlanningSession {
         Ok(self.exact_peaks(plan)?.requested_bytes)
     }
 
-    /// The exact requested, allocated and reserved peaks of `plan`, from a Meta step that
-    /// replays the caching allocator (the reserved peak equals a CPU step's), in bytes.
+    /// Whether the session's plans update each parameter in backward
+    /// ([`OptionSpace::update_in_backward`]).
+    pub fn updates_in_backward(&self) -> bool {
+        self.update_in_backward
+    }
+
+    /// `plan` as this session plans it: updating in backward or not as the session does
+    /// (strategies build plans from entries; the session gives them its step).
+    pub fn planned(&self, plan: &Plan) -> Plan {
+        Plan {
+            update_in_backward: self.update_in_backward,
+            ..plan.clone()
+        }
+    }
+
+    /// The exact requested, allocated and reserved peaks of `plan` (in the session's step,
+    /// [`Self::planned`]), from a Meta step that replays the caching allocator (the reserved
+    /// peak equals a CPU step's), in bytes.
     pub fn exact_peaks(&mut self, plan: &Plan) -> Result<AllocatorLevels> {
-        Ok(self.estimator.peaks(plan)?)
+        Ok(self.estimator.peaks(&self.planned(plan))?)
     }
 
     /// The exact peaks of `plan` on a device of `limit` bytes: its caching allocator releases
     /// its cached segments at the limit and retries, as PyTorch's does on a full device
     /// ([`memopt_core::MemoryTracker::set_reserve_limit`]); `None` when the step does not fit.
     pub fn exact_peaks_within(&mut self, plan: &Plan, limit: u64) -> Result<Option<AllocatorLevels>> {
-        Ok(self.estimator.peaks_within(plan, limit)?)
+        Ok(self.estimator.peaks_within(&self.planned(plan), limit)?)
     }
 
     /// The requested peak of `plan` in bytes: from the chain model when it expresses the plan and is exact,
@@ -286,6 +313,7 @@ impl PlanningSession {
         started: Instant,
         summary: Option<PipelineSummary>,
     ) -> Result<PlanReport> {
+        let plan = self.planned(&plan);
         let planned = self.exact_peaks(&plan)?;
         let host_peak_bytes = self.estimator.host_peak_bytes();
         let selected = self

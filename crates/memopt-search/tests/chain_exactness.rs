@@ -131,16 +131,34 @@ fn check(name: &str, n: usize, samples: usize) {
 }
 
 /// [`check`] on Meta `device`: on Meta of a GPU the chain offers offloading, and sampled plans
-/// offload (chunked too); on Meta of the CPU it offers none.
+/// offload (chunked too); on Meta of the CPU it offers none. Both steps: the update in backward
+/// (the planners' default) and the update after backward.
 fn check_on(name: &str, n: usize, samples: usize, device: Device) {
-    let (store_peak, base) = exact(name, n, &Plan::store_all(), device);
+    check_step(name, n, samples, device, true);
+    check_step(name, n, samples, device, false);
+}
+
+fn check_step(name: &str, n: usize, samples: usize, device: Device, update_in_backward: bool) {
+    let store_all = Plan {
+        update_in_backward,
+        ..Plan::store_all()
+    };
+    let (store_peak, base) = exact(name, n, &store_all, device);
     let model = meta_model(name, device);
     let input = Tensor::zeros(model.spec().input_dims(n), DType::F32, device, MemoryKind::Input).unwrap();
     let root = discover(&model, &input).unwrap();
-    let chain = chain_model(&model, &root, n, base, &OptionSpace::default(), &cost(name, n)).unwrap();
+    let space = OptionSpace {
+        update_in_backward,
+        ..OptionSpace::default()
+    };
+    let chain = chain_model(&model, &root, n, base, &space, &cost(name, n)).unwrap();
     let store: Vec<Chosen<'_>> = chain.pick_plan(&mut |_| 0);
     assert!(plan_entries(&store).is_empty());
-    assert_eq!(chain.peak(&store).unwrap(), store_peak, "{name}: store");
+    assert_eq!(
+        chain.peak(&store).unwrap(),
+        store_peak,
+        "{name}: store (update in backward: {update_in_backward})"
+    );
     // Plans drawn at random from the (huge) plan space, with a fixed seed.
     let mut rng = Philox::new(7);
     let mut pick = |n: usize| (rng.next_uniform() * n as f32) as usize % n;
@@ -155,13 +173,17 @@ fn check_on(name: &str, n: usize, samples: usize, device: Device) {
             name,
             n,
             &Plan {
-                update_in_backward: false,
+                update_in_backward,
                 version: 1,
                 entries: entries.clone(),
             },
             device,
         );
-        assert_eq!(ChainModel::peak(&chain, &p).unwrap(), peak, "{name}: {entries:?}");
+        assert_eq!(
+            ChainModel::peak(&chain, &p).unwrap(),
+            peak,
+            "{name}: {entries:?} (update in backward: {update_in_backward})"
+        );
         checked_entries += entries.len();
         offloaded += entries.iter().filter(|e| e.policy.offloads()).count();
         chunked_offloaded += entries

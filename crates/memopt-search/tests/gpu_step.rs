@@ -162,7 +162,7 @@ fn bits(v: &[(String, Vec<f32>)]) -> Vec<(String, Vec<u32>)> {
 
 /// `count` random plans of zoo model `name` at batch `n`, drawn from its chain model for the
 /// GPU (Meta of the CUDA target, whose options include offloading to host memory) with a
-/// fixed seed (as in chain_exactness.rs).
+/// fixed seed (as in chain_exactness.rs); every other one updates in backward.
 fn random_plans(name: &str, n: usize, count: usize) -> Vec<Plan> {
     let workload = Workload::zoo_small(name, n).unwrap();
     let meta = GPU.meta();
@@ -175,9 +175,10 @@ fn random_plans(name: &str, n: usize, count: usize) -> Vec<Plan> {
     let chain = chain_model(&model, &root, n, 0, &OptionSpace::default(), &cost).unwrap();
     let mut rng = Philox::new(11);
     let mut pick = |k: usize| (rng.next_uniform() * k as f32) as usize % k;
+    // Every other plan updates each parameter in backward.
     (0..count)
-        .map(|_| Plan {
-            update_in_backward: false,
+        .map(|i| Plan {
+            update_in_backward: i % 2 == 0,
             version: 1,
             entries: plan_entries(&chain.pick_plan(&mut pick)),
         })

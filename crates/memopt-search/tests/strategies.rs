@@ -14,6 +14,16 @@ use memopt_search::{
 
 /// Peak bytes and gradient bits of one CPU step of `workload` under `plan`.
 fn cpu_step(workload: &Workload, plan: &Plan) -> (u64, Vec<Vec<u32>>) {
+    // Under a plan updating in backward, keeping the gradients would hold them (and raise the
+    // peak): the peak comes from a step of a fresh model that keeps none.
+    let peak_without_grads = plan.update_in_backward.then(|| {
+        let tracker = MemoryTracker::new(Device::Cpu);
+        let _installed = MemoryTracker::install(tracker.clone());
+        let session = workload.instantiate(Device::Cpu, plan).unwrap();
+        let (model, mut trainer, batch) = session.into_parts();
+        drop(trainer.step(&model, &batch, StepOptions::default()).unwrap());
+        tracker.peak_bytes()
+    });
     let tracker = MemoryTracker::new(Device::Cpu);
     let _installed = MemoryTracker::install(tracker.clone());
     let session = workload.instantiate(Device::Cpu, plan).unwrap();
@@ -34,7 +44,7 @@ fn cpu_step(workload: &Workload, plan: &Plan) -> (u64, Vec<Vec<u32>>) {
         })
         .collect();
     drop(grads);
-    (tracker.peak_bytes(), bits)
+    (peak_without_grads.unwrap_or_else(|| tracker.peak_bytes()), bits)
 }
 
 /// Checks `report` against a fresh estimator and, given the CPU step storing everything
@@ -236,14 +246,14 @@ fn an_infeasible_budget_states_the_smallest_peak_found_which_fits() {
             msg.contains(&format!("the smallest {kind} peak found is {best} bytes")),
             "{msg}"
         );
-        // The peak named fits.
+        // The peak named fits (a budget there may find a plan below it).
         let fits = BudgetStrategy {
             budget: Budget::Bytes(best),
             kind,
         }
         .plan(&mut session)
         .unwrap();
-        assert_eq!(kind.of(&fits.planned_peaks), best, "{kind}");
+        assert!(kind.of(&fits.planned_peaks) <= best, "{kind}");
     }
     assert!("40%".parse::<Budget>().is_ok() && "2GiB".parse::<Budget>().is_ok());
     let msg = "lots".parse::<Budget>().unwrap_err().to_string();
@@ -437,7 +447,14 @@ fn the_pipeline_wraps_a_ratio_of_the_blocks_and_stops_at_its_checkpoint_budget()
     );
     let none = safe(Some(0.0), None).plan(&mut session).unwrap();
     assert_eq!(none.summary.as_ref().unwrap().wrapped, 0);
-    assert_eq!(none.planned_peak_bytes, baseline);
+    // Storing everything, in the session's step (which updates in backward: below the
+    // baseline, which updates after).
+    let store_all = session.exact_peak(&Plan::store_all()).unwrap();
+    assert!(
+        store_all < baseline,
+        "the update in backward holds fewer gradients"
+    );
+    assert_eq!(none.planned_peak_bytes, store_all);
     for bad in [-0.1, 1.5, f64::NAN] {
         let err = safe(Some(bad), None).plan(&mut session).unwrap_err();
         assert!(matches!(err, SearchError::InvalidSetting(_)), "{bad}: {err}");

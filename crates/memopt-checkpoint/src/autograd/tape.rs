@@ -116,7 +116,7 @@ impl<'m> Tape<'m> {
             accumulate(&mut grads, id, g)?;
         }
         let mut pending = nodes.into_iter().rev();
-        while let Some(mut node) = pending.next() {
+        for mut node in pending.by_ref() {
             let params = std::mem::take(&mut node.params);
             run_node(cx, node, &params_of, &mut grads)?;
             // Once the node has run, it reads its parameters no more.

@@ -59,6 +59,12 @@ chunk-boundary states go to host memory too, and the report shows the host memor
 holds at its peak. On the CPU, whose memory is the host's, offloading frees nothing and is not
 offered.
 
+Plans update in backward: the optimizer updates each parameter as soon as no op still to run in
+backward reads it, and its gradient is freed there, so no backward holds the gradients of the
+layers after it (bit-identical parameters, no extra time; the plan file says
+\"update_in_backward\": true). The baseline updates after backward, as training without memopt
+does. --no-update-in-backward plans with the update after backward.
+
 --verify runs a real CPU step of a fresh model with and without the plan (same seeds) and
 checks that the measured peak is the planned one and that the loss, every gradient, the
 BatchNorm running statistics and the updated parameters are bit-identical; the neuron states,
@@ -108,6 +114,10 @@ pub struct OptimizeArgs {
     /// input and boundary states in GPU memory (on the CPU nothing is offloaded anyway).
     #[arg(long)]
     pub no_offload: bool,
+    /// Plan with the optimizer's update after backward (every gradient held until then), as
+    /// the baseline does, instead of each parameter's update in backward.
+    #[arg(long)]
+    pub no_update_in_backward: bool,
 }
 
 /// What `--verify` measured.
@@ -209,6 +219,7 @@ pub fn run(args: &OptimizeArgs, out: &mut dyn Write) -> Result<()> {
     let calibration = args.calibration.load(device)?;
     let space = OptionSpace {
         offload: !args.no_offload,
+        update_in_backward: !args.no_update_in_backward,
         ..OptionSpace::default()
     };
     let (mut session, cost_model) = planning_session(workload, calibration.as_ref(), space)?;
@@ -376,6 +387,20 @@ pub fn run(args: &OptimizeArgs, out: &mut dyn Write) -> Result<()> {
             )?;
         }
     }
+    out!(
+        out,
+        "optimizer update    {:>12}  {}",
+        if report.plan.update_in_backward {
+            "in backward"
+        } else {
+            "after"
+        },
+        if report.plan.update_in_backward {
+            "each parameter's as soon as its gradient is final, which is then freed"
+        } else {
+            "backward, every gradient held until then"
+        }
+    )?;
     out!(
         out,
         "predicted overhead  {:>12}  of the baseline step time",

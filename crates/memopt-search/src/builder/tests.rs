@@ -112,8 +112,8 @@ fn sharing_measurements_of_equal_segments_changes_no_figure() {
         let _own = MemoryTracker::install(MemoryTracker::new(workload.meta_device()));
         let (model, root, cost) = setup(&workload);
         let space = OptionSpace::default();
-        let mut shared = Measurements::new(&model);
-        let mut each = Measurements::measuring_each(&model);
+        let mut shared = Measurements::new(&model, space.update_in_backward);
+        let mut each = Measurements::measuring_each(&model, space.update_in_backward);
         let a = build(&model, &root, 2, 0, &space, &cost, &mut shared).unwrap();
         let b = build(&model, &root, 2, 0, &space, &cost, &mut each).unwrap();
         assert_eq!(a, b, "{}", workload.name());
@@ -168,7 +168,7 @@ fn segments_that_differ_in_configuration_or_input_do_not_share() {
         keys.of(&root.run_of(4, 6), Policy::CHECKPOINT, false)
     );
     // And the figures agree where keys do.
-    let f = |i: usize| measure(&model, &root.parts[i], Policy::CHECKPOINT, false).unwrap();
+    let f = |i: usize| measure(&model, &root.parts[i], Policy::CHECKPOINT, false, true).unwrap();
     assert_eq!(f(3), f(5));
 }
 
@@ -206,10 +206,10 @@ fn measuring_on_threads_gives_the_same_figures_and_asks_nothing_twice() {
         let _own = MemoryTracker::install(MemoryTracker::new(workload.meta_device()));
         let (model, root, cost) = setup(&workload);
         let space = super::offered(&OptionSpace::default(), model.device());
-        let mut serial = Measurements::new(&model);
+        let mut serial = Measurements::new(&model, space.update_in_backward);
         let one = build(&model, &root, 2, 0, &space, &cost, &mut serial).unwrap();
         for threads in [1, 2, 3] {
-            let mut ahead = Measurements::new(&model);
+            let mut ahead = Measurements::new(&model, space.update_in_backward);
             let mut wanted = Vec::new();
             requests(&root, true, model.spec().time_steps, &space, &mut wanted);
             ahead.prefetch(&workload, wanted, threads).unwrap();

@@ -5,7 +5,8 @@
 //! [`Policy`] — store, checkpoint or offload (each with a compressor and time chunks) — assigned from a
 //! [`Plan`] without rewriting the model. Checkpointed segments save their (bit-packed) input, the
 //! RNG state and the neuron states they start from, and recompute in backward with gradients
-//! bit-identical to storing everything.
+//! bit-identical to storing everything. A plan may also update each parameter in backward, as
+//! soon as its gradient is final ([`Plan::update_in_backward`]), freeing the gradient there.
 //!
 //! ```
 //! use memopt_checkpoint::{zoo, Plan, Policy};
@@ -31,7 +32,7 @@ pub mod train;
 pub mod zoo;
 
 pub use autograd::{Gradients, Var};
-pub use context::{Cx, Recording};
+pub use context::{Cx, Recording, UpdateHook};
 pub use error::{CheckpointError, Result};
 pub use model::{InputSpec, Model};
 pub use module::Module;

@@ -73,3 +73,30 @@ impl Gradients {
         self.finals.contains(&id)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_final_gradient_takes_no_further_contribution() {
+        let mut g = Gradients::default();
+        let id = ParamId(7);
+        g.accumulator(id, &[2], Device::META).unwrap();
+        let kept = g.finalize(id, true).expect("a gradient");
+        assert_eq!(kept.dims(), [2]);
+        assert!(g.is_final(id) && g.get(id).is_some(), "kept for the caller");
+        let err = g.accumulator(id, &[2], Device::META).unwrap_err().to_string();
+        assert!(err.contains("after its last reader"), "{err}");
+        let other = ParamId(8);
+        g.accumulator(other, &[3], Device::META).unwrap();
+        assert!(
+            g.finalize(other, false).is_some() && g.get(other).is_none(),
+            "taken out"
+        );
+        assert!(
+            g.finalize(ParamId(9), false).is_none(),
+            "no gradient, nothing final"
+        );
+    }
+}

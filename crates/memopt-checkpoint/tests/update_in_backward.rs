@@ -6,22 +6,15 @@
 mod common;
 
 use common::{Recorder, batch, entry, plan_of, tiny_conv_snn, zoo_small};
-use memopt_checkpoint::optim::{Adam, Optimizer, Sgd};
+use memopt_checkpoint::optim::{Adam, Optimizer};
 use memopt_checkpoint::{ChunkBoundaries, Model, Plan, Policy, StepOptions, Trainer};
 use memopt_compress::CompressorKind;
-use memopt_core::kernels::{AdamConfig, SgdConfig};
+use memopt_core::kernels::AdamConfig;
 use memopt_core::memory::{MemoryAction, Phase};
 use memopt_core::{Device, MemoryKind, MemoryTracker};
 
 fn sgd(model: &Model) -> Box<dyn Optimizer> {
-    let cfg = SgdConfig {
-        lr: 0.05,
-        momentum: 0.9,
-        dampening: 0.0,
-        weight_decay: 1e-4,
-        nesterov: false,
-    };
-    Box::new(Sgd::new(model, cfg).unwrap())
+    Box::new(common::sgd(model))
 }
 
 fn adam(model: &Model) -> Box<dyn Optimizer> {

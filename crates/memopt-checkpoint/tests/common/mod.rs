@@ -91,7 +91,7 @@ pub fn batch(model: &Model, n: usize, seed: u64) -> Batch {
 }
 
 /// SGD with momentum and weight decay.
-pub fn trainer(model: &Model) -> Trainer {
+pub fn sgd(model: &Model) -> Sgd {
     let cfg = SgdConfig {
         lr: 0.05,
         momentum: 0.9,
@@ -99,7 +99,12 @@ pub fn trainer(model: &Model) -> Trainer {
         weight_decay: 1e-4,
         nesterov: false,
     };
-    Trainer::new(Box::new(Sgd::new(model, cfg).unwrap()), 11)
+    Sgd::new(model, cfg).unwrap()
+}
+
+/// A trainer with [`sgd`].
+pub fn trainer(model: &Model) -> Trainer {
+    Trainer::new(Box::new(sgd(model)), 11)
 }
 
 /// Everything a step produces that memory policies must leave bit for bit unchanged.

@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, BTreeSet};
 /// Parameter gradients, created as zeros on a parameter's first contribution and accumulated in
 /// place afterwards. Every contribution goes through the same accumulator, so the order of
 /// floating-point additions is the same whatever memory policy produced it. A gradient can be
-/// declared final ([`Gradients::finalize`], the update in backward): no contribution may
+/// declared final (by the update in backward, [`crate::Plan::update_in_backward`]): no contribution may
 /// follow.
 #[derive(Debug, Default)]
 pub struct Gradients {
@@ -68,7 +68,7 @@ impl Gradients {
         Some(g)
     }
 
-    /// Whether the gradient of `id` was declared final ([`Gradients::finalize`]).
+    /// Whether the gradient of `id` was declared final (the update in backward applied to it).
     pub fn is_final(&self, id: ParamId) -> bool {
         self.finals.contains(&id)
     }

@@ -8,7 +8,7 @@ use crate::param::{Param, ParamId};
 use crate::{CheckpointError, Result, ops};
 use memopt_core::memory::{Phase, Scope, enter_scope};
 use memopt_core::{DType, Philox, RngState, Tensor};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 /// What a step's loss compares the output with.
 #[derive(Debug, Clone)]
@@ -115,7 +115,10 @@ impl Trainer {
     /// Under a plan updating in backward ([`crate::Plan::update_in_backward`]) each parameter
     /// is updated as soon as no op still to run in backward reads it, and its gradient is freed
     /// there; the parameters after the step are bit-identical to those of the update after
-    /// backward (each parameter's update reads only its own gradient and optimizer state).
+    /// backward (each parameter's update reads only its own gradient and optimizer state). An
+    /// error during its backward (a kernel's, or running out of memory) can leave some
+    /// parameters and their optimizer state updated and the step uncounted: restore the model
+    /// and the optimizer (a saved run) before training on.
     pub fn step(&mut self, model: &Model, batch: &Batch, opts: StepOptions) -> Result<StepOutput> {
         check_target(model, batch)?;
         if model.params().is_empty() && !opts.input_grad {
@@ -136,11 +139,11 @@ impl Trainer {
                 model.params().into_iter().map(|(_, p)| (p.id(), p)).collect();
             let optimizer = &mut self.optimizer;
             cx.update_in_backward(
+                // A parameter the model does not list is left alone, as the update after
+                // backward leaves it.
                 Box::new(move |id, grad| match params.get(&id) {
                     Some(p) => optimizer.update(p, grad),
-                    None => Err(CheckpointError::Autograd(format!(
-                        "a gradient of parameter {id:?}, which the model does not have"
-                    ))),
+                    None => Ok(()),
                 }),
                 opts.keep_grads,
             );
@@ -176,7 +179,11 @@ impl Trainer {
             // Parameters whose readers all ran were updated in backward; none is left in a
             // training step, but a parameter read by no recorded op is updated here all the same.
             let _opt = enter_scope(Scope::new("", Phase::Optimizer));
+            let mut seen = HashSet::new();
             for (_, p) in model.params() {
+                if !seen.insert(p.id()) {
+                    continue;
+                }
                 if let Some(g) = grads.get(p.id()).filter(|_| !grads.is_final(p.id())) {
                     self.optimizer.update(p, g)?;
                 }

@@ -6,10 +6,15 @@
 mod common;
 
 use common::{Recorder, batch, entry, plan_of, tiny_conv_snn, zoo_small};
+use memopt_checkpoint::module::{BatchNorm, Init, Linear, Neuron, Sequential};
 use memopt_checkpoint::optim::{Adam, Optimizer};
-use memopt_checkpoint::{ChunkBoundaries, Model, Plan, Policy, StepOptions, Trainer};
+use memopt_checkpoint::{
+    ChunkBoundaries, Cx, InputSpec, Model, Module, Param, Plan, PlanEntry, Policy, Result, StepOptions,
+    Trainer, Var, ops,
+};
 use memopt_compress::CompressorKind;
 use memopt_core::kernels::AdamConfig;
+use memopt_core::kernels::{NeuronConfig, NeuronKind};
 use memopt_core::memory::{MemoryAction, Phase};
 use memopt_core::{Device, MemoryKind, MemoryTracker};
 
@@ -190,4 +195,282 @@ fn plan_files_carry_the_update_in_backward_and_old_files_default_to_after() {
     let mut model = tiny_conv_snn(Device::Cpu, 0, 2);
     model.apply_plan(&read).unwrap();
     assert_eq!(model.plan(), read, "the model's plan keeps it");
+}
+
+/// A linear layer whose weight is a clone (same id, same storage) of its parent's.
+struct SharedLin {
+    w: Param,
+}
+impl Module for SharedLin {
+    fn type_name(&self) -> &'static str {
+        "SharedLin"
+    }
+    fn forward<'m>(&'m self, cx: &mut Cx<'m>, mut inputs: Vec<Var>) -> Result<Vec<Var>> {
+        let x = inputs.pop().unwrap();
+        let t = x.dims()[0];
+        let w = cx.param(&self.w);
+        Ok(vec![ops::linear(cx, &x, &w, None, t)?])
+    }
+}
+
+struct Parent {
+    w: Param,
+    inner: Sequential,
+    sn2: Neuron,
+    head: Linear,
+}
+impl Module for Parent {
+    fn type_name(&self) -> &'static str {
+        "Parent"
+    }
+    fn forward<'m>(&'m self, cx: &mut Cx<'m>, mut inputs: Vec<Var>) -> Result<Vec<Var>> {
+        let x = inputs.pop().unwrap();
+        let t = x.dims()[0];
+        let w = cx.param(&self.w);
+        let a = ops::linear(cx, &x, &w, None, t)?;
+        drop(w);
+        let a = cx.call1("inner", &self.inner, a)?;
+        let a = cx.call1("sn2", &self.sn2, a)?;
+        let w = cx.param(&self.w);
+        let a = ops::linear(cx, &a, &w, None, t)?;
+        drop(w);
+        Ok(vec![cx.call1("head", &self.head, a)?])
+    }
+    fn children(&self) -> Vec<(String, &dyn Module)> {
+        vec![
+            ("inner".into(), &self.inner as &dyn Module),
+            ("sn2".into(), &self.sn2),
+            ("head".into(), &self.head),
+        ]
+    }
+    fn params(&self) -> Vec<(&'static str, &Param)> {
+        vec![("w", &self.w)]
+    }
+}
+
+fn shared_model(t: usize) -> Model {
+    let f = 6;
+    let mut init = Init::new(Device::Cpu, 21);
+    let w = init.uniform(&[f, f], 0.6).unwrap();
+    let plif = NeuronConfig {
+        kind: NeuronKind::Plif { decay_input: true },
+        ..NeuronConfig::plif()
+    };
+    let inner = Sequential::new()
+        .push_named("lin", SharedLin { w: w.clone() })
+        .push_named("bn", BatchNorm::new_1d(&mut init, f).unwrap())
+        .push_named("sn", Neuron::new(&mut init, plif, 3.0).unwrap());
+    let root = Parent {
+        w,
+        inner,
+        sn2: Neuron::lif(&mut init, 2.0).unwrap(),
+        head: Linear::new(&mut init, f, 3, true).unwrap(),
+    };
+    let spec = InputSpec {
+        time_steps: t,
+        sample: vec![f],
+        classes: 3,
+    };
+    Model::new("shared", Box::new(root), spec, Device::Cpu)
+}
+
+type Values = Vec<Vec<u32>>;
+
+/// Gradients (when kept), parameters, optimizer state and losses of three steps.
+fn run(
+    model: &Model,
+    opt: fn(&Model) -> Box<dyn Optimizer>,
+    keep_grads: bool,
+) -> (Values, Values, Values, Vec<u32>) {
+    let mut trainer = Trainer::new(opt(model), 5);
+    let opts = StepOptions {
+        keep_grads,
+        ..StepOptions::default()
+    };
+    let mut out = None;
+    let mut losses = Vec::new();
+    for s in 0..3 {
+        let o = trainer.step(model, &batch(model, 3, s), opts).unwrap();
+        losses.push(o.loss.unwrap().to_bits());
+        out = Some(o);
+    }
+    let g = match out.and_then(|o| o.grads) {
+        Some(g) => model
+            .params()
+            .iter()
+            .map(|(_, p)| g.get(p.id()).map(bits).unwrap_or_default())
+            .collect(),
+        None => Vec::new(),
+    };
+    let p = model.params().iter().map(|(_, p)| bits(p.tensor())).collect();
+    let s = trainer
+        .optimizer()
+        .state_tensors()
+        .iter()
+        .map(|s| bits(&s.tensor))
+        .collect();
+    (g, p, s, losses)
+}
+
+fn null_chunked(k: usize, b: ChunkBoundaries) -> Policy {
+    Policy::Checkpoint {
+        compressor: CompressorKind::Null,
+        chunks: k,
+        boundaries: b,
+    }
+}
+
+/// Plans around the shared weight: checkpoints, chunked BatchNorm segments (kept and replayed
+/// boundaries), nested segments, runs, offload.
+fn shared_weight_plans() -> Vec<Vec<PlanEntry>> {
+    use ChunkBoundaries::*;
+    let off = |k, b| Policy::Offload {
+        compressor: CompressorKind::Null,
+        chunks: k,
+        boundaries: b,
+    };
+    vec![
+        vec![],
+        vec![entry(
+            "inner",
+            None,
+            0,
+            Policy::checkpoint(CompressorKind::Null, 1),
+        )],
+        vec![entry("inner", None, 0, Policy::StorePacked)],
+        vec![entry("inner", None, 0, null_chunked(2, Replayed))],
+        vec![entry("inner", None, 0, null_chunked(3, Kept))],
+        vec![
+            entry("inner", None, 0, null_chunked(2, Replayed)),
+            entry("inner.lin", None, 0, Policy::checkpoint(CompressorKind::Null, 1)),
+        ],
+        vec![
+            entry("inner", None, 0, null_chunked(2, Replayed)),
+            entry("inner.bn", None, 0, null_chunked(2, Replayed)),
+        ],
+        vec![
+            entry("inner", None, 0, null_chunked(4, Replayed)),
+            entry("inner", Some([0, 2]), 0, null_chunked(2, Replayed)),
+        ],
+        vec![entry("inner", Some([0, 2]), 0, null_chunked(2, Replayed))],
+        vec![
+            entry("inner", None, 0, off(2, Replayed)),
+            entry("inner.sn", None, 0, Policy::checkpoint(CompressorKind::Null, 1)),
+        ],
+        vec![
+            entry("inner", None, 0, null_chunked(2, Kept)),
+            entry("sn2", None, 0, null_chunked(2, Replayed)),
+            entry("head", None, 0, Policy::checkpoint(CompressorKind::Null, 1)),
+        ],
+    ]
+}
+
+/// One weight read by a stored layer before and after a segment and by a layer inside it (a
+/// clone, the same parameter): its last reader is the first layer's backward, after the
+/// segment's recomputations, whatever the plan.
+#[test]
+fn a_weight_read_inside_and_outside_segments_is_updated_once_after_its_last_reader() {
+    for opt in [sgd as fn(&Model) -> Box<dyn Optimizer>, adam] {
+        let base = run(&shared_model(4), opt, true);
+        for entries in shared_weight_plans() {
+            for uib in [false, true] {
+                for keep in [true, false] {
+                    let mut plan = Plan {
+                        entries: entries.clone(),
+                        ..Plan::store_all()
+                    };
+                    plan.update_in_backward = uib;
+                    let mut model = shared_model(4);
+                    if let Err(e) = model.apply_plan(&plan) {
+                        panic!("plan {} rejected: {e}", plan.to_json());
+                    }
+                    let got = run(&model, opt, keep);
+                    let what = format!("plan {} keep_grads {keep}", plan.to_json());
+                    assert_eq!(got.3, base.3, "loss {what}");
+                    assert_eq!(got.1, base.1, "params {what}");
+                    assert_eq!(got.2, base.2, "optimizer state {what}");
+                    if keep {
+                        assert_eq!(got.0, base.0, "grads {what}");
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Two linear layers, weights `a` then `b`, and a head. The model lists `a` and, when `list_b`,
+/// `b`: with `b` a clone of `a` (a tied weight) it lists one parameter under two paths; with
+/// `b` its own parameter not listed, the model has a parameter it does not know of.
+struct TwoReads {
+    a: Param,
+    b: Param,
+    list_b: bool,
+    head: Linear,
+}
+
+impl Module for TwoReads {
+    fn type_name(&self) -> &'static str {
+        "TwoReads"
+    }
+
+    fn forward<'m>(&'m self, cx: &mut Cx<'m>, mut inputs: Vec<Var>) -> Result<Vec<Var>> {
+        let x = inputs.pop().unwrap();
+        let t = x.dims()[0];
+        let w = cx.param(&self.a);
+        let y = ops::linear(cx, &x, &w, None, t)?;
+        let w = cx.param(&self.b);
+        let y = ops::linear(cx, &y, &w, None, t)?;
+        Ok(vec![cx.call1("head", &self.head, y)?])
+    }
+
+    fn children(&self) -> Vec<(String, &dyn Module)> {
+        vec![("head".into(), &self.head as &dyn Module)]
+    }
+
+    fn params(&self) -> Vec<(&'static str, &Param)> {
+        let mut p = vec![("a", &self.a)];
+        if self.list_b {
+            p.push(("b", &self.b));
+        }
+        p
+    }
+}
+
+fn two_reads(tied: bool, update_in_backward: bool) -> Model {
+    let mut init = Init::new(Device::Cpu, 3);
+    let a = init.uniform(&[4, 4], 0.5).unwrap();
+    let b = if tied {
+        a.clone()
+    } else {
+        init.uniform(&[4, 4], 0.5).unwrap()
+    };
+    let root = TwoReads {
+        a,
+        b,
+        list_b: tied,
+        head: Linear::new(&mut init, 4, 3, true).unwrap(),
+    };
+    let spec = InputSpec {
+        time_steps: 2,
+        sample: vec![4],
+        classes: 3,
+    };
+    let mut model = Model::new("two-reads", Box::new(root), spec, Device::Cpu);
+    let plan = Plan {
+        update_in_backward,
+        ..Plan::store_all()
+    };
+    model.apply_plan(&plan).unwrap();
+    model
+}
+
+/// A tied weight (one parameter under two paths) is updated once, after backward as in
+/// backward; a parameter the model does not list fails no step and is left alone either way.
+#[test]
+fn tied_and_unlisted_parameters_update_as_after_backward() {
+    for tied in [true, false] {
+        let after = run(&two_reads(tied, false), sgd, false);
+        let in_backward = run(&two_reads(tied, true), sgd, false);
+        assert_eq!(in_backward, after, "tied: {tied}");
+    }
 }

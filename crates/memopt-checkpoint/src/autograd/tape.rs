@@ -129,6 +129,10 @@ impl<'m> Tape<'m> {
         // The nodes a gradient-sums pass stops before never run (they read no parameter: the
         // pass freezes them).
         for node in pending {
+            debug_assert!(
+                node.params.is_empty(),
+                "a gradient-sums pass records no parameter reader"
+            );
             cx.param_readers_done(&node.params)?;
         }
         grads.retain(|id, _| leaves.contains(id));

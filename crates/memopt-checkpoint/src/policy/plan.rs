@@ -77,7 +77,9 @@ pub struct Plan {
     /// final (no op still to run reads the parameter), and frees that gradient there instead of
     /// holding every gradient until the update after backward (see
     /// [`crate::Trainer::step`]). The updated parameters are bit-identical; the step returns no
-    /// gradients unless asked to keep them. Absent in a plan file: `false`.
+    /// gradients unless asked to keep them. In a plan file `"update_in_backward": true` (next to
+    /// `version` and `entries`); absent: `false`. An error during such a step's backward can
+    /// leave some parameters updated (see [`crate::Trainer::step`]).
     #[serde(default, skip_serializing_if = "is_false")]
     pub update_in_backward: bool,
 }

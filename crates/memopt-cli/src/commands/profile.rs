@@ -195,7 +195,7 @@ pub fn run(args: &ProfileArgs, out: &mut dyn Write) -> Result<()> {
     let gpu = GpuMemory::measure(device, &memopt_core::MemoryTracker::current(device))?;
     let chart = match &args.svg {
         Some(p) => {
-            let (charted, svg) = chart(&sel, (!plan.entries.is_empty()).then_some(&plan))?;
+            let (charted, svg) = chart(&sel, (plan != Plan::store_all()).then_some(&plan))?;
             outputs.stage(p, svg);
             Some((charted, p))
         }

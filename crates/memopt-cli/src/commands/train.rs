@@ -129,13 +129,18 @@ pub fn run(args: &TrainArgs, out: &mut dyn Write) -> Result<()> {
             out,
             "training {} on {device}, {}",
             crate::format::count(args.steps, "step", "steps"),
-            if plan.entries.is_empty() {
-                "storing everything".to_string()
-            } else {
-                format!(
-                    "under a plan of {}",
-                    crate::format::count(plan.entries.len(), "entry", "entries")
-                )
+            match (plan.entries.len(), plan.update_in_backward) {
+                (0, false) => "storing everything".to_string(),
+                (0, true) => "storing everything, updating each parameter in backward".to_string(),
+                (n, in_backward) => format!(
+                    "under a plan of {}{}",
+                    crate::format::count(n, "entry", "entries"),
+                    if in_backward {
+                        ", updating each parameter in backward"
+                    } else {
+                        ""
+                    }
+                ),
             }
         )?;
         out.flush().map_err(CliError::Output)?;

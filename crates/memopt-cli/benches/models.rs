@@ -71,7 +71,15 @@ fn main() {
                 std::process::exit(1);
             }
         };
-        match bench(&selection, timed, None, memopt_core::Device::Cpu, None, &[]) {
+        match bench(
+            &selection,
+            timed,
+            None,
+            memopt_core::Device::Cpu,
+            None,
+            &[],
+            memopt_search::builder::OptionSpace::default(),
+        ) {
             Ok(r) => {
                 md.push_str(&format!(
                     "\n## {name}\n\n{}; planning session setup {:.1} ms\n\n{}",

@@ -161,7 +161,8 @@ impl OverheadGap {
 /// `budget` is given; a budget no plan meets rejects that row with the reason. A candidate
 /// whose steps run out of device memory is rejected likewise and the others are still
 /// measured; the baseline must fit. Each of `plan_files` (a name, and a plan read from it)
-/// adds a row after the strategies', strategy `plan file`, setting the name.
+/// adds a row after the strategies', strategy `plan file`, setting the name. The strategies
+/// plan in `space` (offloading, the update in backward).
 pub fn bench(
     selection: &Selection,
     timed_steps: usize,
@@ -169,10 +170,11 @@ pub fn bench(
     device: Device,
     calibration: Option<&LoadedCalibration>,
     plan_files: &[(String, Plan)],
+    space: OptionSpace,
 ) -> Result<BenchReport> {
     let workload = &selection.workload;
     let started = Instant::now();
-    let (mut session, source) = planning_session(workload, calibration, OptionSpace::default())?;
+    let (mut session, source) = planning_session(workload, calibration, space)?;
     let session_setup_ms = started.elapsed().as_secs_f64() * 1e3;
     let uncalibrated = match calibration {
         Some(_) => Some(cost_model(workload, None)?.0),

@@ -25,6 +25,7 @@ pub mod format;
 pub mod fragmentation;
 pub mod gpu_memory;
 pub mod memory_limit;
+pub mod option_space;
 pub mod plan_file;
 pub mod progress;
 pub mod samples;

@@ -193,6 +193,18 @@ fn no_update_in_backward_plans_the_update_after_backward() {
         u(&in_backward, "baseline_peak_bytes"),
         "the baseline updates after backward either way"
     );
+    // `bench` plans the same way, and measures each plan's peak as planned.
+    let least = |extra: &[&str]| -> u64 {
+        let v = json(&[&["bench", "-m", "toy-if", "--steps", "1", "--json"], extra].concat());
+        let rows = v["rows"].as_array().expect("rows");
+        let row = rows
+            .iter()
+            .find(|r| r["strategy"] == "min-memory")
+            .expect("a min-memory row");
+        assert_eq!(row["peak_bytes"], row["measured_peak_bytes"], "{row}");
+        row["peak_bytes"].as_u64().expect("bytes")
+    };
+    assert!(least(&["--no-update-in-backward"]) > least(&[]));
 }
 
 #[test]

@@ -32,7 +32,10 @@ With --calibration FILE (made by `memopt calibrate` on this device) the strategi
 the calibrated cost model, and each row also shows the uncalibrated prediction of the same
 plan (column `uncalib.`): before and after, on the same plans and measurements.
 The budget row asks for the midpoint between the least reachable peak and the baseline unless
---budget is given. --plan FILE adds a row for a plan made elsewhere (another size, say).";
+--budget is given. --plan FILE adds a row for a plan made elsewhere (another size, say).
+The strategies plan as `memopt optimize` does: each parameter updated in backward as soon as
+its gradient is final (--no-update-in-backward: after backward, as the baseline), and, on a
+GPU, offloading to host memory where it pays (--no-offload: never).";
 
 /// Options of `memopt bench`.
 #[derive(Debug, Clone, clap::Args)]
@@ -67,6 +70,9 @@ pub struct BenchArgs {
     /// paths), with a warning; its peak and overheads are this size's.
     #[arg(long = "plan", value_name = "FILE")]
     pub plans: Vec<std::path::PathBuf>,
+    /// What the strategies may choose (offloading, the update in backward).
+    #[command(flatten)]
+    pub options: crate::option_space::OptionSpaceArgs,
 }
 
 /// Benches.
@@ -102,7 +108,15 @@ pub fn run(args: &BenchArgs, out: &mut dyn Write) -> Result<()> {
         .iter()
         .map(|p| Ok((p.display().to_string(), super::read_plan_for(p, &sel)?)))
         .collect::<Result<Vec<_>>>()?;
-    let report = bench(&sel, args.steps, budget, device, calibration.as_ref(), &plans)?;
+    let report = bench(
+        &sel,
+        args.steps,
+        budget,
+        device,
+        calibration.as_ref(),
+        &plans,
+        args.options.space(),
+    )?;
     // How the device is named in the text: "CPU" as before, else `cuda:N`.
     let on = match device {
         memopt_core::Device::Cpu => "CPU".to_string(),

@@ -7,6 +7,7 @@ use crate::error::{CliError, Result};
 use crate::files::Outputs;
 use crate::format::{bytes, percent};
 use crate::memory_limit::MemoryLimitArgs;
+use crate::option_space::OptionSpaceArgs;
 use crate::out;
 use crate::plan_file::{MadeFor, plan_file_json};
 use crate::selection::{DEFAULT_MODEL, ModelArgs};
@@ -17,7 +18,6 @@ use memopt_checkpoint::Plan;
 use memopt_core::Target;
 use memopt_profiler::timing::{median, quartiles};
 use memopt_profiler::{PlanCheck, Quantity, TimingProfiler, plan_is_data_dependent};
-use memopt_search::builder::OptionSpace;
 use memopt_search::{AllocatorLevels, BudgetFit, PipelineSummary};
 use serde::Serialize;
 use std::io::Write;
@@ -110,14 +110,9 @@ pub struct OptimizeArgs {
     /// weighs time).
     #[command(flatten)]
     pub calibration: CalibrationArgs,
-    /// Planning for a GPU, offer no offloading: every checkpointed segment keeps its saved
-    /// input and boundary states in GPU memory (on the CPU nothing is offloaded anyway).
-    #[arg(long)]
-    pub no_offload: bool,
-    /// Plan with the optimizer's update after backward (every gradient held until then), as
-    /// the baseline does, instead of each parameter's update in backward.
-    #[arg(long)]
-    pub no_update_in_backward: bool,
+    /// What the planners may choose (offloading, the update in backward).
+    #[command(flatten)]
+    pub options: OptionSpaceArgs,
 }
 
 /// What `--verify` measured.
@@ -217,12 +212,7 @@ pub fn run(args: &OptimizeArgs, out: &mut dyn Write) -> Result<()> {
     let workload = &sel.workload;
     let started = Instant::now();
     let calibration = args.calibration.load(device)?;
-    let space = OptionSpace {
-        offload: !args.no_offload,
-        update_in_backward: !args.no_update_in_backward,
-        ..OptionSpace::default()
-    };
-    let (mut session, cost_model) = planning_session(workload, calibration.as_ref(), space)?;
+    let (mut session, cost_model) = planning_session(workload, calibration.as_ref(), args.options.space())?;
     let setup_ms = started.elapsed().as_secs_f64() * 1e3;
     let report = strategy.plan(&mut session).map_err(explain)?;
     if let Some(path) = &args.out {

@@ -78,6 +78,24 @@ fn replayed_boundaries_without_chunks_are_rejected_and_leave_the_plan_as_it_was(
     assert!(json.contains(r#""boundaries": "replayed""#), "{json}");
     assert!(!kept.to_json().contains("boundaries"));
     assert_eq!(Plan::from_json(&json).unwrap(), replayed);
+    // Every m-th boundary kept: `{"kept_every": m}`, m at least 1.
+    let every = |m| {
+        Plan::from_entries([(
+            "0",
+            Policy::Checkpoint {
+                compressor: CompressorKind::BitSpike,
+                chunks: 2,
+                boundaries: memopt_checkpoint::ChunkBoundaries::KeptEvery(m),
+            },
+        )])
+    };
+    let json = every(2).to_json();
+    assert!(json.contains(r#""kept_every": 2"#), "{json}");
+    assert_eq!(Plan::from_json(&json).unwrap(), every(2));
+    model.apply_plan(&every(2)).unwrap();
+    let msg = model.apply_plan(&every(0)).unwrap_err().to_string();
+    assert!(msg.contains("\"kept_every\" must be at least 1"), "{msg}");
+    assert_eq!(model.plan(), every(2), "a rejected plan changes nothing");
 }
 
 #[test]

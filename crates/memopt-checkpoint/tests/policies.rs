@@ -11,12 +11,13 @@ use memopt_compress::CompressorKind;
 use memopt_core::Device;
 use proptest::prelude::*;
 
-/// Kept or replayed chunk-boundary states, from a random choice.
+/// Kept, replayed or every m-th kept chunk-boundary states (m from 1 to 3), from a random
+/// choice.
 fn boundaries(r: u32) -> ChunkBoundaries {
-    if (r / 64) % 2 == 1 {
-        ChunkBoundaries::Replayed
-    } else {
-        ChunkBoundaries::Kept
+    match (r / 64) % 4 {
+        1 => ChunkBoundaries::Replayed,
+        2 => ChunkBoundaries::KeptEvery(1 + (r as usize / 256) % 3),
+        _ => ChunkBoundaries::Kept,
     }
 }
 

@@ -512,6 +512,9 @@ fn calibrated_offloads_are_priced_at_the_measured_host_link() {
     for (boundaries, restores, states) in [
         (ChunkBoundaries::Kept, 2.0, state_copies),
         (ChunkBoundaries::Replayed, 3.0, 0.0),
+        // Two chunks, every other boundary kept: the one boundary is replayed.
+        (ChunkBoundaries::KeptEvery(2), 3.0, 0.0),
+        (ChunkBoundaries::KeptEvery(1), 2.0, state_copies),
     ] {
         let added = extra(offload(boundaries)) - extra(checkpoint(boundaries));
         let expected = copies(restores) + states;

@@ -125,6 +125,27 @@ fn replayed_boundaries_price_the_chunks_they_run_again() {
     let extra = m.plan_extra_ms(&replayed("features.1", 4)) - m.plan_extra_ms(&checkpoint("features.1", 4));
     let want = 2.0 * (6.0 / 4.0) * forward;
     assert!((extra - want).abs() <= 1e-9 * want, "{extra} vs {want}");
+    // Every other boundary kept (chunks 0 and 2 save their states): chunks 1 and 3 replay
+    // one step each, 2/4 per pass; every boundary kept costs nothing; every 4th, as replayed.
+    let kept_every = |m: usize| {
+        Plan::from_entries([(
+            "features.1",
+            Policy::Checkpoint {
+                compressor: CompressorKind::BitSpike,
+                chunks: 4,
+                boundaries: memopt_checkpoint::ChunkBoundaries::KeptEvery(m),
+            },
+        )])
+    };
+    let kept = m.plan_extra_ms(&checkpoint("features.1", 4));
+    let extra = m.plan_extra_ms(&kept_every(2)) - kept;
+    let want = 2.0 * (2.0 / 4.0) * forward;
+    assert!((extra - want).abs() <= 1e-9 * want, "{extra} vs {want}");
+    assert_eq!(m.plan_extra_ms(&kept_every(1)), kept);
+    assert_eq!(
+        m.plan_extra_ms(&kept_every(4)),
+        m.plan_extra_ms(&replayed("features.1", 4))
+    );
     // Nested in a chunked segment: the backward pass only.
     let outer = ("features", Policy::checkpoint(CompressorKind::BitSpike, 2));
     let inner = |boundaries| {

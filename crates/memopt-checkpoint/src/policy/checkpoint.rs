@@ -42,9 +42,9 @@ struct CheckpointBackward<'m> {
     /// Whether the forward ran where layers keep spike inputs packed (the recomputation does
     /// too).
     packs_saved_spikes: bool,
-    /// Whether backward rebuilds each chunk's starting states by replaying the chunks before
-    /// it ([`ChunkBoundaries::Replayed`] with more than one chunk).
-    replay_boundaries: bool,
+    /// At which chunks the forward saved the starting states ([`ChunkBoundaries::Kept`]
+    /// without chunks); backward rebuilds the others by replaying chunks.
+    boundaries: ChunkBoundaries,
     /// The training BatchNorms whose whole-batch statistics this chunked segment computed, in
     /// forward order (`chunk_passes.rs`).
     batch_norms: Vec<(ModulePath, BatchNormStats)>,
@@ -165,7 +165,11 @@ pub(crate) fn forward<'m>(
     let outer_tape = cx.tape.take();
     let outer_reads = cx.readers.begin_segment();
     let chunked = spans.len() > 1;
-    let replay_boundaries = chunked && boundaries == ChunkBoundaries::Replayed;
+    let boundaries = if chunked {
+        boundaries
+    } else {
+        ChunkBoundaries::Kept
+    };
     cx.time_chunk_depth += usize::from(chunked);
     let ran = run_chunks(
         cx,
@@ -174,7 +178,7 @@ pub(crate) fn forward<'m>(
         inputs,
         &spans,
         rng_entry,
-        (compressor, replay_boundaries),
+        (compressor, boundaries),
         host,
     );
     cx.time_chunk_depth -= usize::from(chunked);
@@ -197,7 +201,7 @@ pub(crate) fn forward<'m>(
         spans,
         input_needs,
         packs_saved_spikes,
-        replay_boundaries,
+        boundaries,
         entry_states: entry.into_iter().map(|(p, _)| p).collect(),
         final_states: finals.iter().map(|(p, _)| p.clone()).collect(),
         n_out,
@@ -227,7 +231,7 @@ fn run_chunks<'m>(
     inputs: Vec<Var>,
     spans: &[Range<usize>],
     rng_entry: RngState,
-    saving: (memopt_compress::CompressorKind, bool),
+    saving: (memopt_compress::CompressorKind, ChunkBoundaries),
     host: Option<memopt_core::Device>,
 ) -> Result<ChunkRun> {
     let batch_norms =
@@ -256,8 +260,8 @@ fn run_chunks<'m>(
 }
 
 /// The forward of every chunk (the last pass when there are statistics passes). `saving`: the
-/// compressor of saved inputs, and whether boundary states are replayed (then only the first
-/// chunk saves the states it starts from).
+/// compressor of saved inputs, and at which chunks the states they start from are saved
+/// ([`ChunkBoundaries::keeps_state_at`]; backward replays to rebuild the others).
 #[allow(clippy::too_many_arguments)]
 fn chunk_outputs<'m>(
     cx: &mut Cx<'m>,
@@ -266,7 +270,7 @@ fn chunk_outputs<'m>(
     inputs: Vec<Var>,
     spans: &[Range<usize>],
     rng_entry: RngState,
-    (compressor, replay_boundaries): (memopt_compress::CompressorKind, bool),
+    (compressor, boundaries): (memopt_compress::CompressorKind, ChunkBoundaries),
     host: Option<memopt_core::Device>,
 ) -> Result<(Vec<ChunkSave>, Vec<Tensor>)> {
     let chunked = spans.len() > 1;
@@ -286,7 +290,7 @@ fn chunk_outputs<'m>(
                 .collect::<Result<_>>()?,
             _ => whole.take().unwrap_or_default(),
         };
-        let states = if replay_boundaries && i > 0 {
+        let states = if !boundaries.keeps_state_at(i) {
             Vec::new()
         } else {
             cx.states
@@ -369,7 +373,7 @@ impl<'m> CheckpointBackward<'m> {
             final_states,
             n_out,
             packs_saved_spikes: _,
-            replay_boundaries,
+            boundaries,
             batch_norms,
         } = self;
         let state_grads = out_grads.split_off(n_out);
@@ -384,7 +388,7 @@ impl<'m> CheckpointBackward<'m> {
             state_prefixes: &state_prefixes,
             spans: &spans,
             input_needs: &input_needs,
-            replay_boundaries,
+            boundaries,
         };
         for (p, stats) in &batch_norms {
             cx.batch_stats.give(p.clone(), stats.clone());

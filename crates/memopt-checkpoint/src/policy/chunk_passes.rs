@@ -153,9 +153,9 @@ pub(super) struct Recompute<'a, 'm> {
     pub(super) state_prefixes: &'a [ModulePath],
     pub(super) spans: &'a [Range<usize>],
     pub(super) input_needs: &'a [bool],
-    /// Whether each chunk's starting states are rebuilt by replaying the chunks before it
-    /// (only the first chunk saved its states).
-    pub(super) replay_boundaries: bool,
+    /// At which chunks the forward saved the starting states; the others are rebuilt by
+    /// replaying the chunks since the last saved ones.
+    pub(super) boundaries: super::ChunkBoundaries,
 }
 
 /// A chunk's saved inputs and states: kept (a gradient-sums pass restores copies) or consumed
@@ -288,10 +288,18 @@ pub(super) fn backward_chunks<'m>(
         })?;
         // Rebuilt before the chunk's inputs are restored, so the replay's values never
         // coexist with them.
-        let replayed = if rc.replay_boundaries && i > 0 {
-            Some(replay_states(cx, rc, &chunks)?)
-        } else {
+        let replayed = if rc.boundaries.keeps_state_at(i) {
             None
+        } else {
+            let origin = rc.boundaries.replay_origin(i);
+            let earlier = chunks.get(origin..).ok_or_else(|| {
+                pass_error(
+                    rc.path,
+                    rc.segment,
+                    format!("time chunk {i} replays from chunk {origin}, which is not saved"),
+                )
+            })?;
+            Some(replay_states(cx, rc, earlier)?)
         };
         cx.batch_stats.set_reached(false);
         // Inputs wanting a gradient become leaves of the chunk's tape (not in the segment's

@@ -354,10 +354,16 @@ fn check_entry(root: &dyn Module, e: &PlanEntry, run: RunShape) -> Result<()> {
         if chunks == 0 {
             return Err(invalid("chunks must be at least 1".into()));
         }
-        if chunks == 1 && boundaries == ChunkBoundaries::Replayed {
+        if chunks == 1 && !boundaries.is_kept() {
             return Err(invalid(
                 "replayed boundaries need time chunks (chunks >= 2): one chunk has no boundary; drop \"boundaries\" \
                  or give \"chunks\""
+                    .into(),
+            ));
+        }
+        if boundaries == ChunkBoundaries::KeptEvery(0) {
+            return Err(invalid(
+                "\"kept_every\" must be at least 1 (1 keeps every boundary, as \"kept\"; k replays all, as \"replayed\")"
                     .into(),
             ));
         }

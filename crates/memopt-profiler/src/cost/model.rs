@@ -95,7 +95,8 @@ pub struct CostModel {
     #[serde(default)]
     pub codecs: BTreeMap<String, CodecSpeed>,
     /// Time steps T of the workload (0: unknown, in cost models saved before it was recorded);
-    /// prices the chunk replays of [`memopt_checkpoint::ChunkBoundaries::Replayed`].
+    /// prices the chunk replays of boundaries not kept
+    /// ([`memopt_checkpoint::ChunkBoundaries::Replayed`], `KeptEvery`).
     #[serde(default)]
     pub time_steps: usize,
     /// Speed of moving a saved payload to host memory (`compress_bytes_per_s`) and back

@@ -4,7 +4,7 @@
 
 use super::collect::ModuleCostEntry;
 use super::model::{CostModel, within};
-use memopt_checkpoint::{ChunkBoundaries, Policy, time_spans};
+use memopt_checkpoint::{Policy, time_spans};
 use memopt_core::ModulePath;
 
 impl CostModel {
@@ -54,9 +54,11 @@ impl CostModel {
     }
 
     /// The chunk replays of a segment (the modules under `paths`) whose boundary states are
-    /// [`ChunkBoundaries::Replayed`], in milliseconds: in each backward pass, chunk `i` first
-    /// runs chunks `0..i` forward again, so a pass replays `sum(start of chunk i) / T` of the
-    /// segment's forward (`(k - 1) / 2` for `k` equal chunks; that figure when T is unknown),
+    /// not all kept ([`ChunkBoundaries::Replayed`](memopt_checkpoint::ChunkBoundaries::Replayed), [`ChunkBoundaries::KeptEvery`](memopt_checkpoint::ChunkBoundaries::KeptEvery)), in
+    /// milliseconds: in each backward pass, chunk `i` first runs the chunks since its replay
+    /// origin `j` ([`ChunkBoundaries::replay_origin`](memopt_checkpoint::ChunkBoundaries::replay_origin)) forward again, so a pass replays
+    /// `sum(start of chunk i - start of chunk j) / T` of the segment's forward (for replayed
+    /// boundaries `(k - 1) / 2` for `k` equal chunks; equal chunks when T is unknown),
     /// priced at each leaf's forward factor (a replay's outputs are read). The passes are the backward proper and, for a
     /// segment that computes its BatchNorm statistics itself (`computes_statistics`: not
     /// nested in another chunked segment), one gradient-sums pass per training BatchNorm.
@@ -107,10 +109,11 @@ impl CostModel {
     }
 
     /// The copies of an offloaded segment's kept boundary states (the modules under `paths`
-    /// under `policy`), in milliseconds: in `k` time chunks with kept boundaries, the states
-    /// of the `k - 1` boundaries ([`ModuleCostEntry::state_bytes`]) go to host memory once and
-    /// come back once per backward pass ([`Self::backward_passes`]). Nothing without chunks or
-    /// offloading, nothing with replayed boundaries (no boundary state is kept), and nothing
+    /// under `policy`), in milliseconds: in `k` time chunks, the states of the boundaries it
+    /// keeps (`k - 1` with kept boundaries, [`ChunkBoundaries::kept_boundaries`](memopt_checkpoint::ChunkBoundaries::kept_boundaries);
+    /// [`ModuleCostEntry::state_bytes`] each) go to host memory once and come back once per
+    /// backward pass ([`Self::backward_passes`]). Nothing without chunks or offloading,
+    /// nothing with replayed boundaries (no boundary state is kept), and nothing
     /// where the host is the device ([`CostModel::separate_host`]: the states stay). The first
     /// chunk's states are the segment's entry states, which a segment at the start of the step
     /// does not have (one nested in a chunked segment does; not counted).
@@ -121,31 +124,33 @@ impl CostModel {
         computes_statistics: bool,
     ) -> f64 {
         let chunks = policy.chunks();
-        if !self.separate_host
-            || !policy.offloads()
-            || chunks <= 1
-            || policy.boundaries() == ChunkBoundaries::Replayed
-        {
+        let kept = policy.boundaries().kept_boundaries(chunks);
+        if !self.separate_host || !policy.offloads() || chunks <= 1 || kept == 0 {
             return 0.0;
         }
         let per_boundary: u64 = self.leaves_under(paths).map(|m| m.state_bytes).sum();
-        let bytes = per_boundary.saturating_mul(chunks as u64 - 1);
+        let bytes = per_boundary.saturating_mul(kept as u64);
         self.host_copies_ms(bytes, self.backward_passes(paths, computes_statistics) as f64)
     }
 
-    /// The share of the segment's forward that replayed boundaries run again per backward pass
-    /// (0 with kept boundaries): `sum(start of chunk i) / T`, `(k - 1) / 2` for `k` chunks when
-    /// T is unknown.
+    /// The share of the segment's forward that boundary replays run again per backward pass
+    /// (0 with kept boundaries): `sum(start of chunk i - start of its replay origin) / T`, for
+    /// replayed boundaries `sum(start of chunk i) / T`; equal chunks when T is unknown
+    /// (`(k - 1) / 2` for `k` replayed chunks).
     fn replay_share(&self, policy: Policy) -> f64 {
-        if policy.boundaries() != ChunkBoundaries::Replayed {
+        let (chunks, boundaries) = (policy.chunks(), policy.boundaries());
+        if chunks <= 1 || boundaries.kept_boundaries(chunks) == chunks - 1 {
             return 0.0;
         }
-        let chunks = policy.chunks();
-        if self.time_steps >= chunks && chunks > 1 {
-            let starts: usize = time_spans(self.time_steps, chunks).iter().map(|s| s.start).sum();
-            starts as f64 / self.time_steps as f64
+        if self.time_steps >= chunks {
+            let spans = time_spans(self.time_steps, chunks);
+            let replayed: usize = (0..chunks)
+                .map(|i| spans[i].start - spans[boundaries.replay_origin(i)].start)
+                .sum();
+            replayed as f64 / self.time_steps as f64
         } else {
-            chunks.saturating_sub(1) as f64 / 2.0
+            let replayed: usize = (0..chunks).map(|i| i - boundaries.replay_origin(i)).sum();
+            replayed as f64 / chunks as f64
         }
     }
 

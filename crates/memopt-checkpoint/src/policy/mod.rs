@@ -102,7 +102,7 @@ impl ChunkBoundaries {
         match *self {
             ChunkBoundaries::Kept => true,
             ChunkBoundaries::Replayed => chunk == 0,
-            ChunkBoundaries::KeptEvery(m) => chunk % m.max(1) == 0,
+            ChunkBoundaries::KeptEvery(m) => chunk.is_multiple_of(m.max(1)),
         }
     }
 

@@ -58,6 +58,19 @@ fn cifar10dvs_vgg_with_chunked_blocks_updating_in_backward_verifies() {
     );
 }
 
+#[test]
+fn cifar10dvs_vgg_with_every_other_boundary_kept_verifies() {
+    // Block 1 in 4 chunks keeping the states of chunks 0 and 2: backward replays chunk 0 for
+    // chunk 1 and chunk 2 for chunk 3, in its gradient-sums pass and its backward.
+    let mut alternate = chunked("features.1", None, 4);
+    alternate.policy = Policy::Checkpoint {
+        compressor: CompressorKind::BitSpike,
+        chunks: 4,
+        boundaries: memopt_checkpoint::ChunkBoundaries::KeptEvery(2),
+    };
+    verify_step("cifar10dvs-vgg", vec![alternate], true);
+}
+
 // One test per ResNet, so that the test threads share them.
 
 #[test]

@@ -8,7 +8,7 @@ use crate::param::{Param, ParamId};
 use crate::{CheckpointError, Result, ops};
 use memopt_core::memory::{Phase, Scope, enter_scope};
 use memopt_core::{DType, Philox, RngState, Tensor};
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 
 /// What a step's loss compares the output with.
 #[derive(Debug, Clone)]
@@ -175,21 +175,9 @@ impl Trainer {
             Vec::new()
         };
         drop(cx);
-        if update_in_backward {
-            // Parameters whose readers all ran were updated in backward; none is left in a
-            // training step, but a parameter read by no recorded op is updated here all the same.
-            let _opt = enter_scope(Scope::new("", Phase::Optimizer));
-            let mut seen = HashSet::new();
-            for (_, p) in model.params() {
-                if !seen.insert(p.id()) {
-                    continue;
-                }
-                if let Some(g) = grads.get(p.id()).filter(|_| !grads.is_final(p.id())) {
-                    self.optimizer.update(p, g)?;
-                }
-            }
-            self.optimizer.finish_step();
-        } else if !opts.skip_update {
+        if !opts.skip_update {
+            // Under the update in backward, `step` updates only the parameters whose gradient
+            // is not final (none in a training step) and counts the step.
             let _opt = enter_scope(Scope::new("", Phase::Optimizer));
             self.optimizer.step(model, &grads)?;
         }

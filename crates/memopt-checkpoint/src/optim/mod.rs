@@ -30,12 +30,13 @@ pub struct StateTensor {
 pub trait Optimizer {
     /// Name for reports (`sgd`, `adam`).
     fn name(&self) -> &'static str;
-    /// Applies one update; parameters without a gradient are left alone, and a parameter the
+    /// Applies one update; parameters without a gradient are left alone, as are those whose
+    /// gradient is final (the update in backward applied it already), and a parameter the
     /// model lists under several paths (a shared weight) is updated once.
     fn step(&mut self, model: &Model, grads: &Gradients) -> Result<()> {
         let mut seen = std::collections::HashSet::new();
         for (_, p) in model.params() {
-            if !seen.insert(p.id()) {
+            if !seen.insert(p.id()) || grads.is_final(p.id()) {
                 continue;
             }
             if let Some(g) = grads.get(p.id()) {

@@ -111,14 +111,17 @@ pub fn chunk_candidates(counts: &[usize], t: usize) -> Vec<usize> {
         .iter()
         .map(|&k| k.min(t))
         .filter(|&k| k > 1)
-        .flat_map(|k| {
-            let longest = t.div_ceil(k);
-            [k, t.div_ceil(longest)]
-        })
+        .flat_map(|k| [k, fewest_chunks_as_long(t, k)])
         .collect();
     out.sort_unstable();
     out.dedup();
     out
+}
+
+/// The fewest chunks of `t` time steps whose longest chunk is as long as with `k` chunks:
+/// `ceil(t / ceil(t / k))` (`k` at least 1).
+fn fewest_chunks_as_long(t: usize, k: usize) -> usize {
+    t.div_ceil(t.div_ceil(k))
 }
 
 /// Every how many chunks `k` chunks keep their boundary states when offered sparse
@@ -172,11 +175,10 @@ fn policies(site: &Site, t: usize, space: &OptionSpace) -> Vec<Policy> {
         if space.sparse_boundaries {
             // Only the fewest chunks of each longest chunk: more chunks of the same length
             // keep more boundaries, which is what sparse boundaries thin out.
-            let fewest = |k: usize| k == t.div_ceil(t.div_ceil(k));
             policies.extend(
                 candidates
                     .iter()
-                    .filter(|&&k| k >= 3 && fewest(k))
+                    .filter(|&&k| k >= 3 && fewest_chunks_as_long(t, k) == k)
                     .map(|&chunks| Policy::Checkpoint {
                         compressor,
                         chunks,

@@ -2,13 +2,14 @@
 //! reader is done: a recomputed segment's last layer does not write an output that only seeds
 //! the gradient (BatchNorm's normalised output, a neuron's spikes), a checkpointed segment's
 //! input is freed by the segment's first layer, and a time-chunked segment assembles its input
-//! gradient in the output gradient it has consumed. Every case: gradients, statistics and
+//! gradient in the output gradient it has consumed, or, when none can hold it, keeps each
+//! chunk's gradient apart until every chunk has run. Every case: gradients, statistics and
 //! states bit-identical to storing everything, and Meta allocating what the CPU does.
 
 mod common;
 
 use common::{Recorded, Recorder, fingerprint};
-use memopt_checkpoint::module::{BatchNorm, Conv2d, Flatten, Init, Linear, Neuron, Sequential};
+use memopt_checkpoint::module::{BatchNorm, Conv2d, Flatten, Init, Linear, Neuron, Pool2d, Sequential};
 use memopt_checkpoint::{InputSpec, Model, Plan, Policy, StepOptions, zoo};
 use memopt_compress::CompressorKind;
 use memopt_core::kernels::{Conv2dParams, NeuronConfig};
@@ -286,6 +287,89 @@ fn reshaping(device: Device) -> Model {
 fn a_chunked_segment_hosts_its_input_gradient_in_an_output_gradient_of_another_shape() {
     // blk's input [T, N, 2, 4, 4] and output [T, N, 8, 2, 2] hold 32 f32 per sample and step.
     assert_input_gradient_hosted(reshaping, (T * N * 32 * 4) as u64);
+}
+
+/// `pre` = [conv 2->C, LIF] on `[T, N, 2, 8, 8]`, `blk` = [conv C->C, BN, LIF, average pool
+/// 2x2] giving a quarter of its input's elements per time step (a VGG block with the next
+/// block's pool), a flatten and a linear head.
+fn pooling(device: Device) -> Model {
+    let mut init = Init::new(device, 11);
+    let pad1 = Conv2dParams {
+        padding: [1, 1],
+        ..Conv2dParams::default()
+    };
+    let pre = Sequential::new()
+        .push(Conv2d::new(&mut init, 2, C, 3, pad1, true).unwrap())
+        .push(Neuron::new(&mut init, NeuronConfig::lif(2.0), 2.0).unwrap());
+    let blk = Sequential::new()
+        .push(Conv2d::new(&mut init, C, C, 3, pad1, true).unwrap())
+        .push(BatchNorm::new_2d(&mut init, C).unwrap())
+        .push(Neuron::new(&mut init, NeuronConfig::lif(2.0), 2.0).unwrap())
+        .push(Pool2d::avg(2, 2, 0));
+    let root = Sequential::new()
+        .push_named("pre", pre)
+        .push_named("blk", blk)
+        .push_named("flat", Flatten::new(2))
+        .push_named("fc", Linear::new(&mut init, C * 16, 5, true).unwrap());
+    let spec = InputSpec {
+        time_steps: T,
+        sample: vec![2, 8, 8],
+        classes: 5,
+    };
+    Model::new("pooling-test", Box::new(root), spec, device)
+}
+
+#[test]
+fn a_chunked_segment_whose_output_gradient_cannot_hold_its_input_gradient_assembles_it_last() {
+    // blk's input gradient [T, N, C, 8, 8] is four times its output gradient: no chunk can
+    // write it there. It is put together once, after the last chunk's recomputation, so no
+    // chunk's backward holds it in full beside the states and saved inputs of the chunks
+    // still to run.
+    let full = (T * N * C * 64 * 4) as u64;
+    let mut per_device = Vec::new();
+    for device in [Device::Cpu, Device::META] {
+        for chunks in [2, 4] {
+            let ev = events(&pooling, &checkpoint("blk", chunks), device, N);
+            let full_grads: Vec<usize> = (0..ev.len())
+                .filter(|&i| {
+                    let e = &ev[i];
+                    e.0 == MemoryAction::Alloc && e.1 == full && e.2 == MemoryKind::Gradient && e.3 == "blk"
+                })
+                .collect();
+            let last_recompute = (0..ev.len())
+                .filter(|&i| ev[i].4 == Phase::Recompute && ev[i].3.starts_with("blk"))
+                .max()
+                .unwrap();
+            assert_eq!(
+                full_grads.len(),
+                1,
+                "{device}, {chunks} chunks: one full-length input gradient"
+            );
+            assert!(
+                full_grads[0] > last_recompute,
+                "{device}, {chunks} chunks: allocated after the last chunk ran"
+            );
+            per_device.push(
+                ev.into_iter()
+                    .map(|e| (e.0, e.1, e.2, e.3, e.4, e.5))
+                    .collect::<Vec<_>>(),
+            );
+        }
+    }
+    assert_eq!(per_device[..2], per_device[2..], "Meta records the CPU's events");
+    let planned = |plan: &Plan| {
+        let mut m = pooling(Device::Cpu);
+        m.apply_plan(plan).unwrap();
+        m
+    };
+    let stored = fingerprint(&planned(&Plan::store_all()), 2, N);
+    for chunks in [1, 2, 4] {
+        assert_eq!(
+            fingerprint(&planned(&checkpoint("blk", chunks)), 2, N),
+            stored,
+            "{chunks} chunks"
+        );
+    }
 }
 
 /// `pre` = [conv 2->C, LIF] gives spikes; `seg` = [conv C->C] reads them. Checkpointed with

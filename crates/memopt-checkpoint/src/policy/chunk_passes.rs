@@ -24,7 +24,7 @@
 //! code on every device, so Meta still measures the CPU's bytes exactly.
 
 use super::checkpoint::ChunkSave;
-use super::chunk_grads;
+use super::chunk_grads::{self, InputGrad};
 use super::segment::Segment;
 use crate::autograd::{Tape, Var, VarId};
 use crate::context::Cx;
@@ -274,7 +274,7 @@ pub(super) fn backward_chunks<'m>(
     let chunked = chunks.len() > 1;
     let sums_pass = pass == Pass::GradientSums;
     let mut reached_any = false;
-    let mut input_grads: Vec<Option<Tensor>> = vec![None; rc.input_needs.len()];
+    let mut input_grads: Vec<InputGrad> = rc.input_needs.iter().map(|_| InputGrad::Empty).collect();
     let mut chunks = chunks;
     // Ops the previous chunk recorded: the next records as many (the same modules run).
     let mut recorded = 0;
@@ -400,6 +400,15 @@ pub(super) fn backward_chunks<'m>(
             .collect();
     }
     cx.batch_stats.set_reached(reached_any);
+    if !sums_pass {
+        // Every chunk has read its span of the output gradients: free them before the input
+        // gradients kept in pieces are put together.
+        out_grads.iter_mut().for_each(|g| *g = None);
+    }
+    let input_grads = input_grads
+        .into_iter()
+        .map(InputGrad::finish)
+        .collect::<Result<Vec<_>>>()?;
     Ok((input_grads, carry))
 }
 
@@ -407,7 +416,7 @@ pub(super) fn backward_chunks<'m>(
 /// [`chunk_grads::place_input_grad`]: in a consumed output-gradient buffer when one fits), or
 /// moves them there when the segment is not chunked.
 fn assemble_input_grads(
-    input_grads: &mut [Option<Tensor>],
+    input_grads: &mut [InputGrad],
     x_ids: Vec<Option<VarId>>,
     leaf_grads: &mut std::collections::HashMap<VarId, Tensor>,
     (span, spans): (&Range<usize>, &[Range<usize>]),
@@ -418,7 +427,7 @@ fn assemble_input_grads(
     for (i, id) in x_ids.into_iter().enumerate() {
         let g = id.and_then(|id| leaf_grads.remove(&id));
         if !chunked {
-            input_grads[i] = g;
+            input_grads[i] = g.map_or(InputGrad::Empty, InputGrad::Full);
             continue;
         }
         chunk_grads::place_input_grad(&mut input_grads[i], g, span, t, out_grads)?;

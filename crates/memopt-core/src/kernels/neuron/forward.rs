@@ -4,7 +4,8 @@ use super::chunks::{CHUNK, SharedOut, for_each_chunk};
 use super::config::{Charge, Dynamics, fire, reset};
 
 /// Data of one forward call: `x` is `[T, n]` (absent when it is read from `h_seq`, which then
-/// holds the input on entry and the membrane potentials on return), the states `[n]`. Without
+/// holds the input on entry and the membrane potentials on return, or, without `h_seq`, from
+/// `spikes`, which then holds the input on entry and the spikes on return), the states `[n]`. Without
 /// `spikes` the spikes are computed (they drive the reset) but not kept.
 pub(super) struct ForwardIo<'a> {
     pub steps: usize,
@@ -98,9 +99,17 @@ where
                             *v = reset::<HARD>(hv, sp, vth, vr);
                         }
                     }
-                    (None, x) => {
-                        // The caller always passes `x` when `h_seq` is absent.
-                        let xs = &x.unwrap_or_default()[row];
+                    (None, None) => {
+                        // In place: each spike overwrites the input it was charged from.
+                        for (v, s) in v.iter_mut().zip(ss.iter_mut()) {
+                            let hv = charge(*v, *s);
+                            let sp = fire(hv, vth);
+                            *s = sp;
+                            *v = reset::<HARD>(hv, sp, vth, vr);
+                        }
+                    }
+                    (None, Some(x)) => {
+                        let xs = &x[row];
                         for ((v, &x), s) in v.iter_mut().zip(xs).zip(ss.iter_mut()) {
                             let hv = charge(*v, x);
                             let sp = fire(hv, vth);

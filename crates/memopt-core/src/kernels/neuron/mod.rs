@@ -71,12 +71,13 @@ pub struct NeuronGrads {
 /// (`None`: every neuron starts at `v_reset`, or 0 under soft reset). `w` is the PLIF parameter,
 /// shape `[1]` with `1/tau = sigmoid(w)`; it is required for PLIF and refused otherwise.
 ///
-/// `x` is lent (`&x`) or handed over (`x`, see [`Operand`]): handed over and reusable, with
-/// `save_for_backward`, the membrane potentials overwrite the input in place and no `[T, ...]`
-/// buffer is allocated for them; results are bit-identical either way.
+/// `x` is lent (`&x`) or handed over (`x`, see [`Operand`]): handed over and reusable, the
+/// membrane potentials (with `save_for_backward`) or else the spikes overwrite the input in
+/// place and no `[T, ...]` buffer is allocated for them; results are bit-identical either way.
 ///
-/// Allocates, in this order: spikes `[T, ...]`, `h_seq` `[T, ...]` (only when
-/// `save_for_backward` and `x` is not reused), `v_final` `[...]`; nothing else.
+/// Allocates, in this order: spikes `[T, ...]` (unless written over a reused `x`), `h_seq`
+/// `[T, ...]` (only when `save_for_backward` and `x` is not reused), `v_final` `[...]`; nothing
+/// else.
 pub fn neuron_forward<'a>(
     cfg: &NeuronConfig,
     x: impl Into<Operand<'a>>,
@@ -120,8 +121,13 @@ fn forward(
         check_state(OP, "v_init", v, xt)?;
     }
     check_w(OP, cfg, w, xt)?;
-    let in_place = save_for_backward && x.reusable() && xt.dtype() == crate::DType::F32;
-    // The input: read next to a new h_seq, or overwritten with h_seq in place.
+    let reusable = x.reusable() && xt.dtype() == crate::DType::F32;
+    // A handed-over input is overwritten with h_seq when the potentials are kept, else with
+    // the spikes (each element is read just before its step's result is written over it).
+    let h_in_place = save_for_backward && reusable;
+    let spikes_in_place = !save_for_backward && with_spikes && reusable;
+    let in_place = h_in_place || spikes_in_place;
+    // The input: read next to new buffers, or overwritten in place.
     let (xr, mut xw) = if in_place {
         (None, Some(xt.write::<f32>(OP)?))
     } else {
@@ -132,46 +138,60 @@ fn forward(
 
     let device = xt.device();
     let kind = MemoryKind::Activation;
-    let mut spikes = with_spikes
+    let mut spikes = (with_spikes && !spikes_in_place)
         .then(|| KernelBuffer::<f32>::new(OP, device, steps * n, kind, Init::Overwritten))
         .transpose()?;
-    let mut h_seq = (save_for_backward && !in_place)
+    let mut h_seq = (save_for_backward && !h_in_place)
         .then(|| KernelBuffer::<f32>::new(OP, device, steps * n, kind, Init::Overwritten))
         .transpose()?;
     let mut v_final = KernelBuffer::<f32>::new(OP, device, n, kind, Init::Overwritten)?;
     compute(device, |backend| {
         if let Compute::Cuda(gpu) = backend {
-            // In place, the input's storage is both x and h_seq.
-            let (x, h) = match (&mut h_seq, &mut xw, &xr) {
+            // In place, the input's storage is both x and h_seq, or both x and the spikes.
+            let (x, h, s) = match (&mut h_seq, &mut xw, &xr) {
+                (_, Some(w), _) if spikes_in_place => {
+                    let p = w.cuda_ptr()?;
+                    (p, None, Some(p))
+                }
                 (_, Some(w), _) => {
                     let p = w.cuda_ptr()?;
-                    (p, Some(p))
+                    (p, Some(p), None)
                 }
-                (Some(b), None, Some(r)) => (r.cuda_ptr()?, Some(b.cuda_ptr()?)),
-                (None, None, Some(r)) => (r.cuda_ptr()?, None),
+                (Some(b), None, Some(r)) => (r.cuda_ptr()?, Some(b.cuda_ptr()?), None),
+                (None, None, Some(r)) => (r.cuda_ptr()?, None, None),
                 // xr is read exactly when x is not overwritten in place.
                 (_, None, None) => return Err(CoreError::invalid(OP, "no access to the input")),
+            };
+            let spikes = match s {
+                Some(p) => Some(p),
+                None => spikes.as_mut().map(|b| b.cuda_ptr()).transpose()?,
             };
             let ptrs = cuda::ForwardPtrs {
                 x,
                 v_init: vr.as_ref().map(|r| r.cuda_ptr()).transpose()?,
-                spikes: spikes.as_mut().map(|b| b.cuda_ptr()).transpose()?,
+                spikes,
                 h_seq: h,
                 v_final: v_final.cuda_ptr()?,
             };
             return cuda::forward(gpu, &dynamics, steps, n, ptrs);
         }
-        let h = match (&mut h_seq, &mut xw) {
-            (Some(b), _) => Some(b.host_mut()?),
-            (None, Some(w)) => Some(w.host_mut()?),
-            (None, None) => None,
+        // In place, the input's slot is the spikes' or h_seq's, and `x` is absent.
+        let (h, s) = match (&mut h_seq, &mut xw) {
+            (_, Some(w)) if spikes_in_place => (None, Some(w.host_mut()?)),
+            (Some(b), _) => (Some(b.host_mut()?), None),
+            (None, Some(w)) => (Some(w.host_mut()?), None),
+            (None, None) => (None, None),
+        };
+        let s = match s {
+            Some(s) => Some(s),
+            None => spikes.as_mut().map(|b| b.host_mut()).transpose()?,
         };
         let io = ForwardIo {
             steps,
             n,
             x: xr.as_ref().map(|r| r.host()).transpose()?,
             v_init: vr.as_ref().map(|r| r.host()).transpose()?,
-            spikes: spikes.as_mut().map(|b| b.host_mut()).transpose()?,
+            spikes: s,
             h_seq: h,
             v_final: v_final.host_mut()?,
         };
@@ -180,14 +200,17 @@ fn forward(
     })?;
     drop((xr, xw));
     let (shape, state) = (xt.shape().clone(), state_shape(xt));
-    let h_seq = match (h_seq, in_place) {
-        (Some(b), _) => Some(b.into_tensor(shape.clone())?),
-        (None, true) => x.into_given().map(|t| t.with_spike_flag(false)),
-        (None, false) => None,
+    // The input's storage, when it now holds the potentials or the spikes.
+    let reused = in_place.then(|| x.into_given()).flatten();
+    let (h_seq, reused) = match (h_seq, h_in_place) {
+        (Some(b), _) => (Some(b.into_tensor(shape.clone())?), reused),
+        (None, true) => (reused.map(|t| t.with_spike_flag(false)), None),
+        (None, false) => (None, reused),
     };
-    let spikes = match spikes {
-        Some(b) => b.into_tensor(shape)?,
-        None => Tensor::unmaterialised(shape, crate::DType::F32, device)?,
+    let spikes = match (spikes, reused) {
+        (Some(b), _) => b.into_tensor(shape)?,
+        (None, Some(t)) => t,
+        (None, None) => Tensor::unmaterialised(shape, crate::DType::F32, device)?,
     };
     Ok(NeuronOutput {
         spikes: spikes.with_spike_flag(true),

@@ -536,51 +536,55 @@ fn plif_accumulator_is_bitwise_identical_across_time_chunks() {
     );
 }
 
-/// Writing h_seq over an input nobody else holds gives bitwise the same results with one
-/// [T, ...] buffer less, on Meta and on the CPU alike; a shared input is left untouched.
+/// Writing h_seq (kept for backward) or else the spikes over an input nobody else holds gives
+/// bitwise the same results with one [T, ...] buffer less, on Meta and on the CPU alike; a
+/// shared input is left untouched.
 #[test]
-fn reusing_the_input_for_h_seq_is_exact_and_saves_a_buffer() {
+fn reusing_the_input_for_h_seq_or_the_spikes_is_exact_and_saves_a_buffer() {
     use crate::{MemoryKind, MemoryTracker};
     let mut rng = Rng::new(29);
     let (steps, n) = (5, chunks::CHUNK + 19);
     let data = rng.vec(steps * n, -1.0, 2.5);
     for cfg in [NeuronConfig::lif(2.0), NeuronConfig::if_neuron()] {
-        let run = |device: Device, reuse: bool, keep: bool| {
-            let tracker = MemoryTracker::new(device);
-            let _g = MemoryTracker::install(tracker.clone());
-            let x = Tensor::from_vec(data.clone(), [steps, n], device, MemoryKind::Activation).unwrap();
-            let keeper = keep.then(|| x.clone());
-            let out = if reuse {
-                neuron_forward(&cfg, x, None, None, true).unwrap()
-            } else {
-                neuron_forward(&cfg, &x, None, None, true).unwrap()
+        for save in [true, false] {
+            let run = |device: Device, reuse: bool, keep: bool| {
+                let tracker = MemoryTracker::new(device);
+                let _g = MemoryTracker::install(tracker.clone());
+                let x = Tensor::from_vec(data.clone(), [steps, n], device, MemoryKind::Activation).unwrap();
+                let keeper = keep.then(|| x.clone());
+                let out = if reuse {
+                    neuron_forward(&cfg, x, None, None, save).unwrap()
+                } else {
+                    neuron_forward(&cfg, &x, None, None, save).unwrap()
+                };
+                let untouched = keeper.map(|k| k.to_vec_f32().unwrap() == data);
+                assert!(out.spikes.is_spike(), "the spikes are flagged as spikes");
+                let values = (device == Device::Cpu).then(|| {
+                    (
+                        out.spikes.to_vec_f32().unwrap(),
+                        out.h_seq.as_ref().map(|h| h.to_vec_f32().unwrap()),
+                        out.v_final.to_vec_f32().unwrap(),
+                    )
+                });
+                (tracker.peak_bytes(), values, untouched)
             };
-            let untouched = keeper.map(|k| k.to_vec_f32().unwrap() == data);
-            let values = (device == Device::Cpu).then(|| {
-                (
-                    out.spikes.to_vec_f32().unwrap(),
-                    out.h_seq.as_ref().unwrap().to_vec_f32().unwrap(),
-                    out.v_final.to_vec_f32().unwrap(),
-                )
-            });
-            (tracker.peak_bytes(), values, untouched)
-        };
-        let (plain_peak, plain, _) = run(Device::Cpu, false, false);
-        let (reuse_peak, reused, _) = run(Device::Cpu, true, false);
-        assert_eq!(reused, plain, "bit-identical");
-        assert_eq!(
-            plain_peak - reuse_peak,
-            (steps * n * 4) as u64,
-            "one [T, n] f32 buffer less"
-        );
-        assert_eq!(
-            run(Device::META, true, false).0,
-            reuse_peak,
-            "Meta decides the same way"
-        );
-        let (shared_peak, shared, untouched) = run(Device::Cpu, true, true);
-        assert_eq!(shared, plain);
-        assert_eq!(shared_peak, plain_peak, "a shared input is not reused");
-        assert_eq!(untouched, Some(true), "and not overwritten");
+            let (plain_peak, plain, _) = run(Device::Cpu, false, false);
+            let (reuse_peak, reused, _) = run(Device::Cpu, true, false);
+            assert_eq!(reused, plain, "bit-identical (save {save})");
+            assert_eq!(
+                plain_peak - reuse_peak,
+                (steps * n * 4) as u64,
+                "one [T, n] f32 buffer less (save {save})"
+            );
+            assert_eq!(
+                run(Device::META, true, false).0,
+                reuse_peak,
+                "Meta decides the same way"
+            );
+            let (shared_peak, shared, untouched) = run(Device::Cpu, true, true);
+            assert_eq!(shared, plain);
+            assert_eq!(shared_peak, plain_peak, "a shared input is not reused");
+            assert_eq!(untouched, Some(true), "and not overwritten");
+        }
     }
 }

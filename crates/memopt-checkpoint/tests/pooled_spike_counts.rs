@@ -5,7 +5,8 @@
 //! counts for its recomputation (whose convolution keeps the counts for its weight gradient), and
 //! the step stays exact: loss, gradients, running statistics, states and updated parameters
 //! bit-identical to storing everything, Meta's peaks equal to the CPU's. Time chunks, runs into
-//! the pool and offloading compose.
+//! the pool and offloading compose. Stored packed, a convolution reading pooled spikes keeps them
+//! as spike counts too.
 
 mod common;
 
@@ -79,4 +80,19 @@ fn time_chunks_runs_into_the_pool_and_offload_compose_with_spike_counts() {
     // Offloaded: the counts go to host memory and back.
     let offload = block2_rest(Policy::offload(CompressorKind::BitSpike, 1));
     common::assert_exact_and_meta_matches_cpu(dvs_vgg, &offload, N);
+}
+
+#[test]
+fn storing_packed_keeps_a_convolutions_pooled_input_as_spike_counts() {
+    // Block 2's convolution reads block 1's pooled spikes; stored packed, it keeps them as one
+    // count per byte for its weight gradient instead of the f32 values.
+    let packed_store = plan(vec![entry("features.2.proj_bn.1", None, 0, Policy::StorePacked)]);
+    common::assert_exact_and_meta_matches_cpu(dvs_vgg, &packed_store, N);
+    assert_eq!(packed(&packed_store), vec![POOLED]);
+    let stored = Plan::store_all();
+    assert!(packed(&stored).is_empty());
+    assert_eq!(
+        held_at_backward(&stored) - held_at_backward(&packed_store),
+        3 * POOLED
+    );
 }

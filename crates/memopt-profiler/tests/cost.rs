@@ -172,7 +172,7 @@ fn packed_reads_cost_a_second_unpack() {
 }
 
 #[test]
-fn storing_packed_costs_packing_and_unpacking_the_layers_spike_inputs() {
+fn storing_packed_costs_packing_and_unpacking_the_layers_spike_and_pooled_inputs() {
     let m = vgg(4, 2);
     let extra = |path: &str| m.plan_extra_ms(&Plan::from_entries([(path, Policy::StorePacked)]));
     // features.1's convolution takes spikes: packed in forward, unpacked in backward.
@@ -187,8 +187,22 @@ fn storing_packed_costs_packing_and_unpacking_the_layers_spike_inputs() {
     let want = 1e3 * (2 * (x.bytes() + payload)) as f64 / m.throughput.bytes_per_s;
     let got = extra("features.1");
     assert!((got - want).abs() <= 1e-9 * want, "{got} ms, want {want} ms");
-    // features.2's convolution takes average-pooled spikes, which are not spikes: nothing to pack.
-    assert_eq!(extra("features.2"), 0.0);
+    // features.2's convolution takes average-pooled spikes: kept as spike counts, a byte per
+    // value, written in forward and read in backward.
+    let pooled = &m
+        .modules
+        .iter()
+        .find(|e| e.path == "features.2.proj_bn.1")
+        .unwrap()
+        .inputs[0];
+    assert!(!pooled.is_spike && pooled.pooled_spike_window == Some(4));
+    let counts = pooled.shape.elem_count() as u64;
+    let want = 1e3 * (2 * (pooled.bytes() + counts)) as f64 / m.throughput.bytes_per_s;
+    let got = extra("features.2");
+    assert!((got - want).abs() <= 1e-9 * want, "{got} ms, want {want} ms");
+    // A layer whose input is neither: nothing to pack (the classifier's linear layer reads
+    // dropout's output).
+    assert_eq!(extra("classifier"), 0.0);
 }
 
 /// With the bit-packing speeds measured (`profile_codec`), packed reads and

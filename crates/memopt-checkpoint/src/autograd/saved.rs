@@ -4,7 +4,7 @@ use super::Var;
 use super::var::Value;
 use crate::Result;
 use memopt_compress::{Compressor, Packed, PackedSpikes, SpikeCounts};
-use memopt_core::{DType, MemoryKind, Tensor};
+use memopt_core::{DType, KnownValues, MemoryKind, Tensor};
 use std::borrow::Cow;
 
 /// A tensor an op keeps for its backward. Saving re-tags activations as
@@ -29,9 +29,9 @@ impl SavedTensor {
 
 /// What a convolution or linear layer keeps of its input for the weight gradient: the tensor,
 /// f32 spikes kept bit-packed ([`PackedSpikes`], payload of kind [`MemoryKind::Packed`]),
-/// which the stepwise backward kernels read one time step at a time, or pooled spikes that
-/// came as spike counts ([`SpikeCounts`], one byte per value: a checkpointed segment's restored
-/// input), decompressed whole for the backward.
+/// which the stepwise backward kernels read one time step at a time, or pooled spikes kept as
+/// spike counts ([`SpikeCounts`], one byte per value: a checkpointed segment's restored input,
+/// or packed under `Policy::StorePacked`), decompressed whole for the backward.
 #[derive(Debug, Clone)]
 pub enum SavedLayerInput {
     /// The tensor (re-tagged saved-for-backward when it was an activation).
@@ -54,13 +54,21 @@ pub enum LayerInputRead<'a> {
 impl SavedLayerInput {
     /// Keeps `x`: packed spikes stay packed, spike counts (a checkpointed segment's restored
     /// input) stay counts; with `pack`, an f32 tensor with the spike flag is packed into a new
-    /// payload; any other tensor is saved as it is.
+    /// payload, and f32 pooled spikes become spike counts (one byte per value); any other tensor
+    /// is saved as it is.
     pub(crate) fn of(x: &Var, pack: bool) -> Result<SavedLayerInput> {
         Ok(match x.value() {
             Value::Packed(p) => SavedLayerInput::Packed(p.clone()),
             Value::Counts(p) => SavedLayerInput::Counts(p.clone()),
             Value::Dense(t) if pack && t.is_spike() && t.dtype() == DType::F32 => {
                 SavedLayerInput::Packed(PackedSpikes::pack(t)?)
+            }
+            Value::Dense(t)
+                if pack
+                    && t.dtype() == DType::F32
+                    && matches!(t.known_values(), KnownValues::PooledSpikes { .. }) =>
+            {
+                SavedLayerInput::Counts(SpikeCounts.compress(t)?)
             }
             Value::Dense(t) => SavedLayerInput::Tensor(SavedTensor::new(t)),
         })

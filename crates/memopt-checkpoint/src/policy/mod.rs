@@ -28,9 +28,11 @@ pub enum Policy {
     Store,
     /// Keep everything backward needs, but every convolution and linear layer at or below the
     /// module (that is not recomputed) keeps a spike input bit-packed (1 bit per value, 32x
-    /// smaller than f32) instead of as f32, and its backward reads it one time step at a time.
-    /// Exact: spikes are 0 and 1. Costs packing the input in forward and unpacking it in
-    /// backward.
+    /// smaller than f32) instead of as f32, and its backward reads it one time step at a time;
+    /// an input of pooled spikes (an average pool's output) is kept as spike counts, one byte
+    /// per value (4x smaller), and decompressed whole for its backward. Exact: spikes are 0
+    /// and 1, pooled spikes a count over the window. Costs packing the input in forward and
+    /// unpacking it in backward.
     StorePacked,
     /// Keep only the input (compressed when it is a spike tensor and the compressor packs
     /// spikes), the RNG state and the neuron states it starts from; recompute in backward.

@@ -304,32 +304,37 @@ impl CostModel {
     }
 
     /// Predicted time of [`Policy::StorePacked`] over `paths`, in milliseconds: every
-    /// convolution and linear layer below them whose input is f32 spikes packs it in forward
-    /// and unpacks it one time step at a time in backward, at the measured speed of
-    /// [`CompressorKind::BitSpike`] when the model has one ([`CostModel::codecs`]), otherwise
-    /// the bytes moved ([`Self::packed_store_traffic`]) at `throughput.bytes_per_s`.
+    /// convolution and linear layer below them whose input is f32 spikes (or f32 pooled spikes)
+    /// packs it in forward (bit-packed, or as spike counts) and unpacks it in backward, at the
+    /// measured speed of the codec ([`Self::codec_speed`]) when the model has one
+    /// ([`CostModel::codecs`]), otherwise the bytes moved ([`Self::packed_store_traffic`]) at
+    /// `throughput.bytes_per_s`.
     pub fn packed_store_ms(&self, paths: &[String]) -> f64 {
-        match self.codecs.get(CompressorKind::BitSpike.name()) {
-            Some(speed) => self
-                .packed_store_inputs(paths)
-                .map(|x| {
+        self.packed_store_inputs(paths)
+            .map(|(x, kind)| match self.codec_speed(kind) {
+                Some(speed) => {
                     let bytes = x.bytes() as f64;
                     1e3 * (bytes / speed.compress_bytes_per_s + bytes / speed.decompress_bytes_per_s)
-                })
-                .sum(),
-            None => 1e3 * self.packed_store_traffic(paths) as f64 / self.throughput.bytes_per_s,
-        }
+                }
+                None => 1e3 * packed_traffic(x, kind) as f64 / self.throughput.bytes_per_s,
+            })
+            .sum()
     }
 
-    /// The f32 spike inputs of the convolution and linear layers under `paths`: what
-    /// [`Policy::StorePacked`] packs.
-    fn packed_store_inputs<'a>(&'a self, paths: &'a [String]) -> impl Iterator<Item = &'a InputInfo> + 'a {
+    /// The f32 spike and pooled-spike inputs of the convolution and linear layers under
+    /// `paths`, each with the codec that keeps it: what [`Policy::StorePacked`] packs.
+    fn packed_store_inputs<'a>(
+        &'a self,
+        paths: &'a [String],
+    ) -> impl Iterator<Item = (&'a InputInfo, CompressorKind)> + 'a {
         self.modules
             .iter()
             .filter(|m| m.leaf && matches!(m.module_type.as_str(), "Conv2d" | "Linear"))
             .filter(move |m| paths.iter().any(|p| within(&m.path, p)))
             .filter_map(|m| m.inputs.first())
-            .filter(|x| x.is_spike && x.dtype == memopt_core::DType::F32)
+            .filter(|x| x.dtype == memopt_core::DType::F32)
+            .map(|x| (x, CompressorKind::BitSpike.keeping(x.known_values())))
+            .filter(|(_, kind)| *kind != CompressorKind::Null)
     }
 
     /// Bytes moved by [`Policy::StorePacked`] over `paths` (the uncalibrated pricing of
@@ -337,7 +342,7 @@ impl CostModel {
     /// forward, and the reverse in backward.
     pub fn packed_store_traffic(&self, paths: &[String]) -> u64 {
         self.packed_store_inputs(paths)
-            .map(|x| 2 * (x.bytes() + (x.shape.elem_count() as u64).div_ceil(8)))
+            .map(|(x, kind)| packed_traffic(x, kind))
             .sum()
     }
 
@@ -564,6 +569,18 @@ fn reads_packed(x: &InputInfo, kind: CompressorKind, layer_reads_packed: bool) -
     matches!(kind, CompressorKind::BitSpike | CompressorKind::SpikeCounts)
         && x.dtype == memopt_core::DType::F32
         && layer_reads_packed
+}
+
+/// Bytes moved packing `x` with `kind` in forward and unpacking it in backward: the input read
+/// and its payload written, then the reverse (a bit per value for spikes, a byte per value
+/// for spike counts).
+fn packed_traffic(x: &InputInfo, kind: CompressorKind) -> u64 {
+    let elems = x.shape.elem_count() as u64;
+    let payload = match kind {
+        CompressorKind::SpikeCounts => elems,
+        _ => elems.div_ceil(8),
+    };
+    2 * (x.bytes() + payload)
 }
 
 #[cfg(test)]

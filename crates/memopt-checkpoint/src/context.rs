@@ -16,7 +16,10 @@ use memopt_core::{Device, MemoryKind, ModulePath, Philox, Tensor};
 use std::collections::HashMap;
 
 mod chain_calls;
+mod kept_inputs;
 mod outputs_unread;
+
+pub(crate) use kept_inputs::{KeptBatchNormInputs, KeptPass};
 
 /// What the update in backward applies to a parameter whose gradient is final: the optimizer's
 /// update of that parameter (see [`Cx::update_in_backward`]).
@@ -74,6 +77,9 @@ pub struct Cx<'m> {
     /// The links the next [`Cx::call_children`] runs, `[start, end)` of its chain (set by
     /// [`Cx::call_links`] for a child a run goes on into; taken by that call). `None`: all.
     chain_window: Option<(usize, usize)>,
+    /// The kept BatchNorm inputs of the chunked segment whose forward runs, when it keeps
+    /// them (`context/kept_inputs.rs`).
+    pub(crate) kept_inputs: Option<KeptBatchNormInputs>,
 }
 
 impl<'m> Cx<'m> {
@@ -105,6 +111,7 @@ impl<'m> Cx<'m> {
             unread_next: false,
             final_next: false,
             chain_window: None,
+            kept_inputs: None,
         }
     }
 
@@ -456,6 +463,14 @@ impl<'m> Cx<'m> {
     /// Calls `module` in the current scope with the policy assigned to the current path (used
     /// for the root, whose path is empty).
     pub fn call_here(&mut self, module: &'m dyn Module, inputs: Vec<Var>) -> Result<Vec<Var>> {
+        if self.skipping_to_batch_norm() {
+            return self.call_with_kept_inputs(module, inputs, |cx, inputs| cx.call_module(module, inputs));
+        }
+        self.call_module(module, inputs)
+    }
+
+    /// [`Cx::call_here`] once kept BatchNorm inputs are dealt with.
+    fn call_module(&mut self, module: &'m dyn Module, inputs: Vec<Var>) -> Result<Vec<Var>> {
         let path = current_scope().module_path().clone();
         let policy = self.policies.get(&path).copied().filter(|_| self.is_recording());
         let ends_parent = std::mem::take(&mut self.final_next);

@@ -38,6 +38,7 @@ pub use model::{InputSpec, Model};
 pub use module::Module;
 pub use param::{Buffer, Param, ParamId};
 pub use policy::{
-    ChunkBoundaries, PLAN_VERSION, Plan, PlanEntry, Policy, PolicyTable, RunShape, run_target, time_spans,
+    BatchNormInputs, ChunkBoundaries, PLAN_VERSION, Plan, PlanEntry, Policy, PolicyTable, RunShape,
+    run_target, time_spans,
 };
 pub use train::{Batch, StepOptions, StepOutput, Target, Trainer};

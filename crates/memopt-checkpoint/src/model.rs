@@ -139,6 +139,12 @@ impl Model {
         Ok(())
     }
 
+    /// Whether `plan` would be accepted by [`Model::apply_plan`] (the error says why not);
+    /// the model's policies do not change either way.
+    pub fn check_plan(&self, plan: &Plan) -> Result<()> {
+        PolicyTable::from_plan(self.root(), plan, self.run_shape()).map(|_| ())
+    }
+
     /// Sets one module's policy (validated).
     pub fn set_policy(&mut self, path: &str, policy: Policy) -> Result<()> {
         self.policies = self.policies.with(self.root(), path, policy, self.run_shape())?;

@@ -259,6 +259,7 @@ fn replayed(entry: PlanEntry) -> PlanEntry {
             compressor,
             chunks,
             boundaries: ChunkBoundaries::Replayed,
+            batch_norm_inputs: memopt_checkpoint::BatchNormInputs::Recomputed,
         },
         ..entry
     }

@@ -55,6 +55,7 @@ fn replayed_boundaries_without_chunks_are_rejected_and_leave_the_plan_as_it_was(
         compressor: CompressorKind::BitSpike,
         chunks: 1,
         boundaries: memopt_checkpoint::ChunkBoundaries::Replayed,
+        batch_norm_inputs: memopt_checkpoint::BatchNormInputs::Recomputed,
     };
     let msg = model
         .apply_plan(&Plan::from_entries([("0", p)]))
@@ -72,6 +73,7 @@ fn replayed_boundaries_without_chunks_are_rejected_and_leave_the_plan_as_it_was(
             compressor: CompressorKind::BitSpike,
             chunks: 2,
             boundaries: memopt_checkpoint::ChunkBoundaries::Replayed,
+            batch_norm_inputs: memopt_checkpoint::BatchNormInputs::Recomputed,
         },
     )]);
     let json = replayed.to_json();
@@ -86,6 +88,7 @@ fn replayed_boundaries_without_chunks_are_rejected_and_leave_the_plan_as_it_was(
                 compressor: CompressorKind::BitSpike,
                 chunks: 2,
                 boundaries: memopt_checkpoint::ChunkBoundaries::KeptEvery(m),
+                batch_norm_inputs: memopt_checkpoint::BatchNormInputs::Recomputed,
             },
         )])
     };

@@ -97,6 +97,7 @@ fn runs_through_proj_bn_compose_with_chunks_and_policies_inside() {
         compressor: CompressorKind::BitSpike,
         chunks: 4,
         boundaries: ChunkBoundaries::Replayed,
+        batch_norm_inputs: memopt_checkpoint::BatchNormInputs::Recomputed,
     };
     let p = plan(vec![
         // proj_bn's two links as a run of the block: proj_bn runs whole inside it.

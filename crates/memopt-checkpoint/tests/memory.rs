@@ -200,6 +200,7 @@ fn offload_for_a_gpu_takes_saved_inputs_off_the_device() {
             compressor,
             chunks,
             boundaries: ChunkBoundaries::Replayed,
+            batch_norm_inputs: memopt_checkpoint::BatchNormInputs::Recomputed,
         },
         Policy::Offload {
             compressor, chunks, ..
@@ -207,6 +208,7 @@ fn offload_for_a_gpu_takes_saved_inputs_off_the_device() {
             compressor,
             chunks,
             boundaries: ChunkBoundaries::Replayed,
+            batch_norm_inputs: memopt_checkpoint::BatchNormInputs::Recomputed,
         },
         other => other,
     };

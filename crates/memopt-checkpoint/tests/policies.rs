@@ -6,7 +6,7 @@
 mod common;
 
 use common::{fingerprint, fingerprint_with, tiny_conv_snn, zoo_small};
-use memopt_checkpoint::{ChunkBoundaries, Model, Plan, PlanEntry, Policy};
+use memopt_checkpoint::{BatchNormInputs, ChunkBoundaries, Model, Plan, PlanEntry, Policy};
 use memopt_compress::CompressorKind;
 use memopt_core::Device;
 use proptest::prelude::*;
@@ -54,11 +54,13 @@ fn random_plan_with(model: &Model, picks: &[u32], compressors: &[CompressorKind]
                 // per time chunk), the others checkpoint.
                 let chunks = 1 + (r as usize / 32) % t;
                 let boundaries = boundaries(r);
+                let batch_norm_inputs = batch_norm_inputs(r);
                 let (chunked, whole) = if kind == 1 {
                     let chunked = Policy::Offload {
                         compressor,
                         chunks,
                         boundaries,
+                        batch_norm_inputs,
                     };
                     (chunked, Policy::offload(compressor, 1))
                 } else {
@@ -66,16 +68,16 @@ fn random_plan_with(model: &Model, picks: &[u32], compressors: &[CompressorKind]
                         compressor,
                         chunks,
                         boundaries,
+                        batch_norm_inputs,
                     };
                     (chunked, Policy::checkpoint(compressor, 1))
                 };
-                let plan = Plan::from_entries([(info.path.clone(), chunked)]);
+                let recomputed = chunked.with_batch_norm_inputs(BatchNormInputs::Recomputed);
                 let mut probe = Model::clone_policies_probe(model);
-                if chunks > 1 && probe(&plan) {
-                    chunked
-                } else {
-                    whole
-                }
+                [chunked, recomputed]
+                    .into_iter()
+                    .find(|&p| chunks > 1 && probe(&Plan::from_entries([(info.path.clone(), p)])))
+                    .unwrap_or(whole)
             }
         };
         entries.push((info.path.clone(), policy));
@@ -103,10 +105,13 @@ fn random_plan_with(model: &Model, picks: &[u32], compressors: &[CompressorKind]
             compressor,
             chunks,
             boundaries: boundaries(r),
+            batch_norm_inputs: batch_norm_inputs(r / 3),
         };
+        let recomputed = chunked.with_batch_norm_inputs(BatchNormInputs::Recomputed);
         for (policy, into_next) in [
             (chunked, into_next),
-            (chunked, 0),
+            (recomputed, into_next),
+            (recomputed, 0),
             (Policy::checkpoint(compressor, 1), 0),
         ] {
             let mut candidate = plan.clone();
@@ -125,7 +130,24 @@ fn random_plan_with(model: &Model, picks: &[u32], compressors: &[CompressorKind]
     }
     // Half the plans update each parameter in backward, as soon as its gradient is final.
     plan.update_in_backward = picks.first().is_some_and(|r| r / 3 % 2 == 1);
+    // Entries drawn one by one may nest a recomputed one among the layers a segment keeping
+    // its BatchNorm inputs skips: then none keeps them.
+    if !Model::clone_policies_probe(model)(&plan) {
+        for e in &mut plan.entries {
+            e.policy = e.policy.with_batch_norm_inputs(BatchNormInputs::Recomputed);
+        }
+    }
     plan
+}
+
+/// Whether a chunked entry drawn from `r` keeps its first BatchNorm's inputs for the later
+/// forward passes (one in three; refused where the segment cannot, then recomputed).
+fn batch_norm_inputs(r: u32) -> BatchNormInputs {
+    if (r / 64).is_multiple_of(3) {
+        BatchNormInputs::Kept
+    } else {
+        BatchNormInputs::Recomputed
+    }
 }
 
 trait Probe {
@@ -252,6 +274,7 @@ fn chunked(
             compressor,
             chunks,
             boundaries,
+            batch_norm_inputs: memopt_checkpoint::BatchNormInputs::Recomputed,
         },
     }
 }
@@ -261,8 +284,8 @@ proptest! {
 
     /// Segments with training BatchNorm chunked over time (a block, a bare BatchNorm, a run of
     /// root children through both blocks, nested inside one another), with random chunk
-    /// counts, compressors and boundary states kept or replayed: bit-identical to storing
-    /// everything.
+    /// counts, compressors, boundary states kept or replayed, and BatchNorm inputs kept where
+    /// a segment may keep them: bit-identical to storing everything.
     #[test]
     fn chunked_batch_norm_segments_are_exact(
         t in 2usize..6,
@@ -270,6 +293,7 @@ proptest! {
         shape in 0usize..4,
         c in 0usize..LOSSLESS.len(),
         replay in any::<bool>(),
+        keep in any::<bool>(),
     ) {
         let k = |i: usize| ks[i].min(t);
         let replayed = if replay { ChunkBoundaries::Replayed } else { ChunkBoundaries::Kept };
@@ -284,8 +308,20 @@ proptest! {
                 chunked("block2.conv", None, k(2), comp),
             ],
         };
-        let plan = Plan { entries, ..Plan::store_all() };
+        let mut plan = Plan { entries, ..Plan::store_all() };
         let build = || tiny_conv_snn(Device::Cpu, 4, t);
+        if keep {
+            // Every entry that may keeps its BatchNorm inputs for the later forward passes.
+            let model = build();
+            for i in 0..plan.entries.len() {
+                let mut candidate = plan.clone();
+                candidate.entries[i].policy =
+                    candidate.entries[i].policy.with_batch_norm_inputs(BatchNormInputs::Kept);
+                if Model::clone_policies_probe(&model)(&candidate) {
+                    plan = candidate;
+                }
+            }
+        }
         let baseline = fingerprint(&build(), 2, 2);
         let mut model = build();
         model.apply_plan(&plan).unwrap();

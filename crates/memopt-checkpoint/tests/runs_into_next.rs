@@ -79,6 +79,7 @@ fn runs_into_the_next_child_compose_with_policies_and_every_pooled_block() {
         compressor: CompressorKind::BitSpike,
         chunks: 4,
         boundaries: ChunkBoundaries::Replayed,
+        batch_norm_inputs: memopt_checkpoint::BatchNormInputs::Recomputed,
     };
     let p = plan(vec![
         // Blocks 0-1 and block 2's pool, unchunked, with block 1's BatchNorm checkpointed inside.

@@ -75,6 +75,7 @@ fn plans(model: &Model) -> Vec<Plan> {
         compressor: CompressorKind::BitSpike,
         chunks: 2,
         boundaries: ChunkBoundaries::Kept,
+        batch_norm_inputs: memopt_checkpoint::BatchNormInputs::Recomputed,
     };
     let mut plans = vec![
         Plan::store_all(),
@@ -317,6 +318,7 @@ fn null_chunked(k: usize, b: ChunkBoundaries) -> Policy {
         compressor: CompressorKind::Null,
         chunks: k,
         boundaries: b,
+        batch_norm_inputs: memopt_checkpoint::BatchNormInputs::Recomputed,
     }
 }
 
@@ -328,6 +330,7 @@ fn shared_weight_plans() -> Vec<Vec<PlanEntry>> {
         compressor: CompressorKind::Null,
         chunks: k,
         boundaries: b,
+        batch_norm_inputs: memopt_checkpoint::BatchNormInputs::Recomputed,
     };
     vec![
         vec![],

@@ -502,11 +502,13 @@ fn calibrated_offloads_are_priced_at_the_measured_host_link() {
         compressor: CompressorKind::BitSpike,
         chunks: 2,
         boundaries,
+        batch_norm_inputs: memopt_checkpoint::BatchNormInputs::Recomputed,
     };
     let checkpoint = |boundaries| Policy::Checkpoint {
         compressor: CompressorKind::BitSpike,
         chunks: 2,
         boundaries,
+        batch_norm_inputs: memopt_checkpoint::BatchNormInputs::Recomputed,
     };
     let copies = |restores: f64| 1e3 * payload * (1.0 / TO_HOST + restores / FROM_HOST);
     for (boundaries, restores, states) in [

@@ -1,6 +1,7 @@
 //! A segment run in time chunks prices the passes of its training BatchNorms: per BatchNorm a
 //! statistics pass (the leaves up to it) in forward, and a gradient-sums pass (the whole
-//! segment's forward and the backward from the BatchNorm on) in backward.
+//! segment's forward and the backward from the BatchNorm on) in backward; kept BatchNorm
+//! inputs take the layers before the first BatchNorm off every later forward pass.
 
 use memopt_checkpoint::{InputSpec, Plan, Policy};
 use memopt_compress::CompressorKind;
@@ -105,6 +106,7 @@ fn replayed(path: &str, chunks: usize) -> Plan {
             compressor: CompressorKind::BitSpike,
             chunks,
             boundaries: memopt_checkpoint::ChunkBoundaries::Replayed,
+            batch_norm_inputs: memopt_checkpoint::BatchNormInputs::Recomputed,
         },
     )])
 }
@@ -134,6 +136,7 @@ fn replayed_boundaries_price_the_chunks_they_run_again() {
                 compressor: CompressorKind::BitSpike,
                 chunks: 4,
                 boundaries: memopt_checkpoint::ChunkBoundaries::KeptEvery(m),
+                batch_norm_inputs: memopt_checkpoint::BatchNormInputs::Recomputed,
             },
         )])
     };
@@ -155,6 +158,7 @@ fn replayed_boundaries_price_the_chunks_they_run_again() {
                 compressor: CompressorKind::BitSpike,
                 chunks: 2,
                 boundaries,
+                batch_norm_inputs: memopt_checkpoint::BatchNormInputs::Recomputed,
             },
         )
     };
@@ -167,4 +171,34 @@ fn replayed_boundaries_price_the_chunks_they_run_again() {
     ]));
     let want = (2.0 / 4.0) * forward;
     assert!((extra - want).abs() <= 1e-9 * want, "{extra} vs {want}");
+}
+
+/// Kept BatchNorm inputs: every forward pass after the first statistics pass (one per
+/// BatchNorm: the later statistics passes and the pass giving the outputs) skips the leaves
+/// before the first BatchNorm, so that many forwards of them come off the passes' price.
+#[test]
+fn kept_batch_norm_inputs_take_the_skipped_layers_off_the_passes() {
+    let m = vgg();
+    let kept = |path: &str, chunks| {
+        Plan::from_entries([(
+            path,
+            Policy::checkpoint(CompressorKind::BitSpike, chunks)
+                .with_batch_norm_inputs(memopt_checkpoint::BatchNormInputs::Kept),
+        )])
+    };
+    let close = |a: f64, b: f64| (a - b).abs() <= 1e-9 * b.abs().max(1.0);
+    // features.1: one BatchNorm after its convolution.
+    let conv = m.forward_ms("features.1.proj_bn.0");
+    assert!(conv > 0.0);
+    let saved = m.plan_extra_ms(&checkpoint("features.1", 2)) - m.plan_extra_ms(&kept("features.1", 2));
+    assert!(close(saved, conv), "{saved} ms saved, want {conv} ms");
+    // features (blocks 0 to 7) in 2 chunks: eight BatchNorms, each pass after the first skips
+    // block 0's convolution.
+    let conv0 = m.forward_ms("features.0.proj_bn.0");
+    let saved = m.plan_extra_ms(&checkpoint("features", 2)) - m.plan_extra_ms(&kept("features", 2));
+    assert!(
+        close(saved, 8.0 * conv0),
+        "{saved} ms saved, want {} ms",
+        8.0 * conv0
+    );
 }

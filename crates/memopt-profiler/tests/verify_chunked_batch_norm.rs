@@ -67,8 +67,29 @@ fn cifar10dvs_vgg_with_every_other_boundary_kept_verifies() {
         compressor: CompressorKind::BitSpike,
         chunks: 4,
         boundaries: memopt_checkpoint::ChunkBoundaries::KeptEvery(2),
+        batch_norm_inputs: memopt_checkpoint::BatchNormInputs::Recomputed,
     };
     verify_step("cifar10dvs-vgg", vec![alternate], true);
+}
+
+#[test]
+fn cifar10dvs_vgg_keeping_batch_norm_inputs_verifies() {
+    // Block 1 with block 2's pool in 2 chunks keeping every other boundary state (the entry's
+    // only) and its statistics pass's BatchNorm inputs, as the 4x plan's block 1 at N = 32
+    // does in 5 chunks; and block 2's convolution, BatchNorm and neuron keeping theirs (its
+    // output pass skips the convolution reading pooled spikes).
+    let kept = |boundaries| Policy::Checkpoint {
+        compressor: CompressorKind::BitSpike,
+        chunks: 2,
+        boundaries,
+        batch_norm_inputs: memopt_checkpoint::BatchNormInputs::Kept,
+    };
+    let mut block1 = chunked("features", Some([1, 2]), 2);
+    block1.into_next = 1;
+    block1.policy = kept(memopt_checkpoint::ChunkBoundaries::KeptEvery(2));
+    let mut blocks23 = chunked("features.2", Some([1, 4]), 2);
+    blocks23.policy = kept(memopt_checkpoint::ChunkBoundaries::Kept);
+    verify_step("cifar10dvs-vgg", vec![block1, blocks23], true);
 }
 
 // One test per ResNet, so that the test threads share them.

@@ -9,7 +9,7 @@ use crate::parallel::Request;
 use crate::pricing::{SegmentPricing, extra_ms};
 use crate::segment_key::Measurements;
 use crate::sites::Site;
-use memopt_checkpoint::{ChunkBoundaries, Model, Policy};
+use memopt_checkpoint::{BatchNormInputs, ChunkBoundaries, Model, Plan, PlanEntry, Policy};
 use memopt_compress::CompressorKind;
 use memopt_profiler::{CostModel, Workload};
 use pieces::{PartRun, Piece, part_runs, piece_site, pieces, rest_runs, rest_site};
@@ -46,6 +46,12 @@ pub struct OptionSpace {
     /// states instead of 4 through the recomputation of block 3: 4x at +22.8% instead of
     /// +52.7% predicted.
     pub sparse_boundaries: bool,
+    /// Whether chunked segments with a training BatchNorm are also offered keeping that
+    /// BatchNorm's inputs from its statistics pass for the forward's later passes
+    /// ([`BatchNormInputs::Kept`]: the layers before it run once in forward instead of twice,
+    /// at the price of holding their output, one full-length tensor, between the passes), where
+    /// only stateless layers in a chain come before it.
+    pub keep_batch_norm_inputs: bool,
     /// Whether a link whose own chain starts with a pooling (a VGG block's average pool) is
     /// split into that pooling and the rest, so that a run of the links before it can end
     /// after the pooling ([`memopt_checkpoint::PlanEntry::into_next`]: its segment then
@@ -86,6 +92,7 @@ impl Default for OptionSpace {
             store_packed: true,
             replay_boundaries: true,
             sparse_boundaries: true,
+            keep_batch_norm_inputs: true,
             split_poolings: true,
             spike_counts: true,
             offload: true,
@@ -149,7 +156,46 @@ fn option(policy: Policy, f: &Figures, extra_ms: f64) -> SegmentOption {
 /// time steps, each of those offloaded when the space offers it ([`OptionSpace::offload`],
 /// already limited to devices with separate host memory by [`offered`]), and last
 /// [`Policy::StorePacked`] when the space offers it.
-fn policies(site: &Site, t: usize, space: &OptionSpace) -> Vec<Policy> {
+fn policies(model: &Model, site: &Site, space: &OptionSpace) -> Vec<Policy> {
+    let mut policies = policies_of(site, model.spec().time_steps, space);
+    // Each chunked policy on the device that keeps boundary states again keeping its first
+    // BatchNorm's inputs, where the segment can. Not with replayed boundaries, which are for the
+    // least memory (a full-length tensor held between the forward passes works against it),
+    // nor offloaded (the kept inputs stay on the device): each would add measurements for
+    // options that rarely pay, and the CUDA target's planning of the VGG took 1.09 s with them.
+    if space.keep_batch_norm_inputs && keeps_batch_norm_inputs(model, site) {
+        let kept: Vec<Policy> = policies
+            .iter()
+            .filter(|p| p.chunks() > 1 && !p.offloads() && p.boundaries() != ChunkBoundaries::Replayed)
+            .map(|p| p.with_batch_norm_inputs(BatchNormInputs::Kept))
+            .collect();
+        let at = policies.len() - usize::from(policies.last() == Some(&Policy::StorePacked));
+        policies.splice(at..at, kept);
+    }
+    policies
+}
+
+/// Whether a chunked run of `site` may keep its BatchNorm inputs: the model accepts that plan
+/// (a training BatchNorm inside, only stateless layers and chains before the first).
+fn keeps_batch_norm_inputs(model: &Model, site: &Site) -> bool {
+    model.spec().time_steps >= 2
+        && model
+            .check_plan(&Plan {
+                update_in_backward: false,
+                version: memopt_checkpoint::PLAN_VERSION,
+                entries: vec![PlanEntry {
+                    path: site.path.clone(),
+                    children: site.run,
+                    into_next: site.into_next,
+                    policy: Policy::checkpoint(CompressorKind::BitSpike, 2)
+                        .with_batch_norm_inputs(BatchNormInputs::Kept),
+                }],
+            })
+            .is_ok()
+}
+
+/// The policies offered to `site` before kept BatchNorm inputs (see [`policies`]).
+fn policies_of(site: &Site, t: usize, space: &OptionSpace) -> Vec<Policy> {
     let compressor = if !space.spike_counts && site.inputs.iter().any(|x| x.pooled_spike_window.is_some()) {
         CompressorKind::Null
     } else {
@@ -170,6 +216,7 @@ fn policies(site: &Site, t: usize, space: &OptionSpace) -> Vec<Policy> {
                 compressor,
                 chunks,
                 boundaries: ChunkBoundaries::Replayed,
+                batch_norm_inputs: BatchNormInputs::Recomputed,
             });
         }
         if space.sparse_boundaries {
@@ -183,6 +230,7 @@ fn policies(site: &Site, t: usize, space: &OptionSpace) -> Vec<Policy> {
                         compressor,
                         chunks,
                         boundaries: ChunkBoundaries::KeptEvery(sparse_interval(chunks)),
+                        batch_norm_inputs: BatchNormInputs::Recomputed,
                     }),
             );
         }
@@ -197,6 +245,7 @@ fn policies(site: &Site, t: usize, space: &OptionSpace) -> Vec<Policy> {
                 compressor,
                 chunks: p.chunks(),
                 boundaries: p.boundaries(),
+                batch_norm_inputs: BatchNormInputs::Recomputed,
             })
             .collect();
         policies.extend(offloaded);
@@ -226,9 +275,9 @@ fn has_pooled_spikes(root: &Site) -> bool {
 
 /// Every measurement [`chain_model`] asks for under `site` (`first`: its input is the batch),
 /// in the order it asks: each segment's [`policies`], then its parts', then its runs'.
-pub(crate) fn requests(site: &Site, first: bool, t: usize, space: &OptionSpace, out: &mut Vec<Request>) {
+pub(crate) fn requests(site: &Site, first: bool, model: &Model, space: &OptionSpace, out: &mut Vec<Request>) {
     let ask = |s: &Site, first: bool, out: &mut Vec<Request>| {
-        for policy in policies(s, t, space) {
+        for policy in policies(model, s, space) {
             out.push(Request {
                 site: s.clone(),
                 policy,
@@ -242,12 +291,12 @@ pub(crate) fn requests(site: &Site, first: bool, t: usize, space: &OptionSpace, 
     for (i, &piece) in pieces.iter().enumerate() {
         let first = first && i == 0;
         match piece {
-            Piece::Link(c) => requests(&site.chain()[c], first, t, space, out),
-            Piece::Head(_) => requests(&piece_site(site, piece), first, t, space, out),
+            Piece::Link(c) => requests(&site.chain()[c], first, model, space, out),
+            Piece::Head(_) => requests(&piece_site(site, piece), first, model, space, out),
             Piece::Rest(c) => {
                 ask(&rest_site(site, c), false, out);
                 for part in &site.chain()[c].chain()[1..] {
-                    requests(part, false, t, space, out);
+                    requests(part, false, model, space, out);
                 }
                 for run in rest_runs(site, c, space) {
                     ask(&run.site, false, out);
@@ -268,11 +317,10 @@ fn segment(
     pricing: &SegmentPricing<'_>,
     measurements: &mut Measurements<'_>,
 ) -> Result<ChainSegment> {
-    let t = model.spec().time_steps;
     let mut options = Vec::new();
     let mut fixed = None;
     let cost = pricing.for_site(site);
-    for p in policies(site, t, space) {
+    for p in policies(model, site, space) {
         let f = measurements.of(site, p, first)?;
         fixed.get_or_insert((f.states, f.param_grads));
         // Offered only where packing changes a figure of storing (a layer there takes spikes).
@@ -415,7 +463,7 @@ fn measured_ahead<'m>(
     let mut measurements = Measurements::new(model, update_in_backward);
     let mut wanted = Vec::new();
     for space in spaces {
-        requests(root, true, model.spec().time_steps, space, &mut wanted);
+        requests(root, true, model, space, &mut wanted);
     }
     measurements.prefetch(workload, wanted, threads)?;
     Ok(measurements)

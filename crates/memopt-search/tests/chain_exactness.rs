@@ -6,7 +6,8 @@
 use memopt_checkpoint::module::find_module;
 use memopt_checkpoint::optim::Sgd;
 use memopt_checkpoint::{
-    Batch, ChunkBoundaries, Model, Plan, PlanEntry, Policy, StepOptions, Target, Trainer, zoo,
+    Batch, BatchNormInputs, ChunkBoundaries, Model, Plan, PlanEntry, Policy, StepOptions, Target, Trainer,
+    zoo,
 };
 use memopt_compress::CompressorKind;
 use memopt_core::kernels::SgdConfig;
@@ -166,7 +167,7 @@ fn check_step(name: &str, n: usize, samples: usize, device: Device, update_in_ba
     let mut pick = |n: usize| (rng.next_uniform() * n as f32) as usize % n;
     let (mut checked_entries, mut chunked, mut runs, mut chunked_bn) = (0, 0, 0, 0);
     let (mut runs_into_next, mut chunked_into_next, mut counts) = (0, 0, 0);
-    let (mut offloaded, mut chunked_offloaded, mut sparse) = (0, 0, 0);
+    let (mut offloaded, mut chunked_offloaded, mut sparse, mut kept_inputs) = (0, 0, 0, 0);
     let (mut packed, mut stored_packed, mut chunked_bn_packed, mut stored_packed_bn) = (0, 0, 0, 0);
     for _ in 0..samples {
         let p = chain.pick_plan(&mut pick);
@@ -196,6 +197,10 @@ fn check_step(name: &str, n: usize, samples: usize, device: Device, update_in_ba
         sparse += entries
             .iter()
             .filter(|e| matches!(e.policy.boundaries(), ChunkBoundaries::KeptEvery(_)))
+            .count();
+        kept_inputs += entries
+            .iter()
+            .filter(|e| e.policy.batch_norm_inputs() == BatchNormInputs::Kept)
             .count();
         chunked_bn += entries
             .iter()
@@ -241,6 +246,12 @@ fn check_step(name: &str, n: usize, samples: usize, device: Device, update_in_ba
     assert!(
         sparse > 0 || !offers_sparse,
         "{name}: some sampled plans keep every m-th chunk boundary only"
+    );
+    // BatchNorm inputs kept for the forward's later passes, where a segment may keep them.
+    let offers_kept_inputs = format!("{:?}", chain.nodes).contains("batch_norm_inputs: Kept");
+    assert!(
+        kept_inputs > 0 || !offers_kept_inputs,
+        "{name}: some sampled plans keep a chunked segment's BatchNorm inputs"
     );
     let has_bn = model
         .modules()

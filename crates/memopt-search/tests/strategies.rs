@@ -538,12 +538,14 @@ fn plans_for_a_gpu_report_their_host_memory() {
                     compressor,
                     chunks,
                     boundaries,
+                    batch_norm_inputs,
                 } = e.policy
                 {
                     e.policy = memopt_checkpoint::Policy::Checkpoint {
                         compressor,
                         chunks,
                         boundaries,
+                        batch_norm_inputs,
                     };
                 }
                 e

@@ -7,9 +7,9 @@ use super::chunk_passes::{self, Carry, ChunkData, Pass, Recompute};
 use super::saved_input::SavedInput;
 use super::saved_state::SavedState;
 use super::segment::Segment;
-use super::{ChunkBoundaries, Policy};
+use super::{BatchNormInputs, ChunkBoundaries, Policy};
 use crate::autograd::{BackwardGrads, BackwardOp, Var, VarId};
-use crate::context::Cx;
+use crate::context::{Cx, KeptPass};
 use crate::{CheckpointError, Result};
 use memopt_core::kernels::BatchNormStats;
 use memopt_core::{MemoryKind, ModulePath, RngState, Tensor, kernels};
@@ -149,6 +149,16 @@ pub(crate) fn forward<'m>(
         Policy::Store => return segment.forward(cx, inputs),
         Policy::StorePacked => return cx.with_packed_saves(true, |cx| segment.forward(cx, inputs)),
     };
+    if cx.skipping_to_batch_norm() {
+        return Err(module_error(
+            &path,
+            &segment,
+            "it is recomputed inside a time-chunked segment that keeps its BatchNorm inputs, before that \
+             segment's first BatchNorm, which its later passes skip to; drop the enclosing segment's \
+             \"batch_norm_inputs\" or this entry"
+                .into(),
+        ));
+    }
     let (chunks, boundaries, offload) = (policy.chunks(), policy.boundaries(), policy.offloads());
     let spans = chunk_spans(cx, &path, &segment, &inputs, chunks)?;
     let state_prefixes = segment.state_prefixes(&path);
@@ -171,17 +181,21 @@ pub(crate) fn forward<'m>(
         ChunkBoundaries::Kept
     };
     cx.time_chunk_depth += usize::from(chunked);
+    // A segment nested in one that keeps its BatchNorm inputs runs with its own (the
+    // enclosing one's are back once it is done).
+    let outer_kept = cx.kept_inputs.take();
     let ran = run_chunks(
         cx,
         (&segment, &path),
         &state_prefixes,
         inputs,
-        &spans,
+        (&spans, policy.batch_norm_inputs()),
         rng_entry,
         (compressor, boundaries),
         host,
     );
     cx.time_chunk_depth -= usize::from(chunked);
+    cx.kept_inputs = outer_kept;
     cx.tape = outer_tape;
     let params = cx.readers.end_segment(outer_reads);
     let (saves, outputs, batch_norms) = ran?;
@@ -229,13 +243,23 @@ fn run_chunks<'m>(
     (segment, path): (&Segment<'m>, &ModulePath),
     state_prefixes: &[ModulePath],
     inputs: Vec<Var>,
-    spans: &[Range<usize>],
+    (spans, batch_norm_inputs): (&[Range<usize>], BatchNormInputs),
     rng_entry: RngState,
     saving: (memopt_compress::CompressorKind, ChunkBoundaries),
     host: Option<memopt_core::Device>,
 ) -> Result<ChunkRun> {
-    let batch_norms =
-        chunk_passes::statistics_passes(cx, (segment, path), state_prefixes, &inputs, spans, rng_entry)?;
+    let keep_inputs = batch_norm_inputs == BatchNormInputs::Kept;
+    let batch_norms = chunk_passes::statistics_passes(
+        cx,
+        (segment, path),
+        state_prefixes,
+        &inputs,
+        (spans, keep_inputs),
+        rng_entry,
+    )?;
+    if let Some(kept) = cx.kept_inputs.as_mut() {
+        kept.begin_pass(KeptPass::Taking);
+    }
     let paths = || batch_norms.iter().map(|(p, _)| p);
     cx.batch_stats.reset_counts(paths());
     let ran = chunk_outputs(
@@ -248,6 +272,8 @@ fn run_chunks<'m>(
         saving,
         host,
     );
+    // Whatever the last pass left of the kept inputs goes now.
+    cx.kept_inputs = None;
     let checked = ran.and_then(|r| cx.batch_stats.check_counts(paths()).map(|()| r));
     cx.batch_stats.take_back(paths().cloned());
     let (saves, outputs) = checked?;
@@ -290,6 +316,9 @@ fn chunk_outputs<'m>(
                 .collect::<Result<_>>()?,
             _ => whole.take().unwrap_or_default(),
         };
+        if let Some(kept) = cx.kept_inputs.as_mut() {
+            kept.begin_chunk(i);
+        }
         let states = if !boundaries.keeps_state_at(i) {
             Vec::new()
         } else {

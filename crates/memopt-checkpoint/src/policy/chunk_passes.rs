@@ -27,7 +27,7 @@ use super::checkpoint::ChunkSave;
 use super::chunk_grads::{self, InputGrad};
 use super::segment::Segment;
 use crate::autograd::{Tape, Var, VarId};
-use crate::context::Cx;
+use crate::context::{Cx, KeptBatchNormInputs, KeptPass};
 use crate::{CheckpointError, Result};
 use memopt_core::kernels::BatchNormStats;
 use memopt_core::memory::{Phase, Scope, enter_scope};
@@ -49,13 +49,16 @@ fn pass_error(path: &ModulePath, segment: &Segment<'_>, message: String) -> Chec
 /// The forward statistics passes of a segment run in `spans` (more than one) from `inputs`:
 /// returns the statistics of the training BatchNorms inside that had none, in the order the
 /// chunks reach them, and leaves them given in `cx` (the caller takes them back). Neuron states
-/// under `state_prefixes` are back at their entry values afterwards.
+/// under `state_prefixes` are back at their entry values afterwards. With `keep_inputs`
+/// ([`crate::BatchNormInputs::Kept`]) the first pass keeps each chunk's input of the first
+/// BatchNorm in `cx.kept_inputs` and the later passes start from them; they stay there for
+/// the pass giving the outputs (the caller drops them after it).
 pub(super) fn statistics_passes<'m>(
     cx: &mut Cx<'m>,
     (segment, path): (&Segment<'m>, &ModulePath),
     state_prefixes: &[ModulePath],
     inputs: &[Var],
-    spans: &[Range<usize>],
+    (spans, keep_inputs): (&[Range<usize>], bool),
     rng_entry: RngState,
 ) -> Result<Vec<(ModulePath, BatchNormStats)>> {
     let pending = segment
@@ -69,7 +72,17 @@ pub(super) fn statistics_passes<'m>(
     }
     let entry = cx.states.under_any(state_prefixes);
     let mut ran = Ok(());
-    for _ in 0..pending {
+    if keep_inputs {
+        cx.kept_inputs = Some(KeptBatchNormInputs::new());
+    }
+    for pass in 0..pending {
+        if let Some(kept) = cx.kept_inputs.as_mut() {
+            kept.begin_pass(if pass == 0 {
+                KeptPass::Keeping
+            } else {
+                KeptPass::Reusing
+            });
+        }
         cx.batch_stats.begin_stats_pass();
         ran = statistics_pass(
             cx,
@@ -81,6 +94,20 @@ pub(super) fn statistics_passes<'m>(
             rng_entry,
         );
         if ran.is_err() {
+            cx.batch_stats.abandon_stats_pass();
+            break;
+        }
+        if cx
+            .kept_inputs
+            .as_ref()
+            .is_some_and(|k| !k.all_reached(spans.len()))
+        {
+            ran = Err(pass_error(
+                path,
+                segment,
+                "a time chunk of its first statistics pass did not reach a BatchNorm, so it has no input to keep"
+                    .into(),
+            ));
             cx.batch_stats.abandon_stats_pass();
             break;
         }
@@ -100,6 +127,7 @@ pub(super) fn statistics_passes<'m>(
     match ran {
         Ok(()) => Ok(found),
         Err(e) => {
+            cx.kept_inputs = None;
             cx.batch_stats.take_back(found.into_iter().map(|(p, _)| p));
             Err(e)
         }
@@ -124,6 +152,9 @@ fn statistics_pass<'m>(
             .iter()
             .map(|v| v.narrow0(span.start, span.len()))
             .collect::<Result<Vec<_>>>()?;
+        if let Some(kept) = cx.kept_inputs.as_mut() {
+            kept.begin_chunk(i);
+        }
         match cx.run_time_chunk(i + 1 < spans.len(), |cx| segment.forward(cx, xs)) {
             Err(CheckpointError::StatisticsPass { .. }) => {}
             // Every BatchNorm the chunks run has its statistics.

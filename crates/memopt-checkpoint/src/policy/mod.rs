@@ -49,6 +49,10 @@ pub enum Policy {
         /// How backward gets each time chunk's starting neuron states (only with `chunks > 1`).
         #[serde(default, skip_serializing_if = "ChunkBoundaries::is_kept")]
         boundaries: ChunkBoundaries,
+        /// How the forward's later passes get the input of the first training BatchNorm (only
+        /// with `chunks > 1`).
+        #[serde(default, skip_serializing_if = "BatchNormInputs::is_recomputed")]
+        batch_norm_inputs: BatchNormInputs,
     },
     /// Like `Checkpoint`, but the saved input (its compressed payload, per time chunk) moves to
     /// host memory until backward needs it: on a GPU it then takes no GPU memory between the
@@ -66,6 +70,10 @@ pub enum Policy {
         /// reaches its chunk).
         #[serde(default, skip_serializing_if = "ChunkBoundaries::is_kept")]
         boundaries: ChunkBoundaries,
+        /// How the forward's later passes get the input of the first training BatchNorm (only
+        /// with `chunks > 1`).
+        #[serde(default, skip_serializing_if = "BatchNormInputs::is_recomputed")]
+        batch_norm_inputs: BatchNormInputs,
     },
 }
 
@@ -124,6 +132,31 @@ impl ChunkBoundaries {
     }
 }
 
+/// How the forward of a time-chunked segment with training BatchNorms gets, after the
+/// statistics pass of its first BatchNorm, that BatchNorm's input for the passes that follow
+/// (the statistics passes of later BatchNorms and the pass giving the outputs).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BatchNormInputs {
+    /// Recomputed: every pass runs each chunk from the segment's input again (the layers before
+    /// the BatchNorm once more per pass). Nothing is held between the passes.
+    #[default]
+    Recomputed,
+    /// Kept: the statistics pass keeps each chunk's input of the first BatchNorm, and the later
+    /// passes start each chunk there, skipping the layers before it. Those inputs (one
+    /// full-length tensor in all) are held from the statistics pass until the last pass has
+    /// read them. Only for segments whose modules before their first BatchNorm are stateless
+    /// layers that the chain runs one after the other (convolutions, pooling, linear layers).
+    Kept,
+}
+
+impl BatchNormInputs {
+    /// Whether the inputs are recomputed (the default; plan files omit it).
+    pub fn is_recomputed(&self) -> bool {
+        *self == BatchNormInputs::Recomputed
+    }
+}
+
 fn default_compressor() -> CompressorKind {
     CompressorKind::BitSpike
 }
@@ -142,6 +175,7 @@ impl Policy {
             compressor,
             chunks,
             boundaries: ChunkBoundaries::Kept,
+            batch_norm_inputs: BatchNormInputs::Recomputed,
         }
     }
 
@@ -151,6 +185,7 @@ impl Policy {
             compressor,
             chunks,
             boundaries: ChunkBoundaries::Kept,
+            batch_norm_inputs: BatchNormInputs::Recomputed,
         }
     }
 
@@ -173,6 +208,50 @@ impl Policy {
         match self {
             Policy::Checkpoint { boundaries, .. } | Policy::Offload { boundaries, .. } => *boundaries,
             Policy::Store | Policy::StorePacked => ChunkBoundaries::Kept,
+        }
+    }
+
+    /// How a chunked segment's later forward passes get its first BatchNorm's input
+    /// ([`BatchNormInputs::Recomputed`] for the policies that do not recompute).
+    pub fn batch_norm_inputs(&self) -> BatchNormInputs {
+        match self {
+            Policy::Checkpoint {
+                batch_norm_inputs, ..
+            }
+            | Policy::Offload {
+                batch_norm_inputs, ..
+            } => *batch_norm_inputs,
+            Policy::Store | Policy::StorePacked => BatchNormInputs::Recomputed,
+        }
+    }
+
+    /// This policy with `inputs` as its [`BatchNormInputs`] (unchanged for the policies that do
+    /// not recompute).
+    pub fn with_batch_norm_inputs(self, inputs: BatchNormInputs) -> Policy {
+        match self {
+            Policy::Checkpoint {
+                compressor,
+                chunks,
+                boundaries,
+                ..
+            } => Policy::Checkpoint {
+                compressor,
+                chunks,
+                boundaries,
+                batch_norm_inputs: inputs,
+            },
+            Policy::Offload {
+                compressor,
+                chunks,
+                boundaries,
+                ..
+            } => Policy::Offload {
+                compressor,
+                chunks,
+                boundaries,
+                batch_norm_inputs: inputs,
+            },
+            other => other,
         }
     }
 
@@ -206,6 +285,9 @@ impl std::fmt::Display for Policy {
                 ChunkBoundaries::Kept => {}
                 ChunkBoundaries::Replayed => f.write_str(", replayed boundaries")?,
                 ChunkBoundaries::KeptEvery(m) => write!(f, ", boundaries kept every {m} chunks")?,
+            }
+            if self.batch_norm_inputs() == BatchNormInputs::Kept {
+                f.write_str(", BatchNorm inputs kept")?;
             }
         }
         f.write_str(")")

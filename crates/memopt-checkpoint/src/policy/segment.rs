@@ -120,6 +120,19 @@ impl<'m> Segment<'m> {
         }
     }
 
+    /// The paths of the modules the segment runs at its top (the module, or the run's links),
+    /// given the scope path it runs in.
+    pub(crate) fn module_paths(&self, path: &ModulePath) -> Vec<ModulePath> {
+        match *self {
+            Segment::Module(_) => vec![path.clone()],
+            Segment::Children { .. } => self
+                .links()
+                .into_iter()
+                .map(|(name, _)| path.child(&name))
+                .collect(),
+        }
+    }
+
     /// Path prefixes of the stateful modules the segment may run, given the scope path it runs
     /// in (the module's own path, or the container's).
     pub(crate) fn state_prefixes(&self, path: &ModulePath) -> Vec<ModulePath> {
@@ -144,6 +157,44 @@ impl<'m> Segment<'m> {
         }
     }
 
+    /// Whether a chunked run of the segment may keep its first training BatchNorm's input for
+    /// its later forward passes ([`crate::BatchNormInputs::Kept`]), given the scope path it runs
+    /// in: it has one, and every module called before it (in call order; at least one layer)
+    /// is a stateless layer or a container running its children as a chain, so that skipping
+    /// them changes nothing but the time. `Ok` gives the paths of the modules those passes skip
+    /// whole; `Err` says why not.
+    pub(crate) fn batch_norm_inputs_keepable(
+        &self,
+        path: &ModulePath,
+        training: bool,
+    ) -> std::result::Result<Vec<ModulePath>, String> {
+        if self.batch_statistics(path, training).is_empty() {
+            return Err("it has no training BatchNorm".into());
+        }
+        let modules: Vec<(ModulePath, &dyn Module)> = match *self {
+            Segment::Module(m) => vec![(path.clone(), m)],
+            Segment::Children { .. } => self
+                .links()
+                .into_iter()
+                .map(|(name, m)| (path.child(&name), m))
+                .collect(),
+        };
+        let mut skipped = Vec::new();
+        for (p, m) in modules {
+            if before_first_batch_norm(m, &p, training, &mut skipped)? {
+                return if !skipped.is_empty() {
+                    Ok(skipped)
+                } else {
+                    Err(
+                        "it starts with its first BatchNorm, so its later passes have no layer to skip"
+                            .into(),
+                    )
+                };
+            }
+        }
+        Err("it has no training BatchNorm".into())
+    }
+
     /// The modules inside that normalise with whole-batch statistics in this mode (training
     /// BatchNorms), given the scope path the segment runs in.
     pub(crate) fn batch_statistics(&self, path: &ModulePath, training: bool) -> Vec<ModulePath> {
@@ -156,4 +207,43 @@ impl<'m> Segment<'m> {
                 .collect(),
         }
     }
+}
+
+/// Walks `m` (at `path`) in call order up to the first training BatchNorm, adding the modules
+/// before it that are skipped whole to `skipped`: `Ok(true)` when it has one and everything
+/// called before it may be skipped (stateless leaves, chain containers), `Ok(false)` when it
+/// has none and may be skipped whole, `Err` naming the module that may not be skipped.
+fn before_first_batch_norm(
+    m: &dyn Module,
+    path: &ModulePath,
+    training: bool,
+    skipped: &mut Vec<ModulePath>,
+) -> std::result::Result<bool, String> {
+    if m.batch_statistics(training) {
+        return Ok(true);
+    }
+    let children = m.children();
+    if children.is_empty() {
+        if m.is_stateful() {
+            return Err(format!(
+                "{} '{path}' keeps a state across time steps and runs before the first BatchNorm",
+                m.type_name()
+            ));
+        }
+        skipped.push(path.clone());
+        return Ok(false);
+    }
+    if !m.children_form_chain() {
+        return Err(format!(
+            "{} '{path}' does not run its children as a chain and runs before the first BatchNorm",
+            m.type_name()
+        ));
+    }
+    for (name, child) in children {
+        if before_first_batch_norm(child, &path.child(&name), training, skipped)? {
+            return Ok(true);
+        }
+    }
+    skipped.push(path.clone());
+    Ok(false)
 }

@@ -1,7 +1,7 @@
 //! The policies in force, by module path, and their validation.
 
 use super::segment::Segment;
-use super::{ChunkBoundaries, PLAN_VERSION, Plan, PlanEntry, Policy};
+use super::{BatchNormInputs, ChunkBoundaries, PLAN_VERSION, Plan, PlanEntry, Policy};
 use crate::module::{Module, chain_link_count, chain_links, chain_links_in, find_module, module_infos};
 use crate::{CheckpointError, Result};
 use memopt_core::ModulePath;
@@ -124,7 +124,68 @@ impl PolicyTable {
         }
         table.check_inlined(root)?;
         table.check_into_next(root)?;
+        table.check_kept_batch_norm_inputs(root, run)?;
         Ok(table)
+    }
+
+    /// Rejects a recomputed entry inside a segment that keeps its BatchNorm inputs
+    /// ([`BatchNormInputs::Kept`]) and before that segment's first BatchNorm: the later passes
+    /// skip those modules, so such an entry would save stand-ins.
+    fn check_kept_batch_norm_inputs(&self, root: &dyn Module, run: RunShape) -> Result<()> {
+        let segments = self.segments(root);
+        for (target, segment, path, policy) in &segments {
+            if policy.batch_norm_inputs() != BatchNormInputs::Kept {
+                continue;
+            }
+            let Ok(skipped) = segment.batch_norm_inputs_keepable(path, run.training) else {
+                continue;
+            };
+            let inside = segments.iter().find(|(other_target, other, other_path, p)| {
+                other_target != target
+                    && p.recomputes()
+                    && other.module_paths(other_path).iter().any(|m| skipped.contains(m))
+            });
+            if let Some((other, ..)) = inside {
+                return Err(CheckpointError::InvalidPlan(format!(
+                    "{target} keeps its BatchNorm inputs, so its later forward passes skip the layers before its \
+                     first BatchNorm, but {other} is recomputed among them; drop \"batch_norm_inputs\" or that \
+                     entry's policy"
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Every entry with a policy as a segment: how plans name it, the segment, the scope path
+    /// it runs in and its policy.
+    fn segments<'r>(&self, root: &'r dyn Module) -> Vec<(String, Segment<'r>, ModulePath, Policy)> {
+        let mut out = Vec::new();
+        for (path, policy) in &self.map {
+            if let Some(m) = find_module(root, path) {
+                out.push((
+                    format!("'{path}'"),
+                    Segment::Module(m),
+                    ModulePath::from(&**path),
+                    *policy,
+                ));
+            }
+        }
+        for (path, runs) in &self.ranges {
+            let Some(parent) = find_module(root, path) else {
+                continue;
+            };
+            for r in runs {
+                let segment = Segment::Children {
+                    parent,
+                    start: r.start,
+                    end: r.end,
+                    into_next: r.into_next,
+                };
+                let target = super::run_target(path, Some([r.start, r.end]), r.into_next);
+                out.push((target, segment, ModulePath::from(&**path), r.policy));
+            }
+        }
+        out
     }
 
     /// Rejects what a run going on into the next child ([`PlanEntry::into_next`]) leaves
@@ -302,6 +363,7 @@ impl PolicyTable {
         }
         next.check_inlined(root)?;
         next.check_into_next(root)?;
+        next.check_kept_batch_norm_inputs(root, run)?;
         Ok(next)
     }
 }
@@ -366,6 +428,23 @@ fn check_entry(root: &dyn Module, e: &PlanEntry, run: RunShape) -> Result<()> {
                 "\"kept_every\" must be at least 1 (1 keeps every boundary, as \"kept\"; k replays all, as \"replayed\")"
                     .into(),
             ));
+        }
+        if e.policy.batch_norm_inputs() == BatchNormInputs::Kept {
+            if chunks == 1 {
+                return Err(invalid(
+                    "kept BatchNorm inputs need time chunks (chunks >= 2): one chunk computes its statistics in \
+                     its only pass; drop \"batch_norm_inputs\" or give \"chunks\""
+                        .into(),
+                ));
+            }
+            if let Err(why) =
+                segment.batch_norm_inputs_keepable(&ModulePath::from(e.path.as_str()), run.training)
+            {
+                return Err(invalid(format!(
+                    "it cannot keep its BatchNorm inputs: {why}; drop \"batch_norm_inputs\" (recomputed) or \
+                     keep them for a segment that starts with its layers before a BatchNorm"
+                )));
+            }
         }
         if chunks > 1 {
             if let Some(t) = run.time_steps

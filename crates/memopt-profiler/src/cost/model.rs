@@ -284,7 +284,7 @@ impl CostModel {
         let passes: f64 = chunked
             .iter()
             .filter(|(paths, _)| !nested(paths))
-            .map(|(paths, _)| self.batch_norm_passes_ms(paths))
+            .map(|(paths, policy)| self.batch_norm_passes_ms(paths, *policy))
             .sum();
         let replays: f64 = chunked
             .iter()

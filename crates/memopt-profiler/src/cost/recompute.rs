@@ -4,7 +4,7 @@
 
 use super::collect::ModuleCostEntry;
 use super::model::{CostModel, within};
-use memopt_checkpoint::{Policy, time_spans};
+use memopt_checkpoint::{BatchNormInputs, Policy, time_spans};
 use memopt_core::ModulePath;
 
 impl CostModel {
@@ -161,8 +161,11 @@ impl CostModel {
     /// of the BatchNorm and the leaves after it). The forward passes are recomputations priced
     /// at each type's forward factor, the whole segment's with its last leaf at its recompute
     /// factor ([`TypeFactors::recompute_last`]); the backward ones at the backward factor. Leaves
-    /// in module order stand for the order in which they run. Zero without BatchNorm.
-    pub(super) fn batch_norm_passes_ms(&self, paths: &[String]) -> f64 {
+    /// in module order stand for the order in which they run. Zero without BatchNorm. With
+    /// [`BatchNormInputs::Kept`] every forward pass after the first statistics pass (the later
+    /// statistics passes and the pass giving the outputs, one per BatchNorm) skips the leaves
+    /// before the first BatchNorm: that many forwards of them fewer.
+    pub(super) fn batch_norm_passes_ms(&self, paths: &[String], policy: Policy) -> f64 {
         let leaves: Vec<&ModuleCostEntry> = self.leaves_under(paths).collect();
         let forward: Vec<f64> = leaves.iter().map(|m| self.entry_recompute_ms(m, false)).collect();
         let last = self.segment_last_leaf(paths).map(|e| e.path.as_str());
@@ -170,15 +173,26 @@ impl CostModel {
             .iter()
             .map(|m| self.entry_recompute_ms(m, Some(m.path.as_str()) == last))
             .sum();
-        leaves
+        let batch_norms: Vec<usize> = leaves
             .iter()
             .enumerate()
             .filter(|(_, m)| m.module_type.starts_with("BatchNorm"))
-            .map(|(i, _)| {
+            .map(|(i, _)| i)
+            .collect();
+        let passes: f64 = batch_norms
+            .iter()
+            .map(|&i| {
                 let statistics: f64 = forward[..=i].iter().sum();
                 let sums: f64 = leaves[i..].iter().map(|m| self.entry_backward_ms(m)).sum();
                 statistics + whole + sums
             })
-            .sum()
+            .sum();
+        let skipped = match (policy.batch_norm_inputs(), batch_norms.first()) {
+            (BatchNormInputs::Kept, Some(&first)) => {
+                batch_norms.len() as f64 * forward[..first].iter().sum::<f64>()
+            }
+            _ => 0.0,
+        };
+        passes - skipped
     }
 }

@@ -62,6 +62,7 @@ pub fn random_plan(model: &Model, picks: &[u32], compressors: &[CompressorKind])
                 compressor,
                 chunks,
                 boundaries,
+                batch_norm_inputs: memopt_checkpoint::BatchNormInputs::Recomputed,
             },
             Policy::checkpoint(compressor, 1),
         ]
@@ -82,6 +83,7 @@ pub fn random_plan(model: &Model, picks: &[u32], compressors: &[CompressorKind])
                         compressor,
                         chunks,
                         boundaries: ChunkBoundaries::Kept,
+                        batch_norm_inputs: memopt_checkpoint::BatchNormInputs::Recomputed,
                     },
                     Policy::offload(compressor, 1),
                 ]

@@ -211,7 +211,7 @@ fn measuring_on_threads_gives_the_same_figures_and_asks_nothing_twice() {
         for threads in [1, 2, 3] {
             let mut ahead = Measurements::new(&model, space.update_in_backward);
             let mut wanted = Vec::new();
-            requests(&root, true, model.spec().time_steps, &space, &mut wanted);
+            requests(&root, true, &model, &space, &mut wanted);
             ahead.prefetch(&workload, wanted, threads).unwrap();
             let measured_ahead = ahead.measured;
             let many = build(&model, &root, 2, 0, &space, &cost, &mut ahead).unwrap();

@@ -34,6 +34,8 @@ pub enum BudgetKindName {
     /// The blocks handed to tensors, each request rounded up to 512 B (memopt's budget before
     /// the caching allocator).
     Allocated,
+    /// The bytes the tensors ask for, unrounded: the planned peak memopt prints first
+    Requested,
 }
 
 /// `--profile` presets of the pipeline.
@@ -224,6 +226,7 @@ impl StrategyArgs {
                 let kind = match self.budget_kind.unwrap_or(BudgetKindName::Reserved) {
                     BudgetKindName::Reserved => BudgetKind::Reserved,
                     BudgetKindName::Allocated => BudgetKind::Allocated,
+                    BudgetKindName::Requested => BudgetKind::Requested,
                 };
                 let setting = match budget {
                     Budget::Bytes(b) => format!("{kind} peak at most {}", bytes(b)),

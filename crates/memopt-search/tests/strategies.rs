@@ -126,6 +126,10 @@ fn strategies() -> Vec<Box<dyn Strategy>> {
             budget: Budget::Fraction(0.8),
             kind: BudgetKind::Allocated,
         }),
+        Box::new(BudgetStrategy {
+            budget: Budget::Fraction(0.8),
+            kind: BudgetKind::Requested,
+        }),
         Box::new(Memonger::default()),
         Box::new(Pipeline::default()),
         Box::new(Pipeline {
@@ -230,7 +234,7 @@ fn an_infeasible_budget_states_the_smallest_peak_found_which_fits() {
     let workload = Workload::zoo_small("toy-if", 4).unwrap();
     let mut session = PlanningSession::new(&workload).unwrap();
     let least = MinMemory.plan(&mut session).unwrap().planned_peaks;
-    for kind in [BudgetKind::Reserved, BudgetKind::Allocated] {
+    for kind in [BudgetKind::Reserved, BudgetKind::Allocated, BudgetKind::Requested] {
         let err = BudgetStrategy {
             budget: Budget::Bytes(1),
             kind,

@@ -43,8 +43,10 @@ Strategies (--strategy, or inferred from the options given):
   budget        the fastest plan whose reserved peak fits --budget (2GiB, 512MiB, 1TiB, 40%):
                 the caching allocator's segments, what runs out on a device, checked for each
                 candidate with a Meta step. --budget-kind allocated bounds the allocated peak
-                instead (the tensors' blocks; memopt's meaning before the caching allocator).
-                An impossible budget is an error stating the smallest peak found.
+                instead (the tensors' blocks; memopt's meaning before the caching allocator),
+                --budget-kind requested the requested peak (the tensors' bytes: the planned
+                peak printed first). An impossible budget is an error stating the smallest
+                peak found.
   min-memory    the least peak reachable, whatever the time.
 
 Plans are made for the step `memopt train` runs, which keeps no final neuron state (each is

@@ -23,6 +23,9 @@ pub enum BudgetKind {
     /// Bytes of the blocks handed to tensors: each request rounded up to 512 B, and a cached
     /// block reused whole when less than 1 MiB (large pool) or 512 B (small pool) would remain.
     Allocated,
+    /// Bytes the tensors ask for, unrounded: the peak memopt reports first (`planned peak`),
+    /// which the chain model composes exactly (what tools counting tensor bytes count).
+    Requested,
 }
 
 impl BudgetKind {
@@ -31,14 +34,16 @@ impl BudgetKind {
         match self {
             BudgetKind::Reserved => levels.reserved_bytes,
             BudgetKind::Allocated => levels.allocated_bytes,
+            BudgetKind::Requested => levels.requested_bytes,
         }
     }
 
-    /// The CLI spelling: `reserved` or `allocated`.
+    /// The CLI spelling: `reserved`, `allocated` or `requested`.
     pub fn label(self) -> &'static str {
         match self {
             BudgetKind::Reserved => "reserved",
             BudgetKind::Allocated => "allocated",
+            BudgetKind::Requested => "requested",
         }
     }
 }

@@ -136,14 +136,7 @@ impl<'m> Segment<'m> {
     /// Path prefixes of the stateful modules the segment may run, given the scope path it runs
     /// in (the module's own path, or the container's).
     pub(crate) fn state_prefixes(&self, path: &ModulePath) -> Vec<ModulePath> {
-        match *self {
-            Segment::Module(_) => vec![path.clone()],
-            Segment::Children { .. } => self
-                .links()
-                .into_iter()
-                .map(|(name, _)| path.child(&name))
-                .collect(),
-        }
+        self.module_paths(path)
     }
 
     /// The first module inside that cannot run on part of the time steps, with the reason.

@@ -168,7 +168,7 @@ fn plan_files_name_kept_batch_norm_inputs_and_omit_the_default() {
 }
 
 #[test]
-fn a_recomputed_entry_among_the_skipped_layers_is_refused() {
+fn a_recomputed_entry_on_the_way_to_the_first_batch_norm_is_refused() {
     let kept = chunked(2, ChunkBoundaries::Kept, BatchNormInputs::Kept);
     // Block 1's convolution checkpointed on its own, inside block 1's segment keeping the
     // BatchNorm inputs: its later passes would skip that convolution.
@@ -179,10 +179,19 @@ fn a_recomputed_entry_among_the_skipped_layers_is_refused() {
     let mut model = dvs_vgg(Device::Cpu);
     let msg = model.apply_plan(&nested).unwrap_err().to_string();
     assert!(
-        msg.contains("'features.1' keeps its BatchNorm inputs") && msg.contains("'features.1.proj_bn.0'"),
+        msg.contains("'features.1' keeps its BatchNorm inputs")
+            && msg.contains("'features.1.proj_bn.0' is recomputed"),
         "{msg}"
     );
     assert_eq!(model.plan(), Plan::store_all());
+    // Block 1 checkpointed on its own inside a run keeping the BatchNorm inputs: its own
+    // forward would run the run's first BatchNorm.
+    let enclosing = plan(vec![
+        entry("features", Some([1, 3]), 0, kept),
+        entry("features.1", None, 0, Policy::CHECKPOINT),
+    ]);
+    let msg = model.apply_plan(&enclosing).unwrap_err().to_string();
+    assert!(msg.contains("'features.1' is recomputed on the way"), "{msg}");
     // After the BatchNorm, a nested entry runs in every pass as usual.
     let after = plan(vec![
         entry("features.1", None, 0, kept),

@@ -154,8 +154,9 @@ impl<'m> Segment<'m> {
     /// its later forward passes ([`crate::BatchNormInputs::Kept`]), given the scope path it runs
     /// in: it has one, and every module called before it (in call order; at least one layer)
     /// is a stateless layer or a container running its children as a chain, so that skipping
-    /// them changes nothing but the time. `Ok` gives the paths of the modules those passes skip
-    /// whole; `Err` says why not.
+    /// them changes nothing but the time. `Ok` gives the paths of the modules on the way: those
+    /// passes skip whole, the first BatchNorm and the modules enclosing it (no other entry may
+    /// recompute one of them: its own forward would skip or keep nothing); `Err` says why not.
     pub(crate) fn batch_norm_inputs_keepable(
         &self,
         path: &ModulePath,
@@ -172,11 +173,11 @@ impl<'m> Segment<'m> {
                 .map(|(name, m)| (path.child(&name), m))
                 .collect(),
         };
-        let mut skipped = Vec::new();
+        let mut way = WayToBatchNorm::default();
         for (p, m) in modules {
-            if before_first_batch_norm(m, &p, training, &mut skipped)? {
-                return if !skipped.is_empty() {
-                    Ok(skipped)
+            if before_first_batch_norm(m, &p, training, &mut way)? {
+                return if !way.skipped.is_empty() {
+                    Ok(way.skipped.into_iter().chain(way.enclosing).collect())
                 } else {
                     Err(
                         "it starts with its first BatchNorm, so its later passes have no layer to skip"
@@ -202,17 +203,27 @@ impl<'m> Segment<'m> {
     }
 }
 
-/// Walks `m` (at `path`) in call order up to the first training BatchNorm, adding the modules
-/// before it that are skipped whole to `skipped`: `Ok(true)` when it has one and everything
-/// called before it may be skipped (stateless leaves, chain containers), `Ok(false)` when it
-/// has none and may be skipped whole, `Err` naming the module that may not be skipped.
+/// What a walk to the first training BatchNorm passed: the modules skipped whole before it,
+/// and the BatchNorm with the modules enclosing it.
+#[derive(Default)]
+struct WayToBatchNorm {
+    skipped: Vec<ModulePath>,
+    enclosing: Vec<ModulePath>,
+}
+
+/// Walks `m` (at `path`) in call order up to the first training BatchNorm, noting in `way` the
+/// modules skipped whole before it and, once found, the BatchNorm and the modules enclosing
+/// it: `Ok(true)` when it has one and everything called before it may be skipped (stateless
+/// leaves, chain containers), `Ok(false)` when it has none and may be skipped whole, `Err`
+/// naming the module that may not be skipped.
 fn before_first_batch_norm(
     m: &dyn Module,
     path: &ModulePath,
     training: bool,
-    skipped: &mut Vec<ModulePath>,
+    way: &mut WayToBatchNorm,
 ) -> std::result::Result<bool, String> {
     if m.batch_statistics(training) {
+        way.enclosing.push(path.clone());
         return Ok(true);
     }
     let children = m.children();
@@ -223,7 +234,7 @@ fn before_first_batch_norm(
                 m.type_name()
             ));
         }
-        skipped.push(path.clone());
+        way.skipped.push(path.clone());
         return Ok(false);
     }
     if !m.children_form_chain() {
@@ -233,10 +244,11 @@ fn before_first_batch_norm(
         ));
     }
     for (name, child) in children {
-        if before_first_batch_norm(child, &path.child(&name), training, skipped)? {
+        if before_first_batch_norm(child, &path.child(&name), training, way)? {
+            way.enclosing.push(path.clone());
             return Ok(true);
         }
     }
-    skipped.push(path.clone());
+    way.skipped.push(path.clone());
     Ok(false)
 }

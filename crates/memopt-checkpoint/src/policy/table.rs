@@ -129,27 +129,29 @@ impl PolicyTable {
     }
 
     /// Rejects a recomputed entry inside a segment that keeps its BatchNorm inputs
-    /// ([`BatchNormInputs::Kept`]) and before that segment's first BatchNorm: the later passes
-    /// skip those modules, so such an entry would save stand-ins.
+    /// ([`BatchNormInputs::Kept`]) on the way to that segment's first BatchNorm: before it (the
+    /// later passes skip those modules, so it would save stand-ins), or the BatchNorm or a
+    /// module enclosing it (its own forward would run the BatchNorm, out of the segment's
+    /// reach).
     fn check_kept_batch_norm_inputs(&self, root: &dyn Module, run: RunShape) -> Result<()> {
         let segments = self.segments(root);
         for (target, segment, path, policy) in &segments {
             if policy.batch_norm_inputs() != BatchNormInputs::Kept {
                 continue;
             }
-            let Ok(skipped) = segment.batch_norm_inputs_keepable(path, run.training) else {
+            let Ok(way) = segment.batch_norm_inputs_keepable(path, run.training) else {
                 continue;
             };
             let inside = segments.iter().find(|(other_target, other, other_path, p)| {
                 other_target != target
                     && p.recomputes()
-                    && other.module_paths(other_path).iter().any(|m| skipped.contains(m))
+                    && other.module_paths(other_path).iter().any(|m| way.contains(m))
             });
             if let Some((other, ..)) = inside {
                 return Err(CheckpointError::InvalidPlan(format!(
                     "{target} keeps its BatchNorm inputs, so its later forward passes skip the layers before its \
-                     first BatchNorm, but {other} is recomputed among them; drop \"batch_norm_inputs\" or that \
-                     entry's policy"
+                     first BatchNorm, but {other} is recomputed on the way to that BatchNorm; drop \
+                     \"batch_norm_inputs\" or that entry's policy"
                 )));
             }
         }

@@ -67,6 +67,12 @@ layers after it (bit-identical parameters, no extra time; the plan file says
 \"update_in_backward\": true). The baseline updates after backward, as training without memopt
 does. --no-update-in-backward plans with the update after backward.
 
+A segment run in time chunks computes its BatchNorm statistics in a pass over its chunks; the
+planners may have it keep that pass's BatchNorm inputs for the pass that gives its outputs
+(\"batch_norm_inputs\": \"kept\", shown as \"BatchNorm inputs kept\"), so the layers before
+the BatchNorm run once in forward instead of twice, at the price of holding those inputs
+between the passes.
+
 --verify runs a real CPU step of a fresh model with and without the plan (same seeds) and
 checks that the measured peak is the planned one and that the loss, every gradient, the
 BatchNorm running statistics and the updated parameters are bit-identical; the neuron states,

@@ -19,10 +19,9 @@ struct KeptChunk {
     /// The outputs of each layer called before the BatchNorm, in call order: shape, element
     /// type and what is known about their values, for the stand-ins.
     skipped: Vec<Vec<(Shape, DType, KnownValues)>>,
-    /// The BatchNorm's inputs; `None` before the BatchNorm is reached and once taken.
-    inputs: Option<Vec<Var>>,
-    /// The random stream when the BatchNorm was called.
-    rng: Option<RngState>,
+    /// The BatchNorm's inputs and the random stream when it was called; `None` before the
+    /// BatchNorm is reached and once taken.
+    call: Option<(Vec<Var>, RngState)>,
 }
 
 /// Whether a pass keeps the BatchNorm inputs or starts its chunks from them.
@@ -75,8 +74,7 @@ impl KeptBatchNormInputs {
         if self.pass == KeptPass::Keeping && self.chunks.len() <= i {
             self.chunks.push(KeptChunk {
                 skipped: Vec::new(),
-                inputs: None,
-                rng: None,
+                call: None,
             });
         }
     }
@@ -84,7 +82,7 @@ impl KeptBatchNormInputs {
     /// Whether every chunk of the first statistics pass reached the BatchNorm (a pass that
     /// ran through without stopping at one has nothing to keep).
     pub(crate) fn all_reached(&self, chunks: usize) -> bool {
-        self.chunks.len() == chunks && self.chunks.iter().all(|c| c.inputs.is_some())
+        self.chunks.len() == chunks && self.chunks.iter().all(|c| c.call.is_some())
     }
 }
 
@@ -135,8 +133,7 @@ impl<'m> Cx<'m> {
         };
         match kept.pass {
             KeptPass::Keeping if is_batch_norm => {
-                chunk.inputs = Some(inputs.clone());
-                chunk.rng = Some(rng);
+                chunk.call = Some((inputs.clone(), rng));
                 kept.reached = true;
                 call(self, inputs)
             }
@@ -181,10 +178,10 @@ impl<'m> Cx<'m> {
                     ));
                 }
                 let given = match kept.pass {
-                    KeptPass::Taking => chunk.inputs.take(),
-                    _ => chunk.inputs.clone(),
+                    KeptPass::Taking => chunk.call.take(),
+                    _ => chunk.call.clone(),
                 };
-                let (Some(given), Some(at)) = (given, chunk.rng) else {
+                let Some((given, at)) = given else {
                     return Err(mismatch(
                         module,
                         format!("found no input kept for chunk {chunk_index}"),

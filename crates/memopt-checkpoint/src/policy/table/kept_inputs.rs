@@ -16,9 +16,14 @@ impl PolicyTable {
     /// module enclosing it (its own forward would run the BatchNorm, out of the segment's
     /// reach).
     pub(super) fn check_kept_batch_norm_inputs(&self, root: &dyn Module, run: RunShape) -> Result<()> {
+        let kept = |p: &Policy| p.batch_norm_inputs() == BatchNormInputs::Kept;
+        if !self.map.values().any(kept) && !self.ranges.values().flatten().any(|r| kept(&r.policy)) {
+            // Most plans (every one a planner measures but a few) keep none: nothing to walk.
+            return Ok(());
+        }
         let segments = self.segments(root);
         for (target, segment, path, policy) in &segments {
-            if policy.batch_norm_inputs() != BatchNormInputs::Kept {
+            if !kept(policy) {
                 continue;
             }
             let Ok(way) = segment.batch_norm_inputs_keepable(path, run.training) else {

@@ -15,6 +15,7 @@
 #![warn(missing_docs)]
 
 pub mod backend;
+pub mod cpu_isa;
 pub mod cuda;
 mod device;
 mod dtype;
@@ -29,6 +30,7 @@ pub mod storage;
 mod tensor;
 
 pub use backend::{Init, Target};
+pub use cpu_isa::CpuIsa;
 pub use device::Device;
 pub use dtype::DType;
 pub use error::{CoreError, Result};

@@ -18,6 +18,7 @@
 use super::pack::{ConvShape, PanelCols, PixelRun, pack_columns, pack_taps};
 use super::pack_simd::{ColumnTable, TapOffsets};
 use super::tile::{MR, NR, Panels, Start, Tile, TileKernel};
+use crate::cpu_isa::CpuIsa;
 use rayon::prelude::*;
 use std::cell::RefCell;
 use std::marker::PhantomData;
@@ -178,7 +179,14 @@ fn panel_rows(panel: usize, rows: usize) -> [usize; MR] {
 
 /// `out = conv(x, w) + bias` for the images `x` (`[b, c, h, w]`), `w` as a row-major
 /// `co x (c * kh * kw)` matrix, `out` `[b, co, ho, wo]`, every element written.
-pub(super) fn forward(s: &ConvShape, x: &[f32], w: &[f32], bias: Option<&[f32]>, out: &mut [f32]) {
+pub(super) fn forward(
+    isa: CpuIsa,
+    s: &ConvShape,
+    x: &[f32],
+    w: &[f32],
+    bias: Option<&[f32]>,
+    out: &mut [f32],
+) {
     let (k, pix) = (s.k(), s.pix());
     let ncols = s.b * pix;
     if ncols == 0 || s.co == 0 {
@@ -188,7 +196,7 @@ pub(super) fn forward(s: &ConvShape, x: &[f32], w: &[f32], bias: Option<&[f32]>,
         x.len() >= s.b * s.in_len() && w.len() >= s.co * k && out.len() >= s.co * ncols,
         "conv forward operands shorter than the shape"
     );
-    let kernel = TileKernel::detect();
+    let kernel = TileKernel::for_isa(isa).unwrap_or_else(TileKernel::portable);
     let panels = s.co.div_ceil(MR);
     let col_blocks = ncols.div_ceil(NC);
     let groups = row_groups(panels, col_blocks);
@@ -203,7 +211,7 @@ pub(super) fn forward(s: &ConvShape, x: &[f32], w: &[f32], bias: Option<&[f32]>,
         let cols: Vec<(TileCols, PanelCols)> = (0..micro)
             .map(|m| (TileCols::new(s, c0 + m * NR), PanelCols::new(s, c0 + m * NR)))
             .collect();
-        let table = ColumnTable::new(s, cols.iter().map(|(_, pc)| pc));
+        let table = ColumnTable::new(isa, s, cols.iter().map(|(_, pc)| pc));
         // Panels p0..full hold MR rows each; a last partial panel goes through a tile copy.
         let full = p1.min(s.co / MR).max(p0);
         with_panel(|panel| {
@@ -218,19 +226,27 @@ pub(super) fn forward(s: &ConvShape, x: &[f32], w: &[f32], bias: Option<&[f32]>,
                 }
                 for pb in (p0..p1).step_by(MC) {
                     let pe = (pb + MC).min(p1);
-                    for (m, (tc, _)) in cols.iter().enumerate() {
-                        let b = &panel[m * KC * NR..][..kc * NR];
-                        let (fb, fe) = (pb.min(full), pe.min(full));
+                    let (fb, fe) = (pb.min(full), pe.min(full));
+                    let b = |m: usize| &panel[m * KC * NR..][..kc * NR];
+                    let mut m = 0;
+                    while m < cols.len() {
+                        let tc = &cols[m].0;
+                        // Two micro-panels side by side in the output run as one wider tile.
+                        let wide = cols.get(m + 1).is_some_and(|(next, _)| {
+                            tc.contiguous && next.contiguous && next.first == tc.first + NR
+                        });
+                        let width = if wide { 2 } else { 1 };
                         if tc.contiguous && fe > fb {
                             let off = tc.first + fb * MR * pix;
                             // Rows fb * MR.. of the weight, from inner index k0.
                             let a = &w[fb * MR * k + k0..(fe * MR - 1) * k + k0 + kc];
                             // SAFETY: this task alone owns rows p0..p1 x columns of block cb of
-                            // the output; the tiles of panels fb..fe are inside it (asserted by
-                            // `Shared::tile`), and the weight rows inside `a`.
+                            // the output; the tiles of panels fb..fe (of both micro-panels when
+                            // wide) are inside it (asserted by `Shared::tile`), and the weight
+                            // rows inside `a`.
                             unsafe {
                                 let c = out.tile(off, pix);
-                                out.tile(off + (fe - fb - 1) * MR * pix, pix);
+                                out.tile(off + (fe - fb - 1) * MR * pix + (width - 1) * NR, pix);
                                 let panels = Panels {
                                     a: a.as_ptr(),
                                     lda: k,
@@ -238,40 +254,48 @@ pub(super) fn forward(s: &ConvShape, x: &[f32], w: &[f32], bias: Option<&[f32]>,
                                     ldc: pix,
                                     count: fe - fb,
                                 };
-                                kernel.run_panels(kc, b, panels, |i| match (k0, bias) {
+                                let starts = |i: usize| match (k0, bias) {
                                     (0, Some(bias)) => {
                                         Start::Rows(std::array::from_fn(|r| bias[(fb + i) * MR + r]))
                                     }
                                     (0, None) => Start::Rows([0.0; MR]),
                                     _ => Start::Tile,
-                                });
+                                };
+                                if wide {
+                                    kernel.run_panels_wide(kc, [b(m), b(m + 1)], panels, c.add(NR), starts);
+                                } else {
+                                    kernel.run_panels(kc, b(m), panels, starts);
+                                }
                             }
                         }
-                        let tiled = if tc.contiguous { fb..fe } else { pb..pb };
-                        for p in (pb..pe).filter(|p| !tiled.contains(p)) {
-                            let rows = panel_rows(p, s.co);
-                            let a: [&[f32]; MR] = rows.map(|r| &w[r * k + k0..][..kc]);
-                            let valid_rows = (s.co - p * MR).min(MR);
-                            let mut tile: Tile = [[0.0; NR]; MR];
-                            for (row, &co) in tile.iter_mut().zip(&rows).take(valid_rows) {
-                                for &(jj, len, off) in tc.runs() {
-                                    let d = &mut row[jj..jj + len];
-                                    match (k0, bias) {
-                                        (0, Some(bias)) => d.fill(bias[co]),
-                                        (0, None) => d.fill(0.0),
+                        for (m, (tc, _)) in cols.iter().enumerate().skip(m).take(width) {
+                            let tiled = if tc.contiguous { fb..fe } else { pb..pb };
+                            for p in (pb..pe).filter(|p| !tiled.contains(p)) {
+                                let rows = panel_rows(p, s.co);
+                                let a: [&[f32]; MR] = rows.map(|r| &w[r * k + k0..][..kc]);
+                                let valid_rows = (s.co - p * MR).min(MR);
+                                let mut tile: Tile = [[0.0; NR]; MR];
+                                for (row, &co) in tile.iter_mut().zip(&rows).take(valid_rows) {
+                                    for &(jj, len, off) in tc.runs() {
+                                        let d = &mut row[jj..jj + len];
+                                        match (k0, bias) {
+                                            (0, Some(bias)) => d.fill(bias[co]),
+                                            (0, None) => d.fill(0.0),
+                                            // SAFETY: as above.
+                                            _ => unsafe { out.read(off + co * pix, d) },
+                                        }
+                                    }
+                                }
+                                kernel.run(kc, a, b(m), &mut tile);
+                                for (row, &co) in tile.iter().zip(&rows).take(valid_rows) {
+                                    for &(jj, len, off) in tc.runs() {
                                         // SAFETY: as above.
-                                        _ => unsafe { out.read(off + co * pix, d) },
+                                        unsafe { out.write(off + co * pix, &row[jj..jj + len]) };
                                     }
                                 }
                             }
-                            kernel.run(kc, a, b, &mut tile);
-                            for (row, &co) in tile.iter().zip(&rows).take(valid_rows) {
-                                for &(jj, len, off) in tc.runs() {
-                                    // SAFETY: as above.
-                                    unsafe { out.write(off + co * pix, &row[jj..jj + len]) };
-                                }
-                            }
                         }
+                        m += width;
                     }
                 }
             }
@@ -282,7 +306,14 @@ pub(super) fn forward(s: &ConvShape, x: &[f32], w: &[f32], bias: Option<&[f32]>,
 /// `dw[co, k] += sum over pixels of grad[co, pixel] x col[k, pixel]` for the images `images`
 /// of the batch, in that order (each image's pixels in order), for `grad` `[b, co, ho, wo]` and
 /// `x` `[b, c, h, w]`; `dw` is the row-major `co x (c * kh * kw)` accumulator.
-pub(super) fn weight_grad(s: &ConvShape, grad: &[f32], x: &[f32], images: &[usize], dw: &mut [f32]) {
+pub(super) fn weight_grad(
+    isa: CpuIsa,
+    s: &ConvShape,
+    grad: &[f32],
+    x: &[f32],
+    images: &[usize],
+    dw: &mut [f32],
+) {
     let (k, pix) = (s.k(), s.pix());
     let total = images.len() * pix;
     if total == 0 || k == 0 {
@@ -295,7 +326,7 @@ pub(super) fn weight_grad(s: &ConvShape, grad: &[f32], x: &[f32], images: &[usiz
             && images.iter().all(|&i| i < s.b),
         "conv weight-gradient operands shorter than the shape"
     );
-    let kernel = TileKernel::detect();
+    let kernel = TileKernel::for_isa(isa).unwrap_or_else(TileKernel::portable);
     // The pixels in chain order, in blocks of at most KC (as even as possible): each block a
     // list of runs.
     let block_len = even_blocks(total).1;
@@ -326,8 +357,9 @@ pub(super) fn weight_grad(s: &ConvShape, grad: &[f32], x: &[f32], images: &[usiz
     run_tasks(&tasks, s.co * k * total, |&(kb, (p0, p1))| {
         let k_start = kb * NC;
         let micro = (k - k_start).min(NC).div_ceil(NR);
-        let offsets: Vec<Option<TapOffsets>> =
-            (0..micro).map(|m| TapOffsets::new(s, k_start + m * NR)).collect();
+        let offsets: Vec<Option<TapOffsets>> = (0..micro)
+            .map(|m| TapOffsets::new(isa, s, k_start + m * NR))
+            .collect();
         // Panels p0..full hold MR rows each; a last partial panel goes through a tile copy.
         let full = p1.min(s.co / MR).max(p0);
         with_panel(|panel| {
@@ -340,23 +372,26 @@ pub(super) fn weight_grad(s: &ConvShape, grad: &[f32], x: &[f32], images: &[usiz
                         None => pack_taps(s, x, runs, k_start + m * NR, dst),
                     }
                 }
-                for m in 0..micro {
+                let whole = |m: usize| k - (k_start + m * NR) >= NR && full > p0;
+                let mut m = 0;
+                while m < micro {
+                    // Two whole micro-panels side by side run as one wider tile.
+                    let width = if m + 1 < micro && whole(m + 1) { 2 } else { 1 };
+                    let b = |m: usize| &panel[m * KC * NR..][..rows_in_block * NR];
                     let j0 = k_start + m * NR;
-                    let valid_cols = (k - j0).min(NR);
-                    let b = &panel[m * KC * NR..][..rows_in_block * NR];
-                    let whole = valid_cols == NR && full > p0;
-                    if whole {
+                    if whole(m) {
                         let mut at = 0;
                         for run in runs {
                             let base = run.img * s.co * pix + run.p0;
                             // Rows p0 * MR..full * MR of the output gradient, this run's pixels.
                             let a = &grad[base + p0 * MR * pix..base + (full * MR - 1) * pix + run.len];
                             // SAFETY: this task alone owns rows p0..p1 x columns of block kb of
-                            // the accumulator; the tiles of panels p0..full are inside it
-                            // (asserted by `Shared::tile`), the gradient rows inside `a`.
+                            // the accumulator; the tiles of panels p0..full (of both micro-panels
+                            // when wide) are inside it (asserted by `Shared::tile`), the gradient
+                            // rows inside `a`.
                             unsafe {
                                 let c = dw.tile(p0 * MR * k + j0, k);
-                                dw.tile((full - 1) * MR * k + j0, k);
+                                dw.tile((full - 1) * MR * k + j0 + (width - 1) * NR, k);
                                 let panels = Panels {
                                     a: a.as_ptr(),
                                     lda: pix,
@@ -364,32 +399,42 @@ pub(super) fn weight_grad(s: &ConvShape, grad: &[f32], x: &[f32], images: &[usiz
                                     ldc: k,
                                     count: full - p0,
                                 };
-                                kernel.run_panels(run.len, &b[at * NR..], panels, |_| Start::Tile);
+                                if width == 2 {
+                                    let bs = [&b(m)[at * NR..], &b(m + 1)[at * NR..]];
+                                    kernel.run_panels_wide(run.len, bs, panels, c.add(NR), |_| Start::Tile);
+                                } else {
+                                    kernel.run_panels(run.len, &b(m)[at * NR..], panels, |_| Start::Tile);
+                                }
                             }
                             at += run.len;
                         }
                     }
-                    let first = if whole { full } else { p0 };
-                    for p in first..p1 {
-                        let rows = panel_rows(p, s.co);
-                        let valid_rows = (s.co - p * MR).min(MR);
-                        let mut tile: Tile = [[0.0; NR]; MR];
-                        for (row, &r) in tile.iter_mut().zip(&rows).take(valid_rows) {
-                            // SAFETY: as above.
-                            unsafe { dw.read(r * k + j0, &mut row[..valid_cols]) };
-                        }
-                        let mut at = 0;
-                        for run in runs {
-                            let base = run.img * s.co * pix + run.p0;
-                            let a: [&[f32]; MR] = rows.map(|r| &grad[base + r * pix..][..run.len]);
-                            kernel.run(run.len, a, &b[at * NR..], &mut tile);
-                            at += run.len;
-                        }
-                        for (row, &r) in tile.iter().zip(&rows).take(valid_rows) {
-                            // SAFETY: as above.
-                            unsafe { dw.write(r * k + j0, &row[..valid_cols]) };
+                    for m in m..m + width {
+                        let j0 = k_start + m * NR;
+                        let valid_cols = (k - j0).min(NR);
+                        let first = if whole(m) { full } else { p0 };
+                        for p in first..p1 {
+                            let rows = panel_rows(p, s.co);
+                            let valid_rows = (s.co - p * MR).min(MR);
+                            let mut tile: Tile = [[0.0; NR]; MR];
+                            for (row, &r) in tile.iter_mut().zip(&rows).take(valid_rows) {
+                                // SAFETY: as above.
+                                unsafe { dw.read(r * k + j0, &mut row[..valid_cols]) };
+                            }
+                            let mut at = 0;
+                            for run in runs {
+                                let base = run.img * s.co * pix + run.p0;
+                                let a: [&[f32]; MR] = rows.map(|r| &grad[base + r * pix..][..run.len]);
+                                kernel.run(run.len, a, &b(m)[at * NR..], &mut tile);
+                                at += run.len;
+                            }
+                            for (row, &r) in tile.iter().zip(&rows).take(valid_rows) {
+                                // SAFETY: as above.
+                                unsafe { dw.write(r * k + j0, &row[..valid_cols]) };
+                            }
                         }
                     }
+                    m += width;
                 }
             }
         });
@@ -437,7 +482,7 @@ pub(super) fn flip_weights(s: &ConvShape, w: &[f32], out: &mut [f32]) {
 
 /// The input gradient `gx` (`[b, c, h, w]`, every element written) of `grad` (`[b, co, ho, wo]`)
 /// given the flipped weights of [`flip_weights`]; requires [`input_grad_is_conv`].
-pub(super) fn input_grad(s: &ConvShape, grad: &[f32], flipped: &[f32], gx: &mut [f32]) {
+pub(super) fn input_grad(isa: CpuIsa, s: &ConvShape, grad: &[f32], flipped: &[f32], gx: &mut [f32]) {
     debug_assert!(input_grad_is_conv(s));
     let t = ConvShape {
         b: s.b,
@@ -453,5 +498,5 @@ pub(super) fn input_grad(s: &ConvShape, grad: &[f32], flipped: &[f32], gx: &mut 
         ho: s.h,
         wo: s.w,
     };
-    forward(&t, grad, flipped, None, gx);
+    forward(isa, &t, grad, flipped, None, gx);
 }

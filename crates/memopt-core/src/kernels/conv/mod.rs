@@ -28,6 +28,7 @@ pub use stepwise::{Conv2dBackwardStepwise, conv2d_backward_stepwise, conv2d_step
 use super::matmul::{GemmPar, check_f32_same_device};
 use super::{GradNeeds, WeightGradAcc};
 use crate::backend::{Compute, Init, compute, gemm_workspace};
+use crate::cpu_isa::CpuIsa;
 use crate::cuda::CudaPtr;
 use crate::cuda::gemm::workspace_of;
 use crate::memory::MemoryKind;
@@ -199,7 +200,7 @@ pub fn conv2d(
         if g.implicit() {
             // Every output is one chain over the inner index whatever the grouping of images,
             // so the time steps run together.
-            implicit::forward(&g.shape(), xs, wv, bias, o);
+            implicit::forward(CpuIsa::selected(), &g.shape(), xs, wv, bias, o);
             return Ok(());
         }
         let (col, stage) = ws.slices()?;
@@ -442,7 +443,7 @@ pub(super) fn implicit_backward(
         implicit_input_grad(g, grad, w, ws, gx, per_step)?;
     }
     if let Some(gw) = gw {
-        implicit::weight_grad(&g.shape(), grad, x, images, gw);
+        implicit::weight_grad(CpuIsa::selected(), &g.shape(), grad, x, images, gw);
     }
     Ok(())
 }
@@ -464,7 +465,7 @@ pub(super) fn implicit_input_grad(
     if implicit::input_grad_is_conv(&s) {
         let flip = ws.flip_mut()?;
         implicit::flip_weights(&s, w, flip);
-        implicit::input_grad(&s, grad, flip, gx);
+        implicit::input_grad(CpuIsa::selected(), &s, grad, flip, gx);
         return Ok(());
     }
     let (col, stage) = ws.slices()?;

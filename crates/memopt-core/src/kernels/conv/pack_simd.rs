@@ -5,6 +5,7 @@
 
 use super::pack::{ConvShape, PanelCols, PixelRun};
 use super::tile::NR;
+use crate::cpu_isa::CpuIsa;
 
 /// Where the lanes `lo..hi` of a packed row of [`ColumnTable`] come from: lane `t` of the row
 /// of input channel `ci` is `x[ci * h * w + off + t]` (`off` may be negative: only the lanes
@@ -33,10 +34,14 @@ pub(super) struct ColumnTable {
 }
 
 impl ColumnTable {
-    /// The table of the micro-panels `cols` of `s`, or `None` where the packing has no
-    /// vector path (a CPU without AVX2, a stride above 1 along the width).
-    pub(super) fn new<'a>(s: &ConvShape, cols: impl Iterator<Item = &'a PanelCols>) -> Option<Self> {
-        if s.stride[1] != 1 || !avx2_available() {
+    /// The table of the micro-panels `cols` of `s` for path `isa`, or `None` where the packing
+    /// has no vector path (the portable path, a stride above 1 along the width).
+    pub(super) fn new<'a>(
+        isa: CpuIsa,
+        s: &ConvShape,
+        cols: impl Iterator<Item = &'a PanelCols>,
+    ) -> Option<Self> {
+        if s.stride[1] != 1 || !vector_path(isa) {
             return None;
         }
         let (taps, plane) = (s.kh * s.kw, s.h * s.w);
@@ -121,9 +126,9 @@ pub(super) struct TapOffsets {
 }
 
 impl TapOffsets {
-    /// The offsets of the inner indices `k0..k0 + NR` of `s`, or `None` where the packing has
-    /// no vector path (a CPU without AVX2, offsets or sizes beyond `i32`).
-    pub(super) fn new(s: &ConvShape, k0: usize) -> Option<Self> {
+    /// The offsets of the inner indices `k0..k0 + NR` of `s` for path `isa`, or `None` where
+    /// the packing has no vector path (the portable path, offsets or sizes beyond `i32`).
+    pub(super) fn new(isa: CpuIsa, s: &ConvShape, k0: usize) -> Option<Self> {
         let (k, taps, plane) = (s.k(), s.kh * s.kw, s.h * s.w);
         let fits = |v: usize| i32::try_from(v).is_ok();
         let reach = (NR + 1)
@@ -137,7 +142,7 @@ impl TapOffsets {
             s.pad[0],
             s.pad[1],
         ];
-        if !avx2_available() || k0 >= k || !reach.is_some_and(fits) || !coords.into_iter().all(fits) {
+        if !vector_path(isa) || k0 >= k || !reach.is_some_and(fits) || !coords.into_iter().all(fits) {
             return None;
         }
         let ci0 = k0 / taps;
@@ -183,16 +188,10 @@ impl TapOffsets {
     }
 }
 
-/// Whether the CPU has AVX2 (the packing's vector path).
-fn avx2_available() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        std::arch::is_x86_feature_detected!("avx2")
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
-    }
+/// Whether path `isa` packs with the AVX2 packers (every vector path does: packing copies
+/// values, so wider registers gain little) and the CPU has them.
+fn vector_path(isa: CpuIsa) -> bool {
+    isa >= CpuIsa::Avx2 && CpuIsa::Avx2.available()
 }
 
 #[cfg(target_arch = "x86_64")]

@@ -15,6 +15,7 @@ use super::forward::{ForwardBufs, forward};
 use super::params::{Conv2dParams, ConvGeom};
 use super::{Workspace, check_grad_shape, cuda, implicit, implicit_input_grad, per_step};
 use crate::backend::{Compute, Init, compute, gemm_workspace};
+use crate::cpu_isa::CpuIsa;
 use crate::cuda::CudaPtr;
 use crate::kernels::WeightGradAcc;
 use crate::kernels::matmul::check_f32_same_device;
@@ -75,7 +76,14 @@ pub fn conv2d_stepwise(
             if step.implicit() {
                 // Each output's chain is the dense call's: it does not depend on the images
                 // the call holds.
-                implicit::forward(&step.shape(), x_t.host_mut()?, wv, bias, out_t);
+                implicit::forward(
+                    CpuIsa::selected(),
+                    &step.shape(),
+                    x_t.host_mut()?,
+                    wv,
+                    bias,
+                    out_t,
+                );
                 return Ok(());
             }
             let (col, stage) = ws.slices()?;
@@ -243,7 +251,7 @@ pub fn conv2d_backward_stepwise(args: Conv2dBackwardStepwise<'_>) -> Result<Opti
                 if step.implicit() {
                     // Each element's chain continues from the accumulator over this step's
                     // pixels, as the dense call's continues from step t+1's into step t's.
-                    implicit::weight_grad(&step.shape(), gs_t, xs_t, &images, aw);
+                    implicit::weight_grad(CpuIsa::selected(), &step.shape(), gs_t, xs_t, &images, aw);
                 } else {
                     let (col, stage) = ws.slices()?;
                     let bufs = BackwardBufs {

@@ -5,6 +5,7 @@
 
 use super::super::implicit::{flip_weights, forward, input_grad, input_grad_is_conv, weight_grad};
 use super::super::pack::ConvShape;
+use crate::cpu_isa::CpuIsa;
 use proptest::prelude::*;
 
 /// Values with all kinds of low bits (so that any other order of the chain rounds differently).
@@ -104,8 +105,30 @@ fn weight_grad_chains(s: &ConvShape, grad: &[f32], x: &[f32], images: &[usize], 
     }
 }
 
-/// Runs the three implicit kernels on `s` and compares them bit for bit with the chains.
+/// The paths this CPU runs; those it lacks are named on stderr as skipped.
+fn paths() -> Vec<CpuIsa> {
+    CpuIsa::ALL
+        .into_iter()
+        .filter(|isa| {
+            let ok = isa.available();
+            if !ok {
+                eprintln!("skipped: the {isa} convolution path (this CPU lacks its instructions)");
+            }
+            ok
+        })
+        .collect()
+}
+
+/// Runs the three implicit kernels on `s` on every path and compares them bit for bit with the
+/// chains.
 fn check(s: &ConvShape, seed: u32) {
+    for isa in paths() {
+        check_path(isa, s, seed);
+    }
+}
+
+/// [`check`] on path `isa`.
+fn check_path(isa: CpuIsa, s: &ConvShape, seed: u32) {
     let x = values(s.b * s.in_len(), seed);
     let w = values(s.co * s.k(), seed ^ 0x55);
     let bias = values(s.co, seed ^ 0xaa);
@@ -113,21 +136,25 @@ fn check(s: &ConvShape, seed: u32) {
     let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
     for b in [None, Some(bias.as_slice())] {
         let mut out = vec![f32::NAN; s.b * s.co * s.pix()];
-        forward(s, &x, &w, b, &mut out);
-        assert_eq!(bits(&out), bits(&forward_chains(s, &x, &w, b)), "forward {s:?}");
+        forward(isa, s, &x, &w, b, &mut out);
+        assert_eq!(
+            bits(&out),
+            bits(&forward_chains(s, &x, &w, b)),
+            "{isa} forward {s:?}"
+        );
     }
     // Images in a scrambled order, from a non-zero accumulator.
     let images: Vec<usize> = (0..s.b).rev().collect();
     let start = values(s.co * s.k(), seed ^ 0x77);
     let (mut dw, mut want) = (start.clone(), start);
-    weight_grad(s, &grad, &x, &images, &mut dw);
+    weight_grad(isa, s, &grad, &x, &images, &mut dw);
     weight_grad_chains(s, &grad, &x, &images, &mut want);
-    assert_eq!(bits(&dw), bits(&want), "weight gradient {s:?}");
+    assert_eq!(bits(&dw), bits(&want), "{isa} weight gradient {s:?}");
     if input_grad_is_conv(s) {
         let mut flipped = vec![0f32; s.c * s.co * s.kh * s.kw];
         flip_weights(s, &w, &mut flipped);
         let mut gx = vec![f32::NAN; s.b * s.in_len()];
-        input_grad(s, &grad, &flipped, &mut gx);
+        input_grad(isa, s, &grad, &flipped, &mut gx);
         // The input gradient is the forward of the transposed convolution of the gradient.
         let t = shape(
             [s.b, s.co, s.ho, s.wo],
@@ -150,7 +177,7 @@ fn check(s: &ConvShape, seed: u32) {
         assert_eq!(
             bits(&gx),
             bits(&forward_chains(&t, &grad, &flipped, None)),
-            "input gradient {s:?}"
+            "{isa} input gradient {s:?}"
         );
     }
 }
@@ -201,7 +228,7 @@ fn check_packers(s: &ConvShape, seed: u32) {
     let (k, ncols) = (s.k(), s.b * s.pix());
     let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
     let cols: Vec<PanelCols> = (0..ncols).step_by(NR).map(|j0| PanelCols::new(s, j0)).collect();
-    if let Some(table) = ColumnTable::new(s, cols.iter()) {
+    if let Some(table) = ColumnTable::new(CpuIsa::widest(), s, cols.iter()) {
         for (m, pc) in cols.iter().enumerate() {
             for (k0, kc) in [(0, k), (k / 3, k - k / 3)] {
                 let (mut want, mut got) = (vec![f32::NAN; kc * NR], vec![f32::NAN; kc * NR]);
@@ -227,7 +254,7 @@ fn check_packers(s: &ConvShape, seed: u32) {
         })
         .collect();
     for k0 in (0..k).step_by(NR) {
-        if let Some(offsets) = TapOffsets::new(s, k0) {
+        if let Some(offsets) = TapOffsets::new(CpuIsa::widest(), s, k0) {
             let (mut want, mut got) = (vec![f32::NAN; ncols * NR], vec![f32::NAN; ncols * NR]);
             pack_taps(s, &x, &runs, k0, &mut want);
             offsets.pack(s, &x, &runs, &mut got);

@@ -4,7 +4,7 @@ structure, neurons, surrogates, loss and optimizer), multi-step mode, SpikingJel
 backend, SGD (lr 0.1, momentum 0.9), cross-entropy of the output averaged over time, inputs 0 or 1
 (probability 0.3) as memopt's synthetic batch. Prints one JSON object per workload:
 {"workload", "step_ms" (the timed steps after one warm-up step), "median_step_ms", "threads",
-"torch"}.
+"torch", "cpu_capability" (the vector path PyTorch's CPU kernels use, e.g. AVX512)}.
 
 usage: step_time.py --threads K --steps S WORKLOAD...   (WORKLOAD = name:N:T, e.g. vgg:2:4)
 """
@@ -93,7 +93,9 @@ def main():
         print(json.dumps({"workload": w, "step_ms": times,
                           "median_step_ms": statistics.median(times),
                           "threads": torch.get_num_threads(),
-                          "torch": torch.__version__}), flush=True)
+                          "torch": torch.__version__,
+                          "cpu_capability": torch.backends.cpu.get_cpu_capability()}),
+              flush=True)
 
 
 if __name__ == "__main__":

@@ -129,8 +129,27 @@ struct Settings {
     python: String,
 }
 
+/// The processor's model name (`/proc/cpuinfo`; "unknown" elsewhere).
+fn cpu_model() -> String {
+    std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|t| {
+            t.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split_once(':'))
+                .map(|(_, v)| v.trim().to_string())
+        })
+        .unwrap_or_else(|| "unknown".into())
+}
+
+/// One run's median step time (ms) and the vector path its CPU kernels used.
+struct Run {
+    ms: f64,
+    path: Value,
+}
+
 /// Median step time (ms) of one memopt run: a warm-up step and `steps` timed ones.
-fn memopt_run(s: &Settings, w: &Workload) -> Result<f64, String> {
+fn memopt_run(s: &Settings, w: &Workload) -> Result<Run, String> {
     let mut ours = Command::new(&s.memopt);
     ours.args([
         "train",
@@ -157,11 +176,15 @@ fn memopt_run(s: &Settings, w: &Workload) -> Result<f64, String> {
     if v["sample_every"].as_u64() != Some(1) {
         return Err("memopt train sampled its step times; ask for fewer steps".into());
     }
-    Ok(median(&step_times(&v["step_ms"], true)?))
+    Ok(Run {
+        ms: median(&step_times(&v["step_ms"], true)?),
+        path: v["cpu_path"].clone(),
+    })
 }
 
-/// Median step time (ms) of one PyTorch + SpikingJelly run and the torch version.
-fn peer_run(s: &Settings, w: &Workload) -> Result<(f64, Value), String> {
+/// Median step time (ms) of one PyTorch + SpikingJelly run, the torch version and the vector
+/// path of its CPU kernels.
+fn peer_run(s: &Settings, w: &Workload) -> Result<(f64, Value, Value), String> {
     let out = Command::new(&s.python)
         .current_dir(root())
         .args(["bench/peer/step_time.py", "--threads", &s.threads.to_string()])
@@ -181,7 +204,11 @@ fn peer_run(s: &Settings, w: &Workload) -> Result<(f64, Value), String> {
         .rev()
         .find_map(|l| serde_json::from_str(l).ok())
         .ok_or("bench/peer/step_time.py printed no result")?;
-    Ok((median(&step_times(&v["step_ms"], false)?), v["torch"].clone()))
+    Ok((
+        median(&step_times(&v["step_ms"], false)?),
+        v["torch"].clone(),
+        v["cpu_capability"].clone(),
+    ))
 }
 
 /// Runs the comparison: `peer [--threads K] [--steps S] [--rounds R] [--only NAME:N:T] [--quick]`.
@@ -246,7 +273,7 @@ pub fn peer(args: &[String]) -> Result<(), String> {
     let load_before = load_average();
     // runs[w] = (memopt ms, peer ms) per round.
     let mut runs: Vec<Vec<(f64, f64)>> = vec![Vec::new(); workloads.len()];
-    let mut torch = Value::Null;
+    let (mut torch, mut ours_path, mut torch_path) = (Value::Null, Value::Null, Value::Null);
     for round in 0..rounds {
         for (w, runs) in workloads.iter().zip(&mut runs) {
             let (ours, theirs) = if round % 2 == 0 {
@@ -256,7 +283,19 @@ pub fn peer(args: &[String]) -> Result<(), String> {
                 let theirs = peer_run(&settings, w)?;
                 (memopt_run(&settings, w)?, theirs)
             };
-            torch = theirs.1;
+            (torch, torch_path) = (theirs.1, theirs.2);
+            let ours = match (&ours_path, ours.path) {
+                (Value::Null, path) => {
+                    ours_path = path;
+                    ours.ms
+                }
+                (seen, path) if *seen == path => ours.ms,
+                (seen, path) => {
+                    return Err(format!(
+                        "memopt's CPU path changed between runs: {seen} then {path}"
+                    ));
+                }
+            };
             eprintln!(
                 "xtask peer: round {}/{rounds} {:<18} memopt {ours:>9.1} ms  PyTorch+SpikingJelly {:>9.1} ms  ratio {:.2}  (load {:?})",
                 round + 1,
@@ -292,8 +331,10 @@ pub fn peer(args: &[String]) -> Result<(), String> {
             |l| format!("{:.2} {:.2} {:.2}", l[0], l[1], l[2]),
         )
     };
+    let cpu = cpu_model();
+    let paths = format!("memopt's CPU path {ours_path}, PyTorch's CPU capability {torch_path}");
     println!(
-        "load average before {}, after {}",
+        "load average before {}, after {}; {cpu}; {paths}",
         load(load_before),
         load(load_after)
     );
@@ -315,12 +356,14 @@ pub fn peer(args: &[String]) -> Result<(), String> {
     md.push_str(&format!(
         "\n{rounds} interleaved rounds, each a fresh process per side with one warm-up step and {steps} timed steps; \
          figures are medians over rounds (the ratio: median of the per-round ratios). {threads} threads on both sides \
-         (RAYON_NUM_THREADS; torch.set_num_threads, OMP_NUM_THREADS). Load average before {}, after {}.\n",
+         (RAYON_NUM_THREADS; torch.set_num_threads, OMP_NUM_THREADS). Load average before {}, after {}. \
+         CPU: {cpu}; {paths}.\n",
         load(load_before),
         load(load_after)
     ));
     let doc = json!({
-        "load_average_before": load_before, "load_average_after": load_after, "workloads": rows,
+        "load_average_before": load_before, "load_average_after": load_after, "cpu": cpu,
+        "memopt_cpu_path": ours_path, "torch_cpu_capability": torch_path, "workloads": rows,
     });
     write_results(&[
         (dir.join("peer.md"), md),

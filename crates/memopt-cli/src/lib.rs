@@ -124,6 +124,9 @@ pub enum Command {
 /// Control characters in names read from files reach `out` escaped ([`escape::TerminalSafe`]).
 pub fn run(cli: Cli, out: &mut dyn Write) -> Result<()> {
     let out = &mut escape::TerminalSafe::new(out);
+    // A cap on the CPU kernels' vector path that names no path this CPU runs is refused up
+    // front (the library would ignore it).
+    memopt_core::CpuIsa::from_env()?;
     match cli.command {
         Command::Models(a) => commands::models::run(&a, out),
         Command::Profile(a) => commands::profile::run(&a, out),

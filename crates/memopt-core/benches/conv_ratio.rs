@@ -54,8 +54,10 @@ fn main() {
     let ((m, n, k), _) = layer.gemm_sizes();
     let gflops = |flops: u64, s: f64| flops as f64 / s / 1e9;
     println!(
-        "conv2d {layer} vs {count} GEMM(s) M={m} N={n} K={k}; {} rayon threads",
-        rayon::current_num_threads()
+        "conv2d {layer} vs {count} GEMM(s) M={m} N={n} K={k}; {} rayon threads; CPU path {} \
+         (MEMOPT_CPU_ISA caps it; the GEMMs run the gemm crate's own choice)",
+        rayon::current_num_threads(),
+        memopt_core::CpuIsa::selected()
     );
     let (mut ratios_fwd, mut ratios_bwd) = (Vec::new(), Vec::new());
     for round in 0..rounds {

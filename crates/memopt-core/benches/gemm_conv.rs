@@ -48,7 +48,7 @@ fn gemm(c: &mut Criterion) {
 fn conv(c: &mut Criterion) {
     for (label, layer) in [("vgg", VGG), ("small", SMALL)] {
         let t = layer.tensors();
-        let mut group = c.benchmark_group(format!("conv2d_{label}"));
+        let mut group = c.benchmark_group(format!("conv2d_{label}_{}", memopt_core::CpuIsa::selected()));
         group.sample_size(10);
         group.throughput(Throughput::Elements(layer.forward_flops()));
         group.bench_function(format!("forward {layer}"), |bench| {

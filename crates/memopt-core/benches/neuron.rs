@@ -101,7 +101,7 @@ fn bench(c: &mut Criterion) {
     let src = vec![1.0f32; (total / 8) as usize];
     let mut dst = vec![0.0f32; src.len()];
 
-    let mut g = c.benchmark_group("neuron_T8x2^19");
+    let mut g = c.benchmark_group(format!("neuron_T8x2^19_{}", memopt_core::CpuIsa::selected()));
     g.sample_size(20);
     g.throughput(Throughput::BytesDecimal(forward_bytes()));
     g.bench_function("lif_forward", |b| {

@@ -21,7 +21,7 @@ fn bench(c: &mut Criterion) {
     let g = input(2);
     let ch = |v: f32| Tensor::full([DIMS[1]], v, Device::Cpu, MemoryKind::Parameter).unwrap();
     let (w, b, rm, rv) = (ch(1.0), ch(0.0), ch(0.0), ch(1.0));
-    let mut group = c.benchmark_group("ops_80x128x48x48");
+    let mut group = c.benchmark_group(format!("ops_80x128x48x48_{}", memopt_core::CpuIsa::selected()));
     group.sample_size(10);
     group.bench_function("copy_as (baseline)", |bch| {
         bch.iter(|| black_box(kernels::copy_as(&x, MemoryKind::Activation).unwrap()))

@@ -94,6 +94,9 @@ pub struct TrainJson {
     pub losses: Vec<f32>,
     /// Time of every `sample_every`-th step, the first (warm-up) included, in ms.
     pub step_ms: Vec<f64>,
+    /// The vector path of the CPU kernels: `portable`, `avx2` or `avx512` (the widest the CPU
+    /// has, capped by `MEMOPT_CPU_ISA`).
+    pub cpu_path: &'static str,
     /// On a GPU: its memory after the steps, memopt's pool and what lies outside it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub gpu: Option<GpuMemory>,
@@ -189,6 +192,7 @@ pub fn run(args: &TrainArgs, out: &mut dyn Write) -> Result<()> {
             sample_every: losses.every(),
             losses: losses.into_values(),
             step_ms: times.into_values(),
+            cpu_path: memopt_core::CpuIsa::selected().name(),
             gpu,
         };
         return out!(out, "{}", serde_json::to_string_pretty(&json).unwrap_or_default());

@@ -26,6 +26,7 @@ mod step_input;
 mod stepwise_tests;
 #[cfg(test)]
 pub(crate) mod testkit;
+mod tile;
 
 /// Which gradients a backward kernel should compute; the others are not allocated.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

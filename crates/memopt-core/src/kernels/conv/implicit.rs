@@ -17,98 +17,12 @@
 
 use super::pack::{ConvShape, PanelCols, PixelRun, pack_columns, pack_taps};
 use super::pack_simd::{ColumnTable, TapOffsets};
-use super::tile::{MR, NR, Panels, Start, Tile, TileKernel};
 use crate::cpu_isa::CpuIsa;
+use crate::kernels::tile::blocking::{
+    KC, MC, NC, Shared, even_blocks, panel_rows, row_groups, run_tasks, with_panel,
+};
+use crate::kernels::tile::{MR, NR, Panels, Start, Tile, TileKernel};
 use rayon::prelude::*;
-use std::cell::RefCell;
-use std::marker::PhantomData;
-
-/// Inner indices per packed block (a tile's `b` operand, `KC x NR` f32 = 16 KiB, stays in L1).
-const KC: usize = 256;
-/// Tile panels of rows (`MC * MR` rows) whose operand `a` stays in L2 while the tiles walk a
-/// packed micro-panel of columns, kept in L1.
-const MC: usize = 16;
-/// Columns per task's packed block (`KC x NC` f32 = 128 KiB, in L2).
-const NC: usize = 8 * NR;
-/// The blocks of at most `KC` that split `n` inner indices most evenly (`(blocks, size)`): a
-/// short last block would pay a tile's fixed costs for little work.
-fn even_blocks(n: usize) -> (usize, usize) {
-    let blocks = n.div_ceil(KC).max(1);
-    (blocks, n.div_ceil(blocks).max(1))
-}
-
-/// Multiply-adds below which a call runs on the calling thread.
-const PAR_MIN_MACS: usize = 1 << 22;
-
-thread_local! {
-    /// The packed block of the task running on this thread (`KC * NC` f32, untracked like the
-    /// `gemm` crate's packing buffers: a fixed 128 KiB per thread, never a function of shapes).
-    static PANEL: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
-}
-
-/// Runs `f` with this thread's packed block.
-fn with_panel<R>(f: impl FnOnce(&mut [f32]) -> R) -> R {
-    PANEL.with_borrow_mut(|p| {
-        if p.len() < KC * NC {
-            p.resize(KC * NC, 0.0);
-        }
-        f(&mut p[..KC * NC])
-    })
-}
-
-/// A buffer the tasks write concurrently, each only its own elements.
-struct Shared<'a> {
-    ptr: *mut f32,
-    len: usize,
-    _borrow: PhantomData<&'a mut [f32]>,
-}
-
-// SAFETY: elements are only reached through the unsafe methods, whose contract makes
-// concurrent accesses disjoint; the buffer is exclusively borrowed for `'a`.
-unsafe impl Send for Shared<'_> {}
-// SAFETY: as above.
-unsafe impl Sync for Shared<'_> {}
-
-impl<'a> Shared<'a> {
-    fn new(buf: &'a mut [f32]) -> Self {
-        Shared {
-            ptr: buf.as_mut_ptr(),
-            len: buf.len(),
-            _borrow: PhantomData,
-        }
-    }
-
-    /// Copies the `dst.len()` elements from `off` into `dst` (panics when out of bounds).
-    ///
-    /// # Safety
-    /// No other task may write those elements during the call.
-    unsafe fn read(&self, off: usize, dst: &mut [f32]) {
-        assert!(off + dst.len() <= self.len, "shared buffer index out of bounds");
-        // SAFETY: in bounds; no concurrent writer (caller's contract).
-        unsafe { std::ptr::copy_nonoverlapping(self.ptr.add(off), dst.as_mut_ptr(), dst.len()) }
-    }
-
-    /// Copies `src` to the elements from `off` (panics when out of bounds).
-    ///
-    /// # Safety
-    /// No other task may read or write those elements during the call.
-    unsafe fn write(&self, off: usize, src: &[f32]) {
-        assert!(off + src.len() <= self.len, "shared buffer index out of bounds");
-        // SAFETY: in bounds; exclusive (caller's contract).
-        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), self.ptr.add(off), src.len()) }
-    }
-
-    /// The tile whose row `r` is the `NR` elements at `off + r * ldc` (panics when it reaches
-    /// past the end).
-    ///
-    /// # Safety
-    /// No other task may access those elements while the pointer is used.
-    unsafe fn tile(&self, off: usize, ldc: usize) -> *mut f32 {
-        assert!(off + (MR - 1) * ldc + NR <= self.len, "shared tile out of bounds");
-        // SAFETY: in bounds (asserted).
-        unsafe { self.ptr.add(off) }
-    }
-}
 
 /// Where the tile columns `j0..j0 + NR` of a forward call land in `[b, co, ho, wo]`.
 #[derive(Clone, Copy)]
@@ -150,33 +64,6 @@ impl TileCols {
     }
 }
 
-/// Splits `items` into consecutive ranges so that `outer * ranges` tasks keep every thread
-/// busy (the split never changes a result: each output is computed whole by one task).
-fn row_groups(items: usize, outer: usize) -> Vec<(usize, usize)> {
-    let want = (4 * rayon::current_num_threads()).div_ceil(outer.max(1));
-    let groups = want.clamp(1, items.max(1));
-    let per = items.div_ceil(groups).max(1);
-    (0..items)
-        .step_by(per)
-        .map(|s| (s, (s + per).min(items)))
-        .collect()
-}
-
-/// Runs `f` on every task, in parallel when the call has at least `macs` multiply-adds.
-fn run_tasks<T: Sync>(tasks: &[T], macs: usize, f: impl Fn(&T) + Sync + Send) {
-    if macs >= PAR_MIN_MACS && tasks.len() > 1 {
-        tasks.par_iter().for_each(f);
-    } else {
-        tasks.iter().for_each(f);
-    }
-}
-
-/// The rows of tile panel `panel` of a `rows`-row matrix (rows past the end repeat the last
-/// one; their results are discarded).
-fn panel_rows(panel: usize, rows: usize) -> [usize; MR] {
-    std::array::from_fn(|r| (panel * MR + r).min(rows - 1))
-}
-
 /// `out = conv(x, w) + bias` for the images `x` (`[b, c, h, w]`), `w` as a row-major
 /// `co x (c * kh * kw)` matrix, `out` `[b, co, ho, wo]`, every element written.
 pub(super) fn forward(
@@ -214,6 +101,8 @@ pub(super) fn forward(
         let table = ColumnTable::new(isa, s, cols.iter().map(|(_, pc)| pc));
         // Panels p0..full hold MR rows each; a last partial panel goes through a tile copy.
         let full = p1.min(s.co / MR).max(p0);
+        // Staging tiles of up to MC panels over two micro-panels (on the stack: 24 KiB).
+        let mut stage = [0f32; MC * MR * 2 * NR];
         with_panel(|panel| {
             for k0 in (0..k).step_by(kc_max) {
                 let kc = kc_max.min(k - k0);
@@ -231,15 +120,26 @@ pub(super) fn forward(
                     let mut m = 0;
                     while m < cols.len() {
                         let tc = &cols[m].0;
-                        // Two micro-panels side by side in the output run as one wider tile.
-                        let wide = cols.get(m + 1).is_some_and(|(next, _)| {
-                            tc.contiguous && next.contiguous && next.first == tc.first + NR
-                        });
-                        let width = if wide { 2 } else { 1 };
-                        if tc.contiguous && fe > fb {
+                        // Two micro-panels run as one wider tile: in place when side by side in
+                        // the output, through the staging tiles when either is scattered.
+                        let direct = tc.contiguous
+                            && cols
+                                .get(m + 1)
+                                .is_none_or(|(next, _)| !next.contiguous || next.first == tc.first + NR);
+                        let width = if m + 1 < cols.len() && (!direct || cols[m + 1].0.contiguous) {
+                            2
+                        } else {
+                            1
+                        };
+                        let starts = |i: usize| match (k0, bias) {
+                            (0, Some(bias)) => Start::Rows(std::array::from_fn(|r| bias[(fb + i) * MR + r])),
+                            (0, None) => Start::Rows([0.0; MR]),
+                            _ => Start::Tile,
+                        };
+                        // Rows fb * MR.. of the weight, from inner index k0.
+                        let a = (fe > fb).then(|| &w[fb * MR * k + k0..(fe * MR - 1) * k + k0 + kc]);
+                        if let (Some(a), true) = (a, direct) {
                             let off = tc.first + fb * MR * pix;
-                            // Rows fb * MR.. of the weight, from inner index k0.
-                            let a = &w[fb * MR * k + k0..(fe * MR - 1) * k + k0 + kc];
                             // SAFETY: this task alone owns rows p0..p1 x columns of block cb of
                             // the output; the tiles of panels fb..fe (of both micro-panels when
                             // wide) are inside it (asserted by `Shared::tile`), and the weight
@@ -254,23 +154,64 @@ pub(super) fn forward(
                                     ldc: pix,
                                     count: fe - fb,
                                 };
-                                let starts = |i: usize| match (k0, bias) {
-                                    (0, Some(bias)) => {
-                                        Start::Rows(std::array::from_fn(|r| bias[(fb + i) * MR + r]))
-                                    }
-                                    (0, None) => Start::Rows([0.0; MR]),
-                                    _ => Start::Tile,
-                                };
-                                if wide {
+                                if width == 2 {
                                     kernel.run_panels_wide(kc, [b(m), b(m + 1)], panels, c.add(NR), starts);
                                 } else {
                                     kernel.run_panels(kc, b(m), panels, starts);
                                 }
                             }
+                        } else if let Some(a) = a {
+                            // The scattered columns of the full panels gathered into staging
+                            // tiles (NR columns per micro-panel), run, and scattered back.
+                            let ldc = width * NR;
+                            let stage = &mut stage[..(fe - fb) * MR * ldc];
+                            for (w_, (tc, _)) in cols[m..m + width].iter().enumerate() {
+                                for (i, rows) in stage.chunks_exact_mut(MR * ldc).enumerate() {
+                                    let start = starts(i);
+                                    for (r, row) in rows.chunks_exact_mut(ldc).enumerate() {
+                                        let co = (fb + i) * MR + r;
+                                        for &(jj, len, off) in tc.runs() {
+                                            let d = &mut row[w_ * NR + jj..][..len];
+                                            match start {
+                                                Start::Rows(v) => d.fill(v[r]),
+                                                // SAFETY: as above.
+                                                Start::Tile => unsafe { out.read(off + co * pix, d) },
+                                            }
+                                        }
+                                    }
+                                }
+                            }
+                            let panels = Panels {
+                                a: a.as_ptr(),
+                                lda: k,
+                                c: stage.as_mut_ptr(),
+                                ldc,
+                                count: fe - fb,
+                            };
+                            // SAFETY: `stage` holds the tiles of panels fb..fe of both
+                            // micro-panels (ldc = width * NR), the weight rows lie in `a`.
+                            unsafe {
+                                if width == 2 {
+                                    let c1 = stage.as_mut_ptr().add(NR);
+                                    kernel.run_panels_wide(kc, [b(m), b(m + 1)], panels, c1, |_| Start::Tile);
+                                } else {
+                                    kernel.run_panels(kc, b(m), panels, |_| Start::Tile);
+                                }
+                            }
+                            for (w_, (tc, _)) in cols[m..m + width].iter().enumerate() {
+                                for (i, rows) in stage.chunks_exact(MR * ldc).enumerate() {
+                                    for (r, row) in rows.chunks_exact(ldc).enumerate() {
+                                        let co = (fb + i) * MR + r;
+                                        for &(jj, len, off) in tc.runs() {
+                                            // SAFETY: as above.
+                                            unsafe { out.write(off + co * pix, &row[w_ * NR + jj..][..len]) };
+                                        }
+                                    }
+                                }
+                            }
                         }
                         for (m, (tc, _)) in cols.iter().enumerate().skip(m).take(width) {
-                            let tiled = if tc.contiguous { fb..fe } else { pb..pb };
-                            for p in (pb..pe).filter(|p| !tiled.contains(p)) {
+                            for p in fe.max(pb)..pe {
                                 let rows = panel_rows(p, s.co);
                                 let a: [&[f32]; MR] = rows.map(|r| &w[r * k + k0..][..kc]);
                                 let valid_rows = (s.co - p * MR).min(MR);

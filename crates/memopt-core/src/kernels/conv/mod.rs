@@ -20,7 +20,6 @@ mod params;
 mod stepwise;
 #[cfg(test)]
 mod tests;
-mod tile;
 
 pub use params::Conv2dParams;
 pub use stepwise::{Conv2dBackwardStepwise, conv2d_backward_stepwise, conv2d_stepwise};

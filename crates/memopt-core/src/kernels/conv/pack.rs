@@ -5,7 +5,7 @@
 //! `[co, c, kh, kw]`; a column is an output pixel `(image, oy, ox)` of the batch. A tap that
 //! falls in the padding reads 0, as im2col writes it.
 
-use super::tile::NR;
+use crate::kernels::tile::NR;
 
 /// One convolution with one group as the implicit GEMM sees it: `[b, c, h, w]` images to
 /// `[b, co, ho, wo]` outputs, a `co x (c * kh * kw)` weight matrix.

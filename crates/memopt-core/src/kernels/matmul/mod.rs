@@ -3,6 +3,7 @@
 //! threads for products of at least 2^20 multiply-adds).
 
 mod accumulate;
+mod chains;
 mod gemm;
 mod stepwise;
 #[cfg(test)]
@@ -16,6 +17,7 @@ pub use stepwise::{LinearBackwardStepwise, linear_backward_stepwise, linear_step
 use super::par::PAR_THRESHOLD;
 use super::{GradNeeds, WeightGradAcc};
 use crate::backend::{Compute, Init, compute, gemm_workspace};
+use crate::cpu_isa::CpuIsa;
 use crate::cuda::gemm::{GpuMat, gemm, workspace_of};
 use crate::cuda::grid_for;
 use crate::cuda::launchers::conv as conv_k;
@@ -189,20 +191,13 @@ pub fn linear(x: &Tensor, w: &Tensor, b: Option<&Tensor>, time_steps: usize) -> 
             return Ok(());
         }
         let (xs, ws, o) = (xr.host()?, wr.host()?, out.host_mut()?);
-        let bias = br.as_ref().map(|b| b.host()).transpose()?;
-        if let Some(bias) = bias {
-            fill_rows(o, bias);
+        match br.as_ref().map(|b| b.host()).transpose()? {
+            Some(bias) => fill_rows(o, bias),
+            None => o.fill(0.0),
         }
-        for t in 0..time_steps {
-            gemm_f32(
-                &mut o[t * rows * n..][..rows * n],
-                n,
-                MatRef::row_major(&xs[t * rows * k..], rows, k),
-                MatRef::row_major(ws, n, k).t(),
-                bias.is_some(),
-                GemmPar::Auto,
-            );
-        }
+        // Every row's chains continue from its bias: one call over all time steps gives the
+        // bits of one call per step (`chains`), so the time steps are not split here.
+        chains::linear_forward(CpuIsa::selected(), xs, ws, o, m, k, n);
         Ok(())
     })?;
     out.into_tensor(with_last(x.shape(), n))

@@ -57,7 +57,13 @@ pub fn linear_stepwise(
     let mut gemm_ws = gemm_workspace(OP, device)?;
     // Every row of the output starts as the bias; each step's GEMM adds into its rows.
     compute(device, |backend| {
-        let Some(br) = br.as_ref() else { return Ok(()) };
+        let Some(br) = br.as_ref() else {
+            // The CPU's chains continue from the output's values.
+            if let Compute::Cpu = backend {
+                out.host_mut()?.fill(0.0);
+            }
+            return Ok(());
+        };
         if let Compute::Cuda(gpu) = backend {
             if m * n > 0 {
                 let (len, n64) = ((m * n) as u64, n as u64);
@@ -86,14 +92,8 @@ pub fn linear_stepwise(
                 );
             }
             let (ws, o) = (wr.host()?, out.host_mut()?);
-            gemm_f32(
-                &mut o[t * rows * n..][..rows * n],
-                n,
-                MatRef::row_major(x_t.host_mut()?, rows, k),
-                MatRef::row_major(ws, n, k).t(),
-                b.is_some(),
-                GemmPar::Auto,
-            );
+            let o = &mut o[t * rows * n..][..rows * n];
+            super::chains::linear_forward(crate::CpuIsa::selected(), x_t.host_mut()?, ws, o, rows, k, n);
             Ok(())
         })?;
     }

@@ -2,6 +2,7 @@
 //! all time steps over it, so that its state stays in a small stack array and every access is a
 //! contiguous run of one time row.
 
+use crate::cpu_isa::CpuIsa;
 use crate::kernels::par::PAR_THRESHOLD;
 use rayon::prelude::*;
 use std::marker::PhantomData;
@@ -71,32 +72,63 @@ pub(super) fn for_each_chunk(
     }
 }
 
-/// Runs `f` compiled for AVX2 and FMA when the CPU has both (the baseline x86-64 target has
-/// only SSE2), otherwise as compiled. The results are bitwise identical: the kernels use plain
-/// IEEE operations per lane, Rust never contracts a multiply and an add into an FMA, and the
-/// explicit fused multiply-adds (`f32::mul_add`, in the sigmoid surrogate's `exp`) round once in
-/// both builds (an FMA instruction here, the correctly rounded libm `fmaf` in the baseline).
+/// Runs `f` compiled for the widest vector path the kernels use ([`CpuIsa::selected`]):
+/// AVX-512, AVX2 + FMA, or the baseline x86-64 target (SSE2). The results are bitwise identical:
+/// the kernels use plain IEEE operations per lane, Rust never contracts a multiply and an add
+/// into an FMA, and the explicit fused multiply-adds (`f32::mul_add`, in the sigmoid surrogate's
+/// `exp`) round once in every build (an FMA instruction, or the correctly rounded libm `fmaf`
+/// in the baseline).
 #[inline(always)]
 fn with_wide_vectors<R>(f: impl FnOnce() -> R) -> R {
     #[cfg(test)]
-    if BASELINE_ONLY.load(std::sync::atomic::Ordering::Relaxed) {
-        return f();
-    }
+    let isa = test_path().unwrap_or_else(CpuIsa::selected);
+    #[cfg(not(test))]
+    let isa = CpuIsa::selected();
     #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
-        // SAFETY: the CPU supports AVX2 and FMA (checked just above).
-        return unsafe { avx2_fma(f) };
+    match isa {
+        // SAFETY: `selected` (and the tests' choice) only names paths the CPU has.
+        CpuIsa::Avx512 => return unsafe { avx512(f) },
+        // SAFETY: as above.
+        CpuIsa::Avx2 => return unsafe { avx2_fma(f) },
+        CpuIsa::Portable => {}
     }
+    let _ = isa;
     f()
 }
 
-/// Tests set this to run the baseline build of the kernels and compare it with the AVX2 one.
+/// The path tests force (0: none, else 1 + the index in [`CpuIsa::ALL`]).
 #[cfg(test)]
-pub(super) static BASELINE_ONLY: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+static TEST_PATH: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
+
+/// Makes the kernels run path `isa` (an available one) until the next call; `None` restores
+/// [`CpuIsa::selected`]. Every path gives the same bits, so other tests running meanwhile
+/// are unaffected.
+#[cfg(test)]
+pub(super) fn force_test_path(isa: Option<CpuIsa>) {
+    let v = isa.map_or(0, |isa| {
+        assert!(isa.available(), "{isa} is not available on this CPU");
+        1 + CpuIsa::ALL.iter().position(|&i| i == isa).unwrap_or(0) as u8
+    });
+    TEST_PATH.store(v, std::sync::atomic::Ordering::Relaxed);
+}
+
+#[cfg(test)]
+fn test_path() -> Option<CpuIsa> {
+    match TEST_PATH.load(std::sync::atomic::Ordering::Relaxed) {
+        0 => None,
+        v => CpuIsa::ALL.get(usize::from(v) - 1).copied(),
+    }
+}
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 fn avx2_fma<R>(f: impl FnOnce() -> R) -> R {
+    f()
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx2,fma")]
+fn avx512<R>(f: impl FnOnce() -> R) -> R {
     f()
 }
 

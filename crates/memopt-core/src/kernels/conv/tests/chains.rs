@@ -218,17 +218,24 @@ fn implicit_kernels_are_the_fma_chains_on_large_blocked_parallel_shapes() {
     }
 }
 
-/// The vector packers write exactly the scalar packers' panels (over every column panel and
-/// inner block of `s`), where the CPU has them.
+/// The vector packers of every path write exactly the scalar packers' panels (over every
+/// column panel and inner block of `s`), where the CPU has them.
 fn check_packers(s: &ConvShape, seed: u32) {
+    for isa in paths().into_iter().filter(|&isa| isa >= CpuIsa::Avx2) {
+        check_packers_of(isa, s, seed);
+    }
+}
+
+/// [`check_packers`] on path `isa`.
+fn check_packers_of(isa: CpuIsa, s: &ConvShape, seed: u32) {
     use super::super::pack::{PanelCols, PixelRun, pack_columns, pack_taps};
     use super::super::pack_simd::{ColumnTable, TapOffsets};
-    use super::super::tile::NR;
+    use crate::kernels::tile::NR;
     let x = values(s.b * s.in_len(), seed);
     let (k, ncols) = (s.k(), s.b * s.pix());
     let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
     let cols: Vec<PanelCols> = (0..ncols).step_by(NR).map(|j0| PanelCols::new(s, j0)).collect();
-    if let Some(table) = ColumnTable::new(CpuIsa::widest(), s, cols.iter()) {
+    if let Some(table) = ColumnTable::new(isa, s, cols.iter()) {
         for (m, pc) in cols.iter().enumerate() {
             for (k0, kc) in [(0, k), (k / 3, k - k / 3)] {
                 let (mut want, mut got) = (vec![f32::NAN; kc * NR], vec![f32::NAN; kc * NR]);
@@ -237,7 +244,7 @@ fn check_packers(s: &ConvShape, seed: u32) {
                 assert_eq!(
                     bits(&got),
                     bits(&want),
-                    "columns {j0} from {k0}, {s:?}",
+                    "{isa} columns {j0} from {k0}, {s:?}",
                     j0 = m * NR
                 );
             }
@@ -254,11 +261,11 @@ fn check_packers(s: &ConvShape, seed: u32) {
         })
         .collect();
     for k0 in (0..k).step_by(NR) {
-        if let Some(offsets) = TapOffsets::new(CpuIsa::widest(), s, k0) {
+        if let Some(offsets) = TapOffsets::new(isa, s, k0) {
             let (mut want, mut got) = (vec![f32::NAN; ncols * NR], vec![f32::NAN; ncols * NR]);
             pack_taps(s, &x, &runs, k0, &mut want);
             offsets.pack(s, &x, &runs, &mut got);
-            assert_eq!(bits(&got), bits(&want), "taps from {k0}, {s:?}");
+            assert_eq!(bits(&got), bits(&want), "{isa} taps from {k0}, {s:?}");
         }
     }
 }

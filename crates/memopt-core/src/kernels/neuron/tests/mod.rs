@@ -412,12 +412,12 @@ fn temporal_chunks_compose() {
     }
 }
 
-/// The AVX2+FMA build of the kernels (chosen at run time) and the baseline build give bitwise
+/// The AVX-512, AVX2+FMA and baseline builds of the kernels (chosen at run time) give bitwise
 /// identical results for every kind, reset, surrogate and PLIF gradient, so results do not
 /// depend on the machine's vector width.
 #[test]
-fn wide_vector_build_is_bitwise_identical_to_baseline() {
-    use std::sync::atomic::Ordering;
+fn every_vector_path_is_bitwise_identical_to_baseline() {
+    use crate::cpu_isa::CpuIsa;
     let mut rng = Rng::new(17);
     let (steps, n) = (4, chunks::CHUNK + 300);
     let configs = [
@@ -457,20 +457,24 @@ fn wide_vector_build_is_bitwise_identical_to_baseline() {
             grad_spikes: rng.vec(steps * n, -1.0, 1.0),
             grad_v_final: Some(rng.vec(n, -1.0, 1.0)),
         };
-        let runs: Vec<_> = [true, false]
-            .into_iter()
-            .map(|baseline| {
-                chunks::BASELINE_ONLY.store(baseline, Ordering::Relaxed);
-                let (out, grads) = case.run(Device::Cpu, true).unwrap();
-                let mut all = vec![bits(&out.spikes), bits(&out.v_final), bits(&out.h_seq.unwrap())];
-                all.push(bits(&grads.x));
-                all.push(bits(&grads.v_init.unwrap()));
-                all.extend(grads.w.map(|w| bits(&w)));
-                all
-            })
-            .collect();
-        chunks::BASELINE_ONLY.store(false, Ordering::Relaxed);
-        assert_eq!(runs[0], runs[1], "{cfg:?}");
+        let mut runs = Vec::new();
+        for isa in CpuIsa::ALL {
+            if !isa.available() {
+                eprintln!("skipped: the {isa} neuron path (this CPU lacks its instructions)");
+                continue;
+            }
+            chunks::force_test_path(Some(isa));
+            let (out, grads) = case.run(Device::Cpu, true).unwrap();
+            let mut all = vec![bits(&out.spikes), bits(&out.v_final), bits(&out.h_seq.unwrap())];
+            all.push(bits(&grads.x));
+            all.push(bits(&grads.v_init.unwrap()));
+            all.extend(grads.w.map(|w| bits(&w)));
+            runs.push((isa, all));
+        }
+        chunks::force_test_path(None);
+        for (isa, run) in &runs[1..] {
+            assert_eq!(&runs[0].1, run, "{isa} against {}: {cfg:?}", runs[0].0);
+        }
     }
 }
 

@@ -1,4 +1,5 @@
-//! The register tile of the implicit-GEMM convolution: a `MR x NR` block of outputs, each the
+//! The register tile of the CPU's chain GEMMs (the implicit-GEMM convolution, the linear
+//! layer): a `MR x NR` block of outputs, each the
 //! sequential chain `c = fma(a[k], b[k], c)` over the inner index `k`.
 //!
 //! Every output element is one chain of fused multiply-adds in the order of `k`, started from
@@ -12,18 +13,19 @@
 mod avx2;
 #[cfg(target_arch = "x86_64")]
 mod avx512;
+pub(crate) mod blocking;
 #[cfg(test)]
 mod tests;
 
 use crate::cpu_isa::CpuIsa;
 
 /// Rows of a tile (outputs along the broadcast operand `a`).
-pub(super) const MR: usize = 6;
+pub(crate) const MR: usize = 6;
 /// Columns of a tile (outputs along the packed operand `b`, two 8-lane vectors).
-pub(super) const NR: usize = 16;
+pub(crate) const NR: usize = 16;
 
 /// A tile of outputs, row-major.
-pub(super) type Tile = [[f32; NR]; MR];
+pub(crate) type Tile = [[f32; NR]; MR];
 
 /// The kernel of one tile: `(kc, rows of a, b, c, ldc)`.
 type TileFn = unsafe fn(usize, [*const f32; MR], *const f32, *mut f32, usize);
@@ -46,7 +48,7 @@ struct Stacked {
 /// A tile kernel: `c[r][j] = chain over k < kc of fma(a[r][k], b[k * NR + j], c[r][j])`, the
 /// tile's row `r` at `c + r * ldc`.
 #[derive(Clone, Copy)]
-pub(super) struct TileKernel {
+pub(crate) struct TileKernel {
     isa: CpuIsa,
     tile: TileFn,
     /// Several tiles at once, where the path has registers for them.
@@ -54,13 +56,8 @@ pub(super) struct TileKernel {
 }
 
 impl TileKernel {
-    /// The kernel of the path the CPU kernels use ([`CpuIsa::selected`]).
-    pub(super) fn detect() -> Self {
-        Self::for_isa(CpuIsa::selected()).unwrap_or_else(Self::portable)
-    }
-
     /// The kernel of path `isa`, or `None` where this CPU lacks it.
-    pub(super) fn for_isa(isa: CpuIsa) -> Option<Self> {
+    pub(crate) fn for_isa(isa: CpuIsa) -> Option<Self> {
         if !isa.available() {
             return None;
         }
@@ -88,7 +85,7 @@ impl TileKernel {
     }
 
     /// The portable kernel.
-    pub(super) fn portable() -> Self {
+    pub(crate) fn portable() -> Self {
         TileKernel {
             isa: CpuIsa::Portable,
             tile: tile_portable,
@@ -98,14 +95,14 @@ impl TileKernel {
 
     /// The path this kernel is written for.
     #[cfg_attr(not(test), allow(dead_code))]
-    pub(super) fn isa(&self) -> CpuIsa {
+    pub(crate) fn isa(&self) -> CpuIsa {
         self.isa
     }
 
     /// Runs the kernel over `kc` inner indices: row `r` of `a` is `a[r][..kc]`, `b` holds `kc`
     /// rows of `NR` values. Panics when a slice is shorter than that.
     #[inline]
-    pub(super) fn run(&self, kc: usize, a: [&[f32]; MR], b: &[f32], c: &mut Tile) {
+    pub(crate) fn run(&self, kc: usize, a: [&[f32]; MR], b: &[f32], c: &mut Tile) {
         // SAFETY: a tile is MR rows of NR floats, NR apart, exclusively borrowed.
         unsafe { self.run_at(kc, a, b, c.as_mut_ptr().cast(), NR) }
     }
@@ -116,7 +113,7 @@ impl TileKernel {
     /// Those `MR` rows must be valid for reads and writes and not accessed by anyone else
     /// during the call.
     #[inline]
-    pub(super) unsafe fn run_at(&self, kc: usize, a: [&[f32]; MR], b: &[f32], c: *mut f32, ldc: usize) {
+    pub(crate) unsafe fn run_at(&self, kc: usize, a: [&[f32]; MR], b: &[f32], c: *mut f32, ldc: usize) {
         if kc == 0 {
             return;
         }
@@ -134,7 +131,7 @@ impl TileKernel {
 
 /// Where a tile's chains start.
 #[derive(Clone, Copy)]
-pub(super) enum Start {
+pub(crate) enum Start {
     /// From the values the tile holds.
     Tile,
     /// From row `r`'s value `v[r]` (a bias), every column alike; the tile's values are ignored.
@@ -144,7 +141,7 @@ pub(super) enum Start {
 /// `panels` vertically stacked tiles sharing the packed operand `b`: tile `p`'s row `r` reads
 /// `a + (p * MR + r) * lda` and is the `NR` floats at `c + p * MR * ldc + r * ldc`.
 #[derive(Clone, Copy)]
-pub(super) struct Panels {
+pub(crate) struct Panels {
     /// Row 0 of the broadcast operand, from the call's first inner index.
     pub a: *const f32,
     /// Floats between consecutive rows of `a`.
@@ -167,7 +164,7 @@ impl TileKernel {
     /// `kc * NR`, and every tile row valid for `NR` reads and writes and not accessed by anyone
     /// else during the call.
     #[inline]
-    pub(super) unsafe fn run_panels(&self, kc: usize, b: &[f32], p: Panels, starts: impl Fn(usize) -> Start) {
+    pub(crate) unsafe fn run_panels(&self, kc: usize, b: &[f32], p: Panels, starts: impl Fn(usize) -> Start) {
         // SAFETY: the caller's contract.
         unsafe { self.run_blocks(kc, &[b], &[p.c], p, starts) }
     }
@@ -178,7 +175,7 @@ impl TileKernel {
     /// # Safety
     /// As [`TileKernel::run_panels`], for both blocks.
     #[inline]
-    pub(super) unsafe fn run_panels_wide(
+    pub(crate) unsafe fn run_panels_wide(
         &self,
         kc: usize,
         b: [&[f32]; 2],

@@ -1,11 +1,16 @@
-//! Vector (AVX2) packing for the implicit-GEMM convolution: the same panels as
+//! Vector (AVX2, AVX-512) packing for the implicit-GEMM convolution: the same panels as
 //! [`super::pack`]'s `pack_columns` and `pack_taps`, bit for bit (values are only copied), with
 //! masked loads and gathers instead of per-row index arithmetic and scalar copies. Lanes in
 //! the padding are masked off and read 0; a masked-off lane is never accessed.
 
+#[cfg(target_arch = "x86_64")]
+mod avx2;
+#[cfg(target_arch = "x86_64")]
+mod avx512;
+
 use super::pack::{ConvShape, PanelCols, PixelRun};
-use super::tile::NR;
 use crate::cpu_isa::CpuIsa;
+use crate::kernels::tile::NR;
 
 /// Where the lanes `lo..hi` of a packed row of [`ColumnTable`] come from: lane `t` of the row
 /// of input channel `ci` is `x[ci * h * w + off + t]` (`off` may be negative: only the lanes
@@ -17,6 +22,15 @@ struct Segment {
     hi: i32,
     /// -1 in the lanes `lo..hi`, 0 elsewhere (the load masks).
     mask: [i32; NR],
+}
+
+impl Segment {
+    /// The lanes `lo..hi` as a 16-lane mask.
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    fn lanes(&self) -> u16 {
+        let bits = |n: i32| (1u32 << n) - 1;
+        (bits(self.hi) & !bits(self.lo)) as u16
+    }
 }
 
 /// The packing of `pack_columns` precomputed for a set of micro-panels of a stride-1 (along
@@ -31,6 +45,8 @@ pub(super) struct ColumnTable {
     taps: usize,
     /// The elements of the images the table was built for (`b * c * h * w`).
     len: usize,
+    /// The vector path that packs.
+    isa: CpuIsa,
 }
 
 impl ColumnTable {
@@ -82,6 +98,7 @@ impl ColumnTable {
             ranges,
             taps,
             len,
+            isa,
         })
     }
 
@@ -95,11 +112,14 @@ impl ColumnTable {
         let out = &mut out[..kc * NR];
         let ranges = &self.ranges[m * self.taps..][..self.taps];
         #[cfg(target_arch = "x86_64")]
-        // SAFETY: a table exists only where the CPU has AVX2 (`new`); every lane read lies in
-        // `x` (asserted in `new` for every channel, and `x` is at least as long as the images
-        // the table was built for).
+        // SAFETY: a table exists only for a vector path the CPU has (`new`); every lane read
+        // lies in `x` (asserted in `new` for every channel, and `x` is at least as long as the
+        // images the table was built for).
         unsafe {
-            avx2::pack(self, s, x, ranges, k0, out);
+            match self.isa {
+                CpuIsa::Avx512 => avx512::pack(self, s, x, ranges, k0, out),
+                _ => avx2::pack(self, s, x, ranges, k0, out),
+            }
         }
         #[cfg(not(target_arch = "x86_64"))]
         {
@@ -123,6 +143,8 @@ pub(super) struct TapOffsets {
     valid: usize,
     /// The input channel of lane 0.
     ci0: usize,
+    /// The vector path that packs.
+    isa: CpuIsa,
 }
 
 impl TapOffsets {
@@ -161,6 +183,7 @@ impl TapOffsets {
             dx,
             valid,
             ci0,
+            isa,
         })
     }
 
@@ -174,11 +197,14 @@ impl TapOffsets {
         );
         let out = &mut out[..rows * NR];
         #[cfg(target_arch = "x86_64")]
-        // SAFETY: offsets exist only where the CPU has AVX2 (`new`); a lane is read only when
+        // SAFETY: offsets exist only for a vector path the CPU has (`new`); a lane is read only when
         // its input row and column lie in the image and its tap below c * kh * kw, so inside
         // image `img < b` of `x` (asserted).
         unsafe {
-            avx2::pack_taps(self, s, x, runs, out);
+            match self.isa {
+                CpuIsa::Avx512 => avx512::pack_taps(self, s, x, runs, out),
+                _ => avx2::pack_taps(self, s, x, runs, out),
+            }
         }
         #[cfg(not(target_arch = "x86_64"))]
         {
@@ -188,145 +214,7 @@ impl TapOffsets {
     }
 }
 
-/// Whether path `isa` packs with the AVX2 packers (every vector path does: packing copies
-/// values, so wider registers gain little) and the CPU has them.
+/// Whether path `isa` has vector packers (AVX2, AVX-512) and the CPU runs it.
 fn vector_path(isa: CpuIsa) -> bool {
-    isa >= CpuIsa::Avx2 && CpuIsa::Avx2.available()
-}
-
-#[cfg(target_arch = "x86_64")]
-mod avx2 {
-    use super::{ColumnTable, ConvShape, NR, PixelRun, TapOffsets};
-    use std::arch::x86_64::*;
-
-    /// The packed rows `k0..k0 + out.len() / NR` of the micro-panel whose tap ranges are
-    /// `ranges`: each row the OR of its segments' masked loads (lanes outside every segment
-    /// are 0).
-    ///
-    /// # Safety
-    /// The CPU must have AVX2; every lane `lo..hi` of every segment, at every channel below
-    /// `s.c`, must lie in `x` (what [`ColumnTable::new`] asserts).
-    #[target_feature(enable = "avx2")]
-    pub(super) unsafe fn pack(
-        t: &ColumnTable,
-        s: &ConvShape,
-        x: &[f32],
-        ranges: &[(u32, u32)],
-        k0: usize,
-        out: &mut [f32],
-    ) {
-        let plane = s.h * s.w;
-        let (mut ci, mut tap) = (k0 / t.taps, k0 % t.taps);
-        for dst in out.chunks_exact_mut(NR) {
-            let (a, b) = ranges[tap];
-            let base = x.as_ptr().wrapping_add(ci * plane);
-            let segments = &t.segments[a as usize..b as usize];
-            let (mut v0, mut v1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
-            match segments {
-                // The common case: the whole row inside the image, two plain loads.
-                [seg] if seg.lo == 0 && seg.hi == NR as i32 => {
-                    let p = base.wrapping_offset(seg.off);
-                    // SAFETY: all NR lanes lie in `x` (the caller's contract).
-                    unsafe {
-                        v0 = _mm256_loadu_ps(p);
-                        v1 = _mm256_loadu_ps(p.add(8));
-                    }
-                }
-                _ => {
-                    for seg in segments {
-                        let p = base.wrapping_offset(seg.off);
-                        // SAFETY: only the lanes lo..hi are read (the masks), and those lie in
-                        // `x` (the caller's contract); masked-off lanes are never accessed.
-                        unsafe {
-                            let m = seg.mask.as_ptr().cast::<__m256i>();
-                            if seg.lo < 8 {
-                                v0 = _mm256_or_ps(v0, _mm256_maskload_ps(p, _mm256_loadu_si256(m)));
-                            }
-                            if seg.hi > 8 {
-                                let p = p.wrapping_add(8);
-                                v1 = _mm256_or_ps(v1, _mm256_maskload_ps(p, _mm256_loadu_si256(m.add(1))));
-                            }
-                        }
-                    }
-                }
-            }
-            // SAFETY: `dst` holds NR = 16 floats.
-            unsafe {
-                _mm256_storeu_ps(dst.as_mut_ptr(), v0);
-                _mm256_storeu_ps(dst.as_mut_ptr().add(8), v1);
-            }
-            tap += 1;
-            if tap == t.taps {
-                tap = 0;
-                ci += 1;
-            }
-        }
-    }
-
-    /// The rows of [`TapOffsets::pack`] (its safety conditions asserted there).
-    ///
-    /// # Safety
-    /// The CPU must have AVX2; `x` must hold the images of `s`, `runs` pixels of them.
-    #[target_feature(enable = "avx2")]
-    pub(super) unsafe fn pack_taps(
-        t: &TapOffsets,
-        s: &ConvShape,
-        x: &[f32],
-        runs: &[PixelRun],
-        out: &mut [f32],
-    ) {
-        let plane = s.h * s.w;
-        let load = |a: &[i32; NR], half: usize| {
-            // SAFETY: 8 of the NR = 16 values.
-            unsafe { _mm256_loadu_si256(a.as_ptr().add(8 * half).cast()) }
-        };
-        let lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-        let valid = [0, 8].map(|h| _mm256_cmpgt_epi32(_mm256_set1_epi32(t.valid as i32 - h), lanes));
-        let (off, dy, dx) = (
-            [0, 1].map(|h| load(&t.off, h)),
-            [0, 1].map(|h| load(&t.dy, h)),
-            [0, 1].map(|h| load(&t.dx, h)),
-        );
-        let (h, w) = (_mm256_set1_epi32(s.h as i32), _mm256_set1_epi32(s.w as i32));
-        let minus1 = _mm256_set1_epi32(-1);
-        let inside = |v: __m256i, n: __m256i| {
-            _mm256_and_si256(_mm256_cmpgt_epi32(v, minus1), _mm256_cmpgt_epi32(n, v))
-        };
-        let mut rows = out.chunks_exact_mut(NR);
-        for r in runs {
-            let image = (r.img * s.c + t.ci0) * plane;
-            for p in r.p0..r.p0 + r.len {
-                let (oy, ox) = (p / s.wo, p % s.wo);
-                // The pixel's top-left input element (before the kernel's offsets).
-                let iy = (oy * s.stride[0]) as i32 - s.pad[0] as i32;
-                let ix = (ox * s.stride[1]) as i32 - s.pad[1] as i32;
-                let base = x
-                    .as_ptr()
-                    .wrapping_add(image)
-                    .wrapping_offset(iy as isize * s.w as isize + ix as isize);
-                let (iyv, ixv) = (_mm256_set1_epi32(iy), _mm256_set1_epi32(ix));
-                let dst = rows.next().expect("a row per pixel");
-                for half in 0..2 {
-                    let mask = _mm256_and_si256(
-                        valid[half],
-                        _mm256_and_si256(
-                            inside(_mm256_add_epi32(iyv, dy[half]), h),
-                            inside(_mm256_add_epi32(ixv, dx[half]), w),
-                        ),
-                    );
-                    // SAFETY: only lanes whose row and column lie in the image (and whose tap
-                    // exists) are read (the caller's contract); `dst` holds NR floats.
-                    unsafe {
-                        let v = _mm256_mask_i32gather_ps::<4>(
-                            _mm256_setzero_ps(),
-                            base,
-                            off[half],
-                            _mm256_castsi256_ps(mask),
-                        );
-                        _mm256_storeu_ps(dst.as_mut_ptr().add(8 * half), v);
-                    }
-                }
-            }
-        }
-    }
+    isa >= CpuIsa::Avx2 && isa.available()
 }

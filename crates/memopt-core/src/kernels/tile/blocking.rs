@@ -1,0 +1,122 @@
+//! The blocking shared by the CPU's chain GEMMs (convolution, linear): block sizes, the
+//! thread-local packed panel, the task split and the buffer tasks write concurrently. None of
+//! it changes a result: every output element is one chain computed whole by one task.
+
+use super::{MR, NR};
+use rayon::prelude::*;
+use std::cell::RefCell;
+use std::marker::PhantomData;
+
+/// Inner indices per packed block (a tile's `b` operand, `KC x NR` f32 = 16 KiB, stays in L1).
+pub(crate) const KC: usize = 256;
+/// Tile panels of rows (`MC * MR` rows) whose operand `a` stays in L2 while the tiles walk a
+/// packed micro-panel of columns, kept in L1.
+pub(crate) const MC: usize = 16;
+/// Columns per task's packed block (`KC x NC` f32 = 128 KiB, in L2).
+pub(crate) const NC: usize = 8 * NR;
+/// The blocks of at most `KC` that split `n` inner indices most evenly (`(blocks, size)`): a
+/// short last block would pay a tile's fixed costs for little work.
+pub(crate) fn even_blocks(n: usize) -> (usize, usize) {
+    let blocks = n.div_ceil(KC).max(1);
+    (blocks, n.div_ceil(blocks).max(1))
+}
+
+/// Multiply-adds below which a call runs on the calling thread.
+pub(crate) const PAR_MIN_MACS: usize = 1 << 22;
+
+thread_local! {
+    /// The packed block of the task running on this thread (`KC * NC` f32, untracked like the
+    /// `gemm` crate's packing buffers: a fixed 128 KiB per thread, never a function of shapes).
+    static PANEL: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Runs `f` with this thread's packed block.
+pub(crate) fn with_panel<R>(f: impl FnOnce(&mut [f32]) -> R) -> R {
+    PANEL.with_borrow_mut(|p| {
+        if p.len() < KC * NC {
+            p.resize(KC * NC, 0.0);
+        }
+        f(&mut p[..KC * NC])
+    })
+}
+
+/// A buffer the tasks write concurrently, each only its own elements.
+pub(crate) struct Shared<'a> {
+    ptr: *mut f32,
+    len: usize,
+    _borrow: PhantomData<&'a mut [f32]>,
+}
+
+// SAFETY: elements are only reached through the unsafe methods, whose contract makes
+// concurrent accesses disjoint; the buffer is exclusively borrowed for `'a`.
+unsafe impl Send for Shared<'_> {}
+// SAFETY: as above.
+unsafe impl Sync for Shared<'_> {}
+
+impl<'a> Shared<'a> {
+    pub(crate) fn new(buf: &'a mut [f32]) -> Self {
+        Shared {
+            ptr: buf.as_mut_ptr(),
+            len: buf.len(),
+            _borrow: PhantomData,
+        }
+    }
+
+    /// Copies the `dst.len()` elements from `off` into `dst` (panics when out of bounds).
+    ///
+    /// # Safety
+    /// No other task may write those elements during the call.
+    pub(crate) unsafe fn read(&self, off: usize, dst: &mut [f32]) {
+        assert!(off + dst.len() <= self.len, "shared buffer index out of bounds");
+        // SAFETY: in bounds; no concurrent writer (caller's contract).
+        unsafe { std::ptr::copy_nonoverlapping(self.ptr.add(off), dst.as_mut_ptr(), dst.len()) }
+    }
+
+    /// Copies `src` to the elements from `off` (panics when out of bounds).
+    ///
+    /// # Safety
+    /// No other task may read or write those elements during the call.
+    pub(crate) unsafe fn write(&self, off: usize, src: &[f32]) {
+        assert!(off + src.len() <= self.len, "shared buffer index out of bounds");
+        // SAFETY: in bounds; exclusive (caller's contract).
+        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), self.ptr.add(off), src.len()) }
+    }
+
+    /// The tile whose row `r` is the `NR` elements at `off + r * ldc` (panics when it reaches
+    /// past the end).
+    ///
+    /// # Safety
+    /// No other task may access those elements while the pointer is used.
+    pub(crate) unsafe fn tile(&self, off: usize, ldc: usize) -> *mut f32 {
+        assert!(off + (MR - 1) * ldc + NR <= self.len, "shared tile out of bounds");
+        // SAFETY: in bounds (asserted).
+        unsafe { self.ptr.add(off) }
+    }
+}
+
+/// Splits `items` into consecutive ranges so that `outer * ranges` tasks keep every thread
+/// busy (the split never changes a result: each output is computed whole by one task).
+pub(crate) fn row_groups(items: usize, outer: usize) -> Vec<(usize, usize)> {
+    let want = (4 * rayon::current_num_threads()).div_ceil(outer.max(1));
+    let groups = want.clamp(1, items.max(1));
+    let per = items.div_ceil(groups).max(1);
+    (0..items)
+        .step_by(per)
+        .map(|s| (s, (s + per).min(items)))
+        .collect()
+}
+
+/// Runs `f` on every task, in parallel when the call has at least `macs` multiply-adds.
+pub(crate) fn run_tasks<T: Sync>(tasks: &[T], macs: usize, f: impl Fn(&T) + Sync + Send) {
+    if macs >= PAR_MIN_MACS && tasks.len() > 1 {
+        tasks.par_iter().for_each(f);
+    } else {
+        tasks.iter().for_each(f);
+    }
+}
+
+/// The rows of tile panel `panel` of a `rows`-row matrix (rows past the end repeat the last
+/// one; their results are discarded).
+pub(crate) fn panel_rows(panel: usize, rows: usize) -> [usize; MR] {
+    std::array::from_fn(|r| (panel * MR + r).min(rows - 1))
+}

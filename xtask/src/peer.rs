@@ -7,7 +7,9 @@
 //! in odd ones), each run a warm-up step and `--steps` timed steps in a fresh process. A run's
 //! figure is the median of its timed steps; a workload's figures are the medians over rounds of
 //! each side and of the per-round ratio memopt / PyTorch. The load average is recorded before
-//! and after.
+//! and after, and so are the CPU (model name, family, model) and the vector path each side's
+//! CPU kernels used (memopt's `cpu_path`, PyTorch's `get_cpu_capability`), so that a ratio is
+//! never compared across instruction sets by mistake.
 
 use super::{cargo, root, run, target_dir, write_results};
 use serde_json::{Value, json};
@@ -129,17 +131,24 @@ struct Settings {
     python: String,
 }
 
-/// The processor's model name (`/proc/cpuinfo`; "unknown" elsewhere).
+/// The processor's model name, family and model number (`/proc/cpuinfo`; "unknown" elsewhere).
 fn cpu_model() -> String {
-    std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|t| {
-            t.lines()
-                .find(|l| l.starts_with("model name"))
-                .and_then(|l| l.split_once(':'))
-                .map(|(_, v)| v.trim().to_string())
-        })
-        .unwrap_or_else(|| "unknown".into())
+    let Ok(text) = std::fs::read_to_string("/proc/cpuinfo") else {
+        return "unknown".into();
+    };
+    let field = |name: &str| {
+        text.lines()
+            .find(|l| l.split(':').next().is_some_and(|k| k.trim() == name))
+            .and_then(|l| l.split_once(':'))
+            .map(|(_, v)| v.trim().to_string())
+            .unwrap_or_else(|| "unknown".into())
+    };
+    format!(
+        "{} (family {}, model {})",
+        field("model name"),
+        field("cpu family"),
+        field("model")
+    )
 }
 
 /// One run's median step time (ms) and the vector path its CPU kernels used.

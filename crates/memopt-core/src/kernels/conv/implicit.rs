@@ -19,7 +19,7 @@ use super::pack::{ConvShape, PanelCols, PixelRun, pack_columns, pack_taps};
 use super::pack_simd::{ColumnTable, TapOffsets};
 use crate::cpu_isa::CpuIsa;
 use crate::kernels::tile::blocking::{
-    KC, MC, NC, Shared, even_blocks, panel_rows, row_groups, run_tasks, with_panel,
+    KC, MC, NC, Shared, even_blocks, panel_rows, row_groups, run_owned_tiles, run_tasks, with_panel,
 };
 use crate::kernels::tile::{MR, NR, Panels, Start, Tile, TileKernel};
 use rayon::prelude::*;
@@ -139,26 +139,19 @@ pub(super) fn forward(
                         // Rows fb * MR.. of the weight, from inner index k0.
                         let a = (fe > fb).then(|| &w[fb * MR * k + k0..(fe * MR - 1) * k + k0 + kc]);
                         if let (Some(a), true) = (a, direct) {
-                            let off = tc.first + fb * MR * pix;
+                            let bs = [b(m), if width == 2 { b(m + 1) } else { &[] }];
                             // SAFETY: this task alone owns rows p0..p1 x columns of block cb of
-                            // the output; the tiles of panels fb..fe (of both micro-panels when
-                            // wide) are inside it (asserted by `Shared::tile`), and the weight
-                            // rows inside `a`.
+                            // the output, so the tiles of panels fb..fe of these micro-panels.
                             unsafe {
-                                let c = out.tile(off, pix);
-                                out.tile(off + (fe - fb - 1) * MR * pix + (width - 1) * NR, pix);
-                                let panels = Panels {
-                                    a: a.as_ptr(),
-                                    lda: k,
-                                    c,
-                                    ldc: pix,
-                                    count: fe - fb,
-                                };
-                                if width == 2 {
-                                    kernel.run_panels_wide(kc, [b(m), b(m + 1)], panels, c.add(NR), starts);
-                                } else {
-                                    kernel.run_panels(kc, b(m), panels, starts);
-                                }
+                                run_owned_tiles(
+                                    &kernel,
+                                    kc,
+                                    (a, k),
+                                    &bs[..width],
+                                    (&out, tc.first + fb * MR * pix, pix),
+                                    fe - fb,
+                                    starts,
+                                );
                             }
                         } else if let Some(a) = a {
                             // The scattered columns of the full panels gathered into staging
@@ -326,26 +319,23 @@ pub(super) fn weight_grad(
                             let base = run.img * s.co * pix + run.p0;
                             // Rows p0 * MR..full * MR of the output gradient, this run's pixels.
                             let a = &grad[base + p0 * MR * pix..base + (full * MR - 1) * pix + run.len];
+                            let bs = [
+                                &b(m)[at * NR..],
+                                if width == 2 { &b(m + 1)[at * NR..] } else { &[] },
+                            ];
                             // SAFETY: this task alone owns rows p0..p1 x columns of block kb of
-                            // the accumulator; the tiles of panels p0..full (of both micro-panels
-                            // when wide) are inside it (asserted by `Shared::tile`), the gradient
-                            // rows inside `a`.
+                            // the accumulator, so the tiles of panels p0..full of these
+                            // micro-panels.
                             unsafe {
-                                let c = dw.tile(p0 * MR * k + j0, k);
-                                dw.tile((full - 1) * MR * k + j0 + (width - 1) * NR, k);
-                                let panels = Panels {
-                                    a: a.as_ptr(),
-                                    lda: pix,
-                                    c,
-                                    ldc: k,
-                                    count: full - p0,
-                                };
-                                if width == 2 {
-                                    let bs = [&b(m)[at * NR..], &b(m + 1)[at * NR..]];
-                                    kernel.run_panels_wide(run.len, bs, panels, c.add(NR), |_| Start::Tile);
-                                } else {
-                                    kernel.run_panels(run.len, &b(m)[at * NR..], panels, |_| Start::Tile);
-                                }
+                                run_owned_tiles(
+                                    &kernel,
+                                    run.len,
+                                    (a, pix),
+                                    &bs[..width],
+                                    (&dw, p0 * MR * k + j0, k),
+                                    full - p0,
+                                    |_| Start::Tile,
+                                );
                             }
                             at += run.len;
                         }

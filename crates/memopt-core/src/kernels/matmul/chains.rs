@@ -9,9 +9,9 @@
 
 use crate::cpu_isa::CpuIsa;
 use crate::kernels::tile::blocking::{
-    KC, MC, NC, Shared, even_blocks, panel_rows, row_groups, run_tasks, with_panel,
+    KC, MC, NC, Shared, even_blocks, panel_rows, row_groups, run_owned_tiles, run_tasks, with_panel,
 };
-use crate::kernels::tile::{MR, NR, Panels, Start, Tile, TileKernel};
+use crate::kernels::tile::{MR, NR, Start, Tile, TileKernel};
 
 /// `out[i, j] = chain over l < k of fma(x[i, l], w[j, l], out[i, j])` for the row-major `x`
 /// (`m x k`), `w` (`n x k`, PyTorch's weight layout) and `out` (`m x n`), on path `isa`.
@@ -78,27 +78,19 @@ pub(crate) fn linear_forward(
                         if whole(mm) && fe > fb {
                             // Rows fb * MR.. of the input, from inner index k0.
                             let a = &x[fb * MR * k + k0..(fe * MR - 1) * k + k0 + kc];
+                            let bs = [b(mm), if width == 2 { b(mm + 1) } else { &[] }];
                             // SAFETY: this task alone owns rows p0..p1 x columns of block cb of
-                            // the output; the tiles of panels fb..fe (of both micro-panels when
-                            // wide) are inside it (asserted by `Shared::tile`), the input rows
-                            // inside `a`.
+                            // the output, so the tiles of panels fb..fe of these micro-panels.
                             unsafe {
-                                let c = out.tile(fb * MR * n + j0, n);
-                                out.tile((fe - 1) * MR * n + j0 + (width - 1) * NR, n);
-                                let panels = Panels {
-                                    a: a.as_ptr(),
-                                    lda: k,
-                                    c,
-                                    ldc: n,
-                                    count: fe - fb,
-                                };
-                                if width == 2 {
-                                    kernel.run_panels_wide(kc, [b(mm), b(mm + 1)], panels, c.add(NR), |_| {
-                                        Start::Tile
-                                    });
-                                } else {
-                                    kernel.run_panels(kc, b(mm), panels, |_| Start::Tile);
-                                }
+                                run_owned_tiles(
+                                    &kernel,
+                                    kc,
+                                    (a, k),
+                                    &bs[..width],
+                                    (&out, fb * MR * n + j0, n),
+                                    fe - fb,
+                                    |_| Start::Tile,
+                                );
                             }
                         }
                         // The edges: partial panels, and every panel of a partial micro-panel.

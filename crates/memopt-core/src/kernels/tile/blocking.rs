@@ -2,7 +2,7 @@
 //! thread-local packed panel, the task split and the buffer tasks write concurrently. None of
 //! it changes a result: every output element is one chain computed whole by one task.
 
-use super::{MR, NR};
+use super::{MR, NR, Panels, Start, TileKernel};
 use rayon::prelude::*;
 use std::cell::RefCell;
 use std::marker::PhantomData;
@@ -119,4 +119,49 @@ pub(crate) fn run_tasks<T: Sync>(tasks: &[T], macs: usize, f: impl Fn(&T) + Sync
 /// one; their results are discarded).
 pub(crate) fn panel_rows(panel: usize, rows: usize) -> [usize; MR] {
     std::array::from_fn(|r| (panel * MR + r).min(rows - 1))
+}
+
+/// Runs the `count` stacked tiles whose first row is at `off` of `out` (rows `ldc` apart)
+/// over the column blocks `b` (one, or two side by side: the second `NR` columns to the right),
+/// the rows of `a` (`lda` apart) as the broadcast operand and `starts` as in
+/// [`TileKernel::run_panels`].
+///
+/// # Safety
+/// The calling task alone accesses those tiles of `out` during the call (their bounds are
+/// asserted), and `a` holds `count * MR` rows of `kc` values `lda` apart (asserted).
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn run_owned_tiles(
+    kernel: &TileKernel,
+    kc: usize,
+    (a, lda): (&[f32], usize),
+    b: &[&[f32]],
+    (out, off, ldc): (&Shared<'_>, usize, usize),
+    count: usize,
+    starts: impl Fn(usize) -> Start,
+) {
+    if count == 0 {
+        return;
+    }
+    assert!(
+        (1..=2).contains(&b.len()) && a.len() >= (count * MR - 1) * lda + kc,
+        "owned tiles: operands shorter than the tiles"
+    );
+    // SAFETY: the tiles lie inside `out` (asserted by `Shared::tile`, the first and the last
+    // row of the last block) and belong to this task (the caller's contract); the rows of `a`
+    // lie inside it (asserted above).
+    unsafe {
+        let c = out.tile(off, ldc);
+        out.tile(off + (count - 1) * MR * ldc + (b.len() - 1) * NR, ldc);
+        let panels = Panels {
+            a: a.as_ptr(),
+            lda,
+            c,
+            ldc,
+            count,
+        };
+        match b {
+            [b0, b1] => kernel.run_panels_wide(kc, [b0, b1], panels, c.add(NR), starts),
+            _ => kernel.run_panels(kc, b[0], panels, starts),
+        }
+    }
 }

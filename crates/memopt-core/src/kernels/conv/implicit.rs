@@ -307,24 +307,27 @@ pub(super) fn weight_grad(
                     }
                 }
                 let whole = |m: usize| k - (k_start + m * NR) >= NR && full > p0;
-                let mut m = 0;
-                while m < micro {
-                    // Two whole micro-panels side by side run as one wider tile.
-                    let width = if m + 1 < micro && whole(m + 1) { 2 } else { 1 };
-                    let b = |m: usize| &panel[m * KC * NR..][..rows_in_block * NR];
-                    let j0 = k_start + m * NR;
-                    if whole(m) {
+                // Two whole micro-panels side by side run as one wider tile.
+                let width = |m: usize| if m + 1 < micro && whole(m + 1) { 2 } else { 1 };
+                let b = |m: usize| &panel[m * KC * NR..][..rows_in_block * NR];
+                // The full panels in groups of MC, whose gradient rows stay in L1 while the
+                // tiles walk the micro-panels.
+                for gb in (p0..full).step_by(MC) {
+                    let ge = (gb + MC).min(full);
+                    let mut m = 0;
+                    while m < micro && whole(m) {
+                        let (width, j0) = (width(m), k_start + m * NR);
                         let mut at = 0;
                         for run in runs {
                             let base = run.img * s.co * pix + run.p0;
-                            // Rows p0 * MR..full * MR of the output gradient, this run's pixels.
-                            let a = &grad[base + p0 * MR * pix..base + (full * MR - 1) * pix + run.len];
+                            // Rows gb * MR..ge * MR of the output gradient, this run's pixels.
+                            let a = &grad[base + gb * MR * pix..base + (ge * MR - 1) * pix + run.len];
                             let bs = [
                                 &b(m)[at * NR..],
                                 if width == 2 { &b(m + 1)[at * NR..] } else { &[] },
                             ];
                             // SAFETY: this task alone owns rows p0..p1 x columns of block kb of
-                            // the accumulator, so the tiles of panels p0..full of these
+                            // the accumulator, so the tiles of panels gb..ge of these
                             // micro-panels.
                             unsafe {
                                 run_owned_tiles(
@@ -332,40 +335,41 @@ pub(super) fn weight_grad(
                                     run.len,
                                     (a, pix),
                                     &bs[..width],
-                                    (&dw, p0 * MR * k + j0, k),
-                                    full - p0,
+                                    (&dw, gb * MR * k + j0, k),
+                                    ge - gb,
                                     |_| Start::Tile,
                                 );
                             }
                             at += run.len;
                         }
+                        m += width;
                     }
-                    for m in m..m + width {
-                        let j0 = k_start + m * NR;
-                        let valid_cols = (k - j0).min(NR);
-                        let first = if whole(m) { full } else { p0 };
-                        for p in first..p1 {
-                            let rows = panel_rows(p, s.co);
-                            let valid_rows = (s.co - p * MR).min(MR);
-                            let mut tile: Tile = [[0.0; NR]; MR];
-                            for (row, &r) in tile.iter_mut().zip(&rows).take(valid_rows) {
-                                // SAFETY: as above.
-                                unsafe { dw.read(r * k + j0, &mut row[..valid_cols]) };
-                            }
-                            let mut at = 0;
-                            for run in runs {
-                                let base = run.img * s.co * pix + run.p0;
-                                let a: [&[f32]; MR] = rows.map(|r| &grad[base + r * pix..][..run.len]);
-                                kernel.run(run.len, a, &b(m)[at * NR..], &mut tile);
-                                at += run.len;
-                            }
-                            for (row, &r) in tile.iter().zip(&rows).take(valid_rows) {
-                                // SAFETY: as above.
-                                unsafe { dw.write(r * k + j0, &row[..valid_cols]) };
-                            }
+                }
+                // The rest: partial panels, and every panel of a partial micro-panel.
+                for m in 0..micro {
+                    let j0 = k_start + m * NR;
+                    let valid_cols = (k - j0).min(NR);
+                    let first = if whole(m) { full } else { p0 };
+                    for p in first..p1 {
+                        let rows = panel_rows(p, s.co);
+                        let valid_rows = (s.co - p * MR).min(MR);
+                        let mut tile: Tile = [[0.0; NR]; MR];
+                        for (row, &r) in tile.iter_mut().zip(&rows).take(valid_rows) {
+                            // SAFETY: as above.
+                            unsafe { dw.read(r * k + j0, &mut row[..valid_cols]) };
+                        }
+                        let mut at = 0;
+                        for run in runs {
+                            let base = run.img * s.co * pix + run.p0;
+                            let a: [&[f32]; MR] = rows.map(|r| &grad[base + r * pix..][..run.len]);
+                            kernel.run(run.len, a, &b(m)[at * NR..], &mut tile);
+                            at += run.len;
+                        }
+                        for (row, &r) in tile.iter().zip(&rows).take(valid_rows) {
+                            // SAFETY: as above.
+                            unsafe { dw.write(r * k + j0, &row[..valid_cols]) };
                         }
                     }
-                    m += width;
                 }
             }
         });

@@ -84,6 +84,7 @@ pub(super) fn forward(
         "conv forward operands shorter than the shape"
     );
     let kernel = TileKernel::for_isa(isa).unwrap_or_else(TileKernel::portable);
+    let mc = kernel.panels_per_group();
     let panels = s.co.div_ceil(MR);
     let col_blocks = ncols.div_ceil(NC);
     let groups = row_groups(panels, col_blocks);
@@ -113,8 +114,8 @@ pub(super) fn forward(
                         None => pack_columns(s, x, pc, k0, kc, dst),
                     }
                 }
-                for pb in (p0..p1).step_by(MC) {
-                    let pe = (pb + MC).min(p1);
+                for pb in (p0..p1).step_by(mc) {
+                    let pe = (pb + mc).min(p1);
                     let (fb, fe) = (pb.min(full), pe.min(full));
                     let b = |m: usize| &panel[m * KC * NR..][..kc * NR];
                     let mut m = 0;
@@ -261,6 +262,7 @@ pub(super) fn weight_grad(
         "conv weight-gradient operands shorter than the shape"
     );
     let kernel = TileKernel::for_isa(isa).unwrap_or_else(TileKernel::portable);
+    let mc = kernel.panels_per_group();
     // The pixels in chain order, in blocks of at most KC (as even as possible): each block a
     // list of runs.
     let block_len = even_blocks(total).1;
@@ -310,10 +312,10 @@ pub(super) fn weight_grad(
                 // Two whole micro-panels side by side run as one wider tile.
                 let width = |m: usize| if m + 1 < micro && whole(m + 1) { 2 } else { 1 };
                 let b = |m: usize| &panel[m * KC * NR..][..rows_in_block * NR];
-                // The full panels in groups of MC, whose gradient rows stay in L1 while the
+                // The full panels in groups of `mc`, whose gradient rows stay in cache while the
                 // tiles walk the micro-panels.
-                for gb in (p0..full).step_by(MC) {
-                    let ge = (gb + MC).min(full);
+                for gb in (p0..full).step_by(mc) {
+                    let ge = (gb + mc).min(full);
                     let mut m = 0;
                     while m < micro && whole(m) {
                         let (width, j0) = (width(m), k_start + m * NR);

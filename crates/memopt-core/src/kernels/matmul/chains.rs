@@ -9,7 +9,7 @@
 
 use crate::cpu_isa::CpuIsa;
 use crate::kernels::tile::blocking::{
-    KC, MC, NC, Shared, even_blocks, panel_rows, row_groups, run_owned_tiles, run_tasks, with_panel,
+    KC, NC, Shared, even_blocks, panel_rows, row_groups, run_owned_tiles, run_tasks, with_panel,
 };
 use crate::kernels::tile::{MR, NR, Start, Tile, TileKernel};
 
@@ -32,6 +32,7 @@ pub(crate) fn linear_forward(
         "linear chains: operands shorter than the shape"
     );
     let kernel = TileKernel::for_isa(isa).unwrap_or_else(TileKernel::portable);
+    let mc = kernel.panels_per_group();
     let col_blocks = n.div_ceil(NC);
     let groups = row_groups(m.div_ceil(MR), col_blocks);
     let tasks: Vec<(usize, (usize, usize))> = (0..col_blocks)
@@ -64,8 +65,8 @@ pub(crate) fn linear_forward(
                     }
                 }
                 let b = |mm: usize| &panel[mm * KC * NR..][..kc * NR];
-                for pb in (p0..p1).step_by(MC) {
-                    let pe = (pb + MC).min(p1);
+                for pb in (p0..p1).step_by(mc) {
+                    let pe = (pb + mc).min(p1);
                     let (fb, fe) = (pb.min(full), pe.min(full));
                     let mut mm = 0;
                     while mm < micro {

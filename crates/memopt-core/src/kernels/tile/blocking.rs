@@ -9,12 +9,8 @@ use std::marker::PhantomData;
 
 /// Inner indices per packed block (a tile's `b` operand, `KC x NR` f32 = 16 KiB, stays in L1).
 pub(crate) const KC: usize = 256;
-/// Tile panels of rows (`MC * MR` rows) whose operand `a` (`MC * MR x KC` f32 = 12 KiB) stays
-/// in L1 while the tiles walk the packed micro-panels of a column block (in L2). Two panels,
-/// the least the stacked AVX-512 kernels take: best of 6 rounds on a [8, 256, 24, 24] 3x3
-/// layer, forward 258-267 GFLOP/s against 165-209 with 16 panels, backward 258-259 against
-/// 226-236 (2 threads, AVX-512).
-pub(crate) const MC: usize = 2;
+/// The most tile panels of rows a task walks as one group ([`TileKernel::panels_per_group`]).
+pub(crate) const MC: usize = 16;
 /// Columns per task's packed block (`KC x NC` f32 = 128 KiB, in L2).
 pub(crate) const NC: usize = 8 * NR;
 /// The blocks of at most `KC` that split `n` inner indices most evenly (`(blocks, size)`): a

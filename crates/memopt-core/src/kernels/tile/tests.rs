@@ -24,7 +24,7 @@ fn values(len: usize, seed: u32) -> Vec<f32> {
 }
 
 #[test]
-fn detected_and_portable_kernels_agree_to_the_bit_and_chain_over_blocks() {
+fn every_path_is_the_fma_chain_to_the_bit_and_chains_over_blocks() {
     let kc = 37;
     let a: Vec<Vec<f32>> = (0..MR as u32).map(|r| values(kc, r + 1)).collect();
     let b = values(kc * NR, 99);

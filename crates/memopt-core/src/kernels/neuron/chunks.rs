@@ -92,6 +92,7 @@ fn with_wide_vectors<R>(f: impl FnOnce() -> R) -> R {
         CpuIsa::Avx2 => return unsafe { avx2_fma(f) },
         CpuIsa::Portable => {}
     }
+    #[cfg(not(target_arch = "x86_64"))]
     let _ = isa;
     f()
 }

@@ -49,7 +49,6 @@ struct Stacked {
 /// tile's row `r` at `c + r * ldc`.
 #[derive(Clone, Copy)]
 pub(crate) struct TileKernel {
-    isa: CpuIsa,
     tile: TileFn,
     /// Several tiles at once, where the path has registers for them.
     stacked: Option<Stacked>,
@@ -65,13 +64,11 @@ impl TileKernel {
             CpuIsa::Portable => Some(Self::portable()),
             #[cfg(target_arch = "x86_64")]
             CpuIsa::Avx2 => Some(TileKernel {
-                isa,
                 tile: avx2::tile,
                 stacked: None,
             }),
             #[cfg(target_arch = "x86_64")]
             CpuIsa::Avx512 => Some(TileKernel {
-                isa,
                 tile: avx512::tile,
                 stacked: Some(Stacked {
                     two: avx512::panels::<{ 2 * MR }, 1>,
@@ -87,7 +84,6 @@ impl TileKernel {
     /// The portable kernel.
     pub(crate) fn portable() -> Self {
         TileKernel {
-            isa: CpuIsa::Portable,
             tile: tile_portable,
             stacked: None,
         }
@@ -101,12 +97,6 @@ impl TileKernel {
     /// the others, which run one tile at a time (2 panels made the AVX2 path slower).
     pub(crate) fn panels_per_group(&self) -> usize {
         if self.stacked.is_some() { 2 } else { blocking::MC }
-    }
-
-    /// The path this kernel is written for.
-    #[cfg_attr(not(test), allow(dead_code))]
-    pub(crate) fn isa(&self) -> CpuIsa {
-        self.isa
     }
 
     /// Runs the kernel over `kc` inner indices: row `r` of `a` is `a[r][..kc]`, `b` holds `kc`

@@ -19,12 +19,7 @@ pub(super) unsafe fn pack(
     k0: usize,
     out: &mut [f32],
 ) {
-    let plane = s.h * s.w;
-    let (mut ci, mut tap) = (k0 / t.taps, k0 % t.taps);
-    for dst in out.chunks_exact_mut(NR) {
-        let (a, b) = ranges[tap];
-        let base = x.as_ptr().wrapping_add(ci * plane);
-        let segments = &t.segments[a as usize..b as usize];
+    for ((base, segments), dst) in t.rows(s, x, ranges, k0).zip(out.chunks_exact_mut(NR)) {
         let (mut v0, mut v1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
         match segments {
             // The common case: the whole row inside the image, two plain loads.
@@ -59,11 +54,6 @@ pub(super) unsafe fn pack(
             _mm256_storeu_ps(dst.as_mut_ptr(), v0);
             _mm256_storeu_ps(dst.as_mut_ptr().add(8), v1);
         }
-        tap += 1;
-        if tap == t.taps {
-            tap = 0;
-            ci += 1;
-        }
     }
 }
 
@@ -73,7 +63,6 @@ pub(super) unsafe fn pack(
 /// The CPU must have AVX2; `x` must hold the images of `s`, `runs` pixels of them.
 #[target_feature(enable = "avx2")]
 pub(super) unsafe fn pack_taps(t: &TapOffsets, s: &ConvShape, x: &[f32], runs: &[PixelRun], out: &mut [f32]) {
-    let plane = s.h * s.w;
     let load = |a: &[i32; NR], half: usize| {
         // SAFETY: 8 of the NR = 16 values.
         unsafe { _mm256_loadu_si256(a.as_ptr().add(8 * half).cast()) }
@@ -89,39 +78,26 @@ pub(super) unsafe fn pack_taps(t: &TapOffsets, s: &ConvShape, x: &[f32], runs: &
     let minus1 = _mm256_set1_epi32(-1);
     let inside =
         |v: __m256i, n: __m256i| _mm256_and_si256(_mm256_cmpgt_epi32(v, minus1), _mm256_cmpgt_epi32(n, v));
-    let mut rows = out.chunks_exact_mut(NR);
-    for r in runs {
-        let image = (r.img * s.c + t.ci0) * plane;
-        for p in r.p0..r.p0 + r.len {
-            let (oy, ox) = (p / s.wo, p % s.wo);
-            // The pixel's top-left input element (before the kernel's offsets).
-            let iy = (oy * s.stride[0]) as i32 - s.pad[0] as i32;
-            let ix = (ox * s.stride[1]) as i32 - s.pad[1] as i32;
-            let base = x
-                .as_ptr()
-                .wrapping_add(image)
-                .wrapping_offset(iy as isize * s.w as isize + ix as isize);
-            let (iyv, ixv) = (_mm256_set1_epi32(iy), _mm256_set1_epi32(ix));
-            let dst = rows.next().expect("a row per pixel");
-            for half in 0..2 {
-                let mask = _mm256_and_si256(
-                    valid[half],
-                    _mm256_and_si256(
-                        inside(_mm256_add_epi32(iyv, dy[half]), h),
-                        inside(_mm256_add_epi32(ixv, dx[half]), w),
-                    ),
+    for ((iy, ix, base), dst) in t.pixels(s, x, runs).zip(out.chunks_exact_mut(NR)) {
+        let (iyv, ixv) = (_mm256_set1_epi32(iy), _mm256_set1_epi32(ix));
+        for half in 0..2 {
+            let mask = _mm256_and_si256(
+                valid[half],
+                _mm256_and_si256(
+                    inside(_mm256_add_epi32(iyv, dy[half]), h),
+                    inside(_mm256_add_epi32(ixv, dx[half]), w),
+                ),
+            );
+            // SAFETY: only lanes whose row and column lie in the image (and whose tap
+            // exists) are read (the caller's contract); `dst` holds NR floats.
+            unsafe {
+                let v = _mm256_mask_i32gather_ps::<4>(
+                    _mm256_setzero_ps(),
+                    base,
+                    off[half],
+                    _mm256_castsi256_ps(mask),
                 );
-                // SAFETY: only lanes whose row and column lie in the image (and whose tap
-                // exists) are read (the caller's contract); `dst` holds NR floats.
-                unsafe {
-                    let v = _mm256_mask_i32gather_ps::<4>(
-                        _mm256_setzero_ps(),
-                        base,
-                        off[half],
-                        _mm256_castsi256_ps(mask),
-                    );
-                    _mm256_storeu_ps(dst.as_mut_ptr().add(8 * half), v);
-                }
+                _mm256_storeu_ps(dst.as_mut_ptr().add(8 * half), v);
             }
         }
     }

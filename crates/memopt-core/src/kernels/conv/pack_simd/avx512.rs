@@ -20,13 +20,9 @@ pub(super) unsafe fn pack(
     k0: usize,
     out: &mut [f32],
 ) {
-    let plane = s.h * s.w;
-    let (mut ci, mut tap) = (k0 / t.taps, k0 % t.taps);
-    for dst in out.chunks_exact_mut(NR) {
-        let (a, b) = ranges[tap];
-        let base = x.as_ptr().wrapping_add(ci * plane);
+    for ((base, segments), dst) in t.rows(s, x, ranges, k0).zip(out.chunks_exact_mut(NR)) {
         let mut v = _mm512_setzero_ps();
-        for seg in &t.segments[a as usize..b as usize] {
+        for seg in segments {
             let p = base.wrapping_offset(seg.off);
             // SAFETY: only the lanes lo..hi are read (the mask), and those lie in `x` (the
             // caller's contract); segments cover disjoint lanes, so merging is their OR.
@@ -34,11 +30,6 @@ pub(super) unsafe fn pack(
         }
         // SAFETY: `dst` holds NR = 16 floats.
         unsafe { _mm512_storeu_ps(dst.as_mut_ptr(), v) };
-        tap += 1;
-        if tap == t.taps {
-            tap = 0;
-            ci += 1;
-        }
     }
 }
 
@@ -48,7 +39,6 @@ pub(super) unsafe fn pack(
 /// The CPU must have AVX-512F; `x` must hold the images of `s`, `runs` pixels of them.
 #[target_feature(enable = "avx512f")]
 pub(super) unsafe fn pack_taps(t: &TapOffsets, s: &ConvShape, x: &[f32], runs: &[PixelRun], out: &mut [f32]) {
-    let plane = s.h * s.w;
     // SAFETY: each array holds NR = 16 i32.
     let load = |a: &[i32; NR]| unsafe { _mm512_loadu_si512(a.as_ptr().cast()) };
     let (off, dy, dx) = (load(&t.off), load(&t.dy), load(&t.dx));
@@ -59,28 +49,15 @@ pub(super) unsafe fn pack_taps(t: &TapOffsets, s: &ConvShape, x: &[f32], runs: &
     };
     // 0 <= v < n as one unsigned comparison (coordinates and sizes fit in i32: `new`).
     let (h, w) = (_mm512_set1_epi32(s.h as i32), _mm512_set1_epi32(s.w as i32));
-    let mut rows = out.chunks_exact_mut(NR);
-    for r in runs {
-        let image = (r.img * s.c + t.ci0) * plane;
-        for p in r.p0..r.p0 + r.len {
-            let (oy, ox) = (p / s.wo, p % s.wo);
-            // The pixel's top-left input element (before the kernel's offsets).
-            let iy = (oy * s.stride[0]) as i32 - s.pad[0] as i32;
-            let ix = (ox * s.stride[1]) as i32 - s.pad[1] as i32;
-            let base = x
-                .as_ptr()
-                .wrapping_add(image)
-                .wrapping_offset(iy as isize * s.w as isize + ix as isize);
-            let rowv = _mm512_add_epi32(_mm512_set1_epi32(iy), dy);
-            let colv = _mm512_add_epi32(_mm512_set1_epi32(ix), dx);
-            let mask = valid & _mm512_cmplt_epu32_mask(rowv, h) & _mm512_cmplt_epu32_mask(colv, w);
-            let dst = rows.next().expect("a row per pixel");
-            // SAFETY: only lanes whose row and column lie in the image (and whose tap exists)
-            // are read (the caller's contract); `dst` holds NR floats.
-            unsafe {
-                let v = _mm512_mask_i32gather_ps::<4>(_mm512_setzero_ps(), mask, off, base);
-                _mm512_storeu_ps(dst.as_mut_ptr(), v);
-            }
+    for ((iy, ix, base), dst) in t.pixels(s, x, runs).zip(out.chunks_exact_mut(NR)) {
+        let rowv = _mm512_add_epi32(_mm512_set1_epi32(iy), dy);
+        let colv = _mm512_add_epi32(_mm512_set1_epi32(ix), dx);
+        let mask = valid & _mm512_cmplt_epu32_mask(rowv, h) & _mm512_cmplt_epu32_mask(colv, w);
+        // SAFETY: only lanes whose row and column lie in the image (and whose tap exists)
+        // are read (the caller's contract); `dst` holds NR floats.
+        unsafe {
+            let v = _mm512_mask_i32gather_ps::<4>(_mm512_setzero_ps(), mask, off, base);
+            _mm512_storeu_ps(dst.as_mut_ptr(), v);
         }
     }
 }

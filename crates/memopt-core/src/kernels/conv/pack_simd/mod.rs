@@ -129,6 +129,63 @@ impl ColumnTable {
     }
 }
 
+impl ColumnTable {
+    /// The packed rows `k0..` of micro-panel ranges `ranges` of the images `x`, in order: per
+    /// row, its input channel's plane (a pointer only offset, never read here) and the segments
+    /// its lanes come from. Every vector path packs these.
+    fn rows<'a>(
+        &'a self,
+        s: &ConvShape,
+        x: &'a [f32],
+        ranges: &'a [(u32, u32)],
+        k0: usize,
+    ) -> impl Iterator<Item = (*const f32, &'a [Segment])> + 'a {
+        let plane = s.h * s.w;
+        // The channel and tap of row k0, then stepped (no division per row).
+        let (mut ci, mut tap) = (k0 / self.taps, k0 % self.taps);
+        std::iter::from_fn(move || {
+            let (a, b) = ranges[tap];
+            let row = (
+                x.as_ptr().wrapping_add(ci * plane),
+                &self.segments[a as usize..b as usize],
+            );
+            tap += 1;
+            if tap == self.taps {
+                tap = 0;
+                ci += 1;
+            }
+            Some(row)
+        })
+    }
+}
+
+impl TapOffsets {
+    /// The pixels of `runs` in order: per pixel, its top-left input row and column (before
+    /// the kernel's offsets; negative in the padding) and the address they give in lane 0's
+    /// channel of `x` (only offset, never read here). Every vector path gathers from these.
+    fn pixels<'a>(
+        &'a self,
+        s: &'a ConvShape,
+        x: &'a [f32],
+        runs: &'a [PixelRun],
+    ) -> impl Iterator<Item = (i32, i32, *const f32)> + 'a {
+        let plane = s.h * s.w;
+        runs.iter().flat_map(move |r| {
+            let image = (r.img * s.c + self.ci0) * plane;
+            (r.p0..r.p0 + r.len).map(move |p| {
+                let (oy, ox) = (p / s.wo, p % s.wo);
+                let iy = (oy * s.stride[0]) as i32 - s.pad[0] as i32;
+                let ix = (ox * s.stride[1]) as i32 - s.pad[1] as i32;
+                let base = x
+                    .as_ptr()
+                    .wrapping_add(image)
+                    .wrapping_offset(iy as isize * s.w as isize + ix as isize);
+                (iy, ix, base)
+            })
+        })
+    }
+}
+
 /// The gather of `pack_taps` for the inner indices `k0..k0 + NR` of a convolution: per lane,
 /// the input channel, kernel row and column of its tap, as offsets from the lane-0 channel of
 /// a pixel's top-left input element. A packed row (one pixel) is then two masked gathers.

@@ -118,6 +118,13 @@ pub(super) fn forward(
                     let pe = (pb + mc).min(p1);
                     let (fb, fe) = (pb.min(full), pe.min(full));
                     let b = |m: usize| &panel[m * KC * NR..][..kc * NR];
+                    let starts = |i: usize| match (k0, bias) {
+                        (0, Some(bias)) => Start::Rows(std::array::from_fn(|r| bias[(fb + i) * MR + r])),
+                        (0, None) => Start::Rows([0.0; MR]),
+                        _ => Start::Tile,
+                    };
+                    // Rows fb * MR.. of the weight, from inner index k0.
+                    let a = (fe > fb).then(|| &w[fb * MR * k + k0..(fe * MR - 1) * k + k0 + kc]);
                     let mut m = 0;
                     while m < cols.len() {
                         let tc = &cols[m].0;
@@ -132,13 +139,6 @@ pub(super) fn forward(
                         } else {
                             1
                         };
-                        let starts = |i: usize| match (k0, bias) {
-                            (0, Some(bias)) => Start::Rows(std::array::from_fn(|r| bias[(fb + i) * MR + r])),
-                            (0, None) => Start::Rows([0.0; MR]),
-                            _ => Start::Tile,
-                        };
-                        // Rows fb * MR.. of the weight, from inner index k0.
-                        let a = (fe > fb).then(|| &w[fb * MR * k + k0..(fe * MR - 1) * k + k0 + kc]);
                         if let (Some(a), true) = (a, direct) {
                             let bs = [b(m), if width == 2 { b(m + 1) } else { &[] }];
                             // SAFETY: this task alone owns rows p0..p1 x columns of block cb of

@@ -23,6 +23,7 @@ mod error;
 pub mod input_file;
 pub mod kernels;
 pub mod memory;
+pub mod output_file;
 pub mod rng;
 mod shape;
 pub mod stats;

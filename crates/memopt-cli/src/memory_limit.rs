@@ -67,6 +67,19 @@ impl MemoryLimitArgs {
         Ok(probe())
     }
 
+    /// The memory the data path may hold (frames being read, integrated, resized and batched):
+    /// the room this process has, unlimited with `--ignore-memory-limit` or when nothing could
+    /// be probed.
+    pub fn data_budget(&self) -> Result<memopt_data::MemoryBudget> {
+        if self.ignore_memory_limit {
+            return Ok(memopt_data::MemoryBudget::unlimited());
+        }
+        Ok(match self.room()? {
+            Some(room) => memopt_data::MemoryBudget::new(room.bytes, room.source),
+            None => memopt_data::MemoryBudget::unlimited(),
+        })
+    }
+
     /// Refuses, before any real step, a step on `device` that would not fit: its exact reserved
     /// peak (the caching allocator's segments, computed on Meta with `device`'s target) against
     /// the room left on the CPU, or against the GPU's free memory on a GPU; naming both figures
@@ -125,11 +138,7 @@ pub fn refuse_unless_fits(
     }
     let mut workload = workload.clone();
     workload.target = device.target();
-    let mut estimator = Estimator::new(&workload)?;
-    let mut peak = 0;
-    for plan in plans {
-        peak = peak.max(estimator.peaks(plan)?.reserved_bytes);
-    }
+    let peak = reserved_peak(&workload, plans)?;
     if peak <= room.bytes {
         return Ok(());
     }
@@ -163,6 +172,17 @@ pub fn refuse_unless_fits(
     Err(CliError::Invalid(format!(
         "{over}; {advice}; --ignore-memory-limit runs anyway"
     )))
+}
+
+/// The largest exact reserved peak of a step of `workload` over `plans`, in bytes (computed on
+/// Meta with the workload's target).
+pub fn reserved_peak(workload: &Workload, plans: &[&Plan]) -> Result<u64> {
+    let mut estimator = Estimator::new(workload)?;
+    let mut peak = 0;
+    for plan in plans {
+        peak = peak.max(estimator.peaks(plan)?.reserved_bytes);
+    }
+    Ok(peak)
 }
 
 fn given(s: &str, from: &str) -> Result<Room> {

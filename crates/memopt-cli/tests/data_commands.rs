@@ -136,11 +136,19 @@ fn frames_then_train_save_resume_and_eval() {
         text.contains("after epoch 3") && text.contains("epoch 4/4") && !text.contains("epoch 3/4"),
         "{text}"
     );
+    let weights_only = root.join("weights-only.safetensors");
+    std::fs::copy(&w, &weights_only).unwrap();
     let mut wrong = args.clone();
-    wrong.extend(["--resume".to_string(), s(&w)]);
+    wrong.extend(["--resume".to_string(), s(&weights_only)]);
     let argv: Vec<&str> = wrong.iter().map(String::as_str).collect();
     let e = fails(&argv, 1);
     assert!(e.contains("load it with --load"), "{e}");
+    // ... and weights-only resumed into their own --save would be replaced: refused up front
+    let mut own = args.clone();
+    own.extend(["--resume".to_string(), s(&w)]);
+    let argv: Vec<&str> = own.iter().map(String::as_str).collect();
+    let e = fails(&argv, 2);
+    assert!(e.contains("would replace the file --resume reads"), "{e}");
 
     let logits = root.join("l.npz");
     let text = ok(&[

@@ -23,7 +23,7 @@ pub fn read(path: &Path) -> Result<Events> {
             ),
         ));
     }
-    let mut ev = Events::default();
+    let mut ev = Events::with_capacity(body.len() / 8)?;
     for e in body.chunks_exact(8) {
         // chunks_exact(8) guarantees both 4-byte halves exist.
         let addr = u32::from_be_bytes([e[0], e[1], e[2], e[3]]);

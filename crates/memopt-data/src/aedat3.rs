@@ -21,8 +21,26 @@ fn u32_at(b: &[u8], i: usize) -> u32 {
 /// Reads an AEDAT 3.1 file. A packet cut short is an error naming its offset.
 pub fn read(path: &Path) -> Result<Events> {
     let raw = read_all(path)?;
-    let mut p = header_len(&raw);
-    let mut ev = Events::default();
+    let mut count = 0usize;
+    walk_polarity(path, &raw, &mut |_, _| count += 1)?;
+    let mut ev = Events::with_capacity(count)?;
+    walk_polarity(path, &raw, &mut |e, overflow| {
+        let addr = u32_at(e, 0);
+        let t = i64::from(u32_at(e, 4)) | (overflow << 31);
+        ev.push(
+            t,
+            (addr >> 17) & 0x7FFF,
+            (addr >> 2) & 0x7FFF,
+            ((addr >> 1) & 1) as u8,
+        );
+    })?;
+    Ok(ev)
+}
+
+/// Calls `event(bytes, overflow)` for every polarity event of the packets after the header,
+/// checking each packet's header and length first.
+fn walk_polarity(path: &Path, raw: &[u8], event: &mut dyn FnMut(&[u8], i64)) -> Result<()> {
+    let mut p = header_len(raw);
     while p < raw.len() {
         if raw.len() - p < PACKET_HEADER {
             return Err(DataError::format(
@@ -37,6 +55,7 @@ pub fn read(path: &Path) -> Result<Events> {
         let h = &raw[p..p + PACKET_HEADER];
         let kind = u16::from_le_bytes([h[0], h[1]]);
         let size = u32_at(h, 4) as usize;
+        // the overflow counter is a u32: shifted by 31 it stays below 2^63
         let overflow = i64::from(u32_at(h, 12));
         let capacity = u32_at(h, 16) as usize;
         let len = capacity.checked_mul(size).ok_or_else(|| {
@@ -66,19 +85,12 @@ pub fn read(path: &Path) -> Result<Events> {
                 ));
             }
             for e in raw[data_start..data_start + len].chunks_exact(size) {
-                let addr = u32_at(e, 0);
-                let t = i64::from(u32_at(e, 4)) | (overflow << 31);
-                ev.push(
-                    t,
-                    (addr >> 17) & 0x7FFF,
-                    (addr >> 2) & 0x7FFF,
-                    ((addr >> 1) & 1) as u8,
-                );
+                event(e, overflow);
             }
         }
         p = data_start + len;
     }
-    Ok(ev)
+    Ok(())
 }
 
 /// The header ends after the line `#!END-HEADER\r\n`, or at the first line not starting with
@@ -112,7 +124,8 @@ pub struct LabelledSample {
 }
 
 /// Cuts `events` by a DVS128 Gesture labels CSV (`class,startTime_usec,endTime_usec` with a
-/// header line; classes 1..=`classes`).
+/// header line; classes 1..=`classes`). A CSV labelling no sample, or a line whose start is not
+/// before its end, is an error naming the file and line.
 pub fn split_by_labels(events: &Events, csv_path: &Path, classes: usize) -> Result<Vec<LabelledSample>> {
     let text = memopt_core::input_file::read_bounded_text(csv_path, crate::error::MAX_DATA_FILE_BYTES)
         .map_err(|e| crate::error::input_error(csv_path, e))?;
@@ -132,13 +145,22 @@ pub fn split_by_labels(events: &Events, csv_path: &Path, classes: usize) -> Resu
         if class == 0 || class > classes {
             return Err(bad(&format!("class must be in 1..={classes}")));
         }
+        if start >= end {
+            return Err(bad("the start time must be before the end time"));
+        }
         let c = class - 1;
         out.push(LabelledSample {
             class: c,
             index: counts[c],
-            events: events.time_window(i64::from(start), i64::from(end)),
+            events: events.time_window(i64::from(start), i64::from(end))?,
         });
         counts[c] += 1;
+    }
+    if out.is_empty() {
+        return Err(DataError::file(
+            csv_path,
+            "labels no sample: expected a header line, then lines class,startTime_usec,endTime_usec",
+        ));
     }
     Ok(out)
 }

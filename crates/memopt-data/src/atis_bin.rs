@@ -28,7 +28,7 @@ pub(crate) fn parse(path: &Path, raw: &[u8]) -> Result<Events> {
             ),
         ));
     }
-    let mut ev = Events::default();
+    let mut ev = Events::with_capacity(raw.len() / EVENT_BYTES)?;
     for e in raw.chunks_exact(EVENT_BYTES) {
         let t = (i64::from(e[2] & 0x7F) << 16) | (i64::from(e[3]) << 8) | i64::from(e[4]);
         ev.push(t, u32::from(e[0]), u32::from(e[1]), e[2] >> 7);

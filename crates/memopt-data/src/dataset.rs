@@ -3,11 +3,12 @@
 //! either cached frames (`.npz` with array `frames`, as in `frames_number_*_split_by_*`) or
 //! event recordings integrated on the fly.
 
+use crate::budget::MemoryBudget;
 use crate::error::{DataError, Result};
 use crate::events::EventFormat;
-use crate::frames::{FrameSpec, Frames, integrate};
+use crate::frames::{FrameSpec, Frames, integrate_within};
 use crate::npz;
-use crate::resize::resize_bilinear_aa;
+use crate::resize::resize_within;
 use std::path::{Path, PathBuf};
 
 /// What the files of a dataset hold.
@@ -37,6 +38,9 @@ pub struct Dataset {
     pub source: SampleSource,
     /// Resize frames to this (H, W) with antialiased bilinear interpolation, if set.
     pub resize: Option<(usize, usize)>,
+    /// The memory one sample's reading, integration and resizing may hold at once; a sample
+    /// that would need more is refused before it is allocated.
+    pub budget: MemoryBudget,
 }
 
 fn sorted_dir(dir: &Path) -> Result<Vec<PathBuf>> {
@@ -84,6 +88,7 @@ impl Dataset {
             samples,
             source,
             resize: None,
+            budget: MemoryBudget::unlimited(),
         })
     }
 
@@ -102,38 +107,73 @@ impl Dataset {
         self.samples.iter().map(|(_, l)| *l).collect()
     }
 
-    /// Frames of sample `i` (integrated and resized as configured).
+    /// Frames of sample `i` (integrated and resized as configured), within [`Dataset::budget`].
     pub fn frames(&self, i: usize) -> Result<Frames> {
         let (path, _) = self
             .samples
             .get(i)
             .ok_or_else(|| DataError::Invalid(format!("sample {i} of {}", self.samples.len())))?;
         let frames = match self.source {
-            SampleSource::Frames => read_frames(path)?,
+            SampleSource::Frames => read_frames_within(path, &self.budget)?,
             SampleSource::Events { format, spec, sensor } => {
                 let ev = format.read(path)?;
-                integrate(&ev, spec, sensor.0, sensor.1).map_err(|e| DataError::file(path, e.to_string()))?
+                let budget = self.budget.less(ev.bytes(), "the recording's events")?;
+                integrate_within(&ev, spec, sensor.0, sensor.1, &budget)
+                    .map_err(|e| DataError::file(path, e.to_string()))?
             }
         };
         match self.resize {
-            Some((h, w)) if (h, w) != (frames.dims[2], frames.dims[3]) => resize_bilinear_aa(&frames, h, w),
+            Some((h, w)) if (h, w) != (frames.dims[2], frames.dims[3]) => {
+                let budget = self.budget.less(frames.bytes(), "the sample's frames")?;
+                resize_within(&frames, h, w, &budget).map_err(|e| DataError::file(path, e.to_string()))
+            }
             _ => Ok(frames),
         }
     }
 }
 
-/// Reads a cached frames file: array `frames` of shape `[T, C, H, W]`.
+/// Reads a cached frames file: array `frames` of shape `[T, C, H, W]`, every dimension at
+/// least 1 and every value finite (a NaN or infinite value is an error naming its index).
 pub fn read_frames(path: &Path) -> Result<Frames> {
-    let a = npz::read_array(path, "frames")?;
+    read_frames_within(path, &MemoryBudget::unlimited())
+}
+
+/// [`read_frames`] within `budget` (the archive entry, the parsed array and the `f32` frames).
+pub fn read_frames_within(path: &Path, budget: &MemoryBudget) -> Result<Frames> {
+    let a = npz::read_array_within(path, "frames", budget)?;
     let [t, c, h, w] = a.shape[..] else {
         return Err(DataError::file(
             path,
             format!("frames must be [T, C, H, W], got {:?}", a.shape),
         ));
     };
+    if a.shape.contains(&0) {
+        return Err(DataError::file(
+            path,
+            format!(
+                "frames {:?} have a dimension of 0: a sample needs at least one value",
+                a.shape
+            ),
+        ));
+    }
+    let data = a.to_f32_within(budget)?;
+    if let Some(i) = data.iter().position(|v| !v.is_finite()) {
+        let plane = h * w;
+        return Err(DataError::file(
+            path,
+            format!(
+                "frames hold {} at [{}, {}, {}, {}] (value {i}); frames must be finite",
+                data[i],
+                i / (c * plane),
+                i / plane % c,
+                i / w % h,
+                i % w
+            ),
+        ));
+    }
     Ok(Frames {
         dims: [t, c, h, w],
-        data: a.to_f32(),
+        data,
     })
 }
 

@@ -35,6 +35,22 @@ pub enum DataError {
         /// What is wrong and what would be valid.
         message: String,
     },
+    /// Something the data path would allocate exceeds its memory budget (see
+    /// [`crate::MemoryBudget`]).
+    #[error(
+        "{what} would take {need_bytes} bytes, more than the {limit_bytes} bytes the data may use \
+         ({limit_from}); use fewer or smaller frames, or raise the limit"
+    )]
+    Memory {
+        /// What would be allocated, with its shape.
+        what: String,
+        /// Predicted bytes.
+        need_bytes: u64,
+        /// The budget, in bytes.
+        limit_bytes: u64,
+        /// Where the budget comes from.
+        limit_from: String,
+    },
     /// An argument is out of range (frame count, ratio, batch size, ...).
     #[error("{0}")]
     Invalid(String),

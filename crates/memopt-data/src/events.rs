@@ -1,6 +1,7 @@
 //! Event streams: `(t, x, y, p)` arrays as SpikingJelly's readers return them, and the formats
 //! they come in.
 
+use crate::budget::with_capacity;
 use crate::error::{DataError, Result};
 use crate::npz;
 use std::path::Path;
@@ -29,6 +30,21 @@ impl Events {
         self.t.is_empty()
     }
 
+    /// Bytes the events hold (17 per event: `t`, `x`, `y`, `p`).
+    pub fn bytes(&self) -> u64 {
+        self.len() as u64 * 17
+    }
+
+    /// Room for `n` events, allocated fallibly (17 bytes per event).
+    pub fn with_capacity(n: usize) -> Result<Events> {
+        Ok(Events {
+            t: with_capacity(n)?,
+            x: with_capacity(n)?,
+            y: with_capacity(n)?,
+            p: with_capacity(n)?,
+        })
+    }
+
     /// Appends one event.
     pub fn push(&mut self, t: i64, x: u32, y: u32, p: u8) {
         self.t.push(t);
@@ -39,14 +55,13 @@ impl Events {
 
     /// The events with `start <= t < end`, in order (how SpikingJelly cuts DVS128 Gesture
     /// recordings into samples).
-    pub fn time_window(&self, start: i64, end: i64) -> Events {
-        let mut out = Events::default();
-        for i in 0..self.len() {
-            if self.t[i] >= start && self.t[i] < end {
-                out.push(self.t[i], self.x[i], self.y[i], self.p[i]);
-            }
+    pub fn time_window(&self, start: i64, end: i64) -> Result<Events> {
+        let inside = |i: &usize| self.t[*i] >= start && self.t[*i] < end;
+        let mut out = Events::with_capacity((0..self.len()).filter(inside).count())?;
+        for i in (0..self.len()).filter(inside) {
+            out.push(self.t[i], self.x[i], self.y[i], self.p[i]);
         }
-        out
+        Ok(out)
     }
 }
 
@@ -146,7 +161,7 @@ pub fn read_events_npz(path: &Path) -> Result<Events> {
     let coord = |v: i64, k: &str| {
         u32::try_from(v).map_err(|_| DataError::file(path, format!("{k} = {v} is not a pixel coordinate")))
     };
-    let mut ev = Events::default();
+    let mut ev = Events::with_capacity(t.len())?;
     for i in 0..t.len() {
         ev.push(t[i], coord(x[i], "x")?, coord(y[i], "y")?, u8::from(p[i] != 0));
     }

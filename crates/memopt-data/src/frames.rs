@@ -3,6 +3,7 @@
 //! per pixel, over index ranges chosen by a fixed frame number (split by event count or by
 //! time) or by a fixed duration.
 
+use crate::budget::{MemoryBudget, bytes_of, collect, filled, with_capacity};
 use crate::error::{DataError, Result};
 use crate::events::Events;
 
@@ -58,9 +59,30 @@ pub struct Frames {
     pub data: Vec<f32>,
 }
 
+impl Frames {
+    /// Bytes of the values (`f32`).
+    pub fn bytes(&self) -> u64 {
+        self.data.len() as u64 * 4
+    }
+}
+
 /// Integrates `events` on an `h` x `w` sensor. Coordinates outside the sensor are an error
-/// (SpikingJelly would silently count them at a wrong pixel).
+/// (SpikingJelly would silently count them at a wrong pixel). Memory is allocated fallibly; see
+/// [`integrate_within`] to bound it.
 pub fn integrate(events: &Events, spec: FrameSpec, h: usize, w: usize) -> Result<Frames> {
+    integrate_within(events, spec, h, w, &MemoryBudget::unlimited())
+}
+
+/// [`integrate`], refusing before anything is allocated when the frames and their index would
+/// exceed `budget`: the frame count follows from the spec and the timestamps (checked
+/// arithmetic), so two events hours apart in 1 µs frames are refused, not allocated.
+pub fn integrate_within(
+    events: &Events,
+    spec: FrameSpec,
+    h: usize,
+    w: usize,
+    budget: &MemoryBudget,
+) -> Result<Frames> {
     if let Some(i) = (0..events.len()).find(|&i| events.x[i] as usize >= w || events.y[i] as usize >= h) {
         return Err(DataError::Invalid(format!(
             "event {i} at x={}, y={} lies outside the {h}x{w} sensor (H x W)",
@@ -70,18 +92,30 @@ pub fn integrate(events: &Events, spec: FrameSpec, h: usize, w: usize) -> Result
     if events.is_empty() {
         return Err(DataError::Invalid("no events to integrate into frames".into()));
     }
+    let t_frames = frame_count(&events.t, spec)?;
+    let dims = [t_frames, 2, h, w];
+    let values = dims
+        .iter()
+        .try_fold(1usize, |a, &d| a.checked_mul(d))
+        .ok_or_else(|| DataError::Invalid(format!("frames {dims:?} have more values than fit in memory")))?;
+    // the frames, their index ranges and (by duration) each event's frame index
+    let need = [
+        bytes_of::<f32>(values, "frames")?,
+        bytes_of::<(usize, usize)>(t_frames, "frame ranges")?,
+        bytes_of::<u64>(events.len(), "frame indices")?,
+    ]
+    .iter()
+    .try_fold(0u64, |a, &b| a.checked_add(b))
+    .ok_or_else(|| DataError::Invalid(format!("frames {dims:?} exceed 2^64 - 1 bytes")))?;
+    budget.check(need, || {
+        format!("integrating {} events into frames {dims:?} of f32", events.len())
+    })?;
     let ranges = match spec {
         FrameSpec::Number { frames, split_by } => number_ranges(&events.t, split_by, frames)?,
-        FrameSpec::Duration { duration_us } => duration_ranges(&events.t, duration_us)?,
+        FrameSpec::Duration { duration_us } => duration_ranges(&events.t, duration_us, t_frames)?,
     };
     let plane = 2 * h * w;
-    let t_frames = ranges.len();
-    let mut data = vec![
-        0f32;
-        t_frames
-            .checked_mul(plane)
-            .ok_or_else(|| DataError::Invalid("frames too large".into()))?
-    ];
+    let mut data = filled(values, 0f32)?;
     for (f, (l, r)) in ranges.into_iter().enumerate() {
         let frame = &mut data[f * plane..(f + 1) * plane];
         for i in l..r {
@@ -89,21 +123,53 @@ pub fn integrate(events: &Events, spec: FrameSpec, h: usize, w: usize) -> Result
             frame[c * h * w + events.y[i] as usize * w + events.x[i] as usize] += 1.0;
         }
     }
-    Ok(Frames {
-        dims: [t_frames, 2, h, w],
-        data,
-    })
+    Ok(Frames { dims, data })
+}
+
+/// The number of frames `spec` makes of timestamps `t` (not empty), from checked arithmetic:
+/// any `i64` timestamps and durations give the count or an error, never an overflow.
+pub fn frame_count(t: &[i64], spec: FrameSpec) -> Result<usize> {
+    match spec {
+        FrameSpec::Number { frames: 0, .. } => Err(DataError::Invalid(
+            "the number of frames must be at least 1".into(),
+        )),
+        FrameSpec::Number { frames, .. } => Ok(frames),
+        FrameSpec::Duration { duration_us } => {
+            if duration_us <= 0 {
+                return Err(DataError::Invalid(format!(
+                    "frame duration must be at least 1 µs, got {duration_us}"
+                )));
+            }
+            let (t_min, span) = duration_span(t)?;
+            // ceil(span / duration) in i128: no i64 timestamps overflow it
+            let frames = (span + i128::from(duration_us) - 1).div_euclid(i128::from(duration_us));
+            if frames <= 0 {
+                return Err(DataError::Invalid(format!(
+                    "the last event is at the earliest time ({t_min} µs), so fixed-duration integration \
+                     gives no frame (SpikingJelly fails here too)"
+                )));
+            }
+            usize::try_from(frames).map_err(|_| {
+                DataError::Invalid(format!(
+                    "{span} µs of events in frames of {duration_us} µs are {frames} frames, more than fit in memory"
+                ))
+            })
+        }
+    }
+}
+
+/// The earliest timestamp and the span from it to the last event's (µs, exact in `i128`).
+fn duration_span(t: &[i64]) -> Result<(i64, i128)> {
+    let (Some(&t_min), Some(&last)) = (t.iter().min(), t.last()) else {
+        return Err(DataError::Invalid("no events to integrate into frames".into()));
+    };
+    Ok((t_min, i128::from(last) - i128::from(t_min)))
 }
 
 /// `cal_fixed_frames_number_segment_index`: `[j_l, j_r)` of every frame.
 fn number_ranges(t: &[i64], split_by: SplitBy, frames: usize) -> Result<Vec<(usize, usize)>> {
-    if frames == 0 {
-        return Err(DataError::Invalid(
-            "the number of frames must be at least 1".into(),
-        ));
-    }
     let n = t.len();
-    let mut ranges = Vec::with_capacity(frames);
+    let mut ranges = with_capacity(frames)?;
     match split_by {
         SplitBy::Number => {
             let di = n / frames;
@@ -112,15 +178,38 @@ fn number_ranges(t: &[i64], split_by: SplitBy, frames: usize) -> Result<Vec<(usi
             }
         }
         SplitBy::Time => {
-            let dt = (t[n - 1] - t[0]).div_euclid(frames as i64);
-            for i in 0..frames {
-                let t_l = dt * i as i64 + t[0];
-                let t_r = t_l + dt;
-                let inside = |k: &usize| t[*k] >= t_l && t[*k] < t_r;
-                let (Some(l), Some(r)) = ((0..n).find(inside), (0..n).rev().find(inside)) else {
+            let (first, last) = (i128::from(t[0]), i128::from(t[n - 1]));
+            if last < first {
+                return Err(DataError::Invalid(format!(
+                    "the last event (t = {last} µs) is earlier than the first (t = {first} µs): splitting \
+                     by time needs events in time order; split by number"
+                )));
+            }
+            let dt = (last - first).div_euclid(frames as i128);
+            // Frame i covers [first + i dt, first + (i + 1) dt): an event's frame is
+            // (t - first) / dt, and a frame's range runs from its first to its last event.
+            let mut bounds: Vec<Option<(usize, usize)>> = filled(frames, None)?;
+            if dt > 0 {
+                for (k, &tk) in t.iter().enumerate() {
+                    let off = i128::from(tk) - first;
+                    if off < 0 {
+                        continue;
+                    }
+                    let Ok(i) = usize::try_from(off / dt) else {
+                        continue;
+                    };
+                    if let Some(b) = bounds.get_mut(i) {
+                        *b = Some(b.map_or((k, k), |(l, _)| (l, k)));
+                    }
+                }
+            }
+            for (i, b) in bounds.into_iter().enumerate() {
+                let Some((l, r)) = b else {
+                    let t_l = first + dt * i as i128;
                     return Err(DataError::Invalid(format!(
-                        "frame {i} of {frames} split by time covers [{t_l}, {t_r}) µs, which holds no event \
-                         (SpikingJelly fails here too); use fewer frames or split by number"
+                        "frame {i} of {frames} split by time covers [{t_l}, {}) µs, which holds no event \
+                         (SpikingJelly fails here too); use fewer frames or split by number",
+                        t_l + dt
                     )));
                 };
                 ranges.push((l, r + 1));
@@ -135,30 +224,22 @@ fn number_ranges(t: &[i64], split_by: SplitBy, frames: usize) -> Result<Vec<(usi
 
 /// `integrate_events_by_fixed_duration`: frame `i` holds events with
 /// `(t - t_min) // duration == i`, the last frame everything from its start on; there are
-/// `ceil((t_last - t_min) / duration)` frames.
-fn duration_ranges(t: &[i64], duration: i64) -> Result<Vec<(usize, usize)>> {
-    if duration <= 0 {
-        return Err(DataError::Invalid(format!(
-            "frame duration must be at least 1 µs, got {duration}"
-        )));
-    }
+/// `frames = ceil((t_last - t_min) / duration)` frames ([`frame_count`]).
+fn duration_ranges(t: &[i64], duration: i64, frames: usize) -> Result<Vec<(usize, usize)>> {
     let n = t.len();
-    let t_min = *t.iter().min().unwrap_or(&0);
-    let span = t[n - 1] - t_min;
-    let frames = (span + duration - 1).div_euclid(duration);
-    if frames <= 0 {
-        return Err(DataError::Invalid(format!(
-            "the last event is at the earliest time ({t_min} µs), so fixed-duration integration \
-             gives no frame (SpikingJelly fails here too)"
-        )));
-    }
-    let frames = usize::try_from(frames).map_err(|_| DataError::Invalid("too many frames".into()))?;
-    let index: Vec<i64> = t.iter().map(|&x| (x - t_min).div_euclid(duration)).collect();
-    let mut ranges = Vec::with_capacity(frames);
+    let (t_min, _) = duration_span(t)?;
+    let d = i128::from(duration);
+    // every t >= t_min, so each index is below 2^64 / duration
+    let index: Vec<u64> = collect(
+        n,
+        t.iter()
+            .map(|&x| ((i128::from(x) - i128::from(t_min)) / d) as u64),
+    )?;
+    let mut ranges = with_capacity(frames)?;
     let mut left = 0;
     for i in 0..frames - 1 {
         // np.searchsorted(index, i + 1, side='left') on the (sorted) frame indices
-        let right = index.partition_point(|&k| k < i as i64 + 1);
+        let right = index.partition_point(|&k| k < i as u64 + 1);
         ranges.push((left, right));
         left = right;
     }

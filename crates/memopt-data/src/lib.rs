@@ -14,6 +14,7 @@
 pub mod aedat2;
 pub mod aedat3;
 pub mod atis_bin;
+pub mod budget;
 pub mod dataset;
 mod error;
 pub mod events;
@@ -25,30 +26,19 @@ pub mod resize;
 pub mod training;
 pub mod weights;
 
+pub use budget::MemoryBudget;
 pub use dataset::{Dataset, SampleSource, split_train_test};
 pub use error::{DataError, MAX_DATA_FILE_BYTES, Result};
 pub use events::{EventFormat, Events};
-pub use frames::{FrameSpec, Frames, SplitBy, integrate};
+pub use frames::{FrameSpec, Frames, SplitBy, frame_count, integrate, integrate_within};
 pub use loader::{BatchLoader, HostBatch, shuffled};
-pub use resize::resize_bilinear_aa;
+pub use resize::{resize_bilinear_aa, resize_within};
 
-use std::io::Write;
 use std::path::Path;
 
-/// Writes `bytes` to `path` through a temporary file in the same folder renamed over it, so
-/// `path` is replaced only when everything was written.
+/// Writes `bytes` to `path` whole or not at all (see [`memopt_core::output_file`]): through a
+/// temporary file in the same folder renamed over it (over a symbolic link's target); an
+/// existing device or pipe is written in place.
 pub fn write_replacing(path: &Path, bytes: &[u8]) -> Result<()> {
-    let mut tmp = path.as_os_str().to_owned();
-    tmp.push(".partial");
-    let tmp = std::path::PathBuf::from(tmp);
-    let written = std::fs::File::create(&tmp).and_then(|mut f| {
-        f.write_all(bytes)?;
-        f.sync_all()
-    });
-    if let Err(e) = written {
-        // best effort: the partial file is ours and useless
-        let _ = std::fs::remove_file(&tmp);
-        return Err(DataError::io(path, e));
-    }
-    std::fs::rename(&tmp, path).map_err(|e| DataError::io(path, e))
+    memopt_core::output_file::write_atomic(path, bytes).map_err(|e| DataError::io(path, e))
 }

@@ -2,6 +2,7 @@
 //! and integrates samples into host vectors `[T, N, C, H, W]`; the caller turns them into
 //! tensors on its own thread (memory tracking is per thread).
 
+use crate::budget::{filled, with_capacity};
 use crate::dataset::Dataset;
 use crate::error::{DataError, Result};
 use memopt_core::{Philox, RngState};
@@ -37,9 +38,27 @@ pub fn shuffled(order: &[usize], seed: u64, epoch: u64) -> Vec<usize> {
     out
 }
 
+/// Host batches the loader holds at most at once: the one being built (its samples' frames
+/// and the batch itself), the one waiting in the channel and the one the caller holds.
+pub const BATCHES_IN_FLIGHT: u64 = 4;
+
+/// Bytes the loader holds at most at once for batches of `batch_size` samples of frames
+/// `sample` (`[T, C, H, W]`, `f32`): [`BATCHES_IN_FLIGHT`] batches, from checked arithmetic.
+pub fn loader_bytes(batch_size: usize, sample: [usize; 4]) -> Result<u64> {
+    sample
+        .iter()
+        .try_fold(batch_size as u64, |a, &d| a.checked_mul(d as u64))
+        .and_then(|v| v.checked_mul(4 * BATCHES_IN_FLIGHT))
+        .ok_or_else(|| {
+            DataError::Invalid(format!(
+                "batches of {batch_size} samples of frames {sample:?} exceed 2^64 - 1 bytes"
+            ))
+        })
+}
+
 /// Builds one batch of `indices` with `time_steps` frames per sample.
 pub fn make_batch(data: &Dataset, indices: &[usize], time_steps: usize) -> Result<HostBatch> {
-    let mut frames = Vec::with_capacity(indices.len());
+    let mut frames = with_capacity(indices.len())?;
     for &i in indices {
         let f = data.frames(i)?;
         if f.dims[0] != time_steps {
@@ -61,7 +80,7 @@ pub fn make_batch(data: &Dataset, indices: &[usize], time_steps: usize) -> Resul
     let [t, c, h, w] = frames[0].dims;
     let n = frames.len();
     let per_step = c * h * w;
-    let mut input = vec![0f32; t * n * per_step];
+    let mut input = filled(t * n * per_step, 0f32)?;
     for (b, f) in frames.iter().enumerate() {
         for s in 0..t {
             input[(s * n + b) * per_step..(s * n + b + 1) * per_step]

@@ -1,6 +1,7 @@
 //! NumPy `.npy` arrays (format versions 1-3): parsing the header and data of the dtypes
 //! SpikingJelly's caches use, and writing `f64`, `f32` and `i64` arrays.
 
+use crate::budget::{MemoryBudget, bytes_of, collect, with_capacity};
 use crate::error::{DataError, Result};
 use std::path::Path;
 
@@ -48,6 +49,18 @@ impl NpyArray {
         }
     }
 
+    /// [`NpyArray::to_f32`], allocated fallibly within `budget`.
+    pub fn to_f32_within(&self, budget: &MemoryBudget) -> Result<Vec<f32>> {
+        budget.check(bytes_of::<f32>(self.len(), "array")?, || {
+            format!("{} values as f32", self.len())
+        })?;
+        Ok(match &self.data {
+            NpyData::F64(v) => collect(v.len(), v.iter().map(|&x| x as f32))?,
+            NpyData::F32(v) => collect(v.len(), v.iter().copied())?,
+            NpyData::Int(v) => collect(v.len(), v.iter().map(|&x| x as f32))?,
+        })
+    }
+
     /// The values as integers; a float array must hold integers only. `path` and `name` go
     /// into the error.
     pub fn to_i64(&self, path: &Path, name: &str) -> Result<Vec<i64>> {
@@ -73,6 +86,12 @@ const MAGIC: &[u8] = b"\x93NUMPY";
 
 /// Parses one `.npy` file's bytes; `path` names the file (or `archive.npz/name.npy`) in errors.
 pub fn parse(path: &Path, b: &[u8]) -> Result<NpyArray> {
+    parse_within(path, b, &MemoryBudget::unlimited())
+}
+
+/// [`parse`], refusing before the values are allocated when they exceed `budget` (integers
+/// widen to 8 bytes each).
+pub fn parse_within(path: &Path, b: &[u8], budget: &MemoryBudget) -> Result<NpyArray> {
     let bad = |off: usize, m: String| DataError::format(path, off as u64, m);
     if b.len() < 10 || &b[..6] != MAGIC {
         return Err(bad(0, "not a .npy array (no \\x93NUMPY magic)".into()));
@@ -93,16 +112,17 @@ pub fn parse(path: &Path, b: &[u8]) -> Result<NpyArray> {
         .ok_or_else(|| bad(8, format!("header of {hlen} bytes runs past the end")))?;
     let header =
         std::str::from_utf8(&b[hstart..hend]).map_err(|_| bad(hstart, "header is not text".into()))?;
-    let descr =
-        dict_str(header, "descr").ok_or_else(|| bad(hstart, format!("no 'descr' in header {header}")))?;
-    if header.contains("'fortran_order': True") {
+    let Header {
+        descr,
+        fortran_order,
+        shape,
+    } = Header::parse(header).map_err(|m| bad(hstart, format!("{m} in header {header}")))?;
+    if fortran_order {
         return Err(bad(
             hstart,
             "Fortran-order arrays are not supported; save with C order".into(),
         ));
     }
-    let shape =
-        dict_shape(header).ok_or_else(|| bad(hstart, format!("no readable 'shape' in header {header}")))?;
     let count = shape
         .iter()
         .try_fold(1usize, |a, &d| a.checked_mul(d))
@@ -122,6 +142,8 @@ pub fn parse(path: &Path, b: &[u8]) -> Result<NpyArray> {
             ),
         ));
     }
+    let widened = bytes_of::<i64>(count, "array").map_err(|e| bad(hstart, e.to_string()))?;
+    budget.check(widened, || format!("array {} of shape {shape:?}", path.display()))?;
     let big = order == '>';
     let word = |i: usize| -> [u8; 8] {
         let mut w = [0u8; 8];
@@ -136,26 +158,24 @@ pub fn parse(path: &Path, b: &[u8]) -> Result<NpyArray> {
         w
     };
     let data = match (kind, size) {
-        ('f', 8) => NpyData::F64((0..count).map(|i| f64::from_le_bytes(word(i))).collect()),
-        ('f', 4) => NpyData::F32(
-            (0..count)
-                .map(|i| {
-                    let w = word(i);
-                    f32::from_le_bytes([w[0], w[1], w[2], w[3]])
-                })
-                .collect(),
-        ),
-        ('i', _) => NpyData::Int(
-            (0..count)
-                .map(|i| {
-                    let v = i64::from_le_bytes(word(i));
-                    let shift = 64 - 8 * size as u32;
-                    (v << shift) >> shift
-                })
-                .collect(),
-        ),
+        ('f', 8) => NpyData::F64(collect(count, (0..count).map(|i| f64::from_le_bytes(word(i))))?),
+        ('f', 4) => NpyData::F32(collect(
+            count,
+            (0..count).map(|i| {
+                let w = word(i);
+                f32::from_le_bytes([w[0], w[1], w[2], w[3]])
+            }),
+        )?),
+        ('i', _) => NpyData::Int(collect(
+            count,
+            (0..count).map(|i| {
+                let v = i64::from_le_bytes(word(i));
+                let shift = 64 - 8 * size as u32;
+                (v << shift) >> shift
+            }),
+        )?),
         ('u' | 'b', _) => {
-            let mut out = Vec::with_capacity(count);
+            let mut out = with_capacity(count)?;
             for i in 0..count {
                 let v = u64::from_le_bytes(word(i));
                 out.push(
@@ -184,26 +204,138 @@ fn split_descr(d: &str) -> Option<(char, char, usize)> {
     (matches!(order, '<' | '>' | '|' | '=') && ok).then_some((order, kind, size))
 }
 
-fn dict_str(h: &str, key: &str) -> Option<String> {
-    let at = h.find(&format!("'{key}'"))?;
-    let rest = &h[at + key.len() + 2..];
-    let q1 = rest.find('\'')?;
-    let rest = &rest[q1 + 1..];
-    let q2 = rest.find('\'')?;
-    Some(rest[..q2].to_string())
+/// The header of an `.npy` file: the Python dict literal NumPy writes and reads
+/// (`{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }`), parsed as a literal with any
+/// spacing and quotes, exactly these three keys, each once.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Header {
+    descr: String,
+    fortran_order: bool,
+    shape: Vec<usize>,
 }
 
-fn dict_shape(h: &str) -> Option<Vec<usize>> {
-    let at = h.find("'shape'")?;
-    let rest = &h[at..];
-    let open = rest.find('(')?;
-    let close = rest.find(')')?;
-    rest[open + 1..close]
-        .split(',')
-        .map(str::trim)
-        .filter(|s| !s.is_empty())
-        .map(|s| s.parse().ok())
-        .collect()
+/// A value of the header dict.
+enum Literal {
+    Str(String),
+    Bool(bool),
+    Tuple(Vec<usize>),
+}
+
+impl Header {
+    fn parse(text: &str) -> std::result::Result<Header, String> {
+        let mut p = Literals {
+            rest: text.trim_start(),
+        };
+        p.expect('{')?;
+        let (mut descr, mut fortran, mut shape) = (None, None, None);
+        while !p.eat('}') {
+            let key = match p.value()? {
+                Literal::Str(k) => k,
+                _ => return Err("a key that is not a string".into()),
+            };
+            p.expect(':')?;
+            let value = p.value()?;
+            let slot_taken = match (key.as_str(), value) {
+                ("descr", Literal::Str(v)) => descr.replace(v).is_some(),
+                ("fortran_order", Literal::Bool(v)) => fortran.replace(v).is_some(),
+                ("shape", Literal::Tuple(v)) => shape.replace(v).is_some(),
+                ("descr" | "fortran_order" | "shape", _) => {
+                    return Err(format!("'{key}' has a value of the wrong kind"));
+                }
+                _ => {
+                    return Err(format!(
+                        "unknown key '{key}' (NumPy writes descr, fortran_order, shape)"
+                    ));
+                }
+            };
+            if slot_taken {
+                return Err(format!("'{key}' given twice"));
+            }
+            if !p.eat(',') {
+                p.expect('}')?;
+                break;
+            }
+        }
+        if !p.rest.trim().is_empty() {
+            return Err(format!("text after the dict: '{}'", p.rest.trim()));
+        }
+        match (descr, fortran, shape) {
+            (Some(descr), Some(fortran_order), Some(shape)) => Ok(Header {
+                descr,
+                fortran_order,
+                shape,
+            }),
+            _ => Err("descr, fortran_order and shape are all required".into()),
+        }
+    }
+}
+
+/// A cursor over Python literals.
+struct Literals<'a> {
+    rest: &'a str,
+}
+
+impl Literals<'_> {
+    /// Consumes `c` (after spaces) when it comes next.
+    fn eat(&mut self, c: char) -> bool {
+        self.rest = self.rest.trim_start();
+        match self.rest.strip_prefix(c) {
+            Some(r) => {
+                self.rest = r;
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn expect(&mut self, c: char) -> std::result::Result<(), String> {
+        if self.eat(c) {
+            Ok(())
+        } else {
+            Err(format!(
+                "expected '{c}' at '{}'",
+                self.rest.chars().take(20).collect::<String>()
+            ))
+        }
+    }
+
+    fn value(&mut self) -> std::result::Result<Literal, String> {
+        self.rest = self.rest.trim_start();
+        for (word, v) in [("True", true), ("False", false)] {
+            if let Some(r) = self.rest.strip_prefix(word) {
+                self.rest = r;
+                return Ok(Literal::Bool(v));
+            }
+        }
+        if let Some(q) = self.rest.chars().next().filter(|c| *c == '\'' || *c == '"') {
+            let body = &self.rest[1..];
+            let end = body.find(q).ok_or("an unterminated string")?;
+            let s = body[..end].to_string();
+            self.rest = &body[end + 1..];
+            return Ok(Literal::Str(s));
+        }
+        if self.eat('(') {
+            let mut dims = Vec::new();
+            while !self.eat(')') {
+                let digits = self.rest.trim_start();
+                let len = digits.find(|c: char| !c.is_ascii_digit()).unwrap_or(digits.len());
+                let dim = digits[..len]
+                    .parse::<usize>()
+                    .map_err(|_| format!("a shape entry that is not a whole number at '{digits}'"))?;
+                dims.push(dim);
+                self.rest = &digits[len..];
+                if !self.eat(',') {
+                    self.expect(')')?;
+                    break;
+                }
+            }
+            return Ok(Literal::Tuple(dims));
+        }
+        Err(format!(
+            "an unreadable value at '{}'",
+            self.rest.chars().take(20).collect::<String>()
+        ))
+    }
 }
 
 /// Serialises `values` of `shape` as a version 1 `.npy` file (`<f8`, `<f4` or `<i8`).

@@ -4,6 +4,7 @@
 //! normalised triangle-filter average whose support widens with the downscaling factor;
 //! upscaling reduces to ordinary bilinear interpolation.
 
+use crate::budget::{MemoryBudget, bytes_of, filled};
 use crate::error::{DataError, Result};
 use crate::frames::Frames;
 
@@ -35,16 +36,39 @@ fn weights(input: usize, output: usize) -> Vec<(usize, Vec<f64>)> {
 /// Resizes every `[H, W]` plane of `frames` to `[out_h, out_w]` (antialiased bilinear, as
 /// above): width first, then height, as PyTorch's separable CPU kernel does.
 pub fn resize_bilinear_aa(frames: &Frames, out_h: usize, out_w: usize) -> Result<Frames> {
+    resize_within(frames, out_h, out_w, &MemoryBudget::unlimited())
+}
+
+/// [`resize_bilinear_aa`], refusing before anything is allocated when the resized frames and
+/// the intermediate rows would exceed `budget`.
+pub fn resize_within(frames: &Frames, out_h: usize, out_w: usize, budget: &MemoryBudget) -> Result<Frames> {
     if out_h == 0 || out_w == 0 {
         return Err(DataError::Invalid(format!(
             "cannot resize frames to {out_h}x{out_w}"
         )));
     }
     let [t, c, h, w] = frames.dims;
-    let (wx, wy) = (weights(w, out_w), weights(h, out_h));
+    if frames.dims.contains(&0) {
+        return Err(DataError::Invalid(format!(
+            "cannot resize frames {:?}: a dimension of 0 has no values to interpolate",
+            frames.dims
+        )));
+    }
     let planes = t * c;
-    let mut out = vec![0f32; planes * out_h * out_w];
-    let mut tmp = vec![0f32; h * out_w];
+    let dims = [t, c, out_h, out_w];
+    let too_large = || DataError::Invalid(format!("resized frames {dims:?} exceed the address space"));
+    let values = dims
+        .iter()
+        .try_fold(1usize, |a, &d| a.checked_mul(d))
+        .ok_or_else(too_large)?;
+    let rows = h.checked_mul(out_w).ok_or_else(too_large)?;
+    let need = bytes_of::<f32>(values, "resized frames")?
+        .checked_add(bytes_of::<f32>(rows, "resized rows")?)
+        .ok_or_else(too_large)?;
+    budget.check(need, || format!("resizing frames {:?} to {dims:?}", frames.dims))?;
+    let (wx, wy) = (weights(w, out_w), weights(h, out_h));
+    let mut out = filled(values, 0f32)?;
+    let mut tmp = filled(rows, 0f32)?;
     for p in 0..planes {
         let src = &frames.data[p * h * w..(p + 1) * h * w];
         for y in 0..h {

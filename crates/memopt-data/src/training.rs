@@ -88,13 +88,23 @@ impl Tally {
     }
 }
 
-fn to_batch(b: &HostBatch, device: Device) -> Result<Batch> {
-    let input = Tensor::from_vec(b.input.clone(), b.dims.clone(), device, MemoryKind::Input)?;
-    let labels = Tensor::from_vec(b.labels.clone(), vec![b.labels.len()], device, MemoryKind::Input)?;
-    Ok(Batch {
+/// The batch as tensors (the host values moved, not copied), and its labels and indices.
+fn to_batch(b: HostBatch, device: Device) -> Result<(Batch, Vec<i64>, Vec<usize>)> {
+    let n = b.labels.len();
+    let input = Tensor::from_vec(b.input, b.dims, device, MemoryKind::Input)?;
+    let labels = Tensor::from_vec(b.labels.clone(), vec![n], device, MemoryKind::Input)?;
+    let batch = Batch {
         input,
         target: Target::Labels(labels),
-    })
+    };
+    Ok((batch, b.labels, b.indices))
+}
+
+/// The first few dataset indices of a batch, for an error.
+fn some_samples(indices: &[usize]) -> String {
+    let shown: Vec<String> = indices.iter().take(8).map(ToString::to_string).collect();
+    let more = if indices.len() > 8 { ", ..." } else { "" };
+    format!("samples [{}{more}]", shown.join(", "))
 }
 
 /// One training epoch: the learning rate set by `schedule`, samples of `train` shuffled by
@@ -120,14 +130,18 @@ pub fn train_epoch(
         ..StepOptions::default()
     };
     for (i, host) in loader.enumerate() {
-        let host = host?;
-        let out = trainer.step(model, &to_batch(&host, model.device())?, opts)?;
+        let (batch, labels, indices) = to_batch(host?, model.device())?;
+        let out = trainer.step(model, &batch, opts)?;
         let loss = out
             .loss
             .ok_or_else(|| DataError::Invalid("training needs a device with data (cpu)".into()))?;
         if !loss.is_finite() {
+            // Frames and loaded weights are checked finite: the training itself diverged.
             return Err(DataError::Invalid(format!(
-                "the loss became {loss} at epoch {epoch}, step {i}: lower the learning rate"
+                "the loss became {loss} at epoch {}, step {} ({}): training diverged; lower the learning rate",
+                epoch + 1,
+                i + 1,
+                some_samples(&indices)
             )));
         }
         let rates = out
@@ -135,7 +149,7 @@ pub fn train_epoch(
             .map(|t| t.to_vec_f32())
             .transpose()?
             .unwrap_or_default();
-        tally.add(f64::from(loss), &rates, &host.labels);
+        tally.add(f64::from(loss), &rates, &labels);
         on_step(i + 1, steps, loss);
     }
     Ok(tally.metrics())
@@ -160,8 +174,7 @@ pub fn evaluate(
     let mut tally = Tally::default();
     let mut outputs = Vec::new();
     for host in loader {
-        let host = host?;
-        let batch = to_batch(&host, model.device())?;
+        let (batch, labels, batch_indices) = to_batch(host?, model.device())?;
         model.check_input(&batch.input)?;
         let mut cx = Cx::new(
             model.device(),
@@ -175,7 +188,15 @@ pub fn evaluate(
         let d = y.dims().to_vec();
         let values = y.tensor()?.to_vec_f32()?;
         let rates = time_mean(&values, &d);
-        tally.add(mean_cross_entropy(&rates, &host.labels), &rates, &host.labels);
+        let loss = mean_cross_entropy(&rates, &labels);
+        if !loss.is_finite() {
+            return Err(DataError::Invalid(format!(
+                "the model's outputs give a loss of {loss} on {}: the weights or the frames hold values \
+                 too large for f32",
+                some_samples(&batch_indices)
+            )));
+        }
+        tally.add(loss, &rates, &labels);
         outputs.extend_from_slice(&rates);
     }
     Ok((tally.metrics(), outputs))

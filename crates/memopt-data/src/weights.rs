@@ -14,7 +14,7 @@ use memopt_core::{Device, RngState, Tensor};
 use safetensors::tensor::TensorView;
 use safetensors::{Dtype, SafeTensors};
 use std::collections::{BTreeMap, HashMap};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// Prefix of optimizer state entries.
 const OPTIMIZER: &str = "optimizer.";
@@ -104,6 +104,14 @@ fn optimizer_entries(model: &Model, trainer: &Trainer) -> Result<BTreeMap<String
 }
 
 fn write_file(path: &Path, entries: &BTreeMap<String, Entry>, meta: HashMap<String, String>) -> Result<()> {
+    crate::write_replacing(path, &serialize(path, entries, meta)?)
+}
+
+fn serialize(
+    path: &Path,
+    entries: &BTreeMap<String, Entry>,
+    meta: HashMap<String, String>,
+) -> Result<Vec<u8>> {
     let mut views = Vec::with_capacity(entries.len());
     for (name, e) in entries {
         let (dtype, shape, data) = match e {
@@ -114,9 +122,8 @@ fn write_file(path: &Path, entries: &BTreeMap<String, Entry>, meta: HashMap<Stri
             .map_err(|e| DataError::file(path, format!("tensor '{name}': {e}")))?;
         views.push((name.clone(), view));
     }
-    let bytes = safetensors::serialize(views, Some(meta))
-        .map_err(|e| DataError::file(path, format!("serialising safetensors: {e}")))?;
-    crate::write_replacing(path, &bytes)
+    safetensors::serialize(views, Some(meta))
+        .map_err(|e| DataError::file(path, format!("serialising safetensors: {e}")))
 }
 
 fn base_meta(model: &Model, info: &WeightsInfo) -> HashMap<String, String> {
@@ -137,8 +144,59 @@ pub fn save_model(path: &Path, model: &Model, info: &WeightsInfo) -> Result<()> 
 /// Saves parameters, buffers, the optimizer's state and the trainer's counters and random
 /// stream: [`load_training`] then continues bit-identically.
 pub fn save_training(path: &Path, model: &Model, trainer: &Trainer, info: &WeightsInfo) -> Result<()> {
+    write_file(
+        path,
+        &training_entries(model, trainer, info)?,
+        training_meta(model, trainer, info),
+    )
+}
+
+/// The training-state file saved beside weights `weights` by [`save_pair`]:
+/// `STEM.state.safetensors` in the same folder.
+pub fn state_path(weights: &Path) -> PathBuf {
+    let stem = weights
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    weights.with_file_name(format!("{stem}.state.safetensors"))
+}
+
+/// Metadata key tying a state file to the weights saved with it.
+const SAVE_ID: &str = "memopt.save_id";
+/// Metadata key of a state file naming its weights file (in the same folder).
+const PAIRED_WEIGHTS: &str = "memopt.paired_weights";
+
+/// Saves the weights to `weights` and the training state to [`state_path`]`(weights)` as one
+/// pair: both files are written in full to temporary files first (a failure leaves both old
+/// files), then the weights are renamed into place and the state last. Both carry one save
+/// id, so an interruption between the two renames leaves weights newer than the state, which
+/// [`load_training`] refuses to pair.
+pub fn save_pair(weights: &Path, model: &Model, trainer: &Trainer, info: &WeightsInfo) -> Result<()> {
+    let state = state_path(weights);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    let id = format!("{}-{nanos}-{}", info.steps, std::process::id());
+    let mut weights_meta = base_meta(model, info);
+    weights_meta.insert(SAVE_ID.into(), id.clone());
+    let mut state_meta = training_meta(model, trainer, info);
+    state_meta.insert(SAVE_ID.into(), id);
+    if let Some(name) = weights.file_name() {
+        state_meta.insert(PAIRED_WEIGHTS.into(), name.to_string_lossy().into_owned());
+    }
+    let weights_bytes = serialize(weights, &model_entries(model, info.steps)?, weights_meta)?;
+    let state_bytes = serialize(&state, &training_entries(model, trainer, info)?, state_meta)?;
+    memopt_core::output_file::write_together(&[(weights, &weights_bytes), (&state, &state_bytes)])
+        .map_err(|(path, e)| DataError::io(path, e))
+}
+
+fn training_entries(model: &Model, trainer: &Trainer, info: &WeightsInfo) -> Result<BTreeMap<String, Entry>> {
     let mut entries = model_entries(model, info.steps)?;
     entries.extend(optimizer_entries(model, trainer)?);
+    Ok(entries)
+}
+
+fn training_meta(model: &Model, trainer: &Trainer, info: &WeightsInfo) -> HashMap<String, String> {
     let mut meta = base_meta(model, info);
     let rng = trainer.rng_state();
     meta.insert("memopt.trainer.steps".into(), trainer.steps().to_string());
@@ -153,7 +211,7 @@ pub fn save_training(path: &Path, model: &Model, trainer: &Trainer, info: &Weigh
         "memopt.optimizer.lr".into(),
         trainer.optimizer().learning_rate().to_string(),
     );
-    write_file(path, &entries, meta)
+    meta
 }
 
 /// A read safetensors file.
@@ -266,6 +324,21 @@ fn load_into(path: &Path, model: &Model, trainer: Option<&Trainer>) -> Result<Ha
         }
         return Err(DataError::file(path, msg));
     }
+    let bad = non_finite(&st, &want);
+    if !bad.is_empty() {
+        let more = if bad.len() > 3 {
+            format!("; and {} more tensors", bad.len() - 3)
+        } else {
+            String::new()
+        };
+        return Err(DataError::file(
+            path,
+            format!(
+                "weights must be finite, nothing loaded: {}{more}",
+                bad[..bad.len().min(3)].join("; ")
+            ),
+        ));
+    }
     for (name, (tensor, _, _)) in &want {
         let Some(t) = tensor else { continue };
         // present with the right dtype and shape: checked above
@@ -280,23 +353,62 @@ fn load_into(path: &Path, model: &Model, trainer: Option<&Trainer>) -> Result<Ha
     Ok(file.meta())
 }
 
-fn info_from(meta: &HashMap<String, String>) -> WeightsInfo {
-    WeightsInfo {
+/// `name holds NaN at index i` for every loaded `f32` tensor holding a NaN or an infinity.
+fn non_finite(
+    st: &SafeTensors<'_>,
+    want: &BTreeMap<String, (Option<Tensor>, Dtype, Vec<usize>)>,
+) -> Vec<String> {
+    let mut out = Vec::new();
+    for (name, (tensor, _, _)) in want {
+        let Ok(view) = st.tensor(name) else { continue };
+        if tensor.is_none() {
+            continue;
+        }
+        let bad = view
+            .data()
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .enumerate()
+            .find(|(_, v)| !v.is_finite());
+        if let Some((i, v)) = bad {
+            out.push(format!("{name} holds {v} at index {i}"));
+        }
+    }
+    out
+}
+
+/// A whole number in the metadata under `key`: `None` when absent, an error naming the file
+/// and the key when it is not one.
+pub fn meta_number(path: &Path, meta: &HashMap<String, String>, key: &str) -> Result<Option<u64>> {
+    meta.get(key)
+        .map(|v| {
+            v.trim().parse::<u64>().map_err(|_| {
+                DataError::file(
+                    path,
+                    format!("metadata '{key}' is '{v}', not a whole number: the file is damaged"),
+                )
+            })
+        })
+        .transpose()
+}
+
+fn info_from(path: &Path, meta: &HashMap<String, String>) -> Result<WeightsInfo> {
+    Ok(WeightsInfo {
         model: meta.get("memopt.model").cloned().unwrap_or_default(),
-        steps: meta.get("memopt.steps").and_then(|s| s.parse().ok()).unwrap_or(0),
+        steps: meta_number(path, meta, "memopt.steps")?.unwrap_or(0),
         extra: meta
             .iter()
             .filter(|(k, _)| !k.starts_with("memopt.") && k.as_str() != "format")
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect(),
-    }
+    })
 }
 
 /// Loads parameters and buffers into `model` (optimizer entries in the file are ignored). On
 /// any mismatch nothing changes.
 pub fn load_model(path: &Path, model: &Model) -> Result<WeightsInfo> {
     let meta = load_into(path, model, None)?;
-    Ok(info_from(&meta))
+    info_from(path, &meta)
 }
 
 /// Loads parameters, buffers and optimizer state saved by [`save_training`] and puts the
@@ -305,7 +417,7 @@ pub fn load_training(path: &Path, model: &Model, trainer: &mut Trainer) -> Resul
     let file = Loaded::open(path)?;
     let meta = file.meta();
     let num = |k: &str| -> Result<u64> {
-        meta.get(k).and_then(|v| v.parse().ok()).ok_or_else(|| {
+        meta_number(path, &meta, k)?.ok_or_else(|| {
             DataError::file(
                 path,
                 format!("no training state ('{k}' missing): it holds weights only; load it with --load, not --resume"),
@@ -331,9 +443,44 @@ pub fn load_training(path: &Path, model: &Model, trainer: &mut Trainer) -> Resul
             ),
         ));
     }
+    check_pair(path, &meta)?;
+    let info = info_from(path, &meta)?;
     drop(file);
-    let meta = load_into(path, model, Some(trainer))?;
+    load_into(path, model, Some(trainer))?;
     trainer.restore(state.steps, state.rng);
     trainer.optimizer_mut().set_step_count(state.optimizer_steps);
-    Ok(info_from(&meta))
+    Ok(info)
+}
+
+/// Refuses a state file whose weights file (saved with it by [`save_pair`]) carries another
+/// save id: a save was interrupted between its two renames, and the weights are newer than
+/// the state.
+fn check_pair(state: &Path, meta: &HashMap<String, String>) -> Result<()> {
+    let (Some(id), Some(name)) = (meta.get(SAVE_ID), meta.get(PAIRED_WEIGHTS)) else {
+        return Ok(());
+    };
+    let weights = state.with_file_name(name);
+    if !weights.exists() {
+        return Ok(());
+    }
+    let theirs = Loaded::open(&weights)?.meta();
+    match theirs.get(SAVE_ID) {
+        // weights saved on their own (or from elsewhere) are not part of a pair
+        None => return Ok(()),
+        Some(other) if other == id => return Ok(()),
+        Some(_) => {}
+    }
+    let steps = |m: &HashMap<String, String>| m.get("memopt.steps").cloned().unwrap_or_else(|| "?".into());
+    Err(DataError::file(
+        state,
+        format!(
+            "is not the pair of {} beside it: the weights were saved after step {}, this state after step \
+             {} (a save was interrupted between the two files, or the weights come from another save). The state holds the weights too: remove or \
+             rename {} and resume again (training is deterministic, so the lost epoch is retrained exactly)",
+            weights.display(),
+            steps(&theirs),
+            steps(meta),
+            weights.display()
+        ),
+    ))
 }

@@ -3,7 +3,7 @@
 
 use crate::error::{CliError, Result};
 use memopt_checkpoint::InputSpec;
-use memopt_data::{Dataset, EventFormat, FrameSpec, SampleSource, SplitBy};
+use memopt_data::{Dataset, EventFormat, FrameSpec, MemoryBudget, SampleSource, SplitBy};
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -134,8 +134,16 @@ impl DataArgs {
     }
 
     /// Opens the dataset for a model taking `spec`: frames integrated with T = the model's
-    /// time steps (unless --frames/--duration say otherwise) and resized to its H x W.
-    pub fn open(&self, command: &str, spec: &InputSpec) -> Result<Arc<Dataset>> {
+    /// time steps (unless --frames/--duration say otherwise) and resized to its H x W. The
+    /// loader's batches of `batch_size` samples must fit `budget` (checked before any sample is
+    /// read); what remains is each sample's budget for reading, integrating and resizing.
+    pub fn open(
+        &self,
+        command: &str,
+        spec: &InputSpec,
+        batch_size: usize,
+        budget: &MemoryBudget,
+    ) -> Result<Arc<Dataset>> {
         let root = self.folder(command)?;
         let source = match self.event_format()? {
             None => SampleSource::Frames,
@@ -149,6 +157,18 @@ impl DataArgs {
         if self.resize && spec.sample.len() == 3 {
             data.resize = Some((spec.sample[1], spec.sample[2]));
         }
+        let mut sample = [spec.time_steps, 1, 1, 1];
+        for (d, &s) in sample[1..].iter_mut().zip(&spec.sample) {
+            *d = s;
+        }
+        let batches = memopt_data::loader::loader_bytes(batch_size, sample)?;
+        data.budget = budget.less(
+            batches,
+            &format!(
+                "{} batches of {batch_size} samples of frames {sample:?} the loader holds at once (lower --batch)",
+                memopt_data::loader::BATCHES_IN_FLIGHT
+            ),
+        )?;
         let first = data.frames(0)?;
         let [t, c, h, w] = first.dims;
         if t != spec.time_steps || spec.sample != [c, h, w] {

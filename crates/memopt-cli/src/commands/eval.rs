@@ -2,6 +2,8 @@
 
 use super::dataset::{DataArgs, SplitArg};
 use crate::error::{CliError, Result};
+use crate::files::{Outputs, same_file};
+use crate::memory_limit::MemoryLimitArgs;
 use crate::out;
 use crate::selection::{DEFAULT_MODEL, ModelArgs};
 use memopt_core::{Device, MemoryTracker};
@@ -36,15 +38,30 @@ pub struct EvalArgs {
     /// Write the logits (time-averaged outputs), labels and sample indices to this .npz.
     #[arg(long, value_name = "FILE.npz")]
     pub logits: Option<PathBuf>,
+    /// The memory limit the data path keeps to.
+    #[command(flatten)]
+    pub limit: MemoryLimitArgs,
 }
 
 /// Evaluates.
 pub fn run(args: &EvalArgs, out: &mut dyn Write) -> Result<()> {
     let sel = args.model.resolve(Some(DEFAULT_MODEL))?;
+    let mut outputs = Outputs::new(&[("--logits", args.logits.as_deref())])?;
+    if let Some(p) = &args.logits
+        && same_file(p, &args.load)
+    {
+        return Err(CliError::Usage(format!(
+            "--logits {} would replace the weights --load reads; give the logits their own file",
+            p.display()
+        )));
+    }
     let _installed = MemoryTracker::install(MemoryTracker::new(Device::Cpu));
     let model = sel.workload.build_model(Device::Cpu)?;
     load_model(&args.load, &model)?;
-    let data = args.data.open("eval", model.spec())?;
+    let budget = args.limit.data_budget()?;
+    let data = args
+        .data
+        .open("eval", model.spec(), sel.workload.batch_size, &budget)?;
     let (train, test) = args.data.split(&data)?;
     let indices = match args.split {
         SplitArg::Train => train,
@@ -83,14 +100,14 @@ pub fn run(args: &EvalArgs, out: &mut dyn Write) -> Result<()> {
                 data: NpyData::Int(indices.iter().map(|&i| i as i64).collect()),
             },
         ];
-        memopt_data::npz::write(
-            p,
-            &[
-                ("logits", &arrays[0]),
-                ("labels", &arrays[1]),
-                ("indices", &arrays[2]),
-            ],
-        )?;
+        let bytes = memopt_data::npz::to_bytes(&[
+            ("logits", &arrays[0]),
+            ("labels", &arrays[1]),
+            ("indices", &arrays[2]),
+        ])
+        .map_err(|e| CliError::Invalid(format!("{}: writing the archive failed: {e}", p.display())))?;
+        outputs.stage(p, bytes);
+        outputs.commit()?;
         out!(out, "logits written to {}", p.display())?;
     }
     Ok(())

@@ -118,7 +118,18 @@ pub fn run(args: &TrainArgs, out: &mut dyn Write) -> Result<()> {
     args.limit
         .check(&sel.workload, &[&plan], device, &args.model.command_line())?;
     if args.dataset.data.data.is_some() {
-        return super::train_data::run(&sel, &plan, device, &args.dataset, args.quiet || args.json, out);
+        let step_peak = if args.limit.ignore_memory_limit {
+            0
+        } else {
+            crate::memory_limit::reserved_peak(&sel.workload, &[&plan])?
+        };
+        let run = super::train_data::DataRun {
+            args: &args.dataset,
+            limit: &args.limit,
+            step_peak,
+            quiet: args.quiet || args.json,
+        };
+        return super::train_data::run(&sel, &plan, device, &run, out);
     }
     args.dataset.reject_without_data()?;
     let workload = &sel.workload;

@@ -5,13 +5,15 @@
 use super::dataset::DataArgs;
 use super::train_chart;
 use crate::error::{CliError, Result};
+use crate::files::{Outputs, same_file, write_atomic};
+use crate::memory_limit::MemoryLimitArgs;
 use crate::out;
 use crate::selection::Selection;
 use memopt_checkpoint::optim::{Adam, Optimizer, Sgd};
 use memopt_checkpoint::{Model, Plan, Trainer};
 use memopt_core::{Device, MemoryTracker};
 use memopt_data::training::{EpochMetrics, EpochPlan, Schedule, run_epoch};
-use memopt_data::weights::{WeightsInfo, load_model, load_training, save_model, save_training};
+use memopt_data::weights::{WeightsInfo, load_model, load_training, save_pair, state_path};
 use memopt_profiler::OptimizerChoice;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -106,13 +108,56 @@ fn learning_rate(s: &str) -> std::result::Result<f32, String> {
         .ok_or_else(|| format!("the learning rate must be a finite number >= 0 (e.g. 0.1), got '{s}'"))
 }
 
-/// The training-state file next to weights saved to `weights`.
-pub fn state_path(weights: &Path) -> PathBuf {
-    let stem = weights
-        .file_stem()
-        .map(|s| s.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    weights.with_file_name(format!("{stem}.state.safetensors"))
+/// The option name of the training-state file `--save` writes beside the weights.
+const STATE_FLAG: &str = "--save's training state";
+
+/// Checks every output of the run before any work: each can be written, no two name one file
+/// (through links too), and none replaces an input, except that the saved weights and state
+/// may replace the weights or state the run started from (read whole at the start).
+fn check_outputs(a: &DataTrainArgs) -> Result<()> {
+    let state = a.save.as_deref().map(state_path);
+    let outputs = [
+        ("--save", a.save.as_deref()),
+        (STATE_FLAG, state.as_deref()),
+        ("--metrics", a.metrics.as_deref()),
+        ("--chart", a.chart.as_deref()),
+    ];
+    Outputs::new(&outputs)?;
+    let inputs = [("--load", a.load.as_deref()), ("--resume", a.resume.as_deref())];
+    let replaces_what_it_continues = |out: &str, input: &str| {
+        matches!(
+            (out, input),
+            ("--save" | STATE_FLAG, "--load") | (STATE_FLAG, "--resume")
+        )
+    };
+    for (out_flag, out) in outputs.iter().filter_map(|(f, p)| p.map(|p| (*f, p))) {
+        for (in_flag, input) in inputs.iter().filter_map(|(f, p)| p.map(|p| (*f, p))) {
+            if same_file(out, input) && !replaces_what_it_continues(out_flag, in_flag) {
+                return Err(CliError::Usage(format!(
+                    "{out_flag} {} would replace the file {in_flag} reads; give it its own path",
+                    out.display()
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The epoch a state file was saved after (its `epoch` entry, written by `--save`).
+fn saved_epoch(path: &Path, info: &WeightsInfo) -> Result<u64> {
+    let text = info.extra.get("epoch").ok_or_else(|| {
+        CliError::Invalid(format!(
+            "{}: no 'epoch' entry: the state was not saved by `memopt train --save`, so where its run \
+             stopped is unknown",
+            path.display()
+        ))
+    })?;
+    text.trim().parse::<u64>().map_err(|_| {
+        CliError::Invalid(format!(
+            "{}: the 'epoch' entry is '{text}', not a whole number: the file is damaged",
+            path.display()
+        ))
+    })
 }
 
 fn optimizer(sel: &Selection, model: &Model, a: &DataTrainArgs) -> Result<Box<dyn Optimizer>> {
@@ -186,15 +231,35 @@ fn metrics_line(m: &EpochMetrics, jsonl: bool) -> String {
     }
 }
 
-/// Trains on `--data` for `--epochs`.
+/// What `memopt train` hands the data run besides the model: its options, the memory limit,
+/// the step's exact reserved peak (bytes, 0 when not checked) and whether to hide progress.
+#[derive(Debug, Clone, Copy)]
+pub struct DataRun<'a> {
+    /// The dataset options.
+    pub args: &'a DataTrainArgs,
+    /// The memory limit options.
+    pub limit: &'a MemoryLimitArgs,
+    /// The training step's reserved peak, in bytes.
+    pub step_peak: u64,
+    /// No progress bar.
+    pub quiet: bool,
+}
+
+/// Trains on `--data` for `--epochs`; `limit` bounds the data path's memory, beside the
+/// step's reserved peak `step_peak` (bytes).
 pub fn run(
     sel: &Selection,
     plan: &Plan,
     device: Device,
-    a: &DataTrainArgs,
-    quiet: bool,
+    run: &DataRun<'_>,
     out: &mut dyn Write,
 ) -> Result<()> {
+    let DataRun {
+        args: a,
+        limit,
+        step_peak,
+        quiet,
+    } = *run;
     if device != Device::Cpu {
         return Err(CliError::Usage(format!(
             "training on a dataset runs on the cpu, not {device}"
@@ -204,6 +269,7 @@ pub fn run(
         return Err(CliError::Usage("--epochs must be at least 1".into()));
     }
     let sched = schedule(a)?;
+    check_outputs(a)?;
     let tracker = MemoryTracker::new(device);
     let _installed = MemoryTracker::install(tracker.clone());
     let mut model = sel.workload.build_model(device)?;
@@ -211,7 +277,12 @@ pub fn run(
     let opt = optimizer(sel, &model, a)?;
     let base_lr = opt.learning_rate();
     let mut trainer = Trainer::new(opt, sel.workload.seed);
-    let data = a.data.open("train", model.spec())?;
+    let data_budget = limit
+        .data_budget()?
+        .less(step_peak, "the training step's reserved peak")?;
+    let data = a
+        .data
+        .open("train", model.spec(), sel.workload.batch_size, &data_budget)?;
     memopt_data::training::check_classes(&model, &data)?;
     let (train, test) = a.data.split(&data)?;
     if train.is_empty() {
@@ -227,11 +298,7 @@ pub fn run(
     }
     if let Some(p) = &a.resume {
         let info = load_training(p, &model, &mut trainer)?;
-        start = info
-            .extra
-            .get("epoch")
-            .and_then(|e| e.parse::<u64>().ok())
-            .unwrap_or(0);
+        start = saved_epoch(p, &info)?;
         out!(
             out,
             "resumed {} after epoch {start} ({} steps)",
@@ -322,14 +389,13 @@ pub fn run(
                 ..WeightsInfo::default()
             };
             info.extra.insert("epoch".into(), (epoch + 1).to_string());
-            save_model(p, &model, &info)?;
-            save_training(&state_path(p), &model, &trainer, &info)?;
+            save_pair(p, &model, &trainer, &info)?;
         }
         if let Some(p) = &a.metrics {
-            memopt_data::write_replacing(p, metrics_text.as_bytes())?;
+            write_atomic(p, metrics_text.as_bytes())?;
         }
         if let Some(p) = &a.chart {
-            memopt_data::write_replacing(p, train_chart::render(model.name(), &history).as_bytes())?;
+            write_atomic(p, train_chart::render(model.name(), &history).as_bytes())?;
         }
     }
     bar.finish_and_clear();

@@ -255,6 +255,46 @@ fn outputs_are_checked_before_any_work() {
     );
 }
 
+#[test]
+fn the_loader_s_batches_are_predicted_against_the_memory_limit() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (frames, model) = frames_and_model(tmp.path());
+    let w = tmp.path().join("w.safetensors");
+    ok(&[
+        "train",
+        "-m",
+        s(&model),
+        "--data",
+        s(&frames),
+        "-n",
+        "2",
+        "--quiet",
+        "--save",
+        s(&w),
+    ]);
+    // 4 batches of 100000 samples of [2, 2, 16, 16] f32: 1.6 GB, refused before any sample.
+    let args = [
+        "eval",
+        "-m",
+        s(&model),
+        "--data",
+        s(&frames),
+        "--load",
+        s(&w),
+        "-n",
+        "100000",
+        "--memory-limit",
+        "100MiB",
+    ];
+    let e = fails(&args, 1);
+    assert!(
+        e.contains("4 batches of 100000 samples")
+            && e.contains("lower --batch")
+            && e.contains("--memory-limit 100MiB"),
+        "{e}"
+    );
+}
+
 /// Rewrites the first occurrence of `from` in `path` with `to` (same length).
 fn patch(path: &Path, from: &str, to: &str) {
     let mut b = std::fs::read(path).unwrap();

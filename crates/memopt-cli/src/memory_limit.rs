@@ -40,7 +40,8 @@ pub struct MemoryLimitArgs {
     /// cgroup limits, MemAvailable and RLIMIT_AS; also MEMOPT_MEMORY_LIMIT].
     #[arg(long, value_name = "SIZE", allow_hyphen_values = true)]
     pub memory_limit: Option<String>,
-    /// Run real steps even when their exact peak exceeds the memory limit.
+    /// Run real steps even when their exact peak exceeds the memory limit, and read data without
+    /// a limit on its predicted memory.
     #[arg(long)]
     pub ignore_memory_limit: bool,
 }

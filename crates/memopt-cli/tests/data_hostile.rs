@@ -289,7 +289,7 @@ fn the_loader_s_batches_are_predicted_against_the_memory_limit() {
     let e = fails(&args, 1);
     assert!(
         e.contains("4 batches of 100000 samples")
-            && e.contains("lower --batch")
+            && e.contains("smaller batch")
             && e.contains("--memory-limit 100MiB"),
         "{e}"
     );

@@ -38,8 +38,10 @@ pub enum DataError {
     /// Something the data path would allocate exceeds its memory budget (see
     /// [`crate::MemoryBudget`]).
     #[error(
-        "{what} would take {need_bytes} bytes, more than the {limit_bytes} bytes the data may use \
-         ({limit_from}); use fewer or smaller frames, or raise the limit"
+        "{what} would take {} ({need_bytes} bytes), more than the {} the data path may use \
+         ({limit_from}); use fewer or smaller frames, a smaller batch, or raise the limit",
+        crate::budget::human(*need_bytes),
+        crate::budget::human(*limit_bytes)
     )]
     Memory {
         /// What would be allocated, with its shape.

@@ -165,7 +165,7 @@ impl DataArgs {
         data.budget = budget.less(
             batches,
             &format!(
-                "{} batches of {batch_size} samples of frames {sample:?} the loader holds at once (lower --batch)",
+                "the loader's {} batches of {batch_size} samples of frames {sample:?}",
                 memopt_data::loader::BATCHES_IN_FLIGHT
             ),
         )?;

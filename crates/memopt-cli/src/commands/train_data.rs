@@ -277,9 +277,7 @@ pub fn run(
     let opt = optimizer(sel, &model, a)?;
     let base_lr = opt.learning_rate();
     let mut trainer = Trainer::new(opt, sel.workload.seed);
-    let data_budget = limit
-        .data_budget()?
-        .less(step_peak, "the training step's reserved peak")?;
+    let data_budget = limit.data_budget()?.less(step_peak, "the training step")?;
     let data = a
         .data
         .open("train", model.spec(), sel.workload.batch_size, &data_budget)?;

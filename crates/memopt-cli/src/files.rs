@@ -91,6 +91,31 @@ pub fn same_file(a: &Path, b: &Path) -> bool {
     output_file::same_file(a, b)
 }
 
+/// Whether the file `path` would be written inside the folder `dir` or a folder below it
+/// (through symbolic links too).
+pub fn lies_under(path: &Path, dir: &Path) -> bool {
+    let (Ok(dir), target) = (std::fs::canonicalize(dir), output_file::destination(path)) else {
+        return false;
+    };
+    let (output_file::Destination::Replace(p) | output_file::Destination::InPlace(p)) = target;
+    std::fs::canonicalize(output_file::parent(&p)).is_ok_and(|parent| parent.starts_with(&dir))
+}
+
+/// Refuses outputs written inside the dataset folder `data` (they would change the data or
+/// become part of it).
+pub fn check_outside_data(outputs: &[(&str, Option<&Path>)], data: &Path) -> Result<()> {
+    for (flag, path) in outputs.iter().filter_map(|(f, p)| p.map(|p| (*f, p))) {
+        if lies_under(path, data) {
+            return Err(CliError::Usage(format!(
+                "{flag} {} lies inside the dataset {}; write outputs outside --data",
+                path.display(),
+                data.display()
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// Writes `contents` to `path` whole or not at all: through a temporary file in the same
 /// directory, flushed to disk and renamed over `path` (over the target of a symbolic link); an
 /// existing device or pipe is written in place.

@@ -63,6 +63,19 @@ fn frame_memory_is_predicted_against_the_memory_limit_and_leaves_no_folder() {
     // Two events 8.4 s apart: 1 µs frames would be 8.4 million frames, 77.6 GB.
     recording(&raw, "0", "far", &[0, 8_388_607]);
     let limit = [("MEMOPT_MEMORY_LIMIT", "256MiB")];
+    // A recording larger than the limit is refused before it is read.
+    let big = tmp.path().join("big");
+    recording(&big, "0", "long", &(0..4096).collect::<Vec<_>>());
+    let o = memopt_env(
+        &["frames", "--data", s(&big), "--format", "nmnist", "--frames", "2"],
+        &[("MEMOPT_MEMORY_LIMIT", "16KiB")],
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        o.status.code() == Some(1) && err.contains("reading") && err.contains("long.bin"),
+        "{err}"
+    );
+    std::fs::remove_dir_all(&big).unwrap();
     for extra in [
         &["--duration", "1"][..],
         &["--frames", "1000000000"],
@@ -101,6 +114,19 @@ fn a_frame_folder_is_made_whole_or_not_at_all() {
     // A second run never mixes its samples into the first run's folder.
     let e = fails(&args, 1);
     assert!(e.contains("already exists"), "{e}");
+    assert_eq!(names(tmp.path()), ["frames_number_2_split_by_number", "raw"]);
+    // Written inside the recordings, the frame folder would become one of their classes.
+    let e = fails(&[args.as_slice(), &["--out", s(&raw)]].concat(), 2);
+    assert!(e.contains("lies inside --data"), "{e}");
+    // Run from inside the recordings, the default folder is still beside them.
+    std::fs::remove_dir_all(tmp.path().join("frames_number_2_split_by_number")).unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_memopt"))
+        .args(["frames", "--data", ".", "--format", "nmnist", "--frames", "2"])
+        .current_dir(&raw)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(names(&raw), ["0", "1"]);
     assert_eq!(names(tmp.path()), ["frames_number_2_split_by_number", "raw"]);
 }
 
@@ -187,7 +213,11 @@ fn outputs_are_checked_before_any_work() {
     let link = root.join("link.csv");
     std::os::unix::fs::symlink(&w, &link).unwrap();
     let not_a_dir = root.join("tiny.json/w.safetensors");
+    let in_data = frames.join("0/metrics.csv");
     for (extra, why) in [
+        (vec!["--metrics", s(&in_data)], "lies inside the dataset"),
+        (vec!["--momentum", "nan"], "finite number"),
+        (vec!["--weight-decay", "-1"], "finite number"),
         (vec!["--save", s(&w), "--metrics", s(&w)], "name the same file"),
         (
             vec!["--save", s(&w), "--metrics", s(&state)],

@@ -3,13 +3,19 @@
 //! holds polarity in bit 0, a 7-bit column in bits 1..8 and a 7-bit row in bits 8..15; events
 //! come out as `x = 127 - row`, `y = 127 - column`, `p = 1 - polarity`.
 
-use crate::error::{DataError, Result, read_all};
-use crate::events::Events;
+use crate::budget::MemoryBudget;
+use crate::error::{DataError, Result, read_all_within};
+use crate::events::{Events, check_events};
 use std::path::Path;
 
 /// Reads an AEDAT 2 file.
 pub fn read(path: &Path) -> Result<Events> {
-    let raw = read_all(path)?;
+    read_within(path, &MemoryBudget::unlimited())
+}
+
+/// [`read`] within `budget` (see [`crate::EventFormat::read_within`]).
+pub fn read_within(path: &Path, budget: &MemoryBudget) -> Result<Events> {
+    let raw = read_all_within(path, budget)?;
     let start = header_len(&raw);
     let body = &raw[start..];
     if body.len() % 8 != 0 {
@@ -23,6 +29,7 @@ pub fn read(path: &Path) -> Result<Events> {
             ),
         ));
     }
+    check_events(path, body.len() / 8, raw.len() as u64, budget)?;
     let mut ev = Events::with_capacity(body.len() / 8)?;
     for e in body.chunks_exact(8) {
         // chunks_exact(8) guarantees both 4-byte halves exist.

@@ -7,8 +7,9 @@
 //! recordings with a CSV of `class, start µs, end µs`; [`split_by_labels`] cuts samples as
 //! SpikingJelly does.
 
-use crate::error::{DataError, Result, read_all};
-use crate::events::Events;
+use crate::budget::MemoryBudget;
+use crate::error::{DataError, Result, read_all_within};
+use crate::events::{Events, check_events};
 use std::path::Path;
 
 const PACKET_HEADER: usize = 28;
@@ -20,9 +21,15 @@ fn u32_at(b: &[u8], i: usize) -> u32 {
 
 /// Reads an AEDAT 3.1 file. A packet cut short is an error naming its offset.
 pub fn read(path: &Path) -> Result<Events> {
-    let raw = read_all(path)?;
+    read_within(path, &MemoryBudget::unlimited())
+}
+
+/// [`read`] within `budget` (see [`crate::EventFormat::read_within`]).
+pub fn read_within(path: &Path, budget: &MemoryBudget) -> Result<Events> {
+    let raw = read_all_within(path, budget)?;
     let mut count = 0usize;
     walk_polarity(path, &raw, &mut |_, _| count += 1)?;
+    check_events(path, count, raw.len() as u64, budget)?;
     let mut ev = Events::with_capacity(count)?;
     walk_polarity(path, &raw, &mut |e, overflow| {
         let addr = u32_at(e, 0);

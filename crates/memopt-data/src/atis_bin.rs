@@ -1,8 +1,9 @@
 //! N-MNIST's ATIS `.bin` files, read as SpikingJelly's `load_ATIS_bin` does: 5 bytes per event,
 //! `x`, `y`, then polarity in bit 7 and a 23-bit timestamp (µs) in big-endian order.
 
-use crate::error::{DataError, Result, read_all};
-use crate::events::Events;
+use crate::budget::MemoryBudget;
+use crate::error::{DataError, Result, read_all_within};
+use crate::events::{Events, check_events};
 use std::path::Path;
 
 /// Bytes per event.
@@ -11,7 +12,13 @@ const EVENT_BYTES: usize = 5;
 /// Reads an ATIS `.bin` file. A file whose length is not a multiple of 5 bytes ends in a
 /// truncated event: that is an error naming the offset of the partial event.
 pub fn read(path: &Path) -> Result<Events> {
-    let raw = read_all(path)?;
+    read_within(path, &MemoryBudget::unlimited())
+}
+
+/// [`read`] within `budget` (see [`crate::EventFormat::read_within`]).
+pub fn read_within(path: &Path, budget: &MemoryBudget) -> Result<Events> {
+    let raw = read_all_within(path, budget)?;
+    check_events(path, raw.len() / EVENT_BYTES, raw.len() as u64, budget)?;
     parse(path, &raw)
 }
 

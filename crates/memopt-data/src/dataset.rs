@@ -116,7 +116,7 @@ impl Dataset {
         let frames = match self.source {
             SampleSource::Frames => read_frames_within(path, &self.budget)?,
             SampleSource::Events { format, spec, sensor } => {
-                let ev = format.read(path)?;
+                let ev = format.read_within(path, &self.budget)?;
                 let budget = self.budget.less(ev.bytes(), "the recording's events")?;
                 integrate_within(&ev, spec, sensor.0, sensor.1, &budget)
                     .map_err(|e| DataError::file(path, e.to_string()))?

@@ -109,3 +109,11 @@ pub(crate) fn input_error(path: &std::path::Path, e: InputFileError) -> DataErro
 pub(crate) fn read_all(path: &std::path::Path) -> Result<Vec<u8>> {
     read_bounded(path, MAX_DATA_FILE_BYTES).map_err(|e| input_error(path, e))
 }
+
+/// [`read_all`], refusing before reading a file larger than `budget`.
+pub(crate) fn read_all_within(path: &std::path::Path, budget: &crate::MemoryBudget) -> Result<Vec<u8>> {
+    memopt_core::input_file::check_regular(path, MAX_DATA_FILE_BYTES).map_err(|e| input_error(path, e))?;
+    let len = std::fs::metadata(path).map_err(|e| DataError::io(path, e))?.len();
+    budget.check(len, || format!("reading {}", path.display()))?;
+    read_all(path)
+}

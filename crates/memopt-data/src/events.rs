@@ -1,7 +1,7 @@
 //! Event streams: `(t, x, y, p)` arrays as SpikingJelly's readers return them, and the formats
 //! they come in.
 
-use crate::budget::with_capacity;
+use crate::budget::{MemoryBudget, with_capacity};
 use crate::error::{DataError, Result};
 use crate::npz;
 use std::path::Path;
@@ -120,18 +120,37 @@ impl EventFormat {
 
     /// Reads one recording.
     pub fn read(self, path: &Path) -> Result<Events> {
+        self.read_within(path, &MemoryBudget::unlimited())
+    }
+
+    /// Reads one recording within `budget`: the file's bytes and its events (17 bytes each,
+    /// counted from the file first) are refused before they are allocated when they exceed it.
+    pub fn read_within(self, path: &Path, budget: &MemoryBudget) -> Result<Events> {
         match self {
-            EventFormat::AtisBin => crate::atis_bin::read(path),
-            EventFormat::Aedat2 => crate::aedat2::read(path),
-            EventFormat::Aedat3 => crate::aedat3::read(path),
-            EventFormat::Npz => read_events_npz(path),
+            EventFormat::AtisBin => crate::atis_bin::read_within(path, budget),
+            EventFormat::Aedat2 => crate::aedat2::read_within(path, budget),
+            EventFormat::Aedat3 => crate::aedat3::read_within(path, budget),
+            EventFormat::Npz => read_events_npz_within(path, budget),
         }
     }
 }
 
+/// `n` events of `path` fit `budget` beside `held` bytes already read: checked before they are
+/// allocated.
+pub(crate) fn check_events(path: &Path, n: usize, held: u64, budget: &MemoryBudget) -> Result<()> {
+    let need = (n as u64).saturating_mul(17).saturating_add(held);
+    budget.check(need, || format!("{n} events of {}", path.display()))
+}
+
 /// Reads SpikingJelly's `events_np` file: arrays `t`, `x`, `y`, `p` of one length.
 pub fn read_events_npz(path: &Path) -> Result<Events> {
-    let arrays = npz::read(path)?;
+    read_events_npz_within(path, &MemoryBudget::unlimited())
+}
+
+/// [`read_events_npz`] within `budget` (the archive's entries, then the events).
+pub fn read_events_npz_within(path: &Path, budget: &MemoryBudget) -> Result<Events> {
+    let arrays = npz::read_within(path, budget)?;
+    let held: u64 = arrays.iter().map(|(_, a)| a.len() as u64 * 8).sum();
     let get = |k: &str| -> Result<Vec<i64>> {
         arrays
             .iter()
@@ -161,6 +180,7 @@ pub fn read_events_npz(path: &Path) -> Result<Events> {
     let coord = |v: i64, k: &str| {
         u32::try_from(v).map_err(|_| DataError::file(path, format!("{k} = {v} is not a pixel coordinate")))
     };
+    check_events(path, t.len(), held, budget)?;
     let mut ev = Events::with_capacity(t.len())?;
     for i in 0..t.len() {
         ev.push(t[i], coord(x[i], "x")?, coord(y[i], "y")?, u8::from(p[i] != 0));

@@ -2,7 +2,7 @@
 
 use super::dataset::{DataArgs, SplitArg};
 use crate::error::{CliError, Result};
-use crate::files::{Outputs, same_file};
+use crate::files::{Outputs, check_outside_data, same_file};
 use crate::memory_limit::MemoryLimitArgs;
 use crate::out;
 use crate::selection::{DEFAULT_MODEL, ModelArgs};
@@ -47,6 +47,7 @@ pub struct EvalArgs {
 pub fn run(args: &EvalArgs, out: &mut dyn Write) -> Result<()> {
     let sel = args.model.resolve(Some(DEFAULT_MODEL))?;
     let mut outputs = Outputs::new(&[("--logits", args.logits.as_deref())])?;
+    check_outside_data(&[("--logits", args.logits.as_deref())], args.data.folder("eval")?)?;
     if let Some(p) = &args.logits
         && same_file(p, &args.load)
     {

@@ -235,11 +235,23 @@ pub fn run(args: &FramesArgs, out: &mut dyn Write) -> Result<()> {
     let budget = args.limit.data_budget()?;
     let base = match &args.out {
         Some(o) => o.clone(),
-        None => root
+        // the parent of the folder itself, also for `--data .`
+        None => std::fs::canonicalize(root)
+            .map_err(|e| CliError::read(root, e))?
             .parent()
             .map(Path::to_path_buf)
-            .unwrap_or_else(|| PathBuf::from(".")),
+            .unwrap_or_else(|| PathBuf::from("/")),
     };
+    if std::fs::canonicalize(&base)
+        .is_ok_and(|b| std::fs::canonicalize(root).is_ok_and(|r| b.starts_with(&r)))
+    {
+        return Err(CliError::Usage(format!(
+            "--out {} lies inside --data {}: the frame folder would become one of its classes; write it \
+             beside the recordings (the default) or elsewhere",
+            base.display(),
+            root.display()
+        )));
+    }
     let labelled = format == EventFormat::Aedat3 && !sorted_files(root, "csv")?.is_empty();
     // The recordings are listed (and the DVS128 lists read) before the folder is staged.
     let dvs128 = if labelled {
@@ -283,7 +295,7 @@ pub fn run(args: &FramesArgs, out: &mut dyn Write) -> Result<()> {
                     csv.display()
                 )));
             }
-            let events = format.read(&rec)?;
+            let events = format.read_within(&rec, &budget)?;
             for s in aedat3::split_by_labels(&events, &csv, 11)? {
                 emit(
                     OsStr::new(&format!("{split}{}", s.class)),
@@ -295,7 +307,7 @@ pub fn run(args: &FramesArgs, out: &mut dyn Write) -> Result<()> {
         }
     }
     for job in &jobs {
-        let ev = format.read(&job.path)?;
+        let ev = format.read_within(&job.path, &budget)?;
         emit(&job.class, &job.stem, &ev, &job.path)?;
     }
     let target = folder.target.clone();

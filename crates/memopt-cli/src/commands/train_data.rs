@@ -5,7 +5,7 @@
 use super::dataset::DataArgs;
 use super::train_chart;
 use crate::error::{CliError, Result};
-use crate::files::{Outputs, same_file, write_atomic};
+use crate::files::{Outputs, check_outside_data, same_file, write_atomic};
 use crate::memory_limit::MemoryLimitArgs;
 use crate::out;
 use crate::selection::Selection;
@@ -42,10 +42,10 @@ pub struct DataTrainArgs {
     #[arg(long, value_name = "LR", value_parser = learning_rate, allow_hyphen_values = true)]
     pub lr: Option<f32>,
     /// SGD momentum.
-    #[arg(long, default_value_t = 0.9, value_name = "M")]
+    #[arg(long, default_value_t = 0.9, value_name = "M", value_parser = non_negative, allow_hyphen_values = true)]
     pub momentum: f32,
     /// L2 weight decay.
-    #[arg(long, default_value_t = 0.0, value_name = "WD")]
+    #[arg(long, default_value_t = 0.0, value_name = "WD", value_parser = non_negative, allow_hyphen_values = true)]
     pub weight_decay: f32,
     /// Learning-rate schedule over the epochs.
     #[arg(long, value_enum, default_value_t = ScheduleArg::Cosine)]
@@ -101,11 +101,17 @@ impl DataTrainArgs {
 
 /// Parses `--lr`: a finite learning rate >= 0.
 fn learning_rate(s: &str) -> std::result::Result<f32, String> {
+    non_negative(s)
+        .map_err(|_| format!("the learning rate must be a finite number >= 0 (e.g. 0.1), got '{s}'"))
+}
+
+/// Parses `--momentum` and `--weight-decay`: a finite number >= 0.
+fn non_negative(s: &str) -> std::result::Result<f32, String> {
     s.trim()
         .parse::<f32>()
         .ok()
         .filter(|v| v.is_finite() && *v >= 0.0)
-        .ok_or_else(|| format!("the learning rate must be a finite number >= 0 (e.g. 0.1), got '{s}'"))
+        .ok_or_else(|| format!("must be a finite number >= 0 (e.g. 0.9), got '{s}'"))
 }
 
 /// The option name of the training-state file `--save` writes beside the weights.
@@ -123,6 +129,7 @@ fn check_outputs(a: &DataTrainArgs) -> Result<()> {
         ("--chart", a.chart.as_deref()),
     ];
     Outputs::new(&outputs)?;
+    check_outside_data(&outputs, a.data.folder("train")?)?;
     let inputs = [("--load", a.load.as_deref()), ("--resume", a.resume.as_deref())];
     let replaces_what_it_continues = |out: &str, input: &str| {
         matches!(

@@ -28,6 +28,7 @@ pub mod rng;
 mod shape;
 pub mod stats;
 pub mod storage;
+pub mod units;
 mod tensor;
 
 pub use backend::{Init, Target};

@@ -8,6 +8,7 @@
 //! passes is still allocated fallibly, so a failure is an error, never an abort.
 
 use crate::error::{DataError, Result};
+use memopt_core::units;
 
 /// The bytes the data path may hold at once, and where the figure comes from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -52,7 +53,7 @@ impl MemoryBudget {
             None => Ok(self.clone()),
             Some(b) if bytes <= b => Ok(MemoryBudget {
                 bytes: Some(b - bytes),
-                source: format!("{} less {} for {what}", self.source, human(bytes)),
+                source: format!("{} less {} for {what}", self.source, units::bytes(bytes)),
             }),
             Some(_) => Err(self.refusal(bytes, what.to_string())),
         }
@@ -75,22 +76,6 @@ impl MemoryBudget {
             limit_from: self.source.clone(),
         }
     }
-}
-
-/// `bytes` for a person: `77.71 GB` (powers of 1000, as `df -H` and the error's limit source
-/// print them), exact below 1 kB.
-pub(crate) fn human(bytes: u64) -> String {
-    const UNITS: [&str; 6] = ["kB", "MB", "GB", "TB", "PB", "EB"];
-    if bytes < 1000 {
-        return format!("{bytes} B");
-    }
-    let mut v = bytes as f64 / 1000.0;
-    let mut unit = 0;
-    while v >= 1000.0 && unit + 1 < UNITS.len() {
-        v /= 1000.0;
-        unit += 1;
-    }
-    format!("{v:.2} {}", UNITS[unit])
 }
 
 /// Bytes of `n` values of `T`, or an error naming `what` when that exceeds 2^64 - 1.

@@ -40,8 +40,8 @@ pub enum DataError {
     #[error(
         "{what} would take {} ({need_bytes} bytes), more than the {} the data path may use \
          ({limit_from}); use fewer or smaller frames, a smaller batch, or raise the limit",
-        crate::budget::human(*need_bytes),
-        crate::budget::human(*limit_bytes)
+        memopt_core::units::bytes(*need_bytes),
+        memopt_core::units::bytes(*limit_bytes)
     )]
     Memory {
         /// What would be allocated, with its shape.

@@ -1,19 +1,6 @@
 //! Human-readable numbers for the report tables.
 
-/// `bytes` in binary units with two decimals (`1.50 MiB`); plain bytes below 1 KiB.
-pub fn bytes(bytes: u64) -> String {
-    const UNITS: [&str; 4] = ["KiB", "MiB", "GiB", "TiB"];
-    if bytes < 1024 {
-        return format!("{bytes} B");
-    }
-    let mut v = bytes as f64 / 1024.0;
-    let mut unit = 0;
-    while v >= 1024.0 && unit + 1 < UNITS.len() {
-        v /= 1024.0;
-        unit += 1;
-    }
-    format!("{v:.2} {}", UNITS[unit])
-}
+pub use memopt_core::units::bytes;
 
 /// `n` and the noun in the right number: `1 entry`, `3 entries`.
 pub fn count(n: usize, one: &str, many: &str) -> String {

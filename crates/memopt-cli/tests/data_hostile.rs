@@ -169,51 +169,61 @@ const MODEL: &str = r#"{
   ]
 }"#;
 
-/// A frames dataset and a model file in `root`: (frames folder, model).
-fn frames_and_model(root: &Path) -> (PathBuf, PathBuf) {
-    let raw = raw_dataset(root, 2);
-    ok(&["frames", "--data", s(&raw), "--format", "nmnist", "--frames", "2"]);
-    let model = root.join("tiny.json");
-    std::fs::write(&model, MODEL).unwrap();
-    (root.join("frames_number_2_split_by_number"), model)
+/// A frames dataset and a model file in a temporary folder, and the commands run on them.
+struct Fixture {
+    tmp: tempfile::TempDir,
+    frames: PathBuf,
+    model: PathBuf,
+}
+
+impl Fixture {
+    fn new() -> Fixture {
+        let tmp = tempfile::tempdir().unwrap();
+        let raw = raw_dataset(tmp.path(), 2);
+        ok(&["frames", "--data", s(&raw), "--format", "nmnist", "--frames", "2"]);
+        let model = tmp.path().join("tiny.json");
+        std::fs::write(&model, MODEL).unwrap();
+        let frames = tmp.path().join("frames_number_2_split_by_number");
+        Fixture { tmp, frames, model }
+    }
+
+    fn root(&self) -> &Path {
+        self.tmp.path()
+    }
+
+    /// `memopt CMD -m MODEL --data FRAMES` (`train` quietly with batch 2) and `extra`.
+    fn args<'a>(&'a self, cmd: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
+        let mut a = vec![cmd, "-m", s(&self.model), "--data", s(&self.frames)];
+        if cmd == "train" {
+            a.extend(["-n", "2", "--quiet"]);
+        }
+        a.extend_from_slice(extra);
+        a
+    }
+
+    fn ok(&self, cmd: &str, extra: &[&str]) -> String {
+        ok(&self.args(cmd, extra))
+    }
+
+    /// Runs a command that must fail with `code`, with a message containing `why`.
+    fn fails(&self, cmd: &str, extra: &[&str], code: i32, why: &str) {
+        let e = fails(&self.args(cmd, extra), code);
+        assert!(e.contains(why), "{cmd} {extra:?}: {e}");
+    }
 }
 
 #[test]
 fn outputs_are_checked_before_any_work() {
-    let tmp = tempfile::tempdir().unwrap();
-    let root = tmp.path();
-    let (frames, model) = frames_and_model(root);
+    let fx = Fixture::new();
+    let root = fx.root();
     let w = root.join("w.safetensors");
-    let train = |extra: &[&str]| {
-        let mut a = vec![
-            "train",
-            "-m",
-            s(&model),
-            "--data",
-            s(&frames),
-            "-n",
-            "2",
-            "--quiet",
-        ];
-        a.extend_from_slice(extra);
-        a.into_iter().map(String::from).collect::<Vec<_>>()
-    };
-    let run = |args: &[String]| {
-        let argv: Vec<&str> = args.iter().map(String::as_str).collect();
-        ok(&argv)
-    };
-    let refused = |args: &[String], why: &str| {
-        let argv: Vec<&str> = args.iter().map(String::as_str).collect();
-        let e = fails(&argv, 2);
-        assert!(e.contains(why), "{args:?}: {e}");
-    };
-    run(&train(&["--save", s(&w)]));
+    fx.ok("train", &["--save", s(&w)]);
     let saved = std::fs::read(&w).unwrap();
     let state = root.join("w.state.safetensors");
     let link = root.join("link.csv");
     std::os::unix::fs::symlink(&w, &link).unwrap();
     let not_a_dir = root.join("tiny.json/w.safetensors");
-    let in_data = frames.join("0/metrics.csv");
+    let in_data = fx.frames.join("0/metrics.csv");
     for (extra, why) in [
         (vec!["--metrics", s(&in_data)], "lies inside the dataset"),
         (vec!["--momentum", "nan"], "finite number"),
@@ -234,36 +244,23 @@ fn outputs_are_checked_before_any_work() {
         ),
         (vec!["--save", s(&not_a_dir)], "cannot be written"),
     ] {
-        let args = train(&extra);
-        refused(&args, why);
+        fx.fails("train", &extra, 2, why);
         assert_eq!(std::fs::read(&w).unwrap(), saved, "{extra:?} changed the weights");
     }
-    let logits = fails(
-        &[
-            "eval",
-            "-m",
-            s(&model),
-            "--data",
-            s(&frames),
-            "--load",
-            s(&w),
-            "--logits",
-            s(&w),
-        ],
+    fx.fails(
+        "eval",
+        &["--load", s(&w), "--logits", s(&w)],
         2,
-    );
-    assert!(
-        logits.contains("would replace the weights --load reads"),
-        "{logits}"
+        "would replace the weights --load reads",
     );
     assert_eq!(std::fs::read(&w).unwrap(), saved);
     // Continuing into the same file is what --save with --load means: allowed.
-    run(&train(&["--load", s(&w), "--save", s(&w)]));
+    fx.ok("train", &["--load", s(&w), "--save", s(&w)]);
     // A device is written in place, a link's target replaced and the link kept.
     let target = root.join("metrics.csv");
     let metrics = root.join("metrics-link.csv");
     std::os::unix::fs::symlink(&target, &metrics).unwrap();
-    run(&train(&["--metrics", s(&metrics), "--chart", "/dev/null"]));
+    fx.ok("train", &["--metrics", s(&metrics), "--chart", "/dev/null"]);
     assert!(
         std::fs::symlink_metadata(&metrics)
             .unwrap()
@@ -287,42 +284,13 @@ fn outputs_are_checked_before_any_work() {
 
 #[test]
 fn the_loader_s_batches_are_predicted_against_the_memory_limit() {
-    let tmp = tempfile::tempdir().unwrap();
-    let (frames, model) = frames_and_model(tmp.path());
-    let w = tmp.path().join("w.safetensors");
-    ok(&[
-        "train",
-        "-m",
-        s(&model),
-        "--data",
-        s(&frames),
-        "-n",
-        "2",
-        "--quiet",
-        "--save",
-        s(&w),
-    ]);
+    let fx = Fixture::new();
+    let w = fx.root().join("w.safetensors");
+    fx.ok("train", &["--save", s(&w)]);
     // 4 batches of 100000 samples of [2, 2, 16, 16] f32: 1.6 GB, refused before any sample.
-    let args = [
-        "eval",
-        "-m",
-        s(&model),
-        "--data",
-        s(&frames),
-        "--load",
-        s(&w),
-        "-n",
-        "100000",
-        "--memory-limit",
-        "100MiB",
-    ];
-    let e = fails(&args, 1);
-    assert!(
-        e.contains("4 batches of 100000 samples")
-            && e.contains("smaller batch")
-            && e.contains("--memory-limit 100MiB"),
-        "{e}"
-    );
+    let extra = ["--load", s(&w), "-n", "100000", "--memory-limit", "100MiB"];
+    fx.fails("eval", &extra, 1, "4 batches of 100000 samples");
+    fx.fails("eval", &extra, 1, "--memory-limit 100MiB");
 }
 
 /// Rewrites the first occurrence of `from` in `path` with `to` (same length).
@@ -338,55 +306,53 @@ fn patch(path: &Path, from: &str, to: &str) {
 
 #[test]
 fn non_finite_frames_weights_and_damaged_state_are_named() {
-    let tmp = tempfile::tempdir().unwrap();
-    let root = tmp.path();
-    let (frames, model) = frames_and_model(root);
-    let w = root.join("w.safetensors");
-    let common = ["-m", s(&model), "--data", s(&frames), "-n", "2", "--quiet"];
-    let with = |cmd: &str, extra: &[&str]| {
-        let mut a = vec![cmd];
-        a.extend_from_slice(&common[..if cmd == "eval" { 4 } else { 7 }]);
-        a.extend_from_slice(extra);
-        a.into_iter().map(String::from).collect::<Vec<_>>()
-    };
-    let argv = |a: &[String]| a.iter().map(String::from).collect::<Vec<_>>();
-    let run_ok = |a: Vec<String>| ok(&a.iter().map(String::as_str).collect::<Vec<_>>());
-    let run_fails = |a: Vec<String>| fails(&a.iter().map(String::as_str).collect::<Vec<_>>(), 1);
-    run_ok(argv(&with("train", &["--save", s(&w)])));
+    let fx = Fixture::new();
+    let w = fx.root().join("w.safetensors");
+    fx.ok("train", &["--save", s(&w)]);
 
     // A state file whose epoch is damaged: an error naming the file and the entry.
-    let state = root.join("w.state.safetensors");
+    let state = fx.root().join("w.state.safetensors");
     patch(&state, "\"epoch\":\"1\"", "\"epoch\":\"x\"");
-    let e = run_fails(with("train", &["--resume", s(&state), "--epochs", "2"]));
-    assert!(
-        e.contains("w.state.safetensors") && e.contains("'epoch' entry is 'x'"),
-        "{e}"
+    let resume = ["--resume", s(&state), "--epochs", "2"];
+    fx.fails(
+        "train",
+        &resume,
+        1,
+        "w.state.safetensors: the 'epoch' entry is 'x'",
     );
 
     // NaN in the weights: refused at --load, naming the tensor.
-    let nan = root.join("nan.safetensors");
+    let nan = fx.root().join("nan.safetensors");
     let mut b = std::fs::read(&w).unwrap();
     let n = b.len();
     b[n - 4..].copy_from_slice(&f32::NAN.to_le_bytes());
     std::fs::write(&nan, b).unwrap();
-    let e = run_fails(with("eval", &["--load", s(&nan)]));
-    assert!(e.contains("weights must be finite") && e.contains("NaN"), "{e}");
-    let e = run_fails(with("train", &["--load", s(&nan)]));
-    assert!(e.contains("weights must be finite"), "{e}");
+    fx.fails(
+        "eval",
+        &["--load", s(&nan)],
+        1,
+        "weights must be finite, nothing loaded",
+    );
+    fx.fails(
+        "train",
+        &["--load", s(&nan)],
+        1,
+        "weights must be finite, nothing loaded",
+    );
 
     // NaN in one sample's frames: training and evaluation name the file.
-    let sample = frames.join("0/1.npz");
+    let mut values = vec![0.0; 2 * 2 * 34 * 34];
+    values[5] = f64::NAN;
     let a = memopt_data::npy::NpyArray {
         shape: vec![2, 2, 34, 34],
-        data: memopt_data::npy::NpyData::F64({
-            let mut v = vec![0.0; 2 * 2 * 34 * 34];
-            v[5] = f64::NAN;
-            v
-        }),
+        data: memopt_data::npy::NpyData::F64(values),
     };
-    memopt_data::npz::write(&sample, &[("frames", &a)]).unwrap();
-    let e = run_fails(with("train", &[]));
-    assert!(e.contains("0/1.npz") && e.contains("NaN"), "{e}");
-    let e = run_fails(with("eval", &["--load", s(&w), "--split", "all"]));
-    assert!(e.contains("0/1.npz") && e.contains("NaN"), "{e}");
+    memopt_data::npz::write(&fx.frames.join("0/1.npz"), &[("frames", &a)]).unwrap();
+    fx.fails("train", &[], 1, "0/1.npz: frames hold NaN at [0, 0, 0, 5]");
+    fx.fails(
+        "eval",
+        &["--load", s(&w), "--split", "all"],
+        1,
+        "0/1.npz: frames hold NaN",
+    );
 }

@@ -72,12 +72,14 @@ pub fn read_bounded(path: &Path, max: u64) -> Result<Vec<u8>, InputFileError> {
     let len = file.metadata()?.len().min(max);
     let mut bytes = Vec::new();
     // the size the file has now, reserved fallibly: too little memory is an error, not an abort
-    bytes.try_reserve_exact(usize::try_from(len).unwrap_or(usize::MAX)).map_err(|_| {
-        std::io::Error::new(
-            std::io::ErrorKind::OutOfMemory,
-            format!("cannot allocate {len} bytes to read it"),
-        )
-    })?;
+    bytes
+        .try_reserve_exact(usize::try_from(len).unwrap_or(usize::MAX))
+        .map_err(|_| {
+            std::io::Error::new(
+                std::io::ErrorKind::OutOfMemory,
+                format!("cannot allocate {len} bytes to read it"),
+            )
+        })?;
     file.take(max.saturating_add(1)).read_to_end(&mut bytes)?;
     if bytes.len() as u64 > max {
         return Err(InputFileError::Grew { max });

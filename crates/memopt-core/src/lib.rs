@@ -28,8 +28,8 @@ pub mod rng;
 mod shape;
 pub mod stats;
 pub mod storage;
-pub mod units;
 mod tensor;
+pub mod units;
 
 pub use backend::{Init, Target};
 pub use cpu_isa::CpuIsa;

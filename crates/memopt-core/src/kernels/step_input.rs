@@ -10,6 +10,8 @@
 //! have the same shapes, read the same values and run in the same order.
 
 use crate::{CoreError, Device, KernelBuffer, Result, Shape, Tensor};
+use std::iter::Rev;
+use std::ops::Range;
 
 /// An f32 input that is not held as a tensor: kernels ask it for one span of its values
 /// (row-major) at a time, written into a buffer they allocated.
@@ -24,6 +26,28 @@ pub trait StepInput {
     /// the device's backend: computed on the CPU or a GPU, nothing on Meta. Allocates nothing
     /// (so a Meta step allocates exactly what the CPU does). `op` names the kernel in errors.
     fn write_span(&self, op: &'static str, first: usize, dst: &mut KernelBuffer<f32>) -> Result<()>;
+}
+
+/// The time steps `0..time_steps` a stepwise kernel visits on `device`, in forward order: all
+/// of them where data is computed; on Meta only the first. A step allocates nothing (the
+/// one-step buffer is allocated before the loop, [`StepInput::write_span`] and the compute
+/// allocate nothing) and its checks are the first step's, so a Meta run allocates and fails as a
+/// CPU one does, in time independent of `T`.
+pub(crate) fn steps_first_to_last(device: Device, time_steps: usize) -> Range<usize> {
+    if device.is_meta() {
+        0..time_steps.min(1)
+    } else {
+        0..time_steps
+    }
+}
+
+/// [`steps_first_to_last`] in backward order: `T-1` first; on Meta only `T-1`.
+pub(crate) fn steps_last_to_first(device: Device, time_steps: usize) -> Rev<Range<usize>> {
+    if device.is_meta() {
+        (time_steps.saturating_sub(1)..time_steps).rev()
+    } else {
+        (0..time_steps).rev()
+    }
 }
 
 /// Checks that `x` lives on `w`'s device.

@@ -19,9 +19,9 @@ use crate::cpu_isa::CpuIsa;
 use crate::cuda::CudaPtr;
 use crate::kernels::WeightGradAcc;
 use crate::kernels::matmul::check_f32_same_device;
-use crate::kernels::step_input::{StepInput, check_step_device};
+use crate::kernels::step_input::{StepInput, check_step_device, steps_first_to_last, steps_last_to_first};
 use crate::memory::MemoryKind;
-use crate::{CoreError, KernelBuffer, Result, Tensor};
+use crate::{CoreError, KernelBuffer, Result, Tensor, host_vec_with_capacity};
 
 /// [`super::conv2d`] of an input read one time step at a time: `x [T*N, C, H, W]` folding
 /// `time_steps` steps, `w [Co, C / groups, kh, kw]`, `b [Co]`. Allocates, in this order, the
@@ -61,7 +61,7 @@ pub fn conv2d_stepwise(
     let mut ws = Workspace::new(OP, device, &step, !step.implicit())?;
     let mut x_t = KernelBuffer::<f32>::workspace(OP, device, in_step, Init::Overwritten)?;
     let mut gemm_ws = gemm_workspace(OP, device)?;
-    for t in 0..time_steps {
+    for t in steps_first_to_last(device, time_steps) {
         x.write_span(OP, t * in_step, &mut x_t)?;
         compute(device, |backend| {
             if let Compute::Cuda(gpu) = backend {
@@ -219,9 +219,10 @@ pub fn conv2d_backward_stepwise(args: Conv2dBackwardStepwise<'_>) -> Result<Opti
         })?;
     }
     let mut partial = vec![0f32; g.co];
-    let images: Vec<usize> = (0..step.b).collect();
+    // The images of one step, for the implicit weight gradient: built on the first CPU step.
+    let mut images: Vec<usize> = Vec::new();
     // Time step T-1 first, each added into the accumulators (the dense kernel's order).
-    for t in (0..acc.time_steps).rev() {
+    for t in steps_last_to_first(device, acc.time_steps) {
         if let Some(x_t) = x_t.as_mut() {
             x.write_span(OP, t * in_step, x_t)?;
         }
@@ -251,6 +252,10 @@ pub fn conv2d_backward_stepwise(args: Conv2dBackwardStepwise<'_>) -> Result<Opti
                 if step.implicit() {
                     // Each element's chain continues from the accumulator over this step's
                     // pixels, as the dense call's continues from step t+1's into step t's.
+                    if images.len() != step.b {
+                        images = host_vec_with_capacity(step.b)?;
+                        images.extend(0..step.b);
+                    }
                     implicit::weight_grad(CpuIsa::selected(), &step.shape(), gs_t, xs_t, &images, aw);
                 } else {
                     let (col, stage) = ws.slices()?;

@@ -12,7 +12,7 @@ use crate::cuda::gemm::{GpuMat, gemm, workspace_of};
 use crate::cuda::grid_for;
 use crate::cuda::launchers::conv as conv_k;
 use crate::kernels::WeightGradAcc;
-use crate::kernels::step_input::{StepInput, check_step_device};
+use crate::kernels::step_input::{StepInput, check_step_device, steps_first_to_last, steps_last_to_first};
 use crate::memory::MemoryKind;
 use crate::{CoreError, KernelBuffer, Result, Tensor};
 
@@ -74,7 +74,7 @@ pub fn linear_stepwise(
         fill_rows(out.host_mut()?, br.host()?);
         Ok(())
     })?;
-    for t in 0..time_steps {
+    for t in steps_first_to_last(device, time_steps) {
         x.write_span(OP, t * in_step, &mut x_t)?;
         compute(device, |backend| {
             if let Compute::Cuda(gpu) = backend {
@@ -168,7 +168,7 @@ pub fn linear_backward_stepwise(args: LinearBackwardStepwise<'_>) -> Result<Opti
     }
     let mut partial = vec![0f32; n];
     // Time step T-1 first, each added into the accumulators (the dense kernel's order).
-    for t in (0..acc.time_steps).rev() {
+    for t in steps_last_to_first(device, acc.time_steps) {
         if let Some(x_t) = x_t.as_mut() {
             x.write_span(OP, t * in_step, x_t)?;
         }

@@ -1,122 +1,115 @@
 //! A plan as a readable tree: the model's modules, indented, each planned one with its policy.
 
+mod index;
+#[cfg(test)]
+mod reference;
+
 use crate::format::path;
+use index::{Modules, ancestors, first_run_per_position, parent};
 use memopt_checkpoint::module::ModuleInfo;
 use memopt_checkpoint::{Plan, Policy};
 use memopt_core::ModulePath;
-
-fn is_ancestor(a: &str, p: &str) -> bool {
-    ModulePath::from(p).is_below(a)
-}
-
-fn parent(p: &str) -> Option<ModulePath> {
-    ModulePath::from(p).parent()
-}
-
-/// The position of `m` among the children of `par` (its parent), in `modules`' order (the
-/// modules' forward order, whatever the children are named).
-fn child_index(modules: &[ModuleInfo], m: &ModuleInfo, par: &ModulePath) -> Option<usize> {
-    modules
-        .iter()
-        .filter(|c| c.depth == m.depth && parent(&c.path).as_ref() == Some(par))
-        .position(|c| c.path == m.path)
-}
-
-/// The position of `m` in the chain of the container at `container`: among its children, or
-/// among its links when it inlines children ([`ModuleInfo::links`]).
-fn link_index(modules: &[ModuleInfo], m: &ModuleInfo, container: &str) -> Option<usize> {
-    let c = modules.iter().find(|c| c.path == container)?;
-    if c.links.is_empty() {
-        let par = parent(&m.path)?;
-        return (par.as_str() == container)
-            .then(|| child_index(modules, m, &par))
-            .flatten();
-    }
-    let relative = if container.is_empty() {
-        m.path.as_str()
-    } else {
-        m.path.strip_prefix(container)?.strip_prefix('.')?
-    };
-    c.links.iter().position(|l| l == relative)
-}
+use std::collections::{HashMap, HashSet};
 
 /// The module tree of `modules` (from [`memopt_checkpoint::Model::modules`]) with `plan`'s
 /// policies: the top level, every planned module with its ancestors and siblings (so what is
 /// stored next to it shows), nothing below a planned module (its policy covers it). Runs of
-/// children that share one checkpoint are marked on their first child.
+/// children that share one checkpoint are marked on their first child. Indexed: about
+/// O((modules + entries) x depth) hash lookups.
 pub fn plan_tree(modules: &[ModuleInfo], plan: &Plan) -> String {
-    let planned = |p: &str| -> Option<Policy> {
-        plan.entries
-            .iter()
-            .find(|e| e.path == p && e.children.is_none())
-            .map(|e| e.policy)
-    };
-    // The child a run goes on into (`into_next`), by entry.
-    let next_child = |e: &memopt_checkpoint::PlanEntry| -> Option<String> {
-        let [_, b] = e.children.filter(|_| e.into_next > 0)?;
-        let m = modules.iter().find(|m| {
-            parent(&m.path).is_some_and(|p| p.as_str() == e.path)
-                && link_index(modules, m, &e.path) == Some(b)
-        })?;
-        Some(m.path.clone())
-    };
+    let ix = Modules::new(modules);
+    let entries = &plan.entries;
+    // The first policy of each planned module (entries of a module itself, not of a run).
+    let mut planned: HashMap<&str, Policy> = HashMap::new();
+    for e in entries.iter().filter(|e| e.children.is_none()) {
+        planned.entry(e.path.as_str()).or_insert(e.policy);
+    }
+    // The child each run goes on into (`into_next`), by entry.
+    let next: Vec<Option<&str>> = entries.iter().map(|e| ix.next_child(e)).collect();
     // Containers whose children are addressed: module entries' parents, run entries' paths
     // (and the child a run goes on into).
-    let mut opened: Vec<ModulePath> = Vec::new();
-    let open_chain = |container: &str, opened: &mut Vec<ModulePath>| {
-        let container = ModulePath::from(container);
+    let mut opened: HashSet<String> = HashSet::new();
+    let open_chain = |container: &str, opened: &mut HashSet<String>| {
+        let path = ModulePath::from(container);
         // A container that inlines children: their children are its links.
-        let links = modules
-            .iter()
-            .find(|m| m.path == container.as_str())
-            .map(|m| m.links.as_slice());
-        for link in links.unwrap_or_default() {
-            opened.extend(container.child(link).parent().filter(|p| *p != container));
+        for link in ix.links_of(container) {
+            if let Some(p) = path.child(link).parent().filter(|p| *p != path) {
+                opened.insert(p.as_str().to_string());
+            }
         }
-        opened.push(container);
+        opened.insert(container.to_string());
     };
-    for e in &plan.entries {
+    for (e, next) in entries.iter().zip(&next) {
         match e.children {
             Some(_) => {
                 open_chain(&e.path, &mut opened);
-                if let Some(next) = next_child(e) {
-                    open_chain(&next, &mut opened);
+                if let Some(next) = next {
+                    open_chain(next, &mut opened);
                 }
             }
-            None => opened.extend(parent(&e.path)),
+            None => {
+                opened.extend(parent(&e.path).map(str::to_string));
+            }
+        }
+    }
+    // The opened containers and their ancestors: a path is in it when it is an opened one or
+    // above one (each path's ancestors go in with it).
+    let mut above_opened: HashSet<&str> = HashSet::new();
+    for o in &opened {
+        for p in std::iter::once(o.as_str()).chain(ancestors(o)) {
+            if !above_opened.insert(p) {
+                break;
+            }
+        }
+    }
+    // Per container of runs: per chain position, the first entry whose run covers it.
+    let mut runs: HashMap<&str, Vec<(usize, usize, usize)>> = HashMap::new();
+    for (k, e) in entries.iter().enumerate() {
+        if let Some([a, b]) = e.children {
+            runs.entry(e.path.as_str()).or_default().push((a, b, k));
+        }
+    }
+    let first_run: HashMap<&str, Vec<Option<usize>>> = runs
+        .into_iter()
+        .filter_map(|(c, runs)| Some((c, first_run_per_position(runs, ix.chain_len(c)?))))
+        .collect();
+    // Per child a run goes on into: the most links any run covers of it.
+    let mut into_next: HashMap<&str, usize> = HashMap::new();
+    for (e, next) in entries.iter().zip(&next) {
+        if let Some(next) = next {
+            let n = into_next.entry(next).or_default();
+            *n = (*n).max(e.into_next);
         }
     }
     let visible = |m: &ModuleInfo| -> bool {
-        let covered = plan
-            .entries
-            .iter()
-            .any(|e| e.children.is_none() && is_ancestor(&e.path, &m.path));
+        let covered = ancestors(&m.path).any(|a| planned.contains_key(a));
         if covered {
             return false;
         }
         m.depth <= 1
-            || planned(&m.path).is_some()
-            || opened
-                .iter()
-                .any(|o| o.as_str() == m.path || is_ancestor(&m.path, o))
-            || parent(&m.path).is_some_and(|p| opened.contains(&p))
+            || planned.contains_key(m.path.as_str())
+            || above_opened.contains(m.path.as_str())
+            || parent(&m.path).is_some_and(|p| opened.contains(p))
     };
     let rows: Vec<(String, &str, String)> = modules
         .iter()
-        .filter(|m| visible(m))
-        .map(|m| {
+        .enumerate()
+        .filter(|(_, m)| visible(m))
+        .map(|(mi, m)| {
             let name = format!("{}{}", "  ".repeat(m.depth), path(&m.path));
-            let note = if let Some(p) = planned(&m.path) {
+            // The first entry whose run covers `m`, and `m`'s position in that run's chain.
+            let run = ancestors(&m.path)
+                .filter_map(|c| {
+                    let i = ix.link_index(mi, c)?;
+                    Some(((*first_run.get(c)?.get(i)?)?, i))
+                })
+                .min();
+            let note = if let Some(p) = planned.get(m.path.as_str()) {
                 p.to_string()
-            } else if let Some((e, [a, b], i)) = plan.entries.iter().find_map(|e| match e.children {
-                Some([a, b]) if is_ancestor(&e.path, &m.path) => {
-                    let i = link_index(modules, m, &e.path)?;
-                    (a..b).contains(&i).then_some((e, [a, b], i))
-                }
-                _ => None,
-            }) {
+            } else if let Some((k, i)) = run {
+                let (e, [a, b]) = (&entries[k], entries[k].children.unwrap_or_default());
                 if i == a && e.into_next > 0 {
-                    let next = next_child(e).map(|p| path(&p).to_string()).unwrap_or_default();
+                    let next = next[k].map(|p| path(p).to_string()).unwrap_or_default();
                     let links = match e.into_next {
                         1 => format!("the first link of {next}"),
                         k => format!("the first {k} links of {next}"),
@@ -131,17 +124,13 @@ pub fn plan_tree(modules: &[ModuleInfo], plan: &Plan) -> String {
                 } else {
                     "  (same segment)".to_string()
                 }
-            } else if plan.entries.iter().any(|e| {
-                next_child(e).is_some_and(|next| {
-                    is_ancestor(&next, &m.path)
-                        && link_index(modules, m, &next).is_some_and(|i| i < e.into_next)
-                })
+            } else if ancestors(&m.path).any(|c| {
+                into_next
+                    .get(c)
+                    .is_some_and(|&n| ix.link_index(mi, c).is_some_and(|i| i < n))
             }) {
                 "  (same segment)".to_string()
-            } else if opened
-                .iter()
-                .any(|o| o.as_str() == m.path || is_ancestor(&m.path, o))
-            {
+            } else if above_opened.contains(m.path.as_str()) {
                 String::new()
             } else {
                 "store".to_string()
@@ -180,6 +169,71 @@ mod tests {
         zoo::build("cifar10dvs-vgg", &spec, Device::META, 0)
             .unwrap()
             .modules()
+    }
+
+    /// Plans that address every part of `modules`: each module alone, runs over every
+    /// container's chain (overlapping, out of order, past its end, into the next child), and
+    /// all of these at once.
+    fn plans_for(modules: &[ModuleInfo]) -> Vec<Plan> {
+        let mut entries = Vec::new();
+        for (k, m) in modules.iter().enumerate() {
+            let policy = if k % 2 == 0 {
+                Policy::CHECKPOINT
+            } else {
+                Policy::Store
+            };
+            entries.push(memopt_checkpoint::PlanEntry {
+                path: m.path.clone(),
+                children: None,
+                into_next: 0,
+                policy,
+            });
+            let len = m.links.len().max(m.children);
+            for (a, b, into_next) in [(0, 2, 0), (1, len, 0), (0, 1, 1), (1, 2, 2), (2, len + 3, 0)] {
+                entries.push(memopt_checkpoint::PlanEntry {
+                    path: m.path.clone(),
+                    children: Some([a, b.max(a + 1)]),
+                    into_next,
+                    policy: Policy::CHECKPOINT,
+                });
+            }
+        }
+        let mut plans: Vec<Plan> = entries
+            .iter()
+            .map(|e| {
+                let mut plan = Plan::store_all();
+                plan.entries.push(e.clone());
+                plan
+            })
+            .collect();
+        let runs: Vec<_> = entries.iter().filter(|e| e.children.is_some()).cloned().collect();
+        for all in [entries, runs] {
+            let mut plan = Plan::store_all();
+            plan.entries.extend(all.iter().rev().cloned());
+            plans.push(plan.clone());
+            plan.entries.reverse();
+            plans.push(plan);
+        }
+        plans
+    }
+
+    #[test]
+    fn the_indexed_tree_matches_the_scanning_one_byte_for_byte() {
+        let _t = MemoryTracker::install(MemoryTracker::new(Device::META));
+        for entry in zoo::entries() {
+            let modules = zoo::build(entry.name, &entry.small, Device::META, 0)
+                .unwrap()
+                .modules();
+            for plan in plans_for(&modules) {
+                assert_eq!(
+                    plan_tree(&modules, &plan),
+                    reference::plan_tree(&modules, &plan),
+                    "{} with {:?}",
+                    entry.name,
+                    plan.entries
+                );
+            }
+        }
     }
 
     #[test]

@@ -19,7 +19,8 @@ use pieces::{PartRun, Piece, part_runs, piece_site, pieces, rest_runs, rest_site
 pub struct OptionSpace {
     /// Compressor of checkpointed inputs (applied to spike inputs only).
     pub compressor: CompressorKind,
-    /// Time-chunk counts tried for segments that can run on part of the time steps (a count
+    /// Time-chunk counts tried for segments that can run on part of the time steps and hold at
+    /// most [`MAX_CHUNKED_BATCH_NORMS`] training BatchNorms (a count
     /// above T stands for T: one time step per chunk). Each count k also brings the fewest
     /// chunks whose longest chunk is as long as k's (see [`chunk_candidates`]): at T = 10,
     /// 8 chunks (longest 2 steps) bring 5 chunks of 2 steps, which keep 4 boundary states
@@ -194,6 +195,16 @@ fn keeps_batch_norm_inputs(model: &Model, site: &Site) -> bool {
             .is_ok()
 }
 
+/// The most training BatchNorms a segment is offered time chunks with. A chunked segment's
+/// forward runs one statistics pass per BatchNorm inside ([`Site::batch_norms`]), so measuring
+/// it costs its length times its BatchNorms: offered the time chunks, the whole chain of a
+/// custom model of n conv-BatchNorm-LIF blocks took O(n^2) Meta passes (49 s at 2,000 layers).
+/// Capped, each chunked segment costs at most this many passes of its length. 32 is above
+/// every zoo model's BatchNorms (the ResNet-18s: 20 in all), so none of their plans changes. A
+/// segment with more is still offered storing and checkpointing whole, and its links and runs
+/// (at most [`OptionSpace::max_run`] links) keep the time chunks when they hold fewer.
+pub const MAX_CHUNKED_BATCH_NORMS: usize = 32;
+
 /// The policies offered to `site` before kept BatchNorm inputs (see [`policies`]).
 fn policies_of(site: &Site, t: usize, space: &OptionSpace) -> Vec<Policy> {
     let compressor = if !space.spike_counts && site.inputs.iter().any(|x| x.pooled_spike_window.is_some()) {
@@ -202,7 +213,7 @@ fn policies_of(site: &Site, t: usize, space: &OptionSpace) -> Vec<Policy> {
         space.compressor
     };
     let mut policies = vec![Policy::Store, Policy::checkpoint(compressor, 1)];
-    if site.time_separable {
+    if site.time_separable && site.batch_norms <= MAX_CHUNKED_BATCH_NORMS {
         let candidates = chunk_candidates(&space.chunk_counts, t);
         policies.extend(
             candidates

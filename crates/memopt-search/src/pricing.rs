@@ -142,13 +142,26 @@ impl<'c> SegmentPricing<'c> {
                         .map(|(k, n)| if k < start { String::new() } else { n.clone() })
                         .collect()
                 };
-                let mut entry = m.clone();
-                if m.links.is_empty() {
-                    entry.children = blank(&m.children);
+                // Built field by field: cloning the container's names first would copy a long
+                // chain's every name for each run of it.
+                let (children, links) = if m.links.is_empty() {
+                    (blank(&m.children), Vec::new())
                 } else {
-                    entry.links = blank(&m.links);
+                    (m.children.clone(), blank(&m.links))
+                };
+                ModuleCostEntry {
+                    path: m.path.clone(),
+                    module_type: m.module_type.clone(),
+                    leaf: m.leaf,
+                    children,
+                    links,
+                    calls: m.calls,
+                    flops: m.flops,
+                    bytes: m.bytes,
+                    inputs: m.inputs.clone(),
+                    ends_parent: m.ends_parent,
+                    state_bytes: m.state_bytes,
                 }
-                entry
             })
             .collect()
     }

@@ -5,8 +5,8 @@
 
 use crate::{Result, SearchError};
 use memopt_checkpoint::module::{
-    CallObserver, ModuleCall, ModuleCost, ValueInfo, chain_links, module_infos, observe_calls,
-    time_coupling_in,
+    CallObserver, ModuleCall, ModuleCost, ValueInfo, batch_statistics_in, chain_links, module_infos,
+    observe_calls, time_coupling_in,
 };
 use memopt_checkpoint::{Cx, Model, Recording};
 use memopt_core::memory::{Phase, Scope, enter_scope};
@@ -39,6 +39,9 @@ pub struct Site {
     /// Whether it can run on part of the time steps at a time (nothing inside couples them but
     /// training BatchNorm, which chunked segments handle in passes).
     pub time_separable: bool,
+    /// Training BatchNorms inside (modules that normalise with whole-batch statistics): a
+    /// time-chunked segment runs one statistics pass per BatchNorm.
+    pub batch_norms: usize,
     /// Whether a spiking neuron runs inside it.
     pub stateful: bool,
     /// Its children when they form a chain (empty otherwise).
@@ -82,6 +85,7 @@ impl Site {
                 .map(|p| p.cost)
                 .fold(ModuleCost::ZERO, ModuleCost::plus),
             time_separable: parts.iter().all(|p| p.time_separable),
+            batch_norms: parts.iter().map(|p| p.batch_norms).sum(),
             stateful: parts.iter().any(|p| p.stateful),
             parts: Vec::new(),
             links: Vec::new(),
@@ -229,6 +233,7 @@ fn build(model: &Model, path: &str, calls: &CallLog) -> Result<Site> {
         outputs,
         cost,
         time_separable: time_coupling_in(module, path, model.is_training()).is_none(),
+        batch_norms: batch_statistics_in(module, &ModulePath::from(path), model.is_training()).len(),
         stateful: module_infos(module).iter().any(|i| i.stateful),
         parts,
         links,

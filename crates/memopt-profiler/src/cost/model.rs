@@ -362,30 +362,33 @@ impl CostModel {
         let Some([start, end]) = e.children else {
             return vec![e.path.clone()];
         };
-        let chain_of = |path: &str| -> Vec<String> {
-            let names = self
-                .modules
+        // Only the names the run covers are joined into paths (a run of a long chain's
+        // container would otherwise format the whole chain).
+        let chain_of = |path: &str| -> &[String] {
+            self.modules
                 .iter()
                 .find(|m| m.path == path)
                 .map(ModuleCostEntry::chain)
-                .unwrap_or_default();
-            names
-                .iter()
-                .map(|n| {
-                    if path.is_empty() {
-                        n.clone()
-                    } else {
-                        format!("{path}.{n}")
-                    }
-                })
-                .collect()
+                .unwrap_or_default()
+        };
+        let join = |path: &str, name: &str| -> String {
+            if path.is_empty() {
+                name.to_string()
+            } else {
+                format!("{path}.{name}")
+            }
         };
         let links = chain_of(&e.path);
-        let mut out: Vec<String> = links.iter().take(end).skip(start).cloned().collect();
+        let mut out: Vec<String> = links
+            .iter()
+            .take(end)
+            .skip(start)
+            .map(|n| join(&e.path, n))
+            .collect();
         if e.into_next > 0
-            && let Some(next) = links.get(end)
+            && let Some(next) = links.get(end).map(|n| join(&e.path, n))
         {
-            out.extend(chain_of(next).into_iter().take(e.into_next));
+            out.extend(chain_of(&next).iter().take(e.into_next).map(|n| join(&next, n)));
         }
         out
     }

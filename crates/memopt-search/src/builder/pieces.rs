@@ -153,6 +153,7 @@ fn named_run(site: &Site, parts: &[Piece]) -> Site {
         .map(|s| s.cost)
         .fold(ModuleCost::ZERO, ModuleCost::plus);
     run.time_separable = sites.iter().all(|s| s.time_separable);
+    run.batch_norms = sites.iter().map(|s| s.batch_norms).sum();
     run.stateful = sites.iter().any(|s| s.stateful);
     run
 }

@@ -5,7 +5,7 @@
 
 use crate::budget::MemoryBudget;
 use crate::error::{DataError, Result};
-use crate::events::EventFormat;
+use crate::event_format::EventFormat;
 use crate::frames::{FrameSpec, Frames, integrate_within};
 use crate::npz;
 use crate::resize::resize_within;

@@ -7,7 +7,7 @@ use crate::error::{CliError, Result};
 use crate::memory_limit::MemoryLimitArgs;
 use crate::out;
 use memopt_data::npy::{NpyArray, NpyData};
-use memopt_data::{EventFormat, Events, FrameSpec, Frames, aedat3, integrate_within, npz};
+use memopt_data::{EventFormat, Events, FrameSpec, Frames, aedat3, frame_count, integrate_within, npz};
 use std::collections::HashMap;
 use std::ffi::{OsStr, OsString};
 use std::io::Write;
@@ -271,13 +271,19 @@ pub fn run(args: &FramesArgs, out: &mut dyn Write) -> Result<()> {
         let sample_budget = budget
             .less(ev.bytes(), "the recording's events")
             .map_err(in_file)?;
+        // The frames, their float64 copy and the archive, predicted before integrating.
+        if !ev.is_empty() {
+            let count = frame_count(&ev.t, spec).map_err(in_file)?;
+            let writing = [count as u64, 2, h as u64, w as u64, WRITE_BYTES_PER_VALUE]
+                .iter()
+                .fold(1u64, |a, &d| a.saturating_mul(d));
+            sample_budget
+                .check(writing, || {
+                    format!("writing frames [{count}, 2, {h}, {w}] as float64 .npz")
+                })
+                .map_err(in_file)?;
+        }
         let frames = integrate_within(ev, spec, h, w, &sample_budget).map_err(in_file)?;
-        let writing = (frames.data.len() as u64).saturating_mul(WRITE_BYTES_PER_VALUE);
-        sample_budget
-            .check(writing, || {
-                format!("writing frames {:?} as float64 .npz", frames.dims)
-            })
-            .map_err(in_file)?;
         let name = match spec {
             FrameSpec::Number { .. } => joined(stem, ".npz"),
             FrameSpec::Duration { .. } => joined(stem, &format!("_{}.npz", frames.dims[0])),

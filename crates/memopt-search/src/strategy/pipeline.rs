@@ -5,7 +5,7 @@ use super::Strategy;
 use super::budget::Budget;
 use super::fit::BudgetKind;
 use super::groups::{Block, Blocks};
-use crate::chain::ChainNode;
+use crate::chain::{ChainNode, ChainSegment};
 use crate::report::{PipelineStep, PipelineSummary, PlanReport, mib};
 use crate::session::PlanningSession;
 use crate::sites::Site;
@@ -13,6 +13,7 @@ use crate::{Result, SearchError};
 use memopt_checkpoint::policy::PLAN_VERSION;
 use memopt_checkpoint::{Plan, PlanEntry, Policy};
 use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
 use std::time::Instant;
 
 /// Presets of how far the pipeline goes.
@@ -79,6 +80,7 @@ impl Default for Pipeline {
 
 struct Run<'s> {
     session: &'s mut PlanningSession,
+    heaviness: Heaviness,
     entries: Vec<PlanEntry>,
     peak: u64,
     summary: PipelineSummary,
@@ -141,29 +143,41 @@ impl Run<'_> {
         Ok(kind.of(&peaks) <= budget)
     }
 
-    /// The heaviness of an entry: its segment's peak during backward, from the chain model.
+    /// The heaviness of an entry: its segment's peak during backward, from the chain model
+    /// (0 for a segment or option the model does not have).
     fn heaviness(&self, e: &PlanEntry) -> u64 {
-        fn find<'a>(nodes: &'a [ChainNode], e: &PlanEntry) -> Option<&'a crate::chain::ChainSegment> {
-            for n in nodes {
-                let seg = n.segment();
-                if seg.path == e.path && seg.children == e.children {
-                    return Some(seg);
-                }
-                if let ChainNode::Splittable { parts, runs, .. } = n {
-                    if let Some(r) = runs.iter().find(|r| r.path == e.path && r.children == e.children) {
-                        return Some(r);
-                    }
-                    if let Some(s) = find(parts, e) {
-                        return Some(s);
-                    }
-                }
-            }
-            None
-        }
-        find(&self.session.chain().nodes, e)
-            .and_then(|s| s.options.iter().find(|o| o.policy == e.policy))
-            .map_or(0, |o| o.backward_peak)
+        self.heaviness
+            .get(&(e.path.clone(), e.children))
+            .and_then(|options| options.iter().find(|(p, _)| *p == e.policy))
+            .map_or(0, |(_, peak)| *peak)
     }
+}
+
+/// Each segment's options and their peaks during backward, by (path, children).
+type Heaviness = HashMap<(String, Option<[usize; 2]>), Vec<(Policy, u64)>>;
+
+/// [`Heaviness`] of a chain model's segments, the first in walking order kept when two share a
+/// key: each node's own segment, then its runs, then its parts (built once: looking each entry
+/// up by walking the model made a long chain's pipeline quadratic).
+fn heaviness_of(nodes: &[ChainNode]) -> Heaviness {
+    fn add(out: &mut Heaviness, seg: &ChainSegment) {
+        out.entry((seg.path.clone(), seg.children))
+            .or_insert_with(|| seg.options.iter().map(|o| (o.policy, o.backward_peak)).collect());
+    }
+    fn walk(nodes: &[ChainNode], out: &mut Heaviness) {
+        for n in nodes {
+            add(out, n.segment());
+            if let ChainNode::Splittable { parts, runs, .. } = n {
+                for r in runs {
+                    add(out, r);
+                }
+                walk(parts, out);
+            }
+        }
+    }
+    let mut out = HashMap::new();
+    walk(nodes, &mut out);
+    out
 }
 
 fn find_site<'a>(root: &'a Site, path: &str) -> Option<&'a Site> {
@@ -207,8 +221,10 @@ impl Strategy for Pipeline {
         }
         let root = session.sites().clone();
         let time_steps = session.model().spec().time_steps;
+        let heaviness = heaviness_of(&session.chain().nodes);
         let mut run = Run {
             session,
+            heaviness,
             entries: Vec::new(),
             peak: baseline,
             summary: PipelineSummary::default(),
@@ -282,7 +298,8 @@ impl Strategy for Pipeline {
         // Level 3: double the time chunks of wrapped segments while the peak falls.
         if level >= 3 {
             let mut order = run.entries.clone();
-            order.sort_by_key(|e| std::cmp::Reverse(run.heaviness(e)));
+            // Each heaviness walks the chain model: computed once per entry, not per comparison.
+            order.sort_by_cached_key(|e| std::cmp::Reverse(run.heaviness(e)));
             for e in order {
                 let Policy::Checkpoint { compressor, .. } = e.policy else {
                     continue;

@@ -80,7 +80,7 @@ pub fn read_events_npz(path: &Path) -> Result<Events> {
 /// [`read_events_npz`] within `budget` (the archive's entries, then the events).
 pub fn read_events_npz_within(path: &Path, budget: &MemoryBudget) -> Result<Events> {
     let arrays = npz::read_within(path, budget)?;
-    let held: u64 = arrays.iter().map(|(_, a)| a.len() as u64 * 8).sum();
+    let held: u64 = arrays.iter().map(|(_, a)| a.bytes()).sum();
     let get = |k: &str| -> Result<Vec<i64>> {
         arrays
             .iter()

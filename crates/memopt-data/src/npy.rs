@@ -35,6 +35,15 @@ impl NpyArray {
         }
     }
 
+    /// Bytes the values hold (8 per `f8` and integer value, 4 per `f4`).
+    pub fn bytes(&self) -> u64 {
+        let width = match &self.data {
+            NpyData::F32(_) => 4,
+            NpyData::F64(_) | NpyData::Int(_) => 8,
+        };
+        self.len() as u64 * width
+    }
+
     /// Whether the array has no values.
     pub fn is_empty(&self) -> bool {
         self.len() == 0

@@ -13,16 +13,23 @@ pub fn read(path: &Path) -> Result<Vec<(String, NpyArray)>> {
 }
 
 /// [`read`], with each entry's inflated size bounded: the size its header declares is
-/// compared with [`MAX_DATA_FILE_BYTES`] and `budget` before anything is inflated, and an
-/// entry that inflates past its declared size is an error (an archive bomb never gets further
-/// than its own claim).
+/// compared with [`MAX_DATA_FILE_BYTES`] and with `budget`, less what the arrays read before it
+/// hold, before anything is inflated; an entry that inflates past its declared size is an error
+/// (an archive bomb never gets further than its own claim).
 pub fn read_within(path: &Path, budget: &MemoryBudget) -> Result<Vec<(String, NpyArray)>> {
+    read_entries(path, budget, None)
+}
+
+/// The arrays of `path` (only the one named `wanted`, when given) within `budget`.
+fn read_entries(path: &Path, budget: &MemoryBudget, wanted: Option<&str>) -> Result<Vec<(String, NpyArray)>> {
     memopt_core::input_file::check_regular(path, MAX_DATA_FILE_BYTES)
         .map_err(|e| crate::error::input_error(path, e))?;
     let file = std::fs::File::open(path).map_err(|e| DataError::io(path, e))?;
     let mut zip = zip::ZipArchive::new(std::io::BufReader::new(file))
         .map_err(|e| DataError::file(path, format!("not a readable .npz (zip) archive: {e}")))?;
     let mut out = Vec::new();
+    // bytes the arrays read so far hold (their values, widened as parsed)
+    let mut held = 0u64;
     for i in 0..zip.len() {
         let entry = zip
             .by_index(i)
@@ -34,6 +41,10 @@ pub fn read_within(path: &Path, budget: &MemoryBudget) -> Result<Vec<(String, Np
         let Some(stem) = name.strip_suffix(".npy") else {
             continue;
         };
+        if wanted.is_some_and(|w| w != stem) {
+            continue;
+        }
+        let budget = budget.less(held, "the archive's arrays read before it")?;
         let declared = entry.size();
         if declared > MAX_DATA_FILE_BYTES {
             return Err(DataError::file(
@@ -65,7 +76,9 @@ pub fn read_within(path: &Path, budget: &MemoryBudget) -> Result<Vec<(String, Np
             ));
         }
         let inner: PathBuf = path.join(&name);
-        out.push((stem.to_string(), npy::parse_within(&inner, &bytes, budget)?));
+        let array = npy::parse_within(&inner, &bytes, &budget)?;
+        held = held.saturating_add(array.bytes());
+        out.push((stem.to_string(), array));
     }
     Ok(out)
 }
@@ -77,13 +90,25 @@ pub fn read_array(path: &Path, name: &str) -> Result<NpyArray> {
 
 /// [`read_array`] within `budget` (see [`read_within`]).
 pub fn read_array_within(path: &Path, name: &str, budget: &MemoryBudget) -> Result<NpyArray> {
-    let arrays = read_within(path, budget)?;
-    let names: Vec<String> = arrays.iter().map(|(n, _)| n.clone()).collect();
-    arrays
-        .into_iter()
-        .find(|(n, _)| n == name)
-        .map(|(_, a)| a)
-        .ok_or_else(|| DataError::file(path, format!("no array '{name}' (it has: {})", names.join(", "))))
+    if let Some((_, a)) = read_entries(path, budget, Some(name))?.pop() {
+        return Ok(a);
+    }
+    let names = array_names(path)?;
+    Err(DataError::file(
+        path,
+        format!("no array '{name}' (it has: {})", names.join(", ")),
+    ))
+}
+
+/// The names of the arrays of an `.npz` file (its `.npy` entries), without reading them.
+fn array_names(path: &Path) -> Result<Vec<String>> {
+    let file = std::fs::File::open(path).map_err(|e| DataError::io(path, e))?;
+    let zip = zip::ZipArchive::new(std::io::BufReader::new(file))
+        .map_err(|e| DataError::file(path, format!("not a readable .npz (zip) archive: {e}")))?;
+    Ok(zip
+        .file_names()
+        .filter_map(|n| n.ok()?.strip_suffix(".npy").map(str::to_string))
+        .collect())
 }
 
 /// The bytes of a deflated `.npz` of `arrays` (like `np.savez_compressed`).

@@ -459,6 +459,13 @@ fn check_pair(state: &Path, meta: &HashMap<String, String>) -> Result<()> {
     let (Some(id), Some(name)) = (meta.get(SAVE_ID), meta.get(PAIRED_WEIGHTS)) else {
         return Ok(());
     };
+    // A file name beside the state, never a path elsewhere.
+    if Path::new(name).file_name() != Some(std::ffi::OsStr::new(name)) {
+        return Err(DataError::file(
+            state,
+            format!("metadata '{PAIRED_WEIGHTS}' is '{name}', not a file name: the file is damaged"),
+        ));
+    }
     let weights = state.with_file_name(name);
     if !weights.exists() {
         return Ok(());

@@ -151,6 +151,22 @@ fn archive_entries_inflate_only_to_what_they_declare_and_the_budget_allows() {
     lie_about_sizes(&liar, 1024);
     let e = npz::read(&liar).unwrap_err().to_string();
     assert!(e.contains("liar.npz") && e.contains("declared"), "{e}");
+    // Many honest entries add up: each is checked against what the ones before it hold.
+    let many = dir.path().join("many.npz");
+    let a = NpyArray {
+        shape: vec![1 << 18],
+        data: NpyData::F32(vec![0.0; 1 << 18]),
+    };
+    let entries: Vec<(String, &NpyArray)> = (0..16).map(|i| (format!("a{i}"), &a)).collect();
+    let named: Vec<(&str, &NpyArray)> = entries.iter().map(|(n, a)| (n.as_str(), *a)).collect();
+    npz::write(&many, &named).unwrap();
+    let e = npz::read_within(&many, &budget).unwrap_err().to_string();
+    assert!(e.contains("arrays read before it"), "{e}");
+    // One array is read alone: the others are never inflated.
+    assert_eq!(
+        npz::read_array_within(&many, "a15", &budget).unwrap().len(),
+        1 << 18
+    );
     // Honest archives read within the budget.
     let fine = dir.path().join("fine.npz");
     zeros_npz(&fine, 1024);

@@ -116,8 +116,10 @@ fn a_frame_folder_is_made_whole_or_not_at_all() {
     assert!(e.contains("already exists"), "{e}");
     assert_eq!(names(tmp.path()), ["frames_number_2_split_by_number", "raw"]);
     // Written inside the recordings, the frame folder would become one of their classes.
-    let e = fails(&[args.as_slice(), &["--out", s(&raw)]].concat(), 2);
-    assert!(e.contains("lies inside --data"), "{e}");
+    for out in [raw.clone(), raw.join("new/frames")] {
+        let e = fails(&[args.as_slice(), &["--out", s(&out)]].concat(), 2);
+        assert!(e.contains("lies inside --data"), "{e}");
+    }
     // Run from inside the recordings, the default folder is still beside them.
     std::fs::remove_dir_all(tmp.path().join("frames_number_2_split_by_number")).unwrap();
     let o = Command::new(env!("CARGO_BIN_EXE_memopt"))

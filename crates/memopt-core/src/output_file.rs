@@ -1,10 +1,12 @@
 //! Output files replaced whole or not at all. Shared by every writer of user files (the CLI's
 //! outputs, weights, frames, metrics), so that each keeps the same promises:
 //!
-//! - a file is written to a temporary file in its directory, flushed to disk and renamed over
-//!   the old one; a failed write or rename removes the temporary file and leaves the old file;
+//! - a file is written to a new temporary file in its directory (a name no one guesses, never an
+//!   existing file or a planted link), flushed to disk and renamed over the old one; a failed
+//!   write or rename removes the temporary file and leaves the old file;
 //! - a symbolic link is followed: its target is replaced and the link stays;
-//! - an existing device, pipe or socket (`/dev/null`, a FIFO) is written in place, never
+//! - an existing device, pipe or socket (`/dev/null`, a FIFO) and a file descriptor's path
+//!   (`/dev/stdout`, `/dev/fd/N`, also when it is `>> run.log`) are appended to in place, never
 //!   replaced by a regular file;
 //! - [`check_writable`] finds an unwritable destination before the work that produces it.
 
@@ -30,9 +32,22 @@ pub fn parent(path: &Path) -> &Path {
     }
 }
 
+/// Paths that name an open file descriptor of this process (`/dev/stdout`, `/dev/fd/3`): written
+/// in place, appended, even when the descriptor is a regular file (`>> run.log`), which a
+/// rename would replace behind the shell's back.
+fn names_a_descriptor(path: &Path) -> bool {
+    let s = path.as_os_str().to_string_lossy();
+    ["/dev/stdout", "/dev/stderr"].contains(&s.as_ref())
+        || s.starts_with("/dev/fd/")
+        || (s.starts_with("/proc/") && s.contains("/fd/"))
+}
+
 /// Where `path` is written: its final target after symbolic links (a dangling link's target
-/// too), or in place for an existing device, pipe or socket.
+/// too), or in place for an existing device, pipe or socket, or a file descriptor's path.
 pub fn destination(path: &Path) -> Destination {
+    if names_a_descriptor(path) && path.exists() {
+        return Destination::InPlace(path.to_path_buf());
+    }
     match std::fs::metadata(path) {
         Ok(m) if !m.is_file() && !m.is_dir() => Destination::InPlace(path.to_path_buf()),
         Ok(_) => Destination::Replace(std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf())),
@@ -54,7 +69,18 @@ fn link_target(path: &Path) -> PathBuf {
     p
 }
 
-/// The temporary file `path` is staged in: `.NAME.memopt-PID.tmp` in the same directory.
+/// A name no other process or earlier run guesses: the process id, the time in nanoseconds
+/// and a counter, for temporary files and staging folders (`NAME.memopt-PID-NANOS-K`).
+pub fn unique_suffix() -> String {
+    static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    let k = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    format!("memopt-{}-{nanos}-{k}", std::process::id())
+}
+
+/// A fresh temporary path for `path`: `.NAME.<unique>.tmp` in the same directory.
 pub fn temp_path(path: &Path) -> std::io::Result<PathBuf> {
     let name = path.file_name().ok_or_else(|| {
         std::io::Error::new(
@@ -64,16 +90,34 @@ pub fn temp_path(path: &Path) -> std::io::Result<PathBuf> {
     })?;
     let mut tmp = OsString::from(".");
     tmp.push(name);
-    tmp.push(format!(".memopt-{}.tmp", std::process::id()));
+    tmp.push(format!(".{}.tmp", unique_suffix()));
     Ok(parent(path).join(tmp))
 }
 
-/// Writes `contents` to a temporary file next to `path` (see [`temp_path`]), flushed to disk,
-/// and returns its path; nothing is left behind when it fails.
+/// Creates a new temporary file for `path` (never opening an existing file or following a
+/// link planted at its name), retrying on a name already taken.
+fn create_temp(path: &Path) -> std::io::Result<(PathBuf, std::fs::File)> {
+    let mut last = None;
+    for _ in 0..8 {
+        let tmp = temp_path(path)?;
+        match std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&tmp)
+        {
+            Ok(f) => return Ok((tmp, f)),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => last = Some(e),
+            Err(e) => return Err(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| std::io::Error::other("no free temporary name")))
+}
+
+/// Writes `contents` to a new temporary file next to `path` (see [`temp_path`]), flushed to
+/// disk, and returns its path; nothing is left behind when it fails.
 pub fn write_temp(path: &Path, contents: &[u8]) -> std::io::Result<PathBuf> {
-    let tmp = temp_path(path)?;
+    let (tmp, mut f) = create_temp(path)?;
     let written = (|| {
-        let mut f = std::fs::File::create(&tmp)?;
         f.write_all(contents)?;
         f.sync_all()
     })();
@@ -94,9 +138,9 @@ pub fn rename_over(tmp: &Path, path: &Path) -> std::io::Result<()> {
     })
 }
 
-/// Writes `contents` into an existing device or pipe.
+/// Appends `contents` to an existing device, pipe or file descriptor's path.
 pub fn write_in_place(path: &Path, contents: &[u8]) -> std::io::Result<()> {
-    let mut f = std::fs::OpenOptions::new().write(true).open(path)?;
+    let mut f = std::fs::OpenOptions::new().append(true).open(path)?;
     f.write_all(contents)?;
     f.flush()
 }
@@ -188,11 +232,7 @@ pub fn check_writable(path: &Path) -> std::io::Result<()> {
                     format!("the directory {} does not exist", dir.display()),
                 ));
             }
-            let tmp = temp_path(&p)?;
-            std::fs::OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .open(&tmp)?;
+            let (tmp, _) = create_temp(&p)?;
             std::fs::remove_file(&tmp)
         }
     }
@@ -255,6 +295,33 @@ mod tests {
         assert_eq!(names.len(), 4, "{names:?}");
         assert!(check_writable(dir).is_err());
         assert!(check_writable(&dir.join("missing/x.txt")).is_err());
+    }
+
+    #[test]
+    fn files_written_together_stay_old_when_one_cannot_be_written() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path();
+        let a = dir.join("a.safetensors");
+        std::fs::write(&a, "old").unwrap();
+        let b = dir.join("missing/b.safetensors");
+        let e = write_together(&[(&a, b"new"), (&b, b"new")]).unwrap_err();
+        assert_eq!(e.0, b);
+        assert_eq!(std::fs::read_to_string(&a).unwrap(), "old");
+        let names: Vec<_> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names.len(), 1, "no temporary file left: {names:?}");
+    }
+
+    #[test]
+    fn a_descriptor_path_is_appended_to_in_place() {
+        assert_eq!(
+            destination(Path::new("/dev/stdout")),
+            Destination::InPlace("/dev/stdout".into())
+        );
+        assert!(names_a_descriptor(Path::new("/proc/self/fd/1")));
+        assert!(!names_a_descriptor(Path::new("/dev/shm/plan.json")));
     }
 
     #[test]

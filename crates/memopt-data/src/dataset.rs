@@ -113,19 +113,29 @@ impl Dataset {
             .samples
             .get(i)
             .ok_or_else(|| DataError::Invalid(format!("sample {i} of {}", self.samples.len())))?;
+        self.sample_frames(path).map_err(|e| match e {
+            // errors that do not name a file get this sample's
+            e @ (DataError::Memory { .. } | DataError::Invalid(_) | DataError::Core(_)) => {
+                DataError::file(path, e.to_string())
+            }
+            e => e,
+        })
+    }
+
+    /// Frames of the sample in `path` (see [`Dataset::frames`]).
+    fn sample_frames(&self, path: &Path) -> Result<Frames> {
         let frames = match self.source {
             SampleSource::Frames => read_frames_within(path, &self.budget)?,
             SampleSource::Events { format, spec, sensor } => {
                 let ev = format.read_within(path, &self.budget)?;
                 let budget = self.budget.less(ev.bytes(), "the recording's events")?;
-                integrate_within(&ev, spec, sensor.0, sensor.1, &budget)
-                    .map_err(|e| DataError::file(path, e.to_string()))?
+                integrate_within(&ev, spec, sensor.0, sensor.1, &budget)?
             }
         };
         match self.resize {
             Some((h, w)) if (h, w) != (frames.dims[2], frames.dims[3]) => {
                 let budget = self.budget.less(frames.bytes(), "the sample's frames")?;
-                resize_within(&frames, h, w, &budget).map_err(|e| DataError::file(path, e.to_string()))
+                resize_within(&frames, h, w, &budget)
             }
             _ => Ok(frames),
         }
@@ -156,7 +166,7 @@ pub fn read_frames_within(path: &Path, budget: &MemoryBudget) -> Result<Frames> 
             ),
         ));
     }
-    let data = a.to_f32_within(budget)?;
+    let data = a.to_f32_within(&budget.less(a.bytes(), "the parsed array")?)?;
     if let Some(i) = data.iter().position(|v| !v.is_finite()) {
         let plane = h * w;
         return Err(DataError::file(

@@ -102,6 +102,8 @@ pub fn integrate_within(
     let need = [
         bytes_of::<f32>(values, "frames")?,
         bytes_of::<(usize, usize)>(t_frames, "frame ranges")?,
+        // splitting by time finds each frame's first and last event first
+        bytes_of::<Option<(usize, usize)>>(t_frames, "frame bounds")?,
         bytes_of::<u64>(events.len(), "frame indices")?,
     ]
     .iter()

@@ -76,7 +76,8 @@ fn read_entries(path: &Path, budget: &MemoryBudget, wanted: Option<&str>) -> Res
             ));
         }
         let inner: PathBuf = path.join(&name);
-        let array = npy::parse_within(&inner, &bytes, &budget)?;
+        // the inflated bytes are held while they are parsed
+        let array = npy::parse_within(&inner, &bytes, &budget.less(declared, "the inflated entry")?)?;
         held = held.saturating_add(array.bytes());
         out.push((stem.to_string(), array));
     }

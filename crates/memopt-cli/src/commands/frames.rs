@@ -6,6 +6,7 @@ use super::dataset::DataArgs;
 use crate::error::{CliError, Result};
 use crate::memory_limit::MemoryLimitArgs;
 use crate::out;
+use memopt_core::output_file;
 use memopt_data::npy::{NpyArray, NpyData};
 use memopt_data::{EventFormat, Events, FrameSpec, Frames, aedat3, frame_count, integrate_within, npz};
 use std::collections::HashMap;
@@ -73,7 +74,7 @@ impl StagedFolder {
             )));
         }
         std::fs::create_dir_all(base).map_err(|e| CliError::write(base, e))?;
-        let staging = base.join(format!(".{folder}.partial-{}", std::process::id()));
+        let staging = base.join(format!(".{folder}.partial-{}", output_file::unique_suffix()));
         std::fs::create_dir(&staging).map_err(|e| CliError::write(&staging, e))?;
         Ok(StagedFolder {
             staging,
@@ -101,7 +102,12 @@ impl StagedFolder {
             shape: frames.dims.to_vec(),
             data: NpyData::F64(frames.data.iter().map(|&v| f64::from(v)).collect()),
         };
-        npz::write(&path, &[("frames", &a)])?;
+        // named as the file will be: the staging folder is gone when the error is read
+        let named = self.target.join(class).join(name);
+        npz::write(&path, &[("frames", &a)]).map_err(|e| match e {
+            memopt_data::DataError::Io { source, .. } => CliError::write(&named, source),
+            e => CliError::Invalid(format!("{}: {e}", named.display())),
+        })?;
         self.written.insert(path, source.to_path_buf());
         Ok(())
     }
@@ -212,6 +218,27 @@ fn class_folder_jobs(root: &Path, format: EventFormat) -> Result<Vec<Job>> {
     Ok(jobs)
 }
 
+/// `path` with symbolic links resolved, also when it does not exist yet: its nearest existing
+/// ancestor canonicalized, the rest appended.
+fn resolved(path: &Path) -> Option<PathBuf> {
+    let mut existing = path;
+    let mut rest = Vec::new();
+    loop {
+        if let Ok(c) = std::fs::canonicalize(existing) {
+            return Some(
+                rest.iter()
+                    .rev()
+                    .fold(c, |p: PathBuf, name: &&OsStr| p.join(name)),
+            );
+        }
+        rest.push(existing.file_name()?);
+        existing = existing
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
+    }
+}
+
 /// `stem` followed by `suffix`, byte for byte.
 fn joined(stem: &OsStr, suffix: &str) -> OsString {
     let mut s = stem.to_os_string();
@@ -242,9 +269,7 @@ pub fn run(args: &FramesArgs, out: &mut dyn Write) -> Result<()> {
             .map(Path::to_path_buf)
             .unwrap_or_else(|| PathBuf::from("/")),
     };
-    if std::fs::canonicalize(&base)
-        .is_ok_and(|b| std::fs::canonicalize(root).is_ok_and(|r| b.starts_with(&r)))
-    {
+    if resolved(&base).is_some_and(|b| std::fs::canonicalize(root).is_ok_and(|r| b.starts_with(&r))) {
         return Err(CliError::Usage(format!(
             "--out {} lies inside --data {}: the frame folder would become one of its classes; write it \
              beside the recordings (the default) or elsewhere",

@@ -277,6 +277,8 @@ pub fn run(
     }
     let sched = schedule(a)?;
     check_outputs(a)?;
+    // Probed before the model exists: the step's peak already counts its parameters.
+    let data_budget = limit.data_budget()?.less(step_peak, "the training step")?;
     let tracker = MemoryTracker::new(device);
     let _installed = MemoryTracker::install(tracker.clone());
     let mut model = sel.workload.build_model(device)?;
@@ -284,7 +286,6 @@ pub fn run(
     let opt = optimizer(sel, &model, a)?;
     let base_lr = opt.learning_rate();
     let mut trainer = Trainer::new(opt, sel.workload.seed);
-    let data_budget = limit.data_budget()?.less(step_peak, "the training step")?;
     let data = a
         .data
         .open("train", model.spec(), sel.workload.batch_size, &data_budget)?;

@@ -86,19 +86,13 @@ pub fn check_output(flag: &str, path: &Path) -> Result<()> {
         .map_err(|e| CliError::Usage(format!("{flag} {} cannot be written: {e}", path.display())))
 }
 
-/// Whether two paths name the same file (through symbolic links too).
-pub fn same_file(a: &Path, b: &Path) -> bool {
-    output_file::same_file(a, b)
-}
-
 /// Whether the file `path` would be written inside the folder `dir` or a folder below it
 /// (through symbolic links too).
 pub fn lies_under(path: &Path, dir: &Path) -> bool {
-    let (Ok(dir), target) = (std::fs::canonicalize(dir), output_file::destination(path)) else {
-        return false;
-    };
-    let (output_file::Destination::Replace(p) | output_file::Destination::InPlace(p)) = target;
-    std::fs::canonicalize(output_file::parent(&p)).is_ok_and(|parent| parent.starts_with(&dir))
+    match (output_file::resolved(path), std::fs::canonicalize(dir)) {
+        (Some(p), Ok(dir)) => p.starts_with(dir),
+        _ => false,
+    }
 }
 
 /// Refuses outputs written inside the dataset folder `data` (they would change the data or

@@ -242,17 +242,25 @@ pub fn check_writable(path: &Path) -> std::io::Result<()> {
 /// exists, else the same canonical directory and file name (a dangling link counts as its
 /// target).
 pub fn same_file(a: &Path, b: &Path) -> bool {
-    let key = |p: &Path| {
-        let p = link_target(p);
-        std::fs::canonicalize(&p).ok().or_else(|| {
-            std::fs::canonicalize(parent(&p))
-                .ok()
-                .map(|d| d.join(p.file_name().unwrap_or_default()))
-        })
-    };
-    match (key(a), key(b)) {
+    match (resolved(a), resolved(b)) {
         (Some(x), Some(y)) => x == y,
         _ => a == b,
+    }
+}
+
+/// The path `path` names with every symbolic link resolved (a dangling link's target too),
+/// also when it does not exist yet: its nearest existing ancestor canonicalized, the rest
+/// appended. `None` when no ancestor resolves or a part is `..` below a missing folder.
+pub fn resolved(path: &Path) -> Option<PathBuf> {
+    let target = link_target(path);
+    let mut existing = target.as_path();
+    let mut rest = Vec::new();
+    loop {
+        if let Ok(c) = std::fs::canonicalize(existing) {
+            return Some(rest.iter().rev().fold(c, |p, name| p.join(name)));
+        }
+        rest.push(existing.file_name()?);
+        existing = parent(existing);
     }
 }
 

@@ -2,10 +2,11 @@
 
 use super::dataset::{DataArgs, SplitArg};
 use crate::error::{CliError, Result};
-use crate::files::{Outputs, check_outside_data, same_file};
+use crate::files::{Outputs, check_outside_data};
 use crate::memory_limit::MemoryLimitArgs;
 use crate::out;
 use crate::selection::{DEFAULT_MODEL, ModelArgs};
+use memopt_core::output_file::same_file;
 use memopt_core::{Device, MemoryTracker};
 use memopt_data::npy::{NpyArray, NpyData};
 use memopt_data::training::evaluate;

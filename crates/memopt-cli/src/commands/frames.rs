@@ -218,27 +218,6 @@ fn class_folder_jobs(root: &Path, format: EventFormat) -> Result<Vec<Job>> {
     Ok(jobs)
 }
 
-/// `path` with symbolic links resolved, also when it does not exist yet: its nearest existing
-/// ancestor canonicalized, the rest appended.
-fn resolved(path: &Path) -> Option<PathBuf> {
-    let mut existing = path;
-    let mut rest = Vec::new();
-    loop {
-        if let Ok(c) = std::fs::canonicalize(existing) {
-            return Some(
-                rest.iter()
-                    .rev()
-                    .fold(c, |p: PathBuf, name: &&OsStr| p.join(name)),
-            );
-        }
-        rest.push(existing.file_name()?);
-        existing = existing
-            .parent()
-            .filter(|p| !p.as_os_str().is_empty())
-            .unwrap_or(Path::new("."));
-    }
-}
-
 /// `stem` followed by `suffix`, byte for byte.
 fn joined(stem: &OsStr, suffix: &str) -> OsString {
     let mut s = stem.to_os_string();
@@ -269,7 +248,7 @@ pub fn run(args: &FramesArgs, out: &mut dyn Write) -> Result<()> {
             .map(Path::to_path_buf)
             .unwrap_or_else(|| PathBuf::from("/")),
     };
-    if resolved(&base).is_some_and(|b| std::fs::canonicalize(root).is_ok_and(|r| b.starts_with(&r))) {
+    if crate::files::lies_under(&base, root) {
         return Err(CliError::Usage(format!(
             "--out {} lies inside --data {}: the frame folder would become one of its classes; write it \
              beside the recordings (the default) or elsewhere",

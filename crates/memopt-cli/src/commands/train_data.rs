@@ -5,12 +5,13 @@
 use super::dataset::DataArgs;
 use super::train_chart;
 use crate::error::{CliError, Result};
-use crate::files::{Outputs, check_outside_data, same_file, write_atomic};
+use crate::files::{Outputs, check_outside_data, write_atomic};
 use crate::memory_limit::MemoryLimitArgs;
 use crate::out;
 use crate::selection::Selection;
 use memopt_checkpoint::optim::{Adam, Optimizer, Sgd};
 use memopt_checkpoint::{Model, Plan, Trainer};
+use memopt_core::output_file::same_file;
 use memopt_core::{Device, MemoryTracker};
 use memopt_data::training::{EpochMetrics, EpochPlan, Schedule, run_epoch};
 use memopt_data::weights::{WeightsInfo, load_model, load_training, save_pair, state_path};

@@ -371,13 +371,7 @@ impl CostModel {
                 .map(ModuleCostEntry::chain)
                 .unwrap_or_default()
         };
-        let join = |path: &str, name: &str| -> String {
-            if path.is_empty() {
-                name.to_string()
-            } else {
-                format!("{path}.{name}")
-            }
-        };
+        let join = |path: &str, name: &str| ModulePath::from(path).child(name).as_str().to_string();
         let links = chain_of(&e.path);
         let mut out: Vec<String> = links
             .iter()

@@ -39,11 +39,15 @@ pub fn avg_pool2d(x: &Tensor, p: &Pool2dParams, count_include_pad: bool) -> Resu
         }
         let (xs, ys) = (xr.host()?, y.host_mut()?);
         let ([kh, kw], [sh, sw], [ph, pw]) = (p.kernel, p.stride, p.padding);
+        let pairs = is_pairs(p);
         ys.par_chunks_mut(g.out_plane())
             .enumerate()
             .with_min_len(g.min_planes())
             .for_each(|(plane, yp)| {
                 let xp = &xs[plane * g.in_plane()..(plane + 1) * g.in_plane()];
+                if pairs {
+                    return pairs_forward(&g, xp, yp);
+                }
                 for oy in 0..g.oh {
                     let wh = window(oy, kh, sh, ph, g.h);
                     for ox in 0..g.ow {
@@ -109,10 +113,14 @@ pub fn avg_pool2d_backward(
         }
         let (gs, out) = (gr.host()?, gx.host_mut()?);
         let ([kh, kw], [sh, sw], [ph, pw]) = (p.kernel, p.stride, p.padding);
+        let pairs = is_pairs(p);
         out.par_chunks_mut(g.in_plane())
             .zip(gs.par_chunks(g.out_plane()))
             .with_min_len(g.min_planes())
             .for_each(|(o, gp)| {
+                if pairs {
+                    return pairs_backward(&g, gp, o);
+                }
                 for oy in 0..g.oh {
                     let wh = window(oy, kh, sh, ph, g.h);
                     for ox in 0..g.ow {
@@ -129,4 +137,37 @@ pub fn avg_pool2d_backward(
         Ok(())
     })?;
     gx.into_tensor(g.in_dims())
+}
+
+/// Whether `p` pools 2x2 windows side by side (kernel 2, stride 2, no padding): every window
+/// lies inside the input, so its divisor is 4 whatever `count_include_pad` says.
+fn is_pairs(p: &Pool2dParams) -> bool {
+    p.kernel == [2, 2] && p.stride == [2, 2] && p.padding == [0, 0]
+}
+
+/// [`avg_pool2d`] of one plane for [`is_pairs`] windows, in the general loop's order: the sum
+/// starts from 0, each window row is summed, then added.
+fn pairs_forward(g: &Geom, xp: &[f32], yp: &mut [f32]) {
+    for (oy, yr) in yp.chunks_exact_mut(g.ow).enumerate() {
+        let r0 = &xp[2 * oy * g.w..][..2 * g.ow];
+        let r1 = &xp[(2 * oy + 1) * g.w..][..2 * g.ow];
+        for ((y, a), b) in yr.iter_mut().zip(r0.chunks_exact(2)).zip(r1.chunks_exact(2)) {
+            let top = a[0] as f64 + a[1] as f64;
+            let bottom = b[0] as f64 + b[1] as f64;
+            *y = ((0.0 + top + bottom) / 4.0) as f32;
+        }
+    }
+}
+
+/// [`avg_pool2d_backward`] of one plane for [`is_pairs`] windows: each gradient, divided by 4,
+/// added to the four (zeroed) inputs of its window, which no other window reaches.
+fn pairs_backward(g: &Geom, gp: &[f32], o: &mut [f32]) {
+    for (oy, gr) in gp.chunks_exact(g.ow).enumerate() {
+        let (top, bottom) = o[2 * oy * g.w..][..2 * g.w].split_at_mut(g.w);
+        let rows = top[..2 * g.ow].chunks_exact_mut(2).zip(bottom[..2 * g.ow].chunks_exact_mut(2));
+        for (&v, (t, b)) in gr.iter().zip(rows) {
+            let v = (v as f64 / 4.0) as f32;
+            t.iter_mut().chain(b.iter_mut()).for_each(|d| *d += v);
+        }
+    }
 }

@@ -180,6 +180,58 @@ proptest! {
         assert_close(&gx.to_vec_f32().unwrap(), &want_gx, 1e-6, 1e-6, "avg grad");
     }
 
+    /// 2x2 windows side by side run their own loop; it gives the general loop's bits: the sum
+    /// from 0 over window rows, each row summed in f64, zeros of either sign included.
+    #[test]
+    fn avg_pool_of_pairs_has_the_general_bits(
+        dims in [1usize..3, 1usize..3, 2usize..9, 2usize..40],
+        include_pad in any::<bool>(),
+        seed in any::<u64>(),
+    ) {
+        let len = dims.iter().product::<usize>();
+        // Half the values zeros of either sign, so that whole windows of -0.0 occur.
+        let pick = |i: usize, scale: f32| {
+            let mut z = seed ^ (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+            z = (z ^ (z >> 31)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+            z ^= z >> 29;
+            match z % 4 {
+                0 => -0.0,
+                1 => 0.0,
+                _ => ((z >> 8) % 20_000) as f32 / 997.0 * scale - 10.0,
+            }
+        };
+        let x: Vec<f32> = (0..len).map(|i| pick(i, 1.0)).collect();
+        let p = Pool2dParams { kernel: [2, 2], stride: [2, 2], padding: [0, 0] };
+        let y = avg_pool2d(&cpu(&x, &dims), &p, include_pad).unwrap();
+        let g: Vec<f32> = (0..y.elem_count()).map(|i| pick(i + len, 0.3)).collect();
+        let gx = avg_pool2d_backward(&cpu(&g, y.dims()), &dims, &p, include_pad).unwrap();
+        let [_, _, h, w] = dims;
+        let (oh, ow) = (h / 2, w / 2);
+        let mut want_y = Vec::new();
+        let mut want_gx = vec![0f32; len];
+        for plane in 0..dims[0] * dims[1] {
+            for oy in 0..oh {
+                for ox in 0..ow {
+                    let mut sum = 0f64;
+                    for hh in 2 * oy..2 * oy + 2 {
+                        let row = &x[plane * h * w + hh * w + 2 * ox..][..2];
+                        sum += row.iter().map(|&v| v as f64).sum::<f64>();
+                    }
+                    want_y.push((sum / 4.0) as f32);
+                    let v = (g[(plane * oh + oy) * ow + ox] as f64 / 4.0) as f32;
+                    for hh in 2 * oy..2 * oy + 2 {
+                        for d in &mut want_gx[plane * h * w + hh * w + 2 * ox..][..2] {
+                            *d += v;
+                        }
+                    }
+                }
+            }
+        }
+        let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+        prop_assert_eq!(bits(&y.to_vec_f32().unwrap()), bits(&want_y));
+        prop_assert_eq!(bits(&gx.to_vec_f32().unwrap()), bits(&want_gx));
+    }
+
     #[test]
     fn adaptive_pool_matches_naive(k in case(), oh in 1usize..6, ow in 1usize..6) {
         let y = adaptive_avg_pool2d(&cpu(&k.x, &k.dims), [oh, ow]).unwrap();

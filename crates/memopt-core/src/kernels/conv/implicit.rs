@@ -20,6 +20,7 @@ use super::pack_simd::{ColumnTable, TapOffsets};
 use crate::cpu_isa::CpuIsa;
 use crate::kernels::tile::blocking::{
     KC, MC, NC, Shared, even_blocks, panel_rows, row_groups, run_owned_tiles, run_tasks, with_panel,
+    with_rows,
 };
 use crate::kernels::tile::{MR, NR, Panels, Start, Tile, TileKernel};
 use rayon::prelude::*;
@@ -316,35 +317,53 @@ pub(super) fn weight_grad(
                 // tiles walk the micro-panels.
                 for gb in (p0..full).step_by(mc) {
                     let ge = (gb + mc).min(full);
-                    let mut m = 0;
-                    while m < micro && whole(m) {
-                        let (width, j0) = (width(m), k_start + m * NR);
-                        let mut at = 0;
-                        for run in runs {
-                            let base = run.img * s.co * pix + run.p0;
-                            // Rows gb * MR..ge * MR of the output gradient, this run's pixels.
-                            let a = &grad[base + gb * MR * pix..base + (ge * MR - 1) * pix + run.len];
-                            let bs = [
-                                &b(m)[at * NR..],
-                                if width == 2 { &b(m + 1)[at * NR..] } else { &[] },
-                            ];
+                    let (r0, r1) = (gb * MR, ge * MR);
+                    // Rows r0..r1 of the output gradient over this block's pixels: in place
+                    // for one run; gathered for several, so that each tile runs the block's
+                    // chain in one call (runs of a pixel or a few would each load and store
+                    // the accumulator tiles).
+                    let gathered = |rows: &mut [f32]| {
+                        for (r, dst) in rows.chunks_exact_mut(rows_in_block).take(r1 - r0).enumerate() {
+                            let mut at = 0;
+                            for run in runs {
+                                let src = run.img * s.co * pix + (r0 + r) * pix + run.p0;
+                                dst[at..at + run.len].copy_from_slice(&grad[src..src + run.len]);
+                                at += run.len;
+                            }
+                        }
+                    };
+                    let tiles = |a: &[f32], lda: usize| {
+                        let mut m = 0;
+                        while m < micro && whole(m) {
+                            let (width, j0) = (width(m), k_start + m * NR);
+                            let bs = [b(m), if width == 2 { b(m + 1) } else { &[] }];
                             // SAFETY: this task alone owns rows p0..p1 x columns of block kb of
                             // the accumulator, so the tiles of panels gb..ge of these
                             // micro-panels.
                             unsafe {
                                 run_owned_tiles(
                                     &kernel,
-                                    run.len,
-                                    (a, pix),
+                                    rows_in_block,
+                                    (a, lda),
                                     &bs[..width],
-                                    (&dw, gb * MR * k + j0, k),
+                                    (&dw, r0 * k + j0, k),
                                     ge - gb,
                                     |_| Start::Tile,
                                 );
                             }
-                            at += run.len;
+                            m += width;
                         }
-                        m += width;
+                    };
+                    match runs.as_slice() {
+                        [run] => {
+                            let base = run.img * s.co * pix + run.p0;
+                            tiles(&grad[base + r0 * pix..base + (r1 - 1) * pix + run.len], pix);
+                        }
+                        _ => with_rows(|rows| {
+                            let rows = &mut rows[..(r1 - r0) * rows_in_block];
+                            gathered(rows);
+                            tiles(rows, rows_in_block);
+                        }),
                     }
                 }
                 // The rest: partial panels, and every panel of a partial micro-panel.

@@ -164,7 +164,9 @@ fn pairs_forward(g: &Geom, xp: &[f32], yp: &mut [f32]) {
 fn pairs_backward(g: &Geom, gp: &[f32], o: &mut [f32]) {
     for (oy, gr) in gp.chunks_exact(g.ow).enumerate() {
         let (top, bottom) = o[2 * oy * g.w..][..2 * g.w].split_at_mut(g.w);
-        let rows = top[..2 * g.ow].chunks_exact_mut(2).zip(bottom[..2 * g.ow].chunks_exact_mut(2));
+        let rows = top[..2 * g.ow]
+            .chunks_exact_mut(2)
+            .zip(bottom[..2 * g.ow].chunks_exact_mut(2));
         for (&v, (t, b)) in gr.iter().zip(rows) {
             let v = (v as f64 / 4.0) as f32;
             t.iter_mut().chain(b.iter_mut()).for_each(|d| *d += v);

@@ -39,6 +39,25 @@ pub(crate) fn with_panel<R>(f: impl FnOnce(&mut [f32]) -> R) -> R {
     })
 }
 
+/// Values of [`with_rows`]' buffer: a group's broadcast rows, `MC * MR` rows of `KC` values.
+const ROWS_LEN: usize = MC * MR * KC;
+
+thread_local! {
+    /// The broadcast rows a task gathers ([`ROWS_LEN`] f32 = 192 KiB, untracked like
+    /// [`PANEL`]: fixed per thread, never a function of shapes).
+    static ROWS: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Runs `f` with this thread's buffer of gathered broadcast rows ([`ROWS_LEN`] values).
+pub(crate) fn with_rows<R>(f: impl FnOnce(&mut [f32]) -> R) -> R {
+    ROWS.with_borrow_mut(|p| {
+        if p.len() < ROWS_LEN {
+            p.resize(ROWS_LEN, 0.0);
+        }
+        f(&mut p[..ROWS_LEN])
+    })
+}
+
 /// A buffer the tasks write concurrently, each only its own elements.
 pub(crate) struct Shared<'a> {
     ptr: *mut f32,

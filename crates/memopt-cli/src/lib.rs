@@ -22,7 +22,6 @@ pub mod error;
 pub mod escape;
 pub mod files;
 pub mod format;
-pub mod fragmentation;
 pub mod gpu_memory;
 pub mod memory_limit;
 pub mod option_space;

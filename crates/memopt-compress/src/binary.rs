@@ -4,6 +4,7 @@
 
 use crate::compressor::{expect_float, expect_kind};
 use crate::cpu::SpikeElem;
+use crate::cuda::CudaKernels;
 use crate::{CompressError, CompressorKind, Packed, Result};
 use half::{bf16, f16};
 use memopt_core::backend::{Compute, Init, compute, launch_on};
@@ -25,27 +26,6 @@ pub(crate) trait ByteCodec {
     fn pack<E: SpikeElem>(src: &[E], dst: &mut [u8], check: bool) -> Result<()>;
     /// CPU unpack.
     fn unpack<E: SpikeElem>(src: &[u8], dst: &mut [E]) -> Result<()>;
-}
-
-/// The CUDA kernels of a [`ByteCodec`].
-pub(crate) struct CudaKernels {
-    /// Their source's signature table.
-    pub table: &'static memopt_core::cuda::KernelTable,
-    /// Pack kernels for f32, f16, bf16.
-    pub pack: [&'static str; 3],
-    /// Unpack kernels for f32, f16, bf16.
-    pub unpack: [&'static str; 3],
-}
-
-impl CudaKernels {
-    /// Index of `dtype` in the kernel tables (f32, f16, bf16).
-    pub fn slot(dtype: DType) -> usize {
-        match dtype {
-            DType::F16 => 1,
-            DType::BF16 => 2,
-            _ => 0,
-        }
-    }
 }
 
 /// The 8-byte status word of the binary check: -1, or the first offending index. It is the

@@ -1,8 +1,9 @@
 //! Bool/U8: 1 byte per value.
 
-use crate::binary::{self, ByteCodec, CudaKernels};
+use crate::binary::{self, ByteCodec};
 use crate::compressor::elems;
 use crate::cpu::{self, SpikeElem};
+use crate::cuda::CudaKernels;
 use crate::{Compressor, CompressorKind, Packed, PackedSize, Result};
 use memopt_core::{DType, Shape, Tensor};
 

@@ -4,15 +4,35 @@
 //! through [`launch_kernel`] with this crate's signature tables. Without a driver, a GPU or
 //! NVRTC every entry point returns a clear error.
 
-use crate::binary::CudaKernels;
 use crate::cpu::SpikeElem;
 use crate::{CompressError, Result};
-use memopt_core::CoreError;
 use memopt_core::backend::CudaBackend;
 use memopt_core::cuda::{
     ArgKind, BLOCK_THREADS, CudaPtr, KernelArg, KernelSource, KernelTable, MAX_BLOCKS, Signature, blocks,
     launch_kernel, read_back,
 };
+use memopt_core::{CoreError, DType};
+
+/// The CUDA kernels of a byte-payload binary compressor (its `ByteCodec::CUDA`).
+pub(crate) struct CudaKernels {
+    /// Their source's signature table.
+    pub table: &'static memopt_core::cuda::KernelTable,
+    /// Pack kernels for f32, f16, bf16.
+    pub pack: [&'static str; 3],
+    /// Unpack kernels for f32, f16, bf16.
+    pub unpack: [&'static str; 3],
+}
+
+impl CudaKernels {
+    /// Index of `dtype` in the kernel tables (f32, f16, bf16).
+    pub fn slot(dtype: DType) -> usize {
+        match dtype {
+            DType::F16 => 1,
+            DType::BF16 => 2,
+            _ => 0,
+        }
+    }
+}
 
 /// BitSpike pack and unpack kernels (`bitspike_{pack,unpack}_{f32,f16,bf16}`) and the unpack of
 /// a span that starts inside a byte (`bitspike_unpack_span_f32`).

@@ -2,10 +2,15 @@
 //! the planned step stacked by kind, the baseline's total as a line) and a horizontal bar chart
 //! of what each module holds at the peak, baseline and planned side by side, stacked by kind.
 
+mod fragmentation;
+mod frame;
+
 use crate::align::{Stage, align, recompute_spans};
 use crate::format::{bytes, mib, path};
-use crate::fragmentation::{FRAGMENTATION, RESERVED, fragmentation_band, level_lines};
 use crate::timeline::KindTimeline;
+use fragmentation::{FRAGMENTATION, RESERVED, fragmentation_band, level_lines};
+pub(crate) use frame::esc;
+use frame::{Frame, PLOT_BOTTOM, PLOT_LEFT, PLOT_RIGHT, PLOT_TOP, band_path, sample};
 use memopt_core::MemoryKind;
 use memopt_profiler::MemoryReport;
 use std::collections::HashMap;
@@ -21,12 +26,6 @@ pub struct Series<'a> {
 }
 
 const WIDTH: f64 = 980.0;
-const PLOT_LEFT: f64 = 80.0;
-const PLOT_RIGHT: f64 = 760.0;
-const PLOT_TOP: f64 = 60.0;
-const PLOT_BOTTOM: f64 = 400.0;
-/// Most points drawn per series; longer timelines keep each bucket's highest point.
-const MAX_POINTS: usize = 1600;
 /// Modules in the bar chart.
 const BARS: usize = 12;
 const BAR_HEIGHT: f64 = 11.0;
@@ -50,16 +49,6 @@ fn colour(kind: MemoryKind) -> &'static str {
     }
 }
 
-/// Escapes text for XML content and attributes; control characters (which XML 1.0 cannot
-/// hold, even as references) are shown as `\u{..}`.
-pub(crate) fn esc(s: &str) -> String {
-    crate::escape::visible(s)
-        .replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('"', "&quot;")
-}
-
 /// A round axis step giving about `ticks` ticks up to `max`.
 fn nice_step(max: f64, ticks: f64) -> f64 {
     let raw = (max / ticks).max(f64::MIN_POSITIVE);
@@ -69,46 +58,6 @@ fn nice_step(max: f64, ticks: f64) -> f64 {
         .map(|m| m * mag)
         .find(|s| *s >= raw)
         .unwrap_or(10.0 * mag)
-}
-
-/// Indices of the points drawn: all of them, or each bucket's highest total when there are
-/// more than [`MAX_POINTS`] (so peaks survive), always keeping the first and last.
-pub(crate) fn sample(t: &KindTimeline) -> Vec<usize> {
-    let n = t.points.len();
-    if n <= MAX_POINTS {
-        return (0..n).collect();
-    }
-    let per = n.div_ceil(MAX_POINTS);
-    let mut out: Vec<usize> = (0..n)
-        .step_by(per)
-        .map(|start| {
-            (start..(start + per).min(n))
-                .max_by_key(|&i| t.total(i))
-                .unwrap_or(start)
-        })
-        .collect();
-    if out.first() != Some(&0) {
-        out.insert(0, 0);
-    }
-    if out.last() != Some(&(n - 1)) {
-        out.push(n - 1);
-    }
-    out
-}
-
-pub(crate) struct Frame {
-    x_max: f64,
-    y_max_mib: f64,
-}
-
-impl Frame {
-    /// Position `pos` of the common axis ([`crate::align::Axis`]) in pixels.
-    pub(crate) fn x(&self, pos: f64) -> f64 {
-        PLOT_LEFT + (PLOT_RIGHT - PLOT_LEFT) * pos / self.x_max.max(1.0)
-    }
-    pub(crate) fn y(&self, b: u64) -> f64 {
-        PLOT_BOTTOM - (PLOT_BOTTOM - PLOT_TOP) * mib(b) / self.y_max_mib
-    }
 }
 
 /// Renders the chart. `title` heads it; `planned` is drawn stacked by kind with `baseline`'s
@@ -173,7 +122,7 @@ fn timeline_chart(s: &mut String, baseline: Series<'_>, planned: Option<Series<'
         .unwrap_or(0);
     let step = nice_step(mib(peak).max(1e-3) * 1.05, 5.0);
     let y_max_mib = (mib(peak) * 1.05 / step).ceil().max(1.0) * step;
-    let f = Frame { x_max, y_max_mib };
+    let f = Frame::new(x_max, y_max_mib);
     let _ = writeln!(
         s,
         r##"<text x="{PLOT_LEFT}" y="44" fill="#444">Memory held during one training step (computed on the Meta device, identical to the CPU event for event)</text>"##
@@ -320,26 +269,6 @@ fn recompute_strip(s: &mut String, f: &Frame, spans: &[(f64, f64)]) {
 fn trim_number(v: f64) -> String {
     let t = format!("{v:.2}");
     t.trim_end_matches('0').trim_end_matches('.').to_string()
-}
-
-/// The SVG path of the band between two curves, given as (axis position, upper bytes, lower
-/// bytes) per point: along the upper curve, back along the lower one.
-pub(crate) fn band_path(f: &Frame, corners: &[(f64, u64, u64)]) -> String {
-    let mut d = String::new();
-    for (j, (x, upper, _)) in corners.iter().enumerate() {
-        let _ = write!(
-            d,
-            "{}{:.1},{:.1} ",
-            if j == 0 { "M" } else { "L" },
-            f.x(*x),
-            f.y(*upper)
-        );
-    }
-    for (x, _, lower) in corners.iter().rev() {
-        let _ = write!(d, "L{:.1},{:.1} ", f.x(*x), f.y(*lower));
-    }
-    d.push('Z');
-    d
 }
 
 fn stacked_areas(s: &mut String, f: &Frame, t: &KindTimeline, xs: &[f64], id: &str) {

@@ -2,8 +2,8 @@
 //! fragmentation between it and the allocated total (reserved - allocated: cached free blocks
 //! and split remainders), and the three levels at the peak in words.
 
+use super::frame::{Frame, band_path, esc, sample};
 use crate::format::bytes;
-use crate::svg::{Frame, band_path, esc, sample};
 use crate::timeline::KindTimeline;
 use memopt_profiler::MemoryReport;
 use std::fmt::Write;

@@ -26,7 +26,7 @@ pub enum SearchError {
         /// The budget asked for, in bytes.
         budget: u64,
         /// The peak the budget bounds.
-        kind: crate::strategy::BudgetKind,
+        kind: crate::report::BudgetKind,
         /// The least peak (of `kind`) of the plans tried, the least-peak plan among them, in
         /// bytes; for a reserved budget, the least device (reserve limit, in 2 MiB steps) the
         /// least-peak plan fits, its caching allocator releasing its cache there.

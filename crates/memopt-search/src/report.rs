@@ -1,6 +1,5 @@
-//! What a strategy returns.
+//! What a strategy returns, and which of its peaks a budget bounds.
 
-use crate::strategy::BudgetKind;
 use memopt_checkpoint::Plan;
 use memopt_profiler::AllocatorLevels;
 use serde::{Deserialize, Serialize};
@@ -115,4 +114,46 @@ impl PipelineSummary {
 /// `bytes` in MiB with one decimal, for messages.
 pub fn mib(bytes: u64) -> String {
     format!("{:.1} MiB", bytes as f64 / (1 << 20) as f64)
+}
+
+/// The peak a budget bounds: one of the caching allocator's levels.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BudgetKind {
+    /// Bytes of the segments the allocator holds from the device (allocated blocks, cached
+    /// free blocks and split remainders): what runs out on a device. The default.
+    #[default]
+    Reserved,
+    /// Bytes of the blocks handed to tensors: each request rounded up to 512 B, and a cached
+    /// block reused whole when less than 1 MiB (large pool) or 512 B (small pool) would remain.
+    Allocated,
+    /// Bytes the tensors ask for, unrounded: the peak memopt reports first (`planned peak`),
+    /// which the chain model composes exactly (what tools counting tensor bytes count).
+    Requested,
+}
+
+impl BudgetKind {
+    /// The peak of this kind among `levels`, in bytes.
+    pub fn of(self, levels: &AllocatorLevels) -> u64 {
+        match self {
+            BudgetKind::Reserved => levels.reserved_bytes,
+            BudgetKind::Allocated => levels.allocated_bytes,
+            BudgetKind::Requested => levels.requested_bytes,
+        }
+    }
+
+    /// The CLI spelling: `reserved`, `allocated` or `requested`.
+    pub fn label(self) -> &'static str {
+        match self {
+            BudgetKind::Reserved => "reserved",
+            BudgetKind::Allocated => "allocated",
+            BudgetKind::Requested => "requested",
+        }
+    }
+}
+
+impl std::fmt::Display for BudgetKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.label())
+    }
 }

@@ -1,7 +1,8 @@
 //! The plan of least predicted recomputation time whose exact (reserved) peak fits a budget.
 
 use super::Strategy;
-use super::fit::{BudgetKind, fastest_fitting};
+use super::fit::fastest_fitting;
+use crate::report::BudgetKind;
 use crate::report::{BudgetFit, PlanReport, mib};
 use crate::session::PlanningSession;
 use crate::{Result, SearchError};

@@ -1,58 +1,16 @@
-//! Which peak a budget bounds, and the search for the fastest plan whose exact peak of that
-//! kind fits: the chain model proposes plans on requested bytes (exact, and never above the
-//! allocated or reserved bytes), a Meta step checks each proposal's peak of the budget's kind.
+//! The search for the fastest plan whose exact peak of a budget's kind ([`BudgetKind`]) fits:
+//! the chain model proposes plans on requested bytes (exact, and never above the allocated or
+//! reserved bytes), a Meta step checks each proposal's peak of the budget's kind.
 
 use crate::chain::{ChainModel, ChainNode, plan_entries, run_bounds};
 use crate::dp::FastestWithin;
+use crate::report::BudgetKind;
 use crate::session::PlanningSession;
 use crate::{Result, SearchError};
 use memopt_checkpoint::Plan;
 use memopt_checkpoint::policy::PLAN_VERSION;
 use memopt_core::ModulePath;
 use memopt_profiler::AllocatorLevels;
-use serde::{Deserialize, Serialize};
-
-/// The peak a budget bounds: one of the caching allocator's levels.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum BudgetKind {
-    /// Bytes of the segments the allocator holds from the device (allocated blocks, cached
-    /// free blocks and split remainders): what runs out on a device. The default.
-    #[default]
-    Reserved,
-    /// Bytes of the blocks handed to tensors: each request rounded up to 512 B, and a cached
-    /// block reused whole when less than 1 MiB (large pool) or 512 B (small pool) would remain.
-    Allocated,
-    /// Bytes the tensors ask for, unrounded: the peak memopt reports first (`planned peak`),
-    /// which the chain model composes exactly (what tools counting tensor bytes count).
-    Requested,
-}
-
-impl BudgetKind {
-    /// The peak of this kind among `levels`, in bytes.
-    pub fn of(self, levels: &AllocatorLevels) -> u64 {
-        match self {
-            BudgetKind::Reserved => levels.reserved_bytes,
-            BudgetKind::Allocated => levels.allocated_bytes,
-            BudgetKind::Requested => levels.requested_bytes,
-        }
-    }
-
-    /// The CLI spelling: `reserved`, `allocated` or `requested`.
-    pub fn label(self) -> &'static str {
-        match self {
-            BudgetKind::Reserved => "reserved",
-            BudgetKind::Allocated => "allocated",
-            BudgetKind::Requested => "requested",
-        }
-    }
-}
-
-impl std::fmt::Display for BudgetKind {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.label())
-    }
-}
 
 /// Candidates tried one by one, each the fastest plan strictly below the previous one's
 /// requested peak, before the search steps down by the whole overshoot at once.

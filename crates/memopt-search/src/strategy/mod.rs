@@ -8,8 +8,8 @@ mod memonger;
 mod min_memory;
 mod pipeline;
 
+pub use crate::report::BudgetKind;
 pub use budget::{Budget, BudgetStrategy, parse_size};
-pub use fit::BudgetKind;
 pub use groups::{Block, Blocks, block_plan};
 pub use max_overhead::MaxOverhead;
 pub use memonger::Memonger;

@@ -3,9 +3,9 @@
 
 use super::Strategy;
 use super::budget::Budget;
-use super::fit::BudgetKind;
 use super::groups::{Block, Blocks};
 use crate::chain::{ChainNode, ChainSegment};
+use crate::report::BudgetKind;
 use crate::report::{PipelineStep, PipelineSummary, PlanReport, mib};
 use crate::session::PlanningSession;
 use crate::sites::Site;

@@ -143,6 +143,22 @@ fn chunking_a_segment_with_per_element_dropout_says_which_module_and_why() {
     model.apply_plan(&Plan::from_entries([("body.sn", p)])).unwrap();
 }
 
+/// The default plan is the empty plan of this build's format: it reads back and applies.
+#[test]
+fn the_default_plan_is_the_empty_plan() {
+    assert_eq!(Plan::default(), Plan::store_all());
+    assert_eq!(
+        Plan::from_json(&Plan::default().to_json()).unwrap(),
+        Plan::default()
+    );
+    let mut model = tiny_conv_snn(Device::META, 0, 4);
+    model
+        .apply_plan(&Plan::from_entries([("block2", Policy::CHECKPOINT)]))
+        .unwrap();
+    model.apply_plan(&Plan::default()).unwrap();
+    assert_eq!(model.plan(), Plan::store_all());
+}
+
 #[test]
 fn rejected_plans_leave_the_policies_unchanged() {
     let mut model = tiny_conv_snn(Device::META, 0, 4);

@@ -1,5 +1,5 @@
 //! memopt-core: tensors, dtypes, devices (Cpu, Meta, Cuda), tracked storage, a counter-based RNG
-//! and CPU kernels with their backward functions.
+//! and kernels with their backward functions, each with a CPU half and a CUDA half.
 //!
 //! Every buffer is allocated through its device's [`MemoryTracker`], so current and peak bytes
 //! are exact; on the [`Device::META`] device kernels compute nothing but allocate exactly as on

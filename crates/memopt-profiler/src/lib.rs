@@ -38,7 +38,9 @@ mod workload;
 pub use cost::CostModel;
 pub use error::{ProfilerError, Result};
 pub use estimator::{Estimator, estimate};
-pub use memory::{AllocatorFigures, AllocatorLevels, MemoryRecorder, MemoryReport, profile_memory};
+pub use memory::{
+    AllocatorFigures, AllocatorLevels, MemoryRecorder, MemoryReport, ModuleMemory, profile_memory,
+};
 pub use timing::{TimingProfiler, TimingReport};
 pub use verify::{Mismatch, PlanCheck, Quantity, StepRecord, verify_plan};
 pub use workload::{
@@ -49,4 +51,4 @@ pub use workload::{
 // The types this crate's public signatures use, so that depending on memopt-profiler suffices.
 pub use memopt_checkpoint::{InputSpec, Model, PLAN_VERSION, Plan, PlanEntry, Policy};
 pub use memopt_compress::CompressorKind;
-pub use memopt_core::Device;
+pub use memopt_core::{Device, MemoryKind, Phase};

@@ -130,7 +130,8 @@ impl Workload {
         }
     }
 
-    /// Zoo model `name` at its small input size (see [`zoo::ZooEntry::small`]).
+    /// Zoo model `name` at its small input size ([`zoo::ZooEntry::small`]: e.g. the VGG at
+    /// T=4 on 2x48x48 samples, the ResNets at T=2 on 3x32x32), `batch_size` samples a batch.
     pub fn zoo_small(name: &str, batch_size: usize) -> Result<Self> {
         Ok(Self::zoo(name, zoo::entry(name)?.small, batch_size))
     }

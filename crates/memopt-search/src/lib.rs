@@ -37,6 +37,18 @@
 //! `cargo run --release -p memopt-search --example every_other_block` does all four and compares
 //! the result with the built-in strategies.
 //!
+//! **Per-module memory.** What a module saves for backward, allocates or holds is in the
+//! [`MemoryReport`] of one step ([`profile_memory`], on Meta in milliseconds), per module and
+//! [`Phase`] ([`ModuleMemory`]); this crate re-exports all of it:
+//!
+//! ```
+//! use memopt_search::{Device, Phase, Plan, Workload, profile_memory};
+//! let workload = Workload::zoo_small("cifar10dvs-vgg", 2).unwrap();
+//! let report = profile_memory(&workload, &Plan::default(), Device::META).unwrap();
+//! let conv = report.module("features.1.proj_bn.0", Phase::Forward).unwrap();
+//! assert!(conv.saved_bytes > 0, "a convolution keeps its input for backward");
+//! ```
+//!
 //! **Build settings.** memopt's kernels and its dependencies (`gemm`, `rayon`) are slow
 //! without optimisation: a debug build of a crate that depends on memopt runs real training
 //! steps about 75 times slower than a release build, because a workspace's
@@ -74,7 +86,8 @@ pub use strategy::{
 // The types this crate's public signatures use, so that depending on memopt-search suffices.
 pub use memopt_checkpoint::{InputSpec, Model, PLAN_VERSION, Plan, PlanEntry, Policy};
 pub use memopt_compress::CompressorKind;
-pub use memopt_core::Device;
+pub use memopt_core::{Device, MemoryKind, Phase};
 pub use memopt_profiler::{
-    AllocatorLevels, CostModel, Mismatch, PlanCheck, Quantity, StepRecord, Workload, verify_plan,
+    AllocatorLevels, CostModel, MemoryReport, Mismatch, ModuleMemory, PlanCheck, Quantity, StepRecord,
+    Workload, profile_memory, verify_plan,
 };

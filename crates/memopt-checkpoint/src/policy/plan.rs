@@ -66,7 +66,7 @@ fn is_false(b: &bool) -> bool {
 ///
 /// A plan file may also hold a `made_for` object (what the plan was made for, written by
 /// `memopt optimize --out`); the library reads past it, and any other unknown field is an error.
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(from = "PlanFile")]
 pub struct Plan {
     /// Format version ([`PLAN_VERSION`]).
@@ -104,6 +104,13 @@ impl From<PlanFile> for Plan {
             entries: f.entries,
             update_in_backward: f.update_in_backward,
         }
+    }
+}
+
+/// The empty plan of the current format: [`Plan::store_all`].
+impl Default for Plan {
+    fn default() -> Plan {
+        Plan::store_all()
     }
 }
 

@@ -25,9 +25,13 @@ pub struct ZooEntry {
     pub name: &'static str,
     /// One line on what it is.
     pub description: &'static str,
-    /// The input of the published workload.
+    /// The input of the published workload: time steps, sample shape and classes as the
+    /// model's paper or SpikingJelly example uses them (the VGG: T=10, 2x48x48, 10 classes;
+    /// the ResNets and VGG-11: T=4, 3x224x224, 1000 classes). `memopt models` lists them all.
     pub published: InputSpec,
-    /// A small input for tests and quick runs on a CPU.
+    /// A small input for tests and quick runs on a CPU: fewer time steps and small samples
+    /// (the VGG: T=4, 2x48x48; the ResNets and VGG-11: T=2, 3x32x32, 10 classes; toy-if:
+    /// T=4, 64 features). `memopt models` lists them all.
     pub small: InputSpec,
 }
 

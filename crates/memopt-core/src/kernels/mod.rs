@@ -1,10 +1,11 @@
-//! CPU kernels, forward and backward, as plain functions over tensors (no autograd here).
+//! Kernels, forward and backward, as plain functions over tensors (no autograd here), each
+//! with a CPU half and a CUDA half.
 //!
 //! Every kernel follows one pattern (see [`elementwise`]): validate shapes, dtypes and devices
 //! and return a [`crate::CoreError`] naming the problem; allocate outputs and workspace through
 //! [`crate::KernelBuffer`] on the calling thread, in the same order on every device; compute
-//! only when the data is present (CPU), in parallel with rayon where it pays. On Meta the same
-//! allocations and frees happen and nothing is computed. Forward outputs are recorded as
+//! only when the data is present: on the CPU in parallel with rayon where it pays, on a GPU
+//! through the CUDA half. On Meta the same allocations and frees happen and nothing is computed. Forward outputs are recorded as
 //! [`crate::MemoryKind::Activation`], backward outputs as [`crate::MemoryKind::Gradient`].
 
 mod accum;

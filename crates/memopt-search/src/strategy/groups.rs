@@ -61,7 +61,9 @@ pub struct Block {
     pub layers: std::ops::Range<usize>,
     /// The module path of each of its layers.
     pub paths: Vec<String>,
-    /// Bytes of its input (what a checkpoint keeps before compression).
+    /// Bytes of its input (what a checkpoint keeps before compression). What its layers save
+    /// for backward when stored is per module in a step's memory report
+    /// ([`crate::ModuleMemory::saved_bytes`], from [`crate::profile_memory`]).
     pub input_bytes: u64,
 }
 

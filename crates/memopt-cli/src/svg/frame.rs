@@ -87,3 +87,31 @@ pub(crate) fn band_path(f: &Frame, corners: &[(f64, u64, u64)]) -> String {
     d.push('Z');
     d
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use memopt_core::MemoryKind;
+
+    #[test]
+    fn escaping_makes_text_xml() {
+        assert_eq!(esc("a<b&\"c\">"), "a&lt;b&amp;&quot;c&quot;&gt;");
+        assert_eq!(esc("x\u{1b}[31m\u{0}"), "x\\u{1b}[31m\\u{0}");
+    }
+
+    #[test]
+    fn sampling_keeps_the_peak_and_the_ends() {
+        let mut t = KindTimeline::default();
+        for i in 0..10_000u64 {
+            let mut p = [0u64; MemoryKind::COUNT];
+            p[0] = if i == 4321 { 1_000_000 } else { i };
+            t.points.push(p);
+        }
+        let idx = sample(&t);
+        assert!(idx.len() <= MAX_POINTS + 2);
+        assert!(idx.contains(&4321));
+        assert_eq!(idx.first(), Some(&0));
+        assert_eq!(idx.last(), Some(&9999));
+        assert!(idx.windows(2).all(|w| w[0] < w[1]));
+    }
+}

@@ -169,7 +169,7 @@ fn cubin_compilation_reports_bad_architectures_and_source_errors() {
     if !nvrtc_or_skip("cubin_compilation_reports_bad_architectures_and_source_errors") {
         return;
     }
-    let src = &memopt_core::cuda::sources::OPTIM;
+    let src = &memopt_core::cuda::launchers::OPTIM;
     let e = compile_cubin(src, "compute_90").unwrap_err().to_string();
     assert!(e.contains("compute_90") && e.contains("sm_90"), "{e}");
     let bad = KernelSource {

@@ -295,13 +295,23 @@ macro_rules! arg_type {
     };
 }
 
-/// Declares a module with the [`KernelTable`] of one source (`TABLE`) and one typed launch
+/// Declares one kernel source of `cuda/kernels/` and its launchers, naming every kernel once:
+/// the `static` [`KernelSource`] (the shared prelude followed by the file, its kernels those
+/// the lines below name) and a module with its [`KernelTable`] (`TABLE`) and one typed launch
 /// function per kernel, from one line per kernel: `name(param: Kind, ...);` where `Kind` is an
-/// [`ArgKind`] variant.
+/// [`ArgKind`] variant. Invoke it from a file of `cuda/` (the paths are relative to it).
 macro_rules! kernel_table {
-    ($(#[$doc:meta])* $vis:vis mod $m:ident for $src:path {
+    ($(#[$sdoc:meta])* $svis:vis static $src:ident = $file:literal;
+     $(#[$doc:meta])* $vis:vis mod $m:ident {
         $( $k:ident ( $($p:ident : $kind:ident),* $(,)? ); )*
     }) => {
+        $(#[$sdoc])*
+        $svis static $src: $crate::cuda::KernelSource = $crate::cuda::KernelSource {
+            name: $file,
+            source: concat!(include_str!("kernels/prelude.cuh"), include_str!(concat!("kernels/", $file))),
+            kernels: &[$(stringify!($k)),*],
+        };
+
         $(#[$doc])*
         $vis mod $m {
             use $crate::backend::CudaBackend;
@@ -309,7 +319,7 @@ macro_rules! kernel_table {
 
             /// The signature of every kernel of the source.
             pub static TABLE: KernelTable = KernelTable {
-                source: &$src,
+                source: &super::$src,
                 signatures: &[$(Signature {
                     kernel: stringify!($k),
                     params: &[$((stringify!($p), ArgKind::$kind)),*],
@@ -332,23 +342,8 @@ pub(crate) use {arg_type, kernel_table};
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cuda::launchers::{elementwise, kernel_tables};
-    use crate::cuda::sources::kernel_sources;
+    use crate::cuda::launchers::elementwise;
     use crate::{Device, MemoryKind, Tensor};
-
-    /// Every source has a table naming exactly its kernels (the PTX comparison of the kinds
-    /// runs in `tests/nvrtc_kernels.rs`, where NVRTC is available).
-    #[test]
-    fn every_source_has_a_signature_for_each_kernel() {
-        for (src, table) in kernel_sources().into_iter().zip(kernel_tables()) {
-            assert!(std::ptr::eq(src, table.source), "{}", src.name);
-            let mut declared = src.kernels.to_vec();
-            let mut signed: Vec<&str> = table.signatures.iter().map(|s| s.kernel).collect();
-            declared.sort();
-            signed.sort();
-            assert_eq!(declared, signed, "{}", src.name);
-        }
-    }
 
     /// A launch whose arguments differ from the kernel's signature is refused before any
     /// driver call, naming the kernel and both lists (no GPU needed).

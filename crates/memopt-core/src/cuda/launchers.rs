@@ -1,13 +1,20 @@
-//! Typed launchers of every training-step kernel, one [`KernelTable`](super::KernelTable) per
-//! source of [`super::sources`]: each line names a kernel and its parameters as its `.cu`
-//! declares them. CI compares every table with the `.param` list of the kernel's `.entry` in
-//! the PTX NVRTC produces (`tests/nvrtc_kernels.rs`), and the CUDA half of every op launches
-//! through these functions only, so a launch with the wrong count or kind of arguments does
-//! not compile.
+//! The CUDA C kernels of the training step (the CPU kernels of [`crate::kernels`], ported op
+//! by op), one concept per file under `cuda/kernels/`, each prefixed with the shared prelude
+//! (`prelude.cuh`: integer types, grid-stride loops, the CPU's f64 summation order), and their
+//! typed launchers. Each kernel is named once, on the line that gives its parameters as its
+//! `.cu` declares them: that line makes the source's kernel list, its
+//! [`KernelTable`](super::KernelTable) and its launch function. CI compares every table with
+//! the `.param` list of the kernel's `.entry` in the PTX NVRTC produces
+//! (`tests/nvrtc_kernels.rs`), and the CUDA half of every op launches through these functions
+//! only, so a launch with the wrong count or kind of arguments does not compile.
+//!
+//! Every source is compiled by NVRTC with `--fmad=false` and without fast math (see
+//! [`super::compile_ptx`]), so products and sums round as the CPU's do; sums use the CPU's
+//! blocks and order. Kernels take pointers already offset to their view's first element.
 
-use super::kernel_table;
+use super::{KernelSource, kernel_table};
 
-/// Every table, one per source of [`super::kernel_sources`], in the same order.
+/// Every table, one per source of [`kernel_sources`], in the same order.
 pub fn kernel_tables() -> [&'static super::KernelTable; 9] {
     [
         &elementwise::TABLE,
@@ -23,8 +30,10 @@ pub fn kernel_tables() -> [&'static super::KernelTable; 9] {
 }
 
 kernel_table! {
-    /// Launchers of [`crate::cuda::sources::ELEMENTWISE`].
-    pub mod elementwise for crate::cuda::sources::ELEMENTWISE {
+    /// Elementwise ops and their backward functions, accumulation, copies, fills, broadcasts.
+    pub static ELEMENTWISE = "elementwise.cu";
+    /// Launchers of [`ELEMENTWISE`].
+    pub mod elementwise {
         ew_add(a: Ptr, b: Ptr, out: Ptr, n: U64);
         ew_mul(a: Ptr, b: Ptr, out: Ptr, n: U64);
         ew_scale(x: Ptr, s: F32, out: Ptr, n: U64);
@@ -41,8 +50,10 @@ kernel_table! {
 }
 
 kernel_table! {
-    /// Launchers of [`crate::cuda::sources::REDUCE`].
-    pub mod reduce for crate::cuda::sources::REDUCE {
+    /// Sums and means over everything or one dimension, in the CPU's f64 blocks.
+    pub static REDUCE = "reduce.cu";
+    /// Launchers of [`REDUCE`].
+    pub mod reduce {
         sum_blocks(x: Ptr, n: U64, block: U64, parts: Ptr, factor: F64, out: Ptr);
         reduce_parts(parts: Ptr, count: U64, factor: F64, divisor: F64, out: Ptr);
         sum_rows(x: Ptr, outer: U64, d: U64, factor: F64, out: Ptr);
@@ -51,8 +62,10 @@ kernel_table! {
 }
 
 kernel_table! {
-    /// Launchers of [`crate::cuda::sources::LOSS`].
-    pub mod loss for crate::cuda::sources::LOSS {
+    /// Cross-entropy and mean squared error, forward and backward.
+    pub static LOSS = "loss.cu";
+    /// Launchers of [`LOSS`].
+    pub mod loss {
         ce_blocks(logits: Ptr, labels: Ptr, n: U64, c: U64, rows_per_block: U64, parts: Ptr, out: Ptr);
         ce_backward(g: Ptr, logits: Ptr, labels: Ptr, n: U64, c: U64, out: Ptr);
         mse_blocks(p: Ptr, t: Ptr, n: U64, block: U64, parts: Ptr, out: Ptr);
@@ -61,8 +74,10 @@ kernel_table! {
 }
 
 kernel_table! {
-    /// Launchers of [`crate::cuda::sources::OPTIM`].
-    pub mod optim for crate::cuda::sources::OPTIM {
+    /// SGD (plain, momentum, Nesterov) and Adam steps in place.
+    pub static OPTIM = "optim.cu";
+    /// Launchers of [`OPTIM`].
+    pub mod optim {
         sgd_plain(p: Ptr, g: Ptr, n: U64, lr: F32, wd: F32);
         sgd_momentum(p: Ptr, g: Ptr, buf: Ptr, n: U64, lr: F32, momentum: F32, dampening: F32, wd: F32, nesterov: I32, first_step: I32);
         adam(p: Ptr, g: Ptr, m: Ptr, v: Ptr, n: U64, step_size: F32, bc2_sqrt: F32, beta2: F32, eps: F32, wd: F32, w1: F32, w2: F32);
@@ -70,8 +85,11 @@ kernel_table! {
 }
 
 kernel_table! {
-    /// Launchers of [`crate::cuda::sources::BATCH_NORM`].
-    pub mod batch_norm for crate::cuda::sources::BATCH_NORM {
+    /// BatchNorm: training statistics, running-statistics update, normalisation, evaluation
+    /// mode, and the backward (weight, bias and input gradients).
+    pub static BATCH_NORM = "batch_norm.cu";
+    /// Launchers of [`BATCH_NORM`].
+    pub mod batch_norm {
         bn_set_shift(x: Ptr, s: U64, c: U64, shift: Ptr);
         bn_stat_plane_sums(x: Ptr, planes: U64, s: U64, c: U64, shift: Ptr, part: Ptr);
         bn_fold_pairs(part: Ptr, b: U64, c: U64, descending: U64, from_zero: U64, first: Ptr, second: Ptr);
@@ -85,8 +103,10 @@ kernel_table! {
 }
 
 kernel_table! {
-    /// Launchers of [`crate::cuda::sources::POOL`].
-    pub mod pool for crate::cuda::sources::POOL {
+    /// Max, average and adaptive average 2-D pooling, forward and backward.
+    pub static POOL = "pool.cu";
+    /// Launchers of [`POOL`].
+    pub mod pool {
         max_pool2d(x: Ptr, g: PoolGeom, y: Ptr, idx: Ptr);
         max_pool2d_backward(gy: Ptr, idx: Ptr, planes: U64, in_plane: U64, out_plane: U64, gx: Ptr);
         avg_pool2d(x: Ptr, g: PoolGeom, count_include_pad: I32, y: Ptr);
@@ -97,16 +117,20 @@ kernel_table! {
 }
 
 kernel_table! {
-    /// Launchers of [`crate::cuda::sources::DROPOUT`].
-    pub mod dropout for crate::cuda::sources::DROPOUT {
+    /// Dropout masks from the CPU's Philox4x32-10 stream, and uniform fills.
+    pub static DROPOUT = "dropout.cu";
+    /// Launchers of [`DROPOUT`].
+    pub mod dropout {
         dropout_mask(x: Ptr, n: U64, seed: U64, offset: U64, period: U64, p: F32, scale: F32, out: Ptr);
         fill_uniform(out: Ptr, n: U64, seed: U64, offset: U64, low: F32, high: F32);
     }
 }
 
 kernel_table! {
-    /// Launchers of [`crate::cuda::sources::CONV`].
-    pub mod conv for crate::cuda::sources::CONV {
+    /// im2col / col2im, staging transposes, bias fills and bias gradients around the GEMMs.
+    pub static CONV = "conv.cu";
+    /// Launchers of [`CONV`].
+    pub mod conv {
         im2col(x: Ptr, g: ConvGeom, n: U64, col: Ptr);
         col2im(col: Ptr, g: ConvGeom, n: U64, gx: Ptr);
         stage_grad(grad: Ptr, n: U64, co: U64, pix: U64, stage: Ptr);
@@ -118,8 +142,10 @@ kernel_table! {
 }
 
 kernel_table! {
-    /// Launchers of [`crate::cuda::sources::NEURON`].
-    pub mod neuron for crate::cuda::sources::NEURON {
+    /// Multi-step IF / LIF / PLIF forward and backward over all T, each surrogate.
+    pub static NEURON = "neuron.cu";
+    /// Launchers of [`NEURON`].
+    pub mod neuron {
         plif_w_grad(partials: Ptr, chunks: U64, steps: U64, dk_dw: F32, gw: Ptr);
         neuron_forward_if_hard(x: Ptr, steps: U64, n: U64, v_init: Ptr, k: F32, vr: F32, vth: F32, spikes: Ptr, h_seq: Ptr, v_final: Ptr);
         neuron_forward_if_soft(x: Ptr, steps: U64, n: U64, v_init: Ptr, k: F32, vr: F32, vth: F32, spikes: Ptr, h_seq: Ptr, v_final: Ptr);
@@ -140,4 +166,19 @@ kernel_table! {
         plif_backward_hard_nodecay_atan(grad_spikes: Ptr, grad_v_final: Ptr, h_seq: Ptr, v_init: Ptr, steps: U64, n: U64, c: NeuronConsts, grad_x: Ptr, grad_v_init: Ptr, partials: Ptr);
         plif_backward_soft_nodecay_atan(grad_spikes: Ptr, grad_v_final: Ptr, h_seq: Ptr, v_init: Ptr, steps: U64, n: U64, c: NeuronConsts, grad_x: Ptr, grad_v_init: Ptr, partials: Ptr);
     }
+}
+
+/// Every kernel source of the training step (memopt-core's; memopt-compress has its own).
+pub fn kernel_sources() -> [&'static KernelSource; 9] {
+    [
+        &ELEMENTWISE,
+        &REDUCE,
+        &LOSS,
+        &OPTIM,
+        &BATCH_NORM,
+        &POOL,
+        &DROPOUT,
+        &CONV,
+        &NEURON,
+    ]
 }

@@ -33,7 +33,6 @@ pub mod launchers;
 mod nvrtc;
 mod params;
 mod ptx_check;
-pub mod sources;
 
 pub use cache::{cuda_function, loaded_module_count};
 pub use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, CudaView, LaunchConfig, PushKernelArg};
@@ -48,12 +47,12 @@ pub use launch::{
     grid_for, launch_kernel, read_back, stream,
 };
 pub(crate) use launch::{arg_type, kernel_table};
+pub use launchers::kernel_sources;
 pub use nvrtc::{
     NVRTC_OPTIONS, compile_cubin, compile_kernel_source, compile_ptx, nvrtc_available, nvrtc_version,
 };
 pub use params::{ConvGeom, NeuronBackwardConsts, PoolGeom};
 pub use ptx_check::{check_signatures_against_ptx, ptx_entries, ptx_entry_params};
-pub use sources::kernel_sources;
 
 /// A CUDA C translation unit compiled at run time, and the `extern "C"` kernels it defines.
 /// Declare one as a `static` next to the code that launches its kernels.

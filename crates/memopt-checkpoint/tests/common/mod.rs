@@ -286,3 +286,19 @@ pub fn assert_exact_and_meta_matches_cpu(
         plan.to_json()
     );
 }
+
+/// The output values of `model`'s forward on `input` (its whole batch), without recording,
+/// in evaluation mode.
+#[allow(dead_code)] // each test binary uses a part of this module
+pub fn eval_values(model: &Model, input: Tensor) -> Vec<f32> {
+    let mut cx = memopt_checkpoint::Cx::new(
+        model.device(),
+        model.policies(),
+        Philox::new(0),
+        memopt_checkpoint::Recording::Off,
+        false,
+    );
+    let x = cx.leaf(input, false);
+    let y = model.forward(&mut cx, x).unwrap();
+    y.tensor().unwrap().to_vec_f32().unwrap()
+}

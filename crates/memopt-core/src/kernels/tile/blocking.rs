@@ -43,7 +43,7 @@ pub(crate) fn with_panel<R>(f: impl FnOnce(&mut [f32]) -> R) -> R {
 const ROWS_LEN: usize = MC * MR * KC;
 
 thread_local! {
-    /// The broadcast rows a task gathers ([`ROWS_LEN`] f32 = 192 KiB, untracked like
+    /// The broadcast rows a task gathers ([`ROWS_LEN`] f32 = 96 KiB, untracked like
     /// [`PANEL`]: fixed per thread, never a function of shapes).
     static ROWS: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
 }

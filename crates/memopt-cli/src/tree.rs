@@ -138,6 +138,11 @@ pub fn plan_tree(modules: &[ModuleInfo], plan: &Plan) -> String {
             (name, m.type_name, note)
         })
         .collect();
+    rows_text(rows)
+}
+
+/// The rows `(indented name, type, note)` as aligned text, one line per row.
+fn rows_text(rows: Vec<(String, &str, String)>) -> String {
     let w0 = rows.iter().map(|r| r.0.len()).max().unwrap_or(0);
     let w1 = rows.iter().map(|r| r.1.len()).max().unwrap_or(0);
     let mut out = String::new();

@@ -151,13 +151,5 @@ pub(super) fn plan_tree(modules: &[ModuleInfo], plan: &Plan) -> String {
             (name, m.type_name, note)
         })
         .collect();
-    let w0 = rows.iter().map(|r| r.0.len()).max().unwrap_or(0);
-    let w1 = rows.iter().map(|r| r.1.len()).max().unwrap_or(0);
-    let mut out = String::new();
-    for (name, ty, note) in rows {
-        let line = format!("  {name:<w0$}  {ty:<w1$}  {note}");
-        out.push_str(line.trim_end());
-        out.push('\n');
-    }
-    out
+    super::rows_text(rows)
 }

@@ -268,6 +268,14 @@ pub fn resolved(path: &Path) -> Option<PathBuf> {
 mod tests {
     use super::*;
 
+    /// The names in `dir`.
+    fn entries(dir: &Path) -> Vec<std::ffi::OsString> {
+        std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect()
+    }
+
     #[test]
     fn files_are_replaced_links_followed_and_devices_written_in_place() {
         let tmp = tempfile::tempdir().unwrap();
@@ -296,10 +304,7 @@ mod tests {
         }
         // Nothing is left behind, by a write or by a probe.
         check_writable(&dir.join("new.txt")).unwrap();
-        let names: Vec<_> = std::fs::read_dir(dir)
-            .unwrap()
-            .map(|e| e.unwrap().file_name())
-            .collect();
+        let names = entries(dir);
         assert_eq!(names.len(), 4, "{names:?}");
         assert!(check_writable(dir).is_err());
         assert!(check_writable(&dir.join("missing/x.txt")).is_err());
@@ -315,10 +320,7 @@ mod tests {
         let e = write_together(&[(&a, b"new"), (&b, b"new")]).unwrap_err();
         assert_eq!(e.0, b);
         assert_eq!(std::fs::read_to_string(&a).unwrap(), "old");
-        let names: Vec<_> = std::fs::read_dir(dir)
-            .unwrap()
-            .map(|e| e.unwrap().file_name())
-            .collect();
+        let names = entries(dir);
         assert_eq!(names.len(), 1, "no temporary file left: {names:?}");
     }
 

@@ -5,8 +5,7 @@ use super::Strategy;
 use super::budget::Budget;
 use super::groups::{Block, Blocks};
 use crate::chain::{ChainNode, ChainSegment};
-use crate::report::BudgetKind;
-use crate::report::{PipelineStep, PipelineSummary, PlanReport, mib};
+use crate::report::{BudgetKind, PipelineStep, PipelineSummary, PlanReport, mib};
 use crate::session::PlanningSession;
 use crate::sites::Site;
 use crate::{Result, SearchError};
@@ -298,7 +297,7 @@ impl Strategy for Pipeline {
         // Level 3: double the time chunks of wrapped segments while the peak falls.
         if level >= 3 {
             let mut order = run.entries.clone();
-            // Each heaviness walks the chain model: computed once per entry, not per comparison.
+            // Each key is a lookup that copies the entry's path: computed once per entry.
             order.sort_by_cached_key(|e| std::cmp::Reverse(run.heaviness(e)));
             for e in order {
                 let Policy::Checkpoint { compressor, .. } = e.policy else {

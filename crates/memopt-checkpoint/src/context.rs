@@ -2,16 +2,16 @@
 //! memory policies in force and the parameter gradients of the step.
 
 use crate::autograd::{
-    Backward, BackwardOp, Gradients, ParamReaders, SavedLayerInput, SavedTensor, StateStore, Tape, Typed,
-    Var, VarId,
+    BackwardContext, Gradients, PausedTape, Record, RecordedOutputs, Recorder, SavedLayerInput, SavedTensor,
+    StateStore, Tape, UpdateHook, Var, VarId,
 };
 use crate::module::Module;
 use crate::module::call_observer::{self, ModuleCall, ValueInfo};
-use crate::param::{Param, ParamId};
+use crate::param::Param;
 use crate::policy::batch_stats::BatchStats;
 use crate::policy::{Policy, PolicyTable, Segment};
 use crate::{CheckpointError, Result};
-use memopt_core::memory::{Phase, Scope, current_scope, enter_module, enter_phase, enter_scope};
+use memopt_core::memory::{Phase, current_scope, enter_module, enter_phase};
 use memopt_core::{Device, MemoryKind, ModulePath, Philox, Tensor};
 use std::collections::HashMap;
 
@@ -20,10 +20,6 @@ mod kept_inputs;
 mod outputs_unread;
 
 pub(crate) use kept_inputs::{KeptBatchNormInputs, KeptPass};
-
-/// What the update in backward applies to a parameter whose gradient is final: the optimizer's
-/// update of that parameter (see [`Cx::update_in_backward`]).
-pub type UpdateHook<'m> = Box<dyn FnMut(ParamId, &Tensor) -> Result<()> + 'm>;
 
 /// Whether a forward pass records for backward.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -38,7 +34,8 @@ pub enum Recording {
 /// applies the memory policy assigned to the child's path.
 pub struct Cx<'m> {
     device: Device,
-    pub(crate) tape: Option<Tape<'m>>,
+    /// The tape, parameter gradients, readers and update in backward of the step.
+    recorder: Recorder<'m, Cx<'m>>,
     pub(crate) rng: Philox,
     training: bool,
     recompute_depth: usize,
@@ -57,11 +54,6 @@ pub struct Cx<'m> {
     /// Whole-batch BatchNorm statistics and passes of the chunked segments running.
     pub(crate) batch_stats: BatchStats,
     policies: &'m PolicyTable,
-    grads: Gradients,
-    /// Readers still to run in backward, per parameter.
-    pub(crate) readers: ParamReaders,
-    /// The update in backward, when on, and whether final gradients are kept for the caller.
-    update: Option<(UpdateHook<'m>, bool)>,
     /// Whether the values the module call running now returns are read by no one (see
     /// [`Cx::outputs_unread`]).
     unread_call: bool,
@@ -93,7 +85,7 @@ impl<'m> Cx<'m> {
     ) -> Self {
         Cx {
             device,
-            tape: matches!(recording, Recording::On).then(Tape::new),
+            recorder: Recorder::new(matches!(recording, Recording::On)),
             rng,
             training,
             recompute_depth: 0,
@@ -104,9 +96,6 @@ impl<'m> Cx<'m> {
             packs_saved_spikes: false,
             batch_stats: BatchStats::default(),
             policies,
-            grads: Gradients::default(),
-            readers: ParamReaders::default(),
-            update: None,
             unread_call: false,
             unread_next: false,
             final_next: false,
@@ -134,7 +123,7 @@ impl<'m> Cx<'m> {
 
     /// Whether a tape is being recorded.
     pub fn is_recording(&self) -> bool {
-        self.tape.is_some()
+        self.recorder.is_recording()
     }
 
     /// Whether this forward pass is a recomputation inside backward. Modules with side effects
@@ -164,16 +153,12 @@ impl<'m> Cx<'m> {
 
     /// Parameter gradients accumulated so far.
     pub fn grads(&self) -> &Gradients {
-        &self.grads
-    }
-
-    pub(crate) fn grads_mut(&mut self) -> &mut Gradients {
-        &mut self.grads
+        self.recorder.gradients()
     }
 
     /// Takes the accumulated parameter gradients, leaving none.
     pub fn take_grads(&mut self) -> Gradients {
-        std::mem::take(&mut self.grads)
+        self.recorder.take_gradients()
     }
 
     /// Turns on the update in backward ([`crate::Plan::update_in_backward`]): as soon as no op
@@ -182,31 +167,7 @@ impl<'m> Cx<'m> {
     /// Parameters are updated while backward runs, so set it only for a step whose backward
     /// reads no parameter after its last reader (a training step).
     pub fn update_in_backward(&mut self, update: UpdateHook<'m>, keep_grads: bool) {
-        self.update = Some((update, keep_grads));
-    }
-
-    /// Ops reading each of `params` have run their backward: the gradients of those no reader
-    /// is left for are final, and the update in backward, when on, applies to them now.
-    pub(crate) fn param_readers_done(&mut self, params: &[ParamId]) -> Result<()> {
-        if params.is_empty() {
-            return Ok(());
-        }
-        for p in self.readers.done(params) {
-            let Some((update, keep)) = self.update.as_mut() else {
-                continue;
-            };
-            if let Some(g) = self.grads.finalize(p, *keep) {
-                let _scope = enter_scope(Scope::new("", Phase::Optimizer));
-                update(p, &g)?;
-            }
-        }
-        Ok(())
-    }
-
-    /// The gradient accumulator of a parameter (zeros on first use). Backward ops of layers
-    /// with weights accumulate into it directly, in a fixed order.
-    pub fn param_grad(&mut self, id: ParamId, dims: &[usize], device: Device) -> Result<Tensor> {
-        self.grads.accumulator(id, dims, device)
+        self.recorder.update_in_backward(update, keep_grads);
     }
 
     /// Neuron states of this pass.
@@ -283,32 +244,17 @@ impl<'m> Cx<'m> {
     /// A parameter as a value of this pass (on the tape when recording, unless a chunked
     /// BatchNorm's gradient-sums pass runs, which must not accumulate parameter gradients).
     pub fn param(&mut self, p: &Param) -> Var {
-        match &mut self.tape {
-            Some(tape) if !self.batch_stats.params_frozen => {
-                Var::tracked(p.tensor().clone(), tape.param_leaf(p.id()))
-            }
-            Some(_) => Var::constant(p.tensor().clone()),
-            None => {
-                // A checkpointed segment's forward: its node will read the parameter.
-                if !self.batch_stats.params_frozen {
-                    self.readers.read_untaped(p.id());
-                }
-                Var::constant(p.tensor().clone())
-            }
-        }
+        self.recorder.param(p, self.batch_stats.params_frozen)
     }
 
     /// An input value; with `requires_grad` its gradient is returned by [`Cx::backward`].
     pub fn leaf(&mut self, t: Tensor, requires_grad: bool) -> Var {
-        match (&mut self.tape, requires_grad) {
-            (Some(tape), true) => Var::tracked(t, tape.input_leaf()),
-            _ => Var::constant(t),
-        }
+        self.recorder.leaf(t, requires_grad)
     }
 
     /// Whether any of `inputs` needs a gradient while recording: ops save nothing otherwise.
     pub fn needs_grad(&self, inputs: &[&Var]) -> bool {
-        self.tape.is_some() && inputs.iter().any(|v| v.requires_grad())
+        self.is_recording() && inputs.iter().any(|v| v.requires_grad())
     }
 
     /// Keeps `t` for backward (re-tagged saved-for-backward if it is an activation).
@@ -339,118 +285,34 @@ impl<'m> Cx<'m> {
 
     /// [`Cx::needs_grad`] over an op's input slots, absent optional inputs as `None`.
     pub fn slots_need_grad(&self, slots: &[Option<&Var>]) -> bool {
-        self.tape.is_some() && slots.iter().flatten().any(|v| v.requires_grad())
+        self.is_recording() && slots.iter().flatten().any(|v| v.requires_grad())
     }
 
-    /// Records an op with input slots `inputs` (an absent optional input as `None`; the op's
-    /// backward receives the same slots) whose outputs are `outputs`, returning them as values.
-    /// Call only when [`Cx::slots_need_grad`] holds for `inputs`; otherwise the outputs are
-    /// returned as constants.
-    pub fn record<const N: usize>(
-        &mut self,
-        op: impl Backward<'m, N> + 'm,
-        inputs: [Option<&Var>; N],
-        outputs: Vec<Tensor>,
-    ) -> Vec<Var> {
-        self.record_ids(op, inputs.map(|v| v.and_then(Var::id)), outputs)
+    /// Records an op (see [`Record`]) whose outputs are `outputs` (tensors, one tensor, or a
+    /// value such as packed spikes), returning them as values of this pass: tracked when the op
+    /// was recorded, as they are when no input needs a gradient or nothing records.
+    pub fn record<O: RecordedOutputs>(&mut self, record: Record<'m, Self>, outputs: O) -> O::Values {
+        self.recorder.record(record, outputs)
     }
 
-    /// Records an op with one output.
-    pub fn record1<const N: usize>(
-        &mut self,
-        op: impl Backward<'m, N> + 'm,
-        inputs: [Option<&Var>; N],
-        output: Tensor,
-    ) -> Var {
-        let mut v = self.record(op, inputs, vec![output]);
-        v.pop().expect("record returns one value per output")
+    /// Sets the tape aside for a checkpointed segment's forward (see [`Recorder::pause`]).
+    pub(crate) fn pause_tape(&mut self) -> PausedTape<'m, Self> {
+        self.recorder.pause()
     }
 
-    /// [`Cx::record1`] for an output that is a value rather than a tensor (packed spikes stay
-    /// packed); returns it with its tape id, or unchanged when no input needs a gradient.
-    pub(crate) fn record_value<const N: usize>(
-        &mut self,
-        op: impl Backward<'m, N> + 'm,
-        inputs: [Option<&Var>; N],
-        output: Var,
-    ) -> Var {
-        let ids: Vec<Option<VarId>> = inputs.iter().map(|v| v.and_then(Var::id)).collect();
-        let Some(tape) = self.tape.as_mut().filter(|_| ids.iter().any(Option::is_some)) else {
-            return output;
-        };
-        let id = VarId::fresh();
-        self.readers
-            .add(tape.push(Box::new(Typed(op)), ids, vec![id], current_scope(), Vec::new()));
-        output.with_id(id)
+    /// Puts the tape back after a segment's forward; returns the parameters it read.
+    pub(crate) fn resume_tape(&mut self, paused: PausedTape<'m, Self>) -> Vec<crate::param::ParamId> {
+        self.recorder.resume(paused)
     }
 
-    /// Records an op with one output even when none of its inputs needs a gradient (while
-    /// recording): a chunked BatchNorm's gradient-sums pass needs the BatchNorm on the tape.
-    pub(crate) fn record1_always<const N: usize>(
-        &mut self,
-        op: impl Backward<'m, N> + 'm,
-        inputs: [Option<&Var>; N],
-        output: Tensor,
-    ) -> Var {
-        let ids = inputs.map(|v| v.and_then(Var::id)).to_vec();
-        let mut v = self.record_always(Box::new(Typed(op)), ids, vec![output]);
-        v.pop().expect("record_always returns one value per output")
+    /// Records from now on into `tape` (a chunk's recomputation).
+    pub(crate) fn start_tape(&mut self, tape: Tape<'m, Self>) {
+        self.recorder.start_tape(tape);
     }
 
-    /// [`Cx::record`] from the slots' tape ids, for an op that consumed an input's value.
-    pub(crate) fn record_ids<const N: usize>(
-        &mut self,
-        op: impl Backward<'m, N> + 'm,
-        inputs: [Option<VarId>; N],
-        outputs: Vec<Tensor>,
-    ) -> Vec<Var> {
-        self.record_boxed(Box::new(Typed(op)), inputs.to_vec(), outputs)
-    }
-
-    pub(crate) fn record_boxed(
-        &mut self,
-        op: Box<dyn BackwardOp<'m> + 'm>,
-        inputs: Vec<Option<VarId>>,
-        outputs: Vec<Tensor>,
-    ) -> Vec<Var> {
-        if !inputs.iter().any(Option::is_some) {
-            return outputs.into_iter().map(Var::constant).collect();
-        }
-        self.record_always(op, inputs, outputs)
-    }
-
-    /// Records an op even when none of its inputs needs a gradient. Returns constants when not
-    /// recording.
-    pub(crate) fn record_always(
-        &mut self,
-        op: Box<dyn BackwardOp<'m> + 'm>,
-        inputs: Vec<Option<VarId>>,
-        outputs: Vec<Tensor>,
-    ) -> Vec<Var> {
-        self.record_segment(op, inputs, outputs, Vec::new())
-    }
-
-    /// Records a checkpointed segment's node, which reads `params` (those its forward read
-    /// without a tape) and is recorded even when none of its inputs needs a gradient (its
-    /// parameters do). Returns constants when not recording.
-    pub(crate) fn record_segment(
-        &mut self,
-        op: Box<dyn BackwardOp<'m> + 'm>,
-        inputs: Vec<Option<VarId>>,
-        outputs: Vec<Tensor>,
-        params: Vec<crate::param::ParamId>,
-    ) -> Vec<Var> {
-        let Some(tape) = self.tape.as_mut() else {
-            return outputs.into_iter().map(Var::constant).collect();
-        };
-        let ids: Vec<VarId> = outputs.iter().map(|_| VarId::fresh()).collect();
-        self.readers
-            .add(tape.push(op, inputs, ids.clone(), current_scope(), params));
-        outputs
-            .into_iter()
-            .zip(ids)
-            .map(|(t, id)| Var::tracked(t, id))
-            .collect()
+    /// Takes the tape, leaving none (recording stops).
+    pub(crate) fn take_tape(&mut self) -> Option<Tape<'m, Self>> {
+        self.recorder.take_tape()
     }
 
     /// Calls child module `name` with `inputs`, under the child's scope and with the memory
@@ -548,8 +410,7 @@ impl<'m> Cx<'m> {
             )));
         }
         let tape = self
-            .tape
-            .take()
+            .take_tape()
             .ok_or_else(|| CheckpointError::Autograd("backward called without a recorded tape".into()))?;
         let _phase = enter_phase(Phase::Backward);
         let seed = Tensor::full(loss.shape().clone(), 1.0, self.device, MemoryKind::Gradient)?;
@@ -561,8 +422,7 @@ impl<'m> Cx<'m> {
     /// with `requires_grad`.
     pub fn backward_with(&mut self, seeds: Vec<(VarId, Tensor)>) -> Result<HashMap<VarId, Tensor>> {
         let tape = self
-            .tape
-            .take()
+            .take_tape()
             .ok_or_else(|| CheckpointError::Autograd("backward called without a recorded tape".into()))?;
         let _phase = enter_phase(Phase::Backward);
         tape.backward(self, seeds)
@@ -571,10 +431,20 @@ impl<'m> Cx<'m> {
     /// Runs a tape backward from several seeds (used by recomputation).
     pub(crate) fn backward_tape(
         &mut self,
-        tape: Tape<'m>,
+        tape: Tape<'m, Self>,
         seeds: Vec<(VarId, Tensor)>,
     ) -> Result<HashMap<VarId, Tensor>> {
         tape.backward(self, seeds)
+    }
+}
+
+impl<'m> BackwardContext<'m> for Cx<'m> {
+    fn recorder(&mut self) -> &mut Recorder<'m, Self> {
+        &mut self.recorder
+    }
+
+    fn stops_backward(&self) -> bool {
+        self.batch_stats.reached()
     }
 }
 

@@ -31,8 +31,8 @@ pub mod strict_json;
 pub mod train;
 pub mod zoo;
 
-pub use autograd::{Gradients, Var};
-pub use context::{Cx, Recording, UpdateHook};
+pub use autograd::{Gradients, Record, UpdateHook, Var};
+pub use context::{Cx, Recording};
 pub use error::{CheckpointError, Result};
 pub use model::{InputSpec, Model};
 pub use module::Module;

@@ -1,9 +1,9 @@
 //! The backward half of a recorded op: typed ops with a fixed number of named input slots
-//! ([`Backward`], as burn-autodiff's `Backward<B, N>`), and the type-erased form the tape
-//! stores ([`BackwardOp`], which variable-arity nodes such as checkpointed segments implement
-//! directly).
+//! ([`Backward`], as burn-autodiff's `Backward<B, N>`), which write only the parameter
+//! gradients they are given, and the type-erased form the tape stores ([`BackwardOp`], which
+//! nodes needing the whole context, such as checkpointed segments, implement directly).
 
-use crate::context::Cx;
+use super::{Gradients, Recorder};
 use crate::param::ParamId;
 use crate::{CheckpointError, Result};
 use memopt_core::{MemoryKind, Tensor};
@@ -15,7 +15,7 @@ pub struct InputSlot {
     /// for an optional input the op was called without.
     pub needs_grad: bool,
     /// The parameter the input is, if any: ops accumulate such gradients straight into
-    /// [`Cx::param_grad`] instead of returning them.
+    /// [`Gradients::accumulator`] instead of returning them.
     pub param: Option<ParamId>,
 }
 
@@ -73,44 +73,74 @@ fn zeros_like(like: &Tensor) -> Result<Tensor> {
 /// The backward half of an op with `N` input slots (absent optional inputs keep their slot).
 /// Implementations live next to their forward in [`crate::ops`] and destructure the slots by
 /// name (`let [x, weight, bias] = g.inputs;`).
-pub trait Backward<'m, const N: usize> {
+pub trait Backward<const N: usize> {
     /// Op name for errors and profiles.
     fn name(&self) -> &'static str;
     /// Gradients of the inputs given the gradients of the outputs, one per slot: `None` where
-    /// no gradient is wanted or it was accumulated into a parameter gradient.
-    fn backward(self, cx: &mut Cx<'m>, grads: BackwardGrads<[InputSlot; N]>) -> Result<[Option<Tensor>; N]>;
+    /// no gradient is wanted or it was accumulated into `params` (the parameter gradients of
+    /// the step).
+    fn backward(
+        self,
+        params: &mut Gradients,
+        grads: BackwardGrads<[InputSlot; N]>,
+    ) -> Result<[Option<Tensor>; N]>;
 }
 
-/// The type-erased backward half the tape stores; typed ops ([`Backward`]) reach it through a
-/// private adapter.
-pub trait BackwardOp<'m> {
+/// What the tape runs backward in: the context of the forward pass (`C` of [`BackwardOp`]),
+/// which holds the [`Recorder`] of the step.
+pub trait BackwardContext<'m>: Sized {
+    /// The recorder whose parameter gradients and readers backward updates.
+    fn recorder(&mut self) -> &mut Recorder<'m, Self>;
+    /// Whether backward stops after the node that just ran (a chunked BatchNorm's
+    /// gradient-sums pass stops once it has reached its BatchNorm).
+    fn stops_backward(&self) -> bool;
+}
+
+/// The type-erased backward half the tape stores, run in context `C`; typed ops ([`Backward`])
+/// reach it through a private adapter.
+pub trait BackwardOp<'m, C> {
     /// Op name for errors and profiles.
     fn name(&self) -> &'static str;
     /// Gradients of the inputs given the gradients of the outputs. Returns one entry per input:
     /// `None` where no gradient is wanted or it was accumulated into a parameter gradient.
-    fn backward(self: Box<Self>, cx: &mut Cx<'m>, grads: BackwardGrads) -> Result<Vec<Option<Tensor>>>;
+    fn backward(self: Box<Self>, cx: &mut C, grads: BackwardGrads) -> Result<Vec<Option<Tensor>>>;
 }
 
 /// A typed op seen through [`BackwardOp`].
 pub(crate) struct Typed<T, const N: usize>(pub(crate) T);
 
-impl<'m, T: Backward<'m, N>, const N: usize> BackwardOp<'m> for Typed<T, N> {
-    fn name(&self) -> &'static str {
-        self.0.name()
-    }
-
-    fn backward(self: Box<Self>, cx: &mut Cx<'m>, grads: BackwardGrads) -> Result<Vec<Option<Tensor>>> {
-        let name = self.0.name();
+impl<T, const N: usize> Typed<T, N> {
+    /// The slots of a typed op, checked against its arity.
+    fn slots(name: &str, grads: BackwardGrads) -> Result<BackwardGrads<[InputSlot; N]>> {
         let inputs: [InputSlot; N] = grads.inputs.try_into().map_err(|v: Vec<InputSlot>| {
             CheckpointError::Autograd(format!(
                 "op {name} has {N} input slots, the tape recorded {}",
                 v.len()
             ))
         })?;
-        let typed = BackwardGrads {
+        Ok(BackwardGrads {
             outputs: grads.outputs,
             inputs,
-        };
-        Ok(self.0.backward(cx, typed)?.into())
+        })
     }
+}
+
+impl<'m, C: BackwardContext<'m>, T: Backward<N>, const N: usize> BackwardOp<'m, C> for Typed<T, N> {
+    fn name(&self) -> &'static str {
+        self.0.name()
+    }
+
+    fn backward(self: Box<Self>, cx: &mut C, grads: BackwardGrads) -> Result<Vec<Option<Tensor>>> {
+        let typed = Self::slots(self.0.name(), grads)?;
+        Ok(self.0.backward(cx.recorder().gradients_mut(), typed)?.into())
+    }
+}
+
+/// The slots of an erased op with `N` of them (for ops that implement [`BackwardOp`] directly
+/// but have a fixed arity).
+pub(crate) fn fixed_slots<const N: usize>(
+    name: &str,
+    grads: BackwardGrads,
+) -> Result<BackwardGrads<[InputSlot; N]>> {
+    Typed::<(), N>::slots(name, grads)
 }

@@ -1,16 +1,15 @@
 //! The tape and the backward pass.
 
-use super::backward::{BackwardGrads, BackwardOp, InputSlot};
+use super::backward::{BackwardContext, BackwardGrads, BackwardOp, InputSlot};
 use super::{Var, VarId};
-use crate::context::Cx;
 use crate::param::ParamId;
 use crate::{CheckpointError, Result};
 use memopt_core::memory::{Phase, Scope, enter_scope};
 use memopt_core::{MemoryKind, Tensor, kernels};
 use std::collections::{HashMap, HashSet};
 
-struct Node<'m> {
-    op: Box<dyn BackwardOp<'m> + 'm>,
+struct Node<'m, C> {
+    op: Box<dyn BackwardOp<'m, C> + 'm>,
     inputs: Vec<Option<VarId>>,
     outputs: Vec<VarId>,
     scope: Scope,
@@ -19,15 +18,21 @@ struct Node<'m> {
 }
 
 /// The record of one forward pass: nodes in execution order, and which leaf values are
-/// parameters or inputs whose gradient was requested.
-#[derive(Default)]
-pub struct Tape<'m> {
-    nodes: Vec<Node<'m>>,
+/// parameters or inputs whose gradient was requested. `C` is the context its nodes' backward
+/// runs in.
+pub struct Tape<'m, C> {
+    nodes: Vec<Node<'m, C>>,
     params: HashMap<VarId, ParamId>,
     leaves: HashSet<VarId>,
 }
 
-impl<'m> Tape<'m> {
+impl<C> Default for Tape<'_, C> {
+    fn default() -> Self {
+        Tape::new()
+    }
+}
+
+impl<'m, C> Tape<'m, C> {
     /// An empty tape.
     pub fn new() -> Self {
         Tape {
@@ -72,7 +77,7 @@ impl<'m> Tape<'m> {
     /// parameters its forward read without a tape). Returns the parameters the node reads.
     pub(crate) fn push(
         &mut self,
-        op: Box<dyn BackwardOp<'m> + 'm>,
+        op: Box<dyn BackwardOp<'m, C> + 'm>,
         inputs: Vec<Option<VarId>>,
         outputs: Vec<VarId>,
         scope: Scope,
@@ -99,13 +104,13 @@ impl<'m> Tape<'m> {
 
     /// Runs backward from `seeds` (value id and its gradient), newest node first. Parameter
     /// gradients accumulate into `cx`'s [`crate::Gradients`]; returns the gradients of the input
-    /// leaves (see [`Cx::leaf`]) that received one. In a chunked BatchNorm's gradient-sums
-    /// pass it stops after the node that reached that BatchNorm (`policy/chunk_passes.rs`).
-    pub(crate) fn backward(
-        self,
-        cx: &mut Cx<'m>,
-        seeds: Vec<(VarId, Tensor)>,
-    ) -> Result<HashMap<VarId, Tensor>> {
+    /// leaves (see [`crate::Cx::leaf`]) that received one. It stops after a node when
+    /// [`BackwardContext::stops_backward`] says so (a chunked BatchNorm's gradient-sums pass,
+    /// `policy/chunk_passes.rs`).
+    pub(crate) fn backward(self, cx: &mut C, seeds: Vec<(VarId, Tensor)>) -> Result<HashMap<VarId, Tensor>>
+    where
+        C: BackwardContext<'m>,
+    {
         let Tape {
             nodes,
             params: params_of,
@@ -120,9 +125,9 @@ impl<'m> Tape<'m> {
             let params = std::mem::take(&mut node.params);
             run_node(cx, node, &params_of, &mut grads)?;
             // Once the node has run, it reads its parameters no more.
-            cx.param_readers_done(&params)?;
+            cx.recorder().readers_done(&params)?;
             // A chunked BatchNorm's gradient-sums pass needs nothing recorded before it.
-            if cx.batch_stats.reached() {
+            if cx.stops_backward() {
                 break;
             }
         }
@@ -133,7 +138,7 @@ impl<'m> Tape<'m> {
                 node.params.is_empty(),
                 "a gradient-sums pass records no parameter reader"
             );
-            cx.param_readers_done(&node.params)?;
+            cx.recorder().readers_done(&node.params)?;
         }
         grads.retain(|id, _| leaves.contains(id));
         Ok(grads)
@@ -143,9 +148,9 @@ impl<'m> Tape<'m> {
 /// Runs one node's backward: takes its outputs' gradients from `grads`, accumulates parameter
 /// gradients into `cx`'s [`crate::Gradients`] (`param_of`: the tape's parameter leaves) and its
 /// inputs' into `grads`. A node no gradient reached does nothing.
-fn run_node<'m>(
-    cx: &mut Cx<'m>,
-    node: Node<'m>,
+fn run_node<'m, C: BackwardContext<'m>>(
+    cx: &mut C,
+    node: Node<'m, C>,
     param_of: &HashMap<VarId, ParamId>,
     grads: &mut HashMap<VarId, Tensor>,
 ) -> Result<()> {
@@ -181,7 +186,10 @@ fn run_node<'m>(
         let (Some(id), Some(g)) = (input, g) else { continue };
         match slot.param {
             Some(p) => {
-                let acc = cx.grads_mut().accumulator(p, g.dims(), g.device())?;
+                let acc = cx
+                    .recorder()
+                    .gradients_mut()
+                    .accumulator(p, g.dims(), g.device())?;
                 kernels::add_assign(&acc, &g)?;
             }
             None => accumulate(grads, *id, g)?,

@@ -3,7 +3,7 @@
 use super::{GradTarget, layer_grads, weight_bias_targets};
 use crate::Result;
 use crate::autograd::{
-    Backward, BackwardGrads, InputSlot, LayerInputRead, SavedLayerInput, SavedTensor, Var,
+    Backward, BackwardGrads, Gradients, InputSlot, LayerInputRead, Record, SavedLayerInput, SavedTensor, Var,
 };
 use crate::context::Cx;
 use memopt_core::kernels::{self, Conv2dParams};
@@ -52,7 +52,7 @@ pub fn conv2d<'m>(
         params: *p,
         time_steps,
     };
-    Ok(cx.record1(op, slots, y))
+    Ok(cx.record(Record::new(op, slots), y))
 }
 
 struct ConvBackward {
@@ -62,16 +62,20 @@ struct ConvBackward {
     time_steps: usize,
 }
 
-impl<'m> Backward<'m, 3> for ConvBackward {
+impl Backward<3> for ConvBackward {
     fn name(&self) -> &'static str {
         "conv2d"
     }
 
-    fn backward(self, cx: &mut Cx<'m>, g: BackwardGrads<[InputSlot; 3]>) -> Result<[Option<Tensor>; 3]> {
+    fn backward(
+        self,
+        params: &mut Gradients,
+        g: BackwardGrads<[InputSlot; 3]>,
+    ) -> Result<[Option<Tensor>; 3]> {
         let grad = g.single_output()?;
         let w = self.w.tensor();
         let [x_slot, w_slot, b_slot] = g.inputs;
-        let (wt, bt) = weight_bias_targets(cx, w_slot, b_slot, w)?;
+        let (wt, bt) = weight_bias_targets(params, w_slot, b_slot, w)?;
         let acc = kernels::WeightGradAcc {
             weight: wt.as_ref().map(GradTarget::acc),
             bias: bt.as_ref().map(GradTarget::acc),

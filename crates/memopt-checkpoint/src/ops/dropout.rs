@@ -1,7 +1,7 @@
 //! Dropout with a mask regenerated from the RNG state instead of stored.
 
 use crate::Result;
-use crate::autograd::{Backward, BackwardGrads, InputSlot, Var};
+use crate::autograd::{Backward, BackwardGrads, Gradients, InputSlot, Record, Var};
 use crate::context::Cx;
 use memopt_core::{RngState, Tensor, kernels};
 
@@ -18,7 +18,7 @@ pub fn dropout<'m>(cx: &mut Cx<'m>, x: &Var, p: f32, mask_period: usize) -> Resu
     if !cx.needs_grad(&[x]) {
         return Ok(Var::constant(y));
     }
-    Ok(cx.record1(DropoutBackward { p, rng, mask_period }, [Some(x)], y))
+    Ok(cx.record(Record::new(DropoutBackward { p, rng, mask_period }, [Some(x)]), y))
 }
 
 struct DropoutBackward {
@@ -27,11 +27,15 @@ struct DropoutBackward {
     mask_period: usize,
 }
 
-impl<'m> Backward<'m, 1> for DropoutBackward {
+impl Backward<1> for DropoutBackward {
     fn name(&self) -> &'static str {
         "dropout"
     }
-    fn backward(self, _cx: &mut Cx<'m>, g: BackwardGrads<[InputSlot; 1]>) -> Result<[Option<Tensor>; 1]> {
+    fn backward(
+        self,
+        _params: &mut Gradients,
+        g: BackwardGrads<[InputSlot; 1]>,
+    ) -> Result<[Option<Tensor>; 1]> {
         let grad = g.single_output()?;
         Ok([Some(kernels::dropout_backward(
             &grad,

@@ -1,7 +1,7 @@
 //! Elementwise ops.
 
 use crate::Result;
-use crate::autograd::{Backward, BackwardGrads, InputSlot, SavedTensor, Var, VarArg};
+use crate::autograd::{Backward, BackwardGrads, Gradients, InputSlot, Record, SavedTensor, Var, VarArg};
 use crate::context::Cx;
 use memopt_compress::PackedSpikes;
 use memopt_core::{CoreError, DType, MemoryKind, Tensor, kernels};
@@ -29,8 +29,7 @@ pub fn add<'m, 'a, 'b>(cx: &mut Cx<'m>, a: impl Into<VarArg<'a>>, b: impl Into<V
             _ => kernels::add(a.into_operand()?, b.into_operand()?)?,
         }
     };
-    let mut out = cx.record_ids(AddBackward, ids, vec![y]);
-    Ok(out.pop().expect("record returns one value per output"))
+    Ok(cx.record(Record::from_ids(AddBackward, ids), y))
 }
 
 /// `dense + spikes`, as [`kernels::add`] computes it: a copy of `dense` to which each entry of
@@ -58,11 +57,15 @@ fn add_packed(dense: &Tensor, spikes: &PackedSpikes) -> Result<Tensor> {
 
 struct AddBackward;
 
-impl<'m> Backward<'m, 2> for AddBackward {
+impl Backward<2> for AddBackward {
     fn name(&self) -> &'static str {
         "add"
     }
-    fn backward(self, _cx: &mut Cx<'m>, g: BackwardGrads<[InputSlot; 2]>) -> Result<[Option<Tensor>; 2]> {
+    fn backward(
+        self,
+        _params: &mut Gradients,
+        g: BackwardGrads<[InputSlot; 2]>,
+    ) -> Result<[Option<Tensor>; 2]> {
         // Both operands share one gradient tensor; the tape never accumulates in place into a
         // shared tensor, so no copy is needed.
         let grad = g.single_output()?;
@@ -82,7 +85,7 @@ pub fn mul<'m>(cx: &mut Cx<'m>, a: &Var, b: &Var) -> Result<Var> {
         a: cx.save(&at),
         b: cx.save(&bt),
     };
-    Ok(cx.record1(op, [Some(a), Some(b)], y))
+    Ok(cx.record(Record::new(op, [Some(a), Some(b)]), y))
 }
 
 struct MulBackward {
@@ -90,11 +93,15 @@ struct MulBackward {
     b: SavedTensor,
 }
 
-impl<'m> Backward<'m, 2> for MulBackward {
+impl Backward<2> for MulBackward {
     fn name(&self) -> &'static str {
         "mul"
     }
-    fn backward(self, _cx: &mut Cx<'m>, g: BackwardGrads<[InputSlot; 2]>) -> Result<[Option<Tensor>; 2]> {
+    fn backward(
+        self,
+        _params: &mut Gradients,
+        g: BackwardGrads<[InputSlot; 2]>,
+    ) -> Result<[Option<Tensor>; 2]> {
         let grad = g.single_output()?;
         let [a, b] = g.inputs;
         let ga = if a.needs_grad {
@@ -117,16 +124,20 @@ pub fn scale<'m>(cx: &mut Cx<'m>, x: &Var, s: f32) -> Result<Var> {
     if !cx.needs_grad(&[x]) {
         return Ok(Var::constant(y));
     }
-    Ok(cx.record1(ScaleBackward(s), [Some(x)], y))
+    Ok(cx.record(Record::new(ScaleBackward(s), [Some(x)]), y))
 }
 
 struct ScaleBackward(f32);
 
-impl<'m> Backward<'m, 1> for ScaleBackward {
+impl Backward<1> for ScaleBackward {
     fn name(&self) -> &'static str {
         "scale"
     }
-    fn backward(self, _cx: &mut Cx<'m>, g: BackwardGrads<[InputSlot; 1]>) -> Result<[Option<Tensor>; 1]> {
+    fn backward(
+        self,
+        _params: &mut Gradients,
+        g: BackwardGrads<[InputSlot; 1]>,
+    ) -> Result<[Option<Tensor>; 1]> {
         Ok([Some(kernels::scale_backward(&g.single_output()?, self.0)?)])
     }
 }
@@ -138,16 +149,20 @@ pub fn relu<'m>(cx: &mut Cx<'m>, x: &Var) -> Result<Var> {
         return Ok(Var::constant(y));
     }
     let op = ReluBackward(cx.save(&y));
-    Ok(cx.record1(op, [Some(x)], y))
+    Ok(cx.record(Record::new(op, [Some(x)]), y))
 }
 
 struct ReluBackward(SavedTensor);
 
-impl<'m> Backward<'m, 1> for ReluBackward {
+impl Backward<1> for ReluBackward {
     fn name(&self) -> &'static str {
         "relu"
     }
-    fn backward(self, _cx: &mut Cx<'m>, g: BackwardGrads<[InputSlot; 1]>) -> Result<[Option<Tensor>; 1]> {
+    fn backward(
+        self,
+        _params: &mut Gradients,
+        g: BackwardGrads<[InputSlot; 1]>,
+    ) -> Result<[Option<Tensor>; 1]> {
         Ok([Some(kernels::relu_backward(
             &g.single_output()?,
             self.0.tensor(),
@@ -162,16 +177,20 @@ pub fn sigmoid<'m>(cx: &mut Cx<'m>, x: &Var) -> Result<Var> {
         return Ok(Var::constant(y));
     }
     let op = SigmoidBackward(cx.save(&y));
-    Ok(cx.record1(op, [Some(x)], y))
+    Ok(cx.record(Record::new(op, [Some(x)]), y))
 }
 
 struct SigmoidBackward(SavedTensor);
 
-impl<'m> Backward<'m, 1> for SigmoidBackward {
+impl Backward<1> for SigmoidBackward {
     fn name(&self) -> &'static str {
         "sigmoid"
     }
-    fn backward(self, _cx: &mut Cx<'m>, g: BackwardGrads<[InputSlot; 1]>) -> Result<[Option<Tensor>; 1]> {
+    fn backward(
+        self,
+        _params: &mut Gradients,
+        g: BackwardGrads<[InputSlot; 1]>,
+    ) -> Result<[Option<Tensor>; 1]> {
         Ok([Some(kernels::sigmoid_backward(
             &g.single_output()?,
             self.0.tensor(),

@@ -3,7 +3,7 @@
 use super::{GradTarget, layer_grads, weight_bias_targets};
 use crate::Result;
 use crate::autograd::{
-    Backward, BackwardGrads, InputSlot, LayerInputRead, SavedLayerInput, SavedTensor, Var,
+    Backward, BackwardGrads, Gradients, InputSlot, LayerInputRead, Record, SavedLayerInput, SavedTensor, Var,
 };
 use crate::context::Cx;
 use memopt_core::{Tensor, kernels};
@@ -28,7 +28,7 @@ pub fn linear<'m>(cx: &mut Cx<'m>, x: &Var, w: &Var, b: Option<&Var>, time_steps
         w: cx.save(&wt),
         time_steps,
     };
-    Ok(cx.record1(op, slots, y))
+    Ok(cx.record(Record::new(op, slots), y))
 }
 
 struct LinearBackward {
@@ -37,16 +37,20 @@ struct LinearBackward {
     time_steps: usize,
 }
 
-impl<'m> Backward<'m, 3> for LinearBackward {
+impl Backward<3> for LinearBackward {
     fn name(&self) -> &'static str {
         "linear"
     }
 
-    fn backward(self, cx: &mut Cx<'m>, g: BackwardGrads<[InputSlot; 3]>) -> Result<[Option<Tensor>; 3]> {
+    fn backward(
+        self,
+        params: &mut Gradients,
+        g: BackwardGrads<[InputSlot; 3]>,
+    ) -> Result<[Option<Tensor>; 3]> {
         let grad = g.single_output()?;
         let w = self.w.tensor();
         let [x_slot, w_slot, b_slot] = g.inputs;
-        let (wt, bt) = weight_bias_targets(cx, w_slot, b_slot, w)?;
+        let (wt, bt) = weight_bias_targets(params, w_slot, b_slot, w)?;
         let acc = kernels::WeightGradAcc {
             weight: wt.as_ref().map(GradTarget::acc),
             bias: bt.as_ref().map(GradTarget::acc),

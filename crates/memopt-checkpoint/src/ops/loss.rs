@@ -1,7 +1,7 @@
 //! Losses.
 
 use crate::Result;
-use crate::autograd::{Backward, BackwardGrads, InputSlot, SavedTensor, Var};
+use crate::autograd::{Backward, BackwardGrads, Gradients, InputSlot, Record, SavedTensor, Var};
 use crate::context::Cx;
 use memopt_core::{Tensor, kernels};
 
@@ -16,7 +16,7 @@ pub fn cross_entropy<'m>(cx: &mut Cx<'m>, logits: &Var, labels: &Tensor) -> Resu
         logits: cx.save(&lt),
         labels: cx.save(labels),
     };
-    Ok(cx.record1(op, [Some(logits)], y))
+    Ok(cx.record(Record::new(op, [Some(logits)]), y))
 }
 
 struct CrossEntropyBackward {
@@ -24,11 +24,15 @@ struct CrossEntropyBackward {
     labels: SavedTensor,
 }
 
-impl<'m> Backward<'m, 1> for CrossEntropyBackward {
+impl Backward<1> for CrossEntropyBackward {
     fn name(&self) -> &'static str {
         "cross_entropy"
     }
-    fn backward(self, _cx: &mut Cx<'m>, g: BackwardGrads<[InputSlot; 1]>) -> Result<[Option<Tensor>; 1]> {
+    fn backward(
+        self,
+        _params: &mut Gradients,
+        g: BackwardGrads<[InputSlot; 1]>,
+    ) -> Result<[Option<Tensor>; 1]> {
         let grad = g.single_output()?;
         Ok([Some(kernels::cross_entropy_backward(
             &grad,
@@ -49,7 +53,7 @@ pub fn mse<'m>(cx: &mut Cx<'m>, pred: &Var, target: &Tensor) -> Result<Var> {
         pred: cx.save(&pt),
         target: cx.save(target),
     };
-    Ok(cx.record1(op, [Some(pred)], y))
+    Ok(cx.record(Record::new(op, [Some(pred)]), y))
 }
 
 struct MseBackward {
@@ -57,11 +61,15 @@ struct MseBackward {
     target: SavedTensor,
 }
 
-impl<'m> Backward<'m, 1> for MseBackward {
+impl Backward<1> for MseBackward {
     fn name(&self) -> &'static str {
         "mse"
     }
-    fn backward(self, _cx: &mut Cx<'m>, g: BackwardGrads<[InputSlot; 1]>) -> Result<[Option<Tensor>; 1]> {
+    fn backward(
+        self,
+        _params: &mut Gradients,
+        g: BackwardGrads<[InputSlot; 1]>,
+    ) -> Result<[Option<Tensor>; 1]> {
         let grad = g.single_output()?;
         Ok([Some(kernels::mse_backward(
             &grad,

@@ -25,8 +25,7 @@ pub use reduce::{mean_all, mean_dim, sum_all, sum_dim};
 pub use shape::reshape;
 
 use crate::Result;
-use crate::autograd::InputSlot;
-use crate::context::Cx;
+use crate::autograd::{Gradients, InputSlot};
 use memopt_core::{DType, Device, MemoryKind, Tensor};
 
 /// Where the gradient of a weight-like input goes: a parameter's accumulator, or a fresh zeroed
@@ -39,7 +38,7 @@ pub(crate) struct GradTarget {
 impl GradTarget {
     /// The target for the input in `slot`, of shape `dims`, if its gradient is wanted.
     pub(crate) fn for_slot(
-        cx: &mut Cx<'_>,
+        params: &mut Gradients,
         slot: InputSlot,
         dims: &[usize],
         device: Device,
@@ -49,7 +48,7 @@ impl GradTarget {
         }
         Ok(Some(match slot.param {
             Some(p) => GradTarget {
-                acc: cx.param_grad(p, dims, device)?,
+                acc: params.accumulator(p, dims, device)?,
                 is_param: true,
             },
             None => GradTarget {
@@ -73,13 +72,13 @@ impl GradTarget {
 /// Gradient targets of a layer's weight `w` and bias (`[w.dims()[0]]`), from their slots (an
 /// absent bias's slot wants no gradient).
 pub(crate) fn weight_bias_targets(
-    cx: &mut Cx<'_>,
+    params: &mut Gradients,
     weight: InputSlot,
     bias: InputSlot,
     w: &Tensor,
 ) -> Result<(Option<GradTarget>, Option<GradTarget>)> {
-    let wt = GradTarget::for_slot(cx, weight, w.dims(), w.device())?;
-    let bt = GradTarget::for_slot(cx, bias, &w.dims()[..1], w.device())?;
+    let wt = GradTarget::for_slot(params, weight, w.dims(), w.device())?;
+    let bt = GradTarget::for_slot(params, bias, &w.dims()[..1], w.device())?;
     Ok((wt, bt))
 }
 

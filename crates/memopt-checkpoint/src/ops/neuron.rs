@@ -2,7 +2,7 @@
 
 use super::GradTarget;
 use crate::Result;
-use crate::autograd::{Backward, BackwardGrads, InputSlot, SavedTensor, Var};
+use crate::autograd::{Backward, BackwardGrads, Gradients, InputSlot, Record, SavedTensor, Var};
 use crate::context::Cx;
 use memopt_core::Tensor;
 use memopt_core::kernels::{self, NeuronConfig};
@@ -42,7 +42,7 @@ pub fn neuron<'m>(cx: &mut Cx<'m>, cfg: &NeuronConfig, x: Var, w: Option<&Var>) 
         w: wt.as_deref().map(|w| cx.save(w)),
     };
     drop(h_seq);
-    let mut vars = cx.record_ids(op, input_ids, vec![out.spikes, out.v_final]);
+    let mut vars = cx.record(Record::from_ids(op, input_ids), vec![out.spikes, out.v_final]);
     let v_final = vars.pop().expect("two outputs recorded");
     cx.set_final_state(v_final)?;
     Ok(vars.pop().expect("two outputs recorded"))
@@ -55,18 +55,22 @@ struct NeuronBackward {
     w: Option<SavedTensor>,
 }
 
-impl<'m> Backward<'m, 3> for NeuronBackward {
+impl Backward<3> for NeuronBackward {
     fn name(&self) -> &'static str {
         "neuron"
     }
 
-    fn backward(self, cx: &mut Cx<'m>, mut g: BackwardGrads<[InputSlot; 3]>) -> Result<[Option<Tensor>; 3]> {
+    fn backward(
+        self,
+        params: &mut Gradients,
+        mut g: BackwardGrads<[InputSlot; 3]>,
+    ) -> Result<[Option<Tensor>; 3]> {
         let h_seq = self.h_seq.tensor();
         let grad_spikes = g.take_output_or_zeros(0, h_seq)?;
         let grad_v_final = g.take_output(1);
         let [x, v_init, w] = g.inputs;
         let wt = match &self.w {
-            Some(saved) => GradTarget::for_slot(cx, w, saved.tensor().dims(), saved.tensor().device())?,
+            Some(saved) => GradTarget::for_slot(params, w, saved.tensor().dims(), saved.tensor().device())?,
             None => None,
         };
         let r = kernels::neuron_backward(kernels::NeuronBackward {

@@ -1,6 +1,6 @@
 //! Batch normalisation.
 
-use crate::autograd::{Backward, BackwardGrads, InputSlot, SavedTensor, Var};
+use crate::autograd::{Backward, BackwardGrads, Gradients, InputSlot, Record, SavedTensor, Var};
 use crate::context::Cx;
 use crate::{CheckpointError, Result};
 use memopt_core::Tensor;
@@ -86,7 +86,7 @@ pub fn batch_norm<'m>(
         mean: cx.save(&out.save_mean),
         invstd: cx.save(&out.save_invstd),
     };
-    Ok(cx.record1(op, slots, out.y))
+    Ok(cx.record(Record::new(op, slots), out.y))
 }
 
 struct BatchNormBackward {
@@ -96,12 +96,16 @@ struct BatchNormBackward {
     invstd: SavedTensor,
 }
 
-impl<'m> Backward<'m, 3> for BatchNormBackward {
+impl Backward<3> for BatchNormBackward {
     fn name(&self) -> &'static str {
         "batch_norm"
     }
 
-    fn backward(self, _cx: &mut Cx<'m>, mut g: BackwardGrads<[InputSlot; 3]>) -> Result<[Option<Tensor>; 3]> {
+    fn backward(
+        self,
+        _params: &mut Gradients,
+        mut g: BackwardGrads<[InputSlot; 3]>,
+    ) -> Result<[Option<Tensor>; 3]> {
         let grad = g.take_output_or_zeros(0, self.x.tensor())?;
         let [x, weight, bias] = g.inputs;
         let needs = GradNeeds {

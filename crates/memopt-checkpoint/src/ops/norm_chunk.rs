@@ -6,7 +6,7 @@
 //! any chunk's input gradient. The op finds what applies by its module path (the current
 //! scope).
 
-use crate::autograd::{Backward, BackwardGrads, InputSlot, SavedTensor, Var};
+use crate::autograd::{BackwardGrads, BackwardOp, Record, SavedTensor, Var, fixed_slots};
 use crate::context::Cx;
 use crate::{CheckpointError, Result};
 use memopt_core::kernels::{self, BatchNormStats};
@@ -88,16 +88,15 @@ fn normalize_chunk<'m>(
         weight: weight.map(|w| cx.save(w)),
         stats,
     };
-    Ok(if target {
-        cx.record1_always(op, slots, y)
-    } else {
-        cx.record1(op, slots, y)
-    })
+    let ids = slots.iter().map(|v| v.and_then(Var::id)).collect();
+    let record = Record::erased(Box::new(op), ids);
+    Ok(cx.record(if target { record.always() } else { record }, y))
 }
 
 /// Backward of a BatchNorm on one time chunk: in the BatchNorm's gradient-sums pass, adds the
 /// chunk to the sums (the tape stops after it); otherwise the input gradient from the whole
-/// batch's sums, and the weight and bias gradients once per step.
+/// batch's sums, and the weight and bias gradients once per step. It reads the chunked
+/// segment's batch statistics, so it runs in the whole context rather than as a typed op.
 struct ChunkBatchNormBackward {
     path: ModulePath,
     x: SavedTensor,
@@ -106,18 +105,19 @@ struct ChunkBatchNormBackward {
     stats: BatchNormStats,
 }
 
-impl<'m> Backward<'m, 3> for ChunkBatchNormBackward {
+impl<'m> BackwardOp<'m, Cx<'m>> for ChunkBatchNormBackward {
     fn name(&self) -> &'static str {
         "batch_norm_chunk"
     }
 
-    fn backward(self, cx: &mut Cx<'m>, mut g: BackwardGrads<[InputSlot; 3]>) -> Result<[Option<Tensor>; 3]> {
+    fn backward(self: Box<Self>, cx: &mut Cx<'m>, grads: BackwardGrads) -> Result<Vec<Option<Tensor>>> {
+        let mut g = fixed_slots::<3>(self.name(), grads)?;
         let grad = g.take_output_or_zeros(0, self.x.tensor())?;
         let [x, weight, bias] = g.inputs;
         if cx.batch_stats.is_grad_target(&self.path) {
             cx.batch_stats
                 .add_grad_sums(&grad, self.x.tensor(), &self.stats.mean)?;
-            return Ok([None, None, None]);
+            return Ok(vec![None, None, None]);
         }
         let want_params = (weight.needs_grad || bias.needs_grad) && !cx.batch_stats.in_grad_pass();
         let (sums, params) = cx.batch_stats.grad_sums(&self.path, want_params)?;
@@ -143,6 +143,6 @@ impl<'m> Backward<'m, 3> for ChunkBatchNormBackward {
         } else {
             None
         };
-        Ok([gx, p.weight, p.bias])
+        Ok(vec![gx, p.weight, p.bias])
     }
 }

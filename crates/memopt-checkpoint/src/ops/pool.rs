@@ -1,7 +1,7 @@
 //! Pooling.
 
 use crate::Result;
-use crate::autograd::{Backward, BackwardGrads, InputSlot, SavedTensor, Var};
+use crate::autograd::{Backward, BackwardGrads, Gradients, InputSlot, Record, SavedTensor, Var};
 use crate::context::Cx;
 use memopt_core::Tensor;
 use memopt_core::kernels::{self, Pool2dParams};
@@ -16,7 +16,7 @@ pub fn max_pool2d<'m>(cx: &mut Cx<'m>, x: &Var, p: &Pool2dParams) -> Result<Var>
         indices: cx.save(&idx),
         input_dims: x.dims().to_vec(),
     };
-    Ok(cx.record1(op, [Some(x)], y))
+    Ok(cx.record(Record::new(op, [Some(x)]), y))
 }
 
 struct MaxPoolBackward {
@@ -24,11 +24,15 @@ struct MaxPoolBackward {
     input_dims: Vec<usize>,
 }
 
-impl<'m> Backward<'m, 1> for MaxPoolBackward {
+impl Backward<1> for MaxPoolBackward {
     fn name(&self) -> &'static str {
         "max_pool2d"
     }
-    fn backward(self, _cx: &mut Cx<'m>, g: BackwardGrads<[InputSlot; 1]>) -> Result<[Option<Tensor>; 1]> {
+    fn backward(
+        self,
+        _params: &mut Gradients,
+        g: BackwardGrads<[InputSlot; 1]>,
+    ) -> Result<[Option<Tensor>; 1]> {
         let grad = g.single_output()?;
         Ok([Some(kernels::max_pool2d_backward(
             &grad,
@@ -48,7 +52,7 @@ pub fn avg_pool2d<'m>(cx: &mut Cx<'m>, x: &Var, p: &Pool2dParams) -> Result<Var>
         input_dims: x.dims().to_vec(),
         params: *p,
     };
-    Ok(cx.record1(op, [Some(x)], y))
+    Ok(cx.record(Record::new(op, [Some(x)]), y))
 }
 
 struct AvgPoolBackward {
@@ -56,11 +60,15 @@ struct AvgPoolBackward {
     params: Pool2dParams,
 }
 
-impl<'m> Backward<'m, 1> for AvgPoolBackward {
+impl Backward<1> for AvgPoolBackward {
     fn name(&self) -> &'static str {
         "avg_pool2d"
     }
-    fn backward(self, _cx: &mut Cx<'m>, g: BackwardGrads<[InputSlot; 1]>) -> Result<[Option<Tensor>; 1]> {
+    fn backward(
+        self,
+        _params: &mut Gradients,
+        g: BackwardGrads<[InputSlot; 1]>,
+    ) -> Result<[Option<Tensor>; 1]> {
         let grad = g.single_output()?;
         Ok([Some(kernels::avg_pool2d_backward(
             &grad,
@@ -80,18 +88,22 @@ pub fn adaptive_avg_pool2d<'m>(cx: &mut Cx<'m>, x: &Var, out_hw: [usize; 2]) -> 
     let op = AdaptivePoolBackward {
         input_dims: x.dims().to_vec(),
     };
-    Ok(cx.record1(op, [Some(x)], y))
+    Ok(cx.record(Record::new(op, [Some(x)]), y))
 }
 
 struct AdaptivePoolBackward {
     input_dims: Vec<usize>,
 }
 
-impl<'m> Backward<'m, 1> for AdaptivePoolBackward {
+impl Backward<1> for AdaptivePoolBackward {
     fn name(&self) -> &'static str {
         "adaptive_avg_pool2d"
     }
-    fn backward(self, _cx: &mut Cx<'m>, g: BackwardGrads<[InputSlot; 1]>) -> Result<[Option<Tensor>; 1]> {
+    fn backward(
+        self,
+        _params: &mut Gradients,
+        g: BackwardGrads<[InputSlot; 1]>,
+    ) -> Result<[Option<Tensor>; 1]> {
         let grad = g.single_output()?;
         Ok([Some(kernels::adaptive_avg_pool2d_backward(
             &grad,

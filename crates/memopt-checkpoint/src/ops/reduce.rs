@@ -1,7 +1,7 @@
 //! Reductions.
 
 use crate::Result;
-use crate::autograd::{Backward, BackwardGrads, InputSlot, Var};
+use crate::autograd::{Backward, BackwardGrads, Gradients, InputSlot, Record, Var};
 use crate::context::Cx;
 use memopt_core::{Tensor, kernels};
 
@@ -17,11 +17,15 @@ struct ReduceBackward {
     input_dims: Vec<usize>,
 }
 
-impl<'m> Backward<'m, 1> for ReduceBackward {
+impl Backward<1> for ReduceBackward {
     fn name(&self) -> &'static str {
         "reduce"
     }
-    fn backward(self, _cx: &mut Cx<'m>, g: BackwardGrads<[InputSlot; 1]>) -> Result<[Option<Tensor>; 1]> {
+    fn backward(
+        self,
+        _params: &mut Gradients,
+        g: BackwardGrads<[InputSlot; 1]>,
+    ) -> Result<[Option<Tensor>; 1]> {
         let grad = g.single_output()?;
         let gx = match self.how {
             Reduced::All { mean } => {
@@ -54,7 +58,7 @@ fn reduce<'m>(cx: &mut Cx<'m>, x: &Var, how: Reduced) -> Result<Var> {
         how,
         input_dims: x.dims().to_vec(),
     };
-    Ok(cx.record1(op, [Some(x)], y))
+    Ok(cx.record(Record::new(op, [Some(x)]), y))
 }
 
 /// Sum of all elements (a scalar).

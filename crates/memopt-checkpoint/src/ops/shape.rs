@@ -1,7 +1,7 @@
 //! Shape ops (views: no data moves).
 
 use crate::Result;
-use crate::autograd::{Backward, BackwardGrads, InputSlot, Var};
+use crate::autograd::{Backward, BackwardGrads, Gradients, InputSlot, Record, Var};
 use crate::context::Cx;
 use memopt_core::{Shape, Tensor};
 
@@ -15,18 +15,22 @@ pub fn reshape<'m>(cx: &mut Cx<'m>, x: &Var, dims: impl Into<Shape>) -> Result<V
     let op = ReshapeBackward {
         input: x.shape().clone(),
     };
-    Ok(cx.record_value(op, [Some(x)], y))
+    Ok(cx.record(Record::new(op, [Some(x)]), y))
 }
 
 struct ReshapeBackward {
     input: Shape,
 }
 
-impl<'m> Backward<'m, 1> for ReshapeBackward {
+impl Backward<1> for ReshapeBackward {
     fn name(&self) -> &'static str {
         "reshape"
     }
-    fn backward(self, _cx: &mut Cx<'m>, g: BackwardGrads<[InputSlot; 1]>) -> Result<[Option<Tensor>; 1]> {
+    fn backward(
+        self,
+        _params: &mut Gradients,
+        g: BackwardGrads<[InputSlot; 1]>,
+    ) -> Result<[Option<Tensor>; 1]> {
         Ok([Some(g.single_output()?.reshape(self.input)?)])
     }
 }

@@ -8,7 +8,7 @@ use super::saved_input::SavedInput;
 use super::saved_state::SavedState;
 use super::segment::Segment;
 use super::{BatchNormInputs, ChunkBoundaries, Policy};
-use crate::autograd::{BackwardGrads, BackwardOp, Var, VarId};
+use crate::autograd::{BackwardGrads, BackwardOp, Record, Var, VarId};
 use crate::context::{Cx, KeptPass};
 use crate::{CheckpointError, Result};
 use memopt_core::kernels::BatchNormStats;
@@ -172,8 +172,7 @@ pub(crate) fn forward<'m>(
     // The segment's forward gets the inputs themselves: once their (compressed) copies are
     // saved, the segment's own ops are their last readers and free them when done.
     let inputs: Vec<Var> = inputs.into_iter().map(Var::into_constant).collect();
-    let outer_tape = cx.tape.take();
-    let outer_reads = cx.readers.begin_segment();
+    let paused = cx.pause_tape();
     let chunked = spans.len() > 1;
     let boundaries = if chunked {
         boundaries
@@ -196,8 +195,7 @@ pub(crate) fn forward<'m>(
     );
     cx.time_chunk_depth -= usize::from(chunked);
     cx.kept_inputs = outer_kept;
-    cx.tape = outer_tape;
-    let params = cx.readers.end_segment(outer_reads);
+    let params = cx.resume_tape(paused);
     let (saves, outputs, batch_norms) = ran?;
 
     let finals = cx.states.under_any(&state_prefixes);
@@ -221,7 +219,10 @@ pub(crate) fn forward<'m>(
         n_out,
         batch_norms,
     };
-    let mut vars = cx.record_segment(Box::new(op), node_inputs, node_outputs, params);
+    let mut vars = cx.record(
+        Record::erased(Box::new(op), node_inputs).reading(params),
+        node_outputs,
+    );
     let state_vars = vars.split_off(n_out);
     for ((p, _), v) in finals.into_iter().zip(state_vars) {
         cx.states.set(p, v);
@@ -363,7 +364,7 @@ fn chunk_outputs<'m>(
     Ok((saves, outputs))
 }
 
-impl<'m> BackwardOp<'m> for CheckpointBackward<'m> {
+impl<'m> BackwardOp<'m, Cx<'m>> for CheckpointBackward<'m> {
     fn name(&self) -> &'static str {
         "checkpoint"
     }

@@ -214,7 +214,7 @@ fn replay_states<'m>(
     rc: &Recompute<'_, 'm>,
     earlier: &[ChunkData<'_>],
 ) -> Result<Vec<(ModulePath, Tensor)>> {
-    let tape = cx.tape.take();
+    let tape = cx.take_tape();
     cx.states.clear();
     if let Some(first) = earlier.first() {
         for (p, s) in &first.save().states {
@@ -241,7 +241,9 @@ fn replay_states<'m>(
             .collect::<Result<Vec<_>>>()
     })();
     cx.states.clear();
-    cx.tape = tape;
+    if let Some(tape) = tape {
+        cx.start_tape(tape);
+    }
     ran
 }
 
@@ -376,7 +378,7 @@ pub(super) fn backward_chunks<'m>(
             cx.states.set(p.clone(), Var::tracked(t, id));
             state_ids.push((p, id));
         }
-        cx.tape = Some(tape);
+        cx.start_tape(tape);
         let ys = {
             let _recompute = enter_scope(Scope::new(rc.path.clone(), Phase::Recompute));
             // The outputs serve only as seeds: the ops giving them need not materialise what
@@ -384,7 +386,7 @@ pub(super) fn backward_chunks<'m>(
             cx.arm_unread(true);
             rc.segment.forward(cx, xs)
         };
-        let tape = cx.tape.take().ok_or_else(|| {
+        let tape = cx.take_tape().ok_or_else(|| {
             pass_error(
                 rc.path,
                 rc.segment,

@@ -5,21 +5,28 @@ use crate::autograd::{
     BackwardContext, Gradients, PausedTape, Record, RecordedOutputs, Recorder, SavedLayerInput, SavedTensor,
     StateStore, Tape, UpdateHook, Var, VarId,
 };
-use crate::module::Module;
-use crate::module::call_observer::{self, ModuleCall, ValueInfo};
 use crate::param::Param;
-use crate::policy::batch_stats::BatchStats;
-use crate::policy::{Policy, PolicyTable, Segment};
+use crate::policy::Policy;
 use crate::{CheckpointError, Result};
 use memopt_core::memory::{Phase, current_scope, enter_module, enter_phase};
 use memopt_core::{Device, MemoryKind, ModulePath, Philox, Tensor};
 use std::collections::HashMap;
 
-mod chain_calls;
+mod batch_stats;
+mod call_observer;
+mod dispatch;
+mod frame;
 mod kept_inputs;
+mod module;
 mod outputs_unread;
 
+pub(crate) use batch_stats::BatchStats;
+pub use call_observer::{CallObserver, CallObserverGuard, ModuleCall, ValueInfo, observe_calls};
+pub use dispatch::Dispatch;
+pub(crate) use frame::Enter;
+use frame::Frame;
 pub(crate) use kept_inputs::{KeptBatchNormInputs, KeptPass};
+pub use module::Module;
 
 /// Whether a forward pass records for backward.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -31,29 +38,23 @@ pub enum Recording {
 }
 
 /// The context a forward pass runs in. Modules call their children through [`Cx::call`], which
-/// applies the memory policy assigned to the child's path.
+/// applies the memory policy assigned to the child's path through the context's [`Dispatch`].
 pub struct Cx<'m> {
     device: Device,
     /// The tape, parameter gradients, readers and update in backward of the step.
     recorder: Recorder<'m, Cx<'m>>,
-    pub(crate) rng: Philox,
+    rng: Philox,
     training: bool,
-    recompute_depth: usize,
-    /// How many chunked segments enclose the current call (see [`Cx::in_time_chunk`]).
-    pub(crate) time_chunk_depth: usize,
-    pub(crate) states: StateStore,
+    /// What the segment running set for its run (`context/frame.rs`).
+    frame: Frame,
+    states: StateStore,
     /// Whether the caller reads the final neuron states after the pass (see
     /// [`Cx::set_keep_final_states`]).
     keep_final_states: bool,
-    /// How many enclosing forward passes over time chunks run a chunk that later chunks follow
-    /// (they read the states it leaves; see [`Cx::final_state_read`]).
-    chunks_following: usize,
-    /// Whether convolution and linear layers keep spike inputs bit-packed for backward (inside
-    /// a module under [`Policy::StorePacked`]).
-    packs_saved_spikes: bool,
     /// Whole-batch BatchNorm statistics and passes of the chunked segments running.
-    pub(crate) batch_stats: BatchStats,
-    policies: &'m PolicyTable,
+    batch_stats: BatchStats,
+    /// What runs module calls under their policies (the policy layer's [`crate::PolicyTable`]).
+    dispatch: &'m dyn Dispatch<'m>,
     /// Whether the values the module call running now returns are read by no one (see
     /// [`Cx::outputs_unread`]).
     unread_call: bool,
@@ -67,18 +68,19 @@ pub struct Cx<'m> {
     /// by the next module call and reported to call observers as [`ModuleCall::ends_parent`]).
     final_next: bool,
     /// The links the next [`Cx::call_children`] runs, `[start, end)` of its chain (set by
-    /// [`Cx::call_links`] for a child a run goes on into; taken by that call). `None`: all.
+    /// [`Cx::set_chain_window`] for a child a run goes on into; taken by that call). `None`: all.
     chain_window: Option<(usize, usize)>,
     /// The kept BatchNorm inputs of the chunked segment whose forward runs, when it keeps
     /// them (`context/kept_inputs.rs`).
-    pub(crate) kept_inputs: Option<KeptBatchNormInputs>,
+    kept_inputs: Option<KeptBatchNormInputs>,
 }
 
 impl<'m> Cx<'m> {
-    /// A context on `device` applying `policies`, drawing random numbers from `rng`.
+    /// A context on `device` running module calls through `dispatch` (a
+    /// [`crate::PolicyTable`]: the policies of a plan), drawing random numbers from `rng`.
     pub fn new(
         device: Device,
-        policies: &'m PolicyTable,
+        dispatch: &'m dyn Dispatch<'m>,
         rng: Philox,
         recording: Recording,
         training: bool,
@@ -88,14 +90,11 @@ impl<'m> Cx<'m> {
             recorder: Recorder::new(matches!(recording, Recording::On)),
             rng,
             training,
-            recompute_depth: 0,
-            time_chunk_depth: 0,
+            frame: Frame::default(),
             states: StateStore::default(),
             keep_final_states: true,
-            chunks_following: 0,
-            packs_saved_spikes: false,
             batch_stats: BatchStats::default(),
-            policies,
+            dispatch,
             unread_call: false,
             unread_next: false,
             final_next: false,
@@ -129,21 +128,13 @@ impl<'m> Cx<'m> {
     /// Whether this forward pass is a recomputation inside backward. Modules with side effects
     /// (BatchNorm running statistics) skip them then, so they happen once per step.
     pub fn is_recomputing(&self) -> bool {
-        self.recompute_depth > 0
+        self.frame.recomputing()
     }
 
     /// Whether the current call runs on one time chunk of an enclosing chunked segment. A
     /// chunked child then splits each of its parent's chunks (into at most that many steps).
     pub fn in_time_chunk(&self) -> bool {
-        self.time_chunk_depth > 0
-    }
-
-    pub(crate) fn enter_recompute(&mut self) {
-        self.recompute_depth += 1;
-    }
-
-    pub(crate) fn leave_recompute(&mut self) {
-        self.recompute_depth -= 1;
+        self.frame.in_time_chunk()
     }
 
     /// The random generator (dropout masks, initialisation).
@@ -173,6 +164,27 @@ impl<'m> Cx<'m> {
     /// Neuron states of this pass.
     pub fn states(&self) -> &StateStore {
         &self.states
+    }
+
+    /// Neuron states of this pass, to change (a segment saving or restoring them).
+    pub(crate) fn states_mut(&mut self) -> &mut StateStore {
+        &mut self.states
+    }
+
+    /// The kept BatchNorm inputs of the chunked segment running, when it keeps them.
+    pub(crate) fn kept_inputs(&self) -> Option<&KeptBatchNormInputs> {
+        self.kept_inputs.as_ref()
+    }
+
+    /// [`Cx::kept_inputs`], to change.
+    pub(crate) fn kept_inputs_mut(&mut self) -> Option<&mut KeptBatchNormInputs> {
+        self.kept_inputs.as_mut()
+    }
+
+    /// Sets the kept BatchNorm inputs of the chunked segment running (its frame gives the
+    /// enclosing segment's back when it is left).
+    pub(crate) fn set_kept_inputs(&mut self, kept: Option<KeptBatchNormInputs>) {
+        self.kept_inputs = kept;
     }
 
     /// The state of the stateful module at the current scope path.
@@ -209,7 +221,7 @@ impl<'m> Cx<'m> {
     /// recomputes (a checkpointed segment keeps only their tape ids, to seed the gradients
     /// carried between chunks).
     pub fn final_state_read(&self) -> bool {
-        self.keep_final_states || self.chunks_following > 0
+        self.keep_final_states || self.frame.chunks_following()
     }
 
     /// Whether the final neuron states are kept for the caller ([`Cx::states`] after the pass).
@@ -227,15 +239,6 @@ impl<'m> Cx<'m> {
         self.keep_final_states = keep;
     }
 
-    /// Runs `f`, one time chunk of a forward pass over a segment's chunks; `followed` says
-    /// whether later chunks of the same pass follow it (and read the final states it leaves).
-    pub(crate) fn run_time_chunk<T>(&mut self, followed: bool, f: impl FnOnce(&mut Self) -> T) -> T {
-        self.chunks_following += usize::from(followed);
-        let out = f(self);
-        self.chunks_following -= usize::from(followed);
-        out
-    }
-
     /// Forgets all neuron states (start of a step: every neuron starts from its reset value).
     pub fn reset_states(&mut self) {
         self.states.clear();
@@ -244,7 +247,7 @@ impl<'m> Cx<'m> {
     /// A parameter as a value of this pass (on the tape when recording, unless a chunked
     /// BatchNorm's gradient-sums pass runs, which must not accumulate parameter gradients).
     pub fn param(&mut self, p: &Param) -> Var {
-        self.recorder.param(p, self.batch_stats.params_frozen)
+        self.recorder.param(p, self.frame.params_frozen())
     }
 
     /// An input value; with `requires_grad` its gradient is returned by [`Cx::backward`].
@@ -267,20 +270,12 @@ impl<'m> Cx<'m> {
     /// are packed inside a module under [`Policy::StorePacked`]; anything else is kept as it
     /// is.
     pub fn save_layer_input(&self, x: &Var) -> Result<SavedLayerInput> {
-        SavedLayerInput::of(x, self.packs_saved_spikes)
+        SavedLayerInput::of(x, self.frame.packs_saved_spikes())
     }
 
     /// Whether convolution and linear layers keep spike inputs bit-packed for backward here.
     pub fn packs_saved_spikes(&self) -> bool {
-        self.packs_saved_spikes
-    }
-
-    /// Runs `f` with [`Cx::packs_saved_spikes`] set to `packs`, restoring it afterwards.
-    pub(crate) fn with_packed_saves<T>(&mut self, packs: bool, f: impl FnOnce(&mut Self) -> T) -> T {
-        let outer = std::mem::replace(&mut self.packs_saved_spikes, packs);
-        let r = f(self);
-        self.packs_saved_spikes = outer;
-        r
+        self.frame.packs_saved_spikes()
     }
 
     /// [`Cx::needs_grad`] over an op's input slots, absent optional inputs as `None`.
@@ -334,7 +329,7 @@ impl<'m> Cx<'m> {
     /// [`Cx::call_here`] once kept BatchNorm inputs are dealt with.
     fn call_module(&mut self, module: &'m dyn Module, inputs: Vec<Var>) -> Result<Vec<Var>> {
         let path = current_scope().module_path().clone();
-        let policy = self.policies.get(&path).copied().filter(|_| self.is_recording());
+        let policy = self.dispatch.policy(&path).filter(|_| self.is_recording());
         let ends_parent = std::mem::take(&mut self.final_next);
         if !call_observer::observing() {
             return self.dispatch_armed(path, module, inputs, policy);
@@ -367,23 +362,57 @@ impl<'m> Cx<'m> {
         if !matches!(policy, None | Some(Policy::Store | Policy::StorePacked)) {
             self.unread_next = false;
         }
-        self.with_armed_call(|cx| cx.dispatch(path, module, inputs, policy))
+        let dispatch = self.dispatch;
+        self.with_armed_call(|cx| dispatch.run(cx, path, module, policy, inputs))
     }
 
-    fn dispatch(
+    /// Runs the children of `parent` (the module of the current scope, whose children form a
+    /// chain) one after the other, each on the previous one's outputs (passed through
+    /// [`Module::before_child`]), applying the policies assigned to runs of consecutive links
+    /// of its chain (plan entries with `children`; see [`crate::module::chain_links`]). An
+    /// inlined child that no run touches is called whole. A child that a run goes on into
+    /// ([`crate::PlanEntry::into_next`]) runs its remaining links after the run.
+    pub fn call_children(&mut self, parent: &'m dyn Module, inputs: Vec<Var>) -> Result<Vec<Var>> {
+        let dispatch = self.dispatch;
+        dispatch.run_children(self, parent, inputs)
+    }
+
+    /// Runs links `start..end` of `parent`'s chain (the module of the current scope; see
+    /// [`crate::module::chain_links`]), and the first `into_next` links of the child after them
+    /// ([`crate::PlanEntry::into_next`]), as one segment under the policy assigned to that run,
+    /// or one by one when it has none. `inputs` are link `start`'s (after
+    /// [`Module::before_child`]); the run applies `before_child` to the later links itself.
+    pub fn call_child_run(
         &mut self,
-        path: ModulePath,
-        module: &'m dyn Module,
+        parent: &'m dyn Module,
+        start: usize,
+        end: usize,
+        into_next: usize,
         inputs: Vec<Var>,
-        policy: Option<Policy>,
     ) -> Result<Vec<Var>> {
-        match policy {
-            None | Some(Policy::Store) => module.forward(self, inputs),
-            Some(Policy::StorePacked) => self.with_packed_saves(true, |cx| module.forward(cx, inputs)),
-            Some(policy @ (Policy::Checkpoint { .. } | Policy::Offload { .. })) => {
-                crate::policy::checkpoint::forward(self, path, Segment::Module(module), inputs, policy)
-            }
-        }
+        let dispatch = self.dispatch;
+        dispatch.run_child_range(self, parent, (start, end, into_next), inputs)
+    }
+
+    /// Sets the links the next [`Cx::call_children`] runs, `[start, end)` of its chain (for a
+    /// child a run goes on into).
+    pub(crate) fn set_chain_window(&mut self, window: (usize, usize)) {
+        self.chain_window = Some(window);
+    }
+
+    /// Takes the links set by [`Cx::set_chain_window`] (`None`: all).
+    pub(crate) fn take_chain_window(&mut self) -> Option<(usize, usize)> {
+        self.chain_window.take()
+    }
+
+    /// The chunked-BatchNorm state of the segments running (`context/batch_stats.rs`).
+    pub(crate) fn batch_stats(&self) -> &BatchStats {
+        &self.batch_stats
+    }
+
+    /// The chunked-BatchNorm state of the segments running, to change.
+    pub(crate) fn batch_stats_mut(&mut self) -> &mut BatchStats {
+        &mut self.batch_stats
     }
 
     /// Calls a child with one input and one output.

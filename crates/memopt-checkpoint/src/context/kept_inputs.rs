@@ -8,8 +8,8 @@
 //! bit-identical: the kept input is the one the skipped layers would compute again.
 
 use super::Cx;
+use super::Module;
 use crate::autograd::Var;
-use crate::module::Module;
 use crate::{CheckpointError, Result};
 use memopt_core::memory::current_scope;
 use memopt_core::{DType, KnownValues, RngState, Shape, Tensor};

@@ -29,12 +29,14 @@ pub(super) fn batch_norm_in_chunk<'m>(
     unread: bool,
 ) -> Result<Option<Var>> {
     let path = current_scope().module_path().clone();
-    if let Some(stats) = cx.batch_stats.normalize_with(&path, per_channel(tensors.0)) {
+    if let Some(stats) = cx.batch_stats_mut().normalize_with(&path, per_channel(tensors.0)) {
         return normalize_chunk(cx, path, slots, tensors, stats, unread).map(Some);
     }
-    if cx.batch_stats.in_stats_pass() {
+    if cx.batch_stats().in_stats_pass() {
         let running = (!cx.is_recomputing()).then_some(running);
-        let stop = cx.batch_stats.add_stat_sums(&path, tensors.0, running, consts)?;
+        let stop = cx
+            .batch_stats_mut()
+            .add_stat_sums(&path, tensors.0, running, consts)?;
         return Err(stop);
     }
     if cx.in_time_chunk() {
@@ -72,7 +74,7 @@ fn normalize_chunk<'m>(
     stats: BatchNormStats,
     unread: bool,
 ) -> Result<Var> {
-    let target = cx.is_recording() && cx.batch_stats.is_grad_target(&path);
+    let target = cx.is_recording() && cx.batch_stats().is_grad_target(&path);
     let recorded = target || cx.slots_need_grad(&slots);
     let y = if unread && recorded && x.dtype() == DType::F32 {
         Tensor::unmaterialised(x.shape().clone(), DType::F32, x.device())?
@@ -114,13 +116,13 @@ impl<'m> BackwardOp<'m, Cx<'m>> for ChunkBatchNormBackward {
         let mut g = fixed_slots::<3>(self.name(), grads)?;
         let grad = g.take_output_or_zeros(0, self.x.tensor())?;
         let [x, weight, bias] = g.inputs;
-        if cx.batch_stats.is_grad_target(&self.path) {
-            cx.batch_stats
+        if cx.batch_stats().is_grad_target(&self.path) {
+            cx.batch_stats_mut()
                 .add_grad_sums(&grad, self.x.tensor(), &self.stats.mean)?;
             return Ok(vec![None, None, None]);
         }
-        let want_params = (weight.needs_grad || bias.needs_grad) && !cx.batch_stats.in_grad_pass();
-        let (sums, params) = cx.batch_stats.grad_sums(&self.path, want_params)?;
+        let want_params = (weight.needs_grad || bias.needs_grad) && !cx.batch_stats().in_grad_pass();
+        let (sums, params) = cx.batch_stats_mut().grad_sums(&self.path, want_params)?;
         let p = if params {
             kernels::batch_norm_param_grads(sums, &self.stats.invstd, weight.needs_grad, bias.needs_grad)?
         } else {

@@ -3,25 +3,17 @@
 //! with recording, backpropagates and frees — chunk by chunk in reverse when the time dimension
 //! is split.
 
-use super::chunk_passes::{self, Carry, ChunkData, Pass, Recompute};
+use super::chunk_passes::{self, Carry, ChunkData, ChunkSave, Pass, Recompute};
 use super::saved_input::SavedInput;
 use super::saved_state::SavedState;
 use super::segment::Segment;
 use super::{BatchNormInputs, ChunkBoundaries, Policy};
 use crate::autograd::{BackwardGrads, BackwardOp, Record, Var, VarId};
-use crate::context::{Cx, KeptPass};
+use crate::context::{Cx, Enter, KeptPass};
 use crate::{CheckpointError, Result};
 use memopt_core::kernels::BatchNormStats;
 use memopt_core::{MemoryKind, ModulePath, RngState, Tensor, kernels};
 use std::ops::Range;
-
-/// What one chunk needs for its recomputation (with replayed boundaries, every chunk but the
-/// first has no states: backward rebuilds them).
-pub(super) struct ChunkSave {
-    pub(super) inputs: Vec<SavedInput>,
-    pub(super) states: Vec<(ModulePath, SavedState)>,
-    pub(super) rng: RngState,
-}
 
 struct CheckpointBackward<'m> {
     segment: Segment<'m>,
@@ -147,7 +139,7 @@ pub(crate) fn forward<'m>(
     let compressor = match policy {
         Policy::Checkpoint { compressor, .. } | Policy::Offload { compressor, .. } => compressor,
         Policy::Store => return segment.forward(cx, inputs),
-        Policy::StorePacked => return cx.with_packed_saves(true, |cx| segment.forward(cx, inputs)),
+        Policy::StorePacked => return segment.forward(&mut cx.enter(Enter::PackedSaves(true)), inputs),
     };
     if cx.skipping_to_batch_norm() {
         return Err(module_error(
@@ -162,8 +154,8 @@ pub(crate) fn forward<'m>(
     let (chunks, boundaries, offload) = (policy.chunks(), policy.boundaries(), policy.offloads());
     let spans = chunk_spans(cx, &path, &segment, &inputs, chunks)?;
     let state_prefixes = segment.state_prefixes(&path);
-    let rng_entry = cx.rng.state();
-    let entry = cx.states.under_any(&state_prefixes);
+    let rng_entry = cx.rng().state();
+    let entry = cx.states().under_any(&state_prefixes);
     let host = offload.then(|| cx.host_device());
 
     let mut node_inputs: Vec<Option<VarId>> = inputs.iter().map(Var::id).collect();
@@ -179,12 +171,10 @@ pub(crate) fn forward<'m>(
     } else {
         ChunkBoundaries::Kept
     };
-    cx.time_chunk_depth += usize::from(chunked);
     // A segment nested in one that keeps its BatchNorm inputs runs with its own (the
     // enclosing one's are back once it is done).
-    let outer_kept = cx.kept_inputs.take();
     let ran = run_chunks(
-        cx,
+        &mut cx.enter(Enter::SegmentForward { chunked }),
         (&segment, &path),
         &state_prefixes,
         inputs,
@@ -193,12 +183,10 @@ pub(crate) fn forward<'m>(
         (compressor, boundaries),
         host,
     );
-    cx.time_chunk_depth -= usize::from(chunked);
-    cx.kept_inputs = outer_kept;
     let params = cx.resume_tape(paused);
     let (saves, outputs, batch_norms) = ran?;
 
-    let finals = cx.states.under_any(&state_prefixes);
+    let finals = cx.states().under_any(&state_prefixes);
     let n_out = outputs.len();
     node_inputs.extend(entry.iter().map(|(_, v)| v.id()));
     let mut node_outputs = outputs;
@@ -225,7 +213,7 @@ pub(crate) fn forward<'m>(
     );
     let state_vars = vars.split_off(n_out);
     for ((p, _), v) in finals.into_iter().zip(state_vars) {
-        cx.states.set(p, v);
+        cx.states_mut().set(p, v);
     }
     Ok(vars)
 }
@@ -258,11 +246,11 @@ fn run_chunks<'m>(
         (spans, keep_inputs),
         rng_entry,
     )?;
-    if let Some(kept) = cx.kept_inputs.as_mut() {
+    if let Some(kept) = cx.kept_inputs_mut() {
         kept.begin_pass(KeptPass::Taking);
     }
     let paths = || batch_norms.iter().map(|(p, _)| p);
-    cx.batch_stats.reset_counts(paths());
+    cx.batch_stats_mut().reset_counts(paths());
     let ran = chunk_outputs(
         cx,
         segment,
@@ -274,9 +262,9 @@ fn run_chunks<'m>(
         host,
     );
     // Whatever the last pass left of the kept inputs goes now.
-    cx.kept_inputs = None;
-    let checked = ran.and_then(|r| cx.batch_stats.check_counts(paths()).map(|()| r));
-    cx.batch_stats.take_back(paths().cloned());
+    cx.set_kept_inputs(None);
+    let checked = ran.and_then(|r| cx.batch_stats_mut().check_counts(paths()).map(|()| r));
+    cx.batch_stats_mut().take_back(paths().cloned());
     let (saves, outputs) = checked?;
     // The statistics stay with the node for backward.
     for (_, stats) in &batch_norms {
@@ -307,9 +295,9 @@ fn chunk_outputs<'m>(
     for (i, span) in spans.iter().enumerate() {
         if chunked {
             // Every chunk replays the same random stream: dropout masks are shared over time.
-            cx.rng.set_state(rng_entry);
+            cx.rng().set_state(rng_entry);
         }
-        let rng = cx.rng.state();
+        let rng = cx.rng().state();
         let xs: Vec<Var> = match whole.as_ref() {
             Some(inputs) if chunked => inputs
                 .iter()
@@ -317,13 +305,13 @@ fn chunk_outputs<'m>(
                 .collect::<Result<_>>()?,
             _ => whole.take().unwrap_or_default(),
         };
-        if let Some(kept) = cx.kept_inputs.as_mut() {
+        if let Some(kept) = cx.kept_inputs_mut() {
             kept.begin_chunk(i);
         }
         let states = if !boundaries.keeps_state_at(i) {
             Vec::new()
         } else {
-            cx.states
+            cx.states()
                 .under_any(state_prefixes)
                 .into_iter()
                 .map(|(p, v)| Ok((p, SavedState::save(&*v.tensor()?, host)?)))
@@ -335,7 +323,8 @@ fn chunk_outputs<'m>(
             .collect::<Result<Vec<_>>>()?;
         // Later chunks start from the states this one leaves; the last one's are read only
         // where an enclosing chunk or the caller reads them.
-        let ys = cx.run_time_chunk(i + 1 < spans.len(), |cx| segment.forward(cx, xs))?;
+        let followed = i + 1 < spans.len();
+        let ys = segment.forward(&mut cx.enter(Enter::Chunk { followed }), xs)?;
         saves.push(ChunkSave {
             inputs: saved,
             states,
@@ -370,19 +359,12 @@ impl<'m> BackwardOp<'m, Cx<'m>> for CheckpointBackward<'m> {
     }
 
     fn backward(self: Box<Self>, cx: &mut Cx<'m>, grads: BackwardGrads) -> Result<Vec<Option<Tensor>>> {
-        let rng_before = cx.rng.state();
-        let outer_states = std::mem::take(&mut cx.states);
         let chunked = self.chunks.len() > 1;
-        cx.enter_recompute();
-        cx.time_chunk_depth += usize::from(chunked);
-        let result = cx.with_packed_saves(self.packs_saved_spikes, |cx| {
-            self.recompute_backward(cx, grads.outputs)
-        });
-        cx.time_chunk_depth -= usize::from(chunked);
-        cx.leave_recompute();
-        cx.states = outer_states;
-        cx.rng.set_state(rng_before);
-        result
+        let packs = self.packs_saved_spikes;
+        // The recomputation starts from no neuron states; the outer ones and the random
+        // stream are back when its frame is left.
+        let mut cx = cx.enter(Enter::Recompute { chunked, packs });
+        self.recompute_backward(&mut cx, grads.outputs)
     }
 }
 
@@ -421,14 +403,15 @@ impl<'m> CheckpointBackward<'m> {
             boundaries,
         };
         for (p, stats) in &batch_norms {
-            cx.batch_stats.give(p.clone(), stats.clone());
+            cx.batch_stats_mut().give(p.clone(), stats.clone());
         }
         let sums = chunk_passes::gradient_sum_passes(cx, &rc, &chunks, &mut out_grads, &carry, &batch_norms);
         let ran = sums.and_then(|()| {
             let data = chunks.into_iter().map(ChunkData::Owned).collect();
             chunk_passes::backward_chunks(cx, &rc, data, &mut out_grads, carry, Pass::Backward)
         });
-        cx.batch_stats.take_back(batch_norms.into_iter().map(|(p, _)| p));
+        cx.batch_stats_mut()
+            .take_back(batch_norms.into_iter().map(|(p, _)| p));
         let (mut result, mut carry) = ran?;
         result.extend(entry_states.iter().map(|p| carry.remove(p)));
         Ok(result)

@@ -23,17 +23,26 @@
 //! every value is bit-identical to the unchunked step. Each pass allocates through the same
 //! code on every device, so Meta still measures the CPU's bytes exactly.
 
-use super::checkpoint::ChunkSave;
 use super::chunk_grads::{self, InputGrad};
+use super::saved_input::SavedInput;
+use super::saved_state::SavedState;
 use super::segment::Segment;
 use crate::autograd::{Tape, Var, VarId};
-use crate::context::{Cx, KeptBatchNormInputs, KeptPass};
+use crate::context::{Cx, Enter, KeptBatchNormInputs, KeptPass};
 use crate::{CheckpointError, Result};
 use memopt_core::kernels::BatchNormStats;
 use memopt_core::memory::{Phase, Scope, enter_scope};
 use memopt_core::{ModulePath, RngState, Tensor};
 use std::collections::BTreeMap;
 use std::ops::Range;
+
+/// What one chunk needs for its recomputation (with replayed boundaries, every chunk but the
+/// first has no states: backward rebuilds them).
+pub(super) struct ChunkSave {
+    pub(super) inputs: Vec<SavedInput>,
+    pub(super) states: Vec<(ModulePath, SavedState)>,
+    pub(super) rng: RngState,
+}
 
 /// Neuron-state gradients carried from a chunk to the previous one, by module path.
 pub(super) type Carry = BTreeMap<ModulePath, Tensor>;
@@ -51,7 +60,7 @@ fn pass_error(path: &ModulePath, segment: &Segment<'_>, message: String) -> Chec
 /// chunks reach them, and leaves them given in `cx` (the caller takes them back). Neuron states
 /// under `state_prefixes` are back at their entry values afterwards. With `keep_inputs`
 /// ([`crate::BatchNormInputs::Kept`]) the first pass keeps each chunk's input of the first
-/// BatchNorm in `cx.kept_inputs` and the later passes start from them; they stay there for
+/// BatchNorm in [`Cx::kept_inputs`] and the later passes start from them; they stay there for
 /// the pass giving the outputs (the caller drops them after it).
 pub(super) fn statistics_passes<'m>(
     cx: &mut Cx<'m>,
@@ -64,26 +73,26 @@ pub(super) fn statistics_passes<'m>(
     let pending = segment
         .batch_statistics(path, cx.is_training())
         .into_iter()
-        .filter(|p| !cx.batch_stats.is_given(p))
+        .filter(|p| !cx.batch_stats().is_given(p))
         .count();
     let mut found: Vec<(ModulePath, BatchNormStats)> = Vec::new();
     if spans.len() <= 1 || pending == 0 {
         return Ok(found);
     }
-    let entry = cx.states.under_any(state_prefixes);
+    let entry = cx.states().under_any(state_prefixes);
     let mut ran = Ok(());
     if keep_inputs {
-        cx.kept_inputs = Some(KeptBatchNormInputs::new());
+        cx.set_kept_inputs(Some(KeptBatchNormInputs::new()));
     }
     for pass in 0..pending {
-        if let Some(kept) = cx.kept_inputs.as_mut() {
+        if let Some(kept) = cx.kept_inputs_mut() {
             kept.begin_pass(if pass == 0 {
                 KeptPass::Keeping
             } else {
                 KeptPass::Reusing
             });
         }
-        cx.batch_stats.begin_stats_pass();
+        cx.batch_stats_mut().begin_stats_pass();
         ran = statistics_pass(
             cx,
             segment,
@@ -94,26 +103,22 @@ pub(super) fn statistics_passes<'m>(
             rng_entry,
         );
         if ran.is_err() {
-            cx.batch_stats.abandon_stats_pass();
+            cx.batch_stats_mut().abandon_stats_pass();
             break;
         }
-        if cx
-            .kept_inputs
-            .as_ref()
-            .is_some_and(|k| !k.all_reached(spans.len()))
-        {
+        if cx.kept_inputs().is_some_and(|k| !k.all_reached(spans.len())) {
             ran = Err(pass_error(
                 path,
                 segment,
                 "a time chunk of its first statistics pass did not reach a BatchNorm, so it has no input to keep"
                     .into(),
             ));
-            cx.batch_stats.abandon_stats_pass();
+            cx.batch_stats_mut().abandon_stats_pass();
             break;
         }
-        match cx.batch_stats.end_stats_pass() {
+        match cx.batch_stats_mut().end_stats_pass() {
             Ok(Some((bn, stats))) => {
-                cx.batch_stats.give(bn.clone(), stats.clone());
+                cx.batch_stats_mut().give(bn.clone(), stats.clone());
                 found.push((bn, stats));
             }
             Ok(None) => break,
@@ -123,12 +128,12 @@ pub(super) fn statistics_passes<'m>(
             }
         }
     }
-    cx.states.restore_under(state_prefixes, &entry);
+    cx.states_mut().restore_under(state_prefixes, &entry);
     match ran {
         Ok(()) => Ok(found),
         Err(e) => {
-            cx.kept_inputs = None;
-            cx.batch_stats.take_back(found.into_iter().map(|(p, _)| p));
+            cx.set_kept_inputs(None);
+            cx.batch_stats_mut().take_back(found.into_iter().map(|(p, _)| p));
             Err(e)
         }
     }
@@ -144,18 +149,19 @@ fn statistics_pass<'m>(
     spans: &[Range<usize>],
     rng_entry: RngState,
 ) -> Result<()> {
-    cx.states.restore_under(state_prefixes, entry);
+    cx.states_mut().restore_under(state_prefixes, entry);
     for (i, span) in spans.iter().enumerate() {
         // The same random stream as the chunk's real run.
-        cx.rng.set_state(rng_entry);
+        cx.rng().set_state(rng_entry);
         let xs = inputs
             .iter()
             .map(|v| v.narrow0(span.start, span.len()))
             .collect::<Result<Vec<_>>>()?;
-        if let Some(kept) = cx.kept_inputs.as_mut() {
+        if let Some(kept) = cx.kept_inputs_mut() {
             kept.begin_chunk(i);
         }
-        match cx.run_time_chunk(i + 1 < spans.len(), |cx| segment.forward(cx, xs)) {
+        let followed = i + 1 < spans.len();
+        match segment.forward(&mut cx.enter(Enter::Chunk { followed }), xs) {
             Err(CheckpointError::StatisticsPass { .. }) => {}
             // Every BatchNorm the chunks run has its statistics.
             Ok(_) if i == 0 => return Ok(()),
@@ -215,32 +221,35 @@ fn replay_states<'m>(
     earlier: &[ChunkData<'_>],
 ) -> Result<Vec<(ModulePath, Tensor)>> {
     let tape = cx.take_tape();
-    cx.states.clear();
+    cx.states_mut().clear();
     if let Some(first) = earlier.first() {
         for (p, s) in &first.save().states {
-            cx.states.set(p.clone(), Var::constant(s.restore()?));
+            cx.states_mut().set(p.clone(), Var::constant(s.restore()?));
         }
     }
     let ran = (|| {
         let _replay = enter_scope(Scope::new(rc.path.clone(), Phase::Recompute));
         for chunk in earlier {
             let c = chunk.save();
-            cx.rng.set_state(c.rng);
+            cx.rng().set_state(c.rng);
             let xs = c
                 .inputs
                 .iter()
                 .map(|s| s.restore_kept(None))
                 .collect::<Result<Vec<_>>>()?;
             // Followed by the chunk being rebuilt: the neurons keep their final states.
-            drop(cx.run_time_chunk(true, |cx| rc.segment.forward(cx, xs))?);
+            drop(
+                rc.segment
+                    .forward(&mut cx.enter(Enter::Chunk { followed: true }), xs)?,
+            );
         }
-        cx.states
+        cx.states()
             .under_any(rc.state_prefixes)
             .into_iter()
             .map(|(p, v)| Ok((p, v.into_tensor()?)))
             .collect::<Result<Vec<_>>>()
     })();
-    cx.states.clear();
+    cx.states_mut().clear();
     if let Some(tape) = tape {
         cx.start_tape(tape);
     }
@@ -258,25 +267,24 @@ pub(super) fn gradient_sum_passes<'m>(
     carry: &Carry,
     batch_norms: &[(ModulePath, BatchNormStats)],
 ) -> Result<()> {
-    let frozen = std::mem::replace(&mut cx.batch_stats.params_frozen, true);
+    let mut cx = cx.enter(Enter::FrozenParams);
     let mut ran = Ok(());
     for (bn, _) in batch_norms.iter().rev() {
-        ran = cx.batch_stats.begin_grad_pass(bn.clone());
+        ran = cx.batch_stats_mut().begin_grad_pass(bn.clone());
         if ran.is_err() {
             break;
         }
         let data = chunks.iter().map(ChunkData::Kept).collect();
-        ran = backward_chunks(cx, rc, data, out_grads, carry.clone(), Pass::GradientSums).map(|_| ());
+        ran = backward_chunks(&mut cx, rc, data, out_grads, carry.clone(), Pass::GradientSums).map(|_| ());
         if ran.is_err() {
-            cx.batch_stats.abandon_grad_pass();
+            cx.batch_stats_mut().abandon_grad_pass();
             break;
         }
-        ran = cx.batch_stats.end_grad_pass();
+        ran = cx.batch_stats_mut().end_grad_pass();
         if ran.is_err() {
             break;
         }
     }
-    cx.batch_stats.params_frozen = frozen;
     ran
 }
 
@@ -334,7 +342,7 @@ pub(super) fn backward_chunks<'m>(
             })?;
             Some(replay_states(cx, rc, earlier)?)
         };
-        cx.batch_stats.set_reached(false);
+        cx.batch_stats_mut().set_reached(false);
         // Inputs wanting a gradient become leaves of the chunk's tape (not in the segment's
         // own gradient-sums pass, whose inputs are constants); bit-packed spikes stay packed.
         let mut tape = Tape::with_capacity(recorded);
@@ -370,12 +378,12 @@ pub(super) fn backward_chunks<'m>(
             ),
         };
         let states = replayed.unwrap_or(states);
-        cx.rng.set_state(rng);
-        cx.states.clear();
+        cx.rng().set_state(rng);
+        cx.states_mut().clear();
         let mut state_ids = Vec::with_capacity(states.len());
         for (p, t) in states {
             let id = tape.input_leaf();
-            cx.states.set(p.clone(), Var::tracked(t, id));
+            cx.states_mut().set(p.clone(), Var::tracked(t, id));
             state_ids.push((p, id));
         }
         cx.start_tape(tape);
@@ -408,15 +416,15 @@ pub(super) fn backward_chunks<'m>(
                 seeds.push((id, g));
             }
         }
-        for (p, v) in cx.states.under_any(rc.state_prefixes) {
+        for (p, v) in cx.states().under_any(rc.state_prefixes) {
             if let (Some(id), Some(g)) = (v.id(), carry.remove(&p)) {
                 seeds.push((id, g));
             }
         }
         drop(ys);
-        cx.states.clear();
+        cx.states_mut().clear();
         let mut leaf_grads = cx.backward_tape(tape, seeds)?;
-        reached_any |= cx.batch_stats.reached();
+        reached_any |= cx.batch_stats().reached();
         if !sums_pass {
             assemble_input_grads(
                 &mut input_grads,
@@ -432,7 +440,7 @@ pub(super) fn backward_chunks<'m>(
             .filter_map(|(p, id)| leaf_grads.remove(&id).map(|g| (p, g)))
             .collect();
     }
-    cx.batch_stats.set_reached(reached_any);
+    cx.batch_stats_mut().set_reached(reached_any);
     if !sums_pass {
         // Every chunk has read its span of the output gradients: free them before the input
         // gradients kept in pieces are put together.

@@ -2,10 +2,10 @@
 //! of (path, policy) pairs applied by assignment to a [`PolicyTable`]; the model is never
 //! rewritten.
 
-pub(crate) mod batch_stats;
-pub(crate) mod checkpoint;
+mod checkpoint;
 mod chunk_grads;
 mod chunk_passes;
+mod dispatch;
 mod plan;
 mod saved_input;
 mod saved_state;
@@ -14,7 +14,6 @@ mod table;
 
 pub use checkpoint::time_spans;
 pub use plan::{PLAN_VERSION, Plan, PlanEntry, run_target};
-pub(crate) use segment::Segment;
 pub use table::{ChildRange, PolicyTable, RunShape};
 
 use memopt_compress::CompressorKind;

@@ -1,12 +1,13 @@
 //! What a checkpoint node runs and recomputes: one module, or a run of consecutive children of
 //! a chain container (so that several layers share one saved input).
 
-use crate::Result;
 use crate::autograd::Var;
 use crate::context::Cx;
 use crate::module::links::step_at;
 use crate::module::{Module, batch_statistics_in, chain_links_in, time_coupling_in};
+use crate::{CheckpointError, Result};
 use memopt_core::ModulePath;
+use memopt_core::memory::{current_scope, enter_module};
 
 /// A module, or links `start..end` of the chain of a container whose children form a chain
 /// (its children, with those of the children it inlines; see
@@ -106,14 +107,14 @@ impl<'m> Segment<'m> {
                 if into_next > 0 {
                     // Validated by the plan: link `end` is a direct child running its chain.
                     let next = chain_links_in(parent, end, end + 1).pop().ok_or_else(|| {
-                        crate::CheckpointError::Autograd(format!(
+                        CheckpointError::Autograd(format!(
                             "a run going on into child {end} of {} found no such child",
                             parent.type_name()
                         ))
                     })?;
                     xs = parent.before_child(cx, next.child, xs)?;
                     cx.arm_unread(unread);
-                    xs = cx.call_links(&next.name, next.module, 0, into_next, xs)?;
+                    xs = call_links(cx, &next.name, next.module, 0, into_next, xs)?;
                 }
                 Ok(xs)
             }
@@ -251,4 +252,31 @@ fn before_first_batch_norm(
     }
     way.skipped.push(path.clone());
     Ok(false)
+}
+
+/// Calls child `name` running only links `from..to` of its chain (clamped to its length):
+/// the child must run its children through [`Cx::call_children`]
+/// ([`Module::supports_child_ranges`]), which an error says otherwise.
+pub(crate) fn call_links<'m>(
+    cx: &mut Cx<'m>,
+    name: &str,
+    module: &'m dyn Module,
+    from: usize,
+    to: usize,
+    inputs: Vec<Var>,
+) -> Result<Vec<Var>> {
+    let _scope = enter_module(name);
+    cx.set_chain_window((from, to));
+    let out = cx.call_here(module, inputs);
+    if cx.take_chain_window().is_some() {
+        return Err(CheckpointError::Module {
+            path: current_scope().module_path().to_string(),
+            module: module.type_name().to_string(),
+            message:
+                "it says it runs its children through Cx::call_children (supports_child_ranges), but its \
+                      forward did not, so part of its chain cannot run on its own"
+                    .into(),
+        });
+    }
+    out
 }

@@ -55,9 +55,6 @@ pub(crate) struct BatchStats {
     given: BTreeMap<ModulePath, GivenStats>,
     stats_pass: Option<StatsPass>,
     grad_pass: Option<GradPass>,
-    /// While set, [`crate::Cx::param`] gives parameters as constants: gradient-sums passes
-    /// run backward through part of a segment and must not accumulate parameter gradients.
-    pub(crate) params_frozen: bool,
 }
 
 fn internal(path: &ModulePath, message: String) -> CheckpointError {

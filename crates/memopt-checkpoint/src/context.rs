@@ -26,7 +26,7 @@ pub use dispatch::Dispatch;
 pub(crate) use frame::Enter;
 use frame::Frame;
 pub(crate) use kept_inputs::{KeptBatchNormInputs, KeptPass};
-pub use module::Module;
+pub use module::{Module, PlannerHints, module_cost};
 
 /// Whether a forward pass records for backward.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -368,7 +368,7 @@ impl<'m> Cx<'m> {
 
     /// Runs the children of `parent` (the module of the current scope, whose children form a
     /// chain) one after the other, each on the previous one's outputs (passed through
-    /// [`Module::before_child`]), applying the policies assigned to runs of consecutive links
+    /// [`PlannerHints::before_child`]), applying the policies assigned to runs of consecutive links
     /// of its chain (plan entries with `children`; see [`crate::module::chain_links`]). An
     /// inlined child that no run touches is called whole. A child that a run goes on into
     /// ([`crate::PlanEntry::into_next`]) runs its remaining links after the run.
@@ -381,7 +381,7 @@ impl<'m> Cx<'m> {
     /// [`crate::module::chain_links`]), and the first `into_next` links of the child after them
     /// ([`crate::PlanEntry::into_next`]), as one segment under the policy assigned to that run,
     /// or one by one when it has none. `inputs` are link `start`'s (after
-    /// [`Module::before_child`]); the run applies `before_child` to the later links itself.
+    /// [`PlannerHints::before_child`]); the run applies `before_child` to the later links itself.
     pub fn call_child_run(
         &mut self,
         parent: &'m dyn Module,

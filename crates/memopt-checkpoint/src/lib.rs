@@ -32,10 +32,10 @@ pub mod train;
 pub mod zoo;
 
 pub use autograd::{Gradients, Record, UpdateHook, Var};
-pub use context::{Cx, Recording};
+pub use context::{Cx, Dispatch, Recording};
 pub use error::{CheckpointError, Result};
 pub use model::{InputSpec, Model};
-pub use module::Module;
+pub use module::{Module, PlannerHints};
 pub use param::{Buffer, Param, ParamId};
 pub use policy::{
     BatchNormInputs, ChunkBoundaries, PLAN_VERSION, Plan, PlanEntry, Policy, PolicyTable, RunShape,

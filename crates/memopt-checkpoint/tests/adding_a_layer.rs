@@ -4,6 +4,7 @@
 mod common;
 
 use common::{assert_exact_and_meta_matches_cpu, eval_values};
+use memopt_checkpoint::module::PlannerHints;
 use memopt_checkpoint::module::{Init, Linear, Module, Neuron, Sequential};
 use memopt_checkpoint::{Cx, InputSpec, Model, Plan, Policy, Result, Var, ops};
 use memopt_core::{Device, MemoryKind, Tensor};
@@ -27,6 +28,8 @@ impl Module for LeakyRelu {
         Ok(vec![ops::add(cx, &positive, &negative)?])
     }
 }
+
+impl PlannerHints for LeakyRelu {}
 
 /// Linear - LeakyReLU - LIF - Linear over 4 time steps of 6 features.
 fn model(device: Device) -> Model {

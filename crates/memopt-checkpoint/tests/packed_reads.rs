@@ -7,6 +7,7 @@
 mod common;
 
 use common::{batch, fingerprint, trainer};
+use memopt_checkpoint::module::PlannerHints;
 use memopt_checkpoint::module::{Conv2d, Flatten, Init, Linear, Module, Neuron, Pool2d, Sequential};
 use memopt_checkpoint::{Cx, InputSpec, Model, Plan, PlanEntry, Policy, Result, StepOptions, Var};
 use memopt_core::kernels::Conv2dParams;
@@ -27,6 +28,8 @@ impl Module for Unpack {
         inputs.iter().map(Var::unpacked).collect()
     }
 }
+
+impl PlannerHints for Unpack {}
 
 const T: usize = 4;
 const N: usize = 2;
@@ -187,6 +190,8 @@ impl Module for Residual {
         vec![("conv".into(), &self.conv), ("sn".into(), &self.sn)]
     }
 }
+
+impl PlannerHints for Residual {}
 
 fn residual_model(device: Device, unpack_identity: bool) -> Model {
     let mut init = Init::new(device, 5);

@@ -183,7 +183,9 @@ impl memopt_checkpoint::module::Module for CallsItsOwnChildren {
     fn children(&self) -> Vec<(String, &dyn memopt_checkpoint::module::Module)> {
         vec![("a".into(), &self.a), ("b".into(), &self.b)]
     }
+}
 
+impl memopt_checkpoint::module::PlannerHints for CallsItsOwnChildren {
     fn children_form_chain(&self) -> bool {
         true
     }

@@ -6,6 +6,7 @@
 mod common;
 
 use common::{Recorder, batch, entry, plan_of, tiny_conv_snn, zoo_small};
+use memopt_checkpoint::module::PlannerHints;
 use memopt_checkpoint::module::{BatchNorm, Init, Linear, Neuron, Sequential};
 use memopt_checkpoint::optim::{Adam, Optimizer};
 use memopt_checkpoint::{
@@ -214,6 +215,8 @@ impl Module for SharedLin {
     }
 }
 
+impl PlannerHints for SharedLin {}
+
 struct Parent {
     w: Param,
     inner: Sequential,
@@ -248,6 +251,8 @@ impl Module for Parent {
         vec![("w", &self.w)]
     }
 }
+
+impl PlannerHints for Parent {}
 
 fn shared_model(t: usize) -> Model {
     let f = 6;
@@ -438,6 +443,8 @@ impl Module for TwoReads {
         p
     }
 }
+
+impl PlannerHints for TwoReads {}
 
 fn two_reads(tied: bool, update_in_backward: bool) -> Model {
     let mut init = Init::new(Device::Cpu, 3);

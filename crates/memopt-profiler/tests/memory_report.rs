@@ -6,6 +6,7 @@ mod common;
 
 use common::{SHAPE_ONLY, random_plan, without_device_and_time};
 use memopt_checkpoint::module::Module;
+use memopt_checkpoint::module::PlannerHints;
 use memopt_checkpoint::{Cx, Plan, Policy, PolicyTable, Recording, Var};
 use memopt_core::memory::{
     AllocationId, MemoryAction, MemoryEvent, MemorySubscriber, ScopeEvent, ScopeListener, add_scope_listener,
@@ -289,6 +290,8 @@ impl Module for Leaf {
     }
 }
 
+impl PlannerHints for Leaf {}
+
 /// Calls a leaf, then allocates 800 bytes it keeps.
 struct Inner {
     leaf: Leaf,
@@ -307,6 +310,8 @@ impl Module for Inner {
         vec![("leaf".into(), &self.leaf)]
     }
 }
+
+impl PlannerHints for Inner {}
 
 /// Holds 40 bytes while calling `inner` and then a sibling leaf; frees them before returning.
 struct Outer {
@@ -329,6 +334,8 @@ impl Module for Outer {
         vec![("inner".into(), &self.inner), ("sibling".into(), &self.sibling)]
     }
 }
+
+impl PlannerHints for Outer {}
 
 /// A parent's figures include its children's, and no child resets or double counts them (the
 /// flaw of hook profilers that keep one shared counter). Expected figures by hand:

@@ -1,5 +1,5 @@
 //! When two segments are the same for measuring: on Meta a segment's figures are a function of
-//! what it runs (each module's type, configuration ([`Module::config_key`]), parameter and
+//! what it runs (each module's type, configuration ([`PlannerHints::config_key`]), parameter and
 //! buffer shapes, and children, in order), its inputs' shapes, dtypes and spike flags, the
 //! policy, and whether its input is the batch; nothing depends on data or on module names.
 //! A chain of repeated blocks measures each distinct segment once

@@ -5,8 +5,8 @@
 
 use crate::{Result, SearchError};
 use memopt_checkpoint::module::{
-    CallObserver, ModuleCall, ModuleCost, ValueInfo, batch_statistics_in, chain_links, module_infos,
-    observe_calls, time_coupling_in,
+    CallObserver, ModuleCall, ModuleCost, ValueInfo, batch_statistics_in, chain_links, module_cost,
+    module_infos, observe_calls, time_coupling_in,
 };
 use memopt_checkpoint::{Cx, Model, Recording};
 use memopt_core::memory::{Phase, Scope, enter_scope};
@@ -28,7 +28,7 @@ pub struct Site {
     /// Module type.
     pub type_name: &'static str,
     /// Whether runs of its consecutive children can take one policy (see
-    /// [`memopt_checkpoint::Module::supports_child_ranges`]).
+    /// [`memopt_checkpoint::PlannerHints::supports_child_ranges`]).
     pub runs_allowed: bool,
     /// Inputs as passed in a forward pass.
     pub inputs: Vec<ValueInfo>,
@@ -47,7 +47,7 @@ pub struct Site {
     /// Its children when they form a chain (empty otherwise).
     pub parts: Vec<Site>,
     /// The links of its chain when it inlines children
-    /// ([`memopt_checkpoint::Module::inlined_children`]): its children with an inlined child's
+    /// ([`memopt_checkpoint::PlannerHints::inlined_children`]): its children with an inlined child's
     /// children in its place; empty otherwise. Runs of children and the chain model's split
     /// count these ([`Site::chain`]).
     pub links: Vec<Site>,
@@ -159,7 +159,7 @@ impl CallObserver for Calls {
     fn on_call(&self, call: &ModuleCall<'_>) {
         let shapes = |v: &[ValueInfo]| v.iter().map(|i| i.shape.clone()).collect::<Vec<_>>();
         let own = if call.module.children().is_empty() {
-            call.module.cost(&shapes(call.inputs), &shapes(call.outputs))
+            module_cost(call.module, &shapes(call.inputs), &shapes(call.outputs))
         } else {
             ModuleCost::ZERO
         };

@@ -1,5 +1,6 @@
 //! What a module is: a layer or a container of layers, run through the context ([`Cx`]) that
-//! applies the memory policy assigned to its path.
+//! applies the memory policy assigned to its path ([`Module`]: its name, forward, children,
+//! parameters and buffers), and what planners know of it besides ([`PlannerHints`]).
 
 use super::Cx;
 use crate::Result;
@@ -9,7 +10,7 @@ use crate::param::{Buffer, Param};
 use memopt_core::Shape;
 
 /// A layer or a container of layers.
-pub trait Module {
+pub trait Module: PlannerHints {
     /// Type name as shown in tables and errors (`Conv2d`, `LIF`, `Sequential`, ...).
     fn type_name(&self) -> &'static str;
 
@@ -51,11 +52,17 @@ pub trait Module {
     fn buffers(&self) -> Vec<(&'static str, &Buffer)> {
         Vec::new()
     }
+}
 
+/// What planners know of a module beyond running it: how it couples time steps, whether it
+/// normalises over the batch, how its children form a chain, its configuration and its cost.
+/// Every default fits a stateless layer, so a new layer writes `impl PlannerHints for MyLayer {}`
+/// and overrides only what differs. Every [`Module`] has them.
+pub trait PlannerHints {
     /// Why this module (itself, not its children) cannot run on a part of the time steps at a
     /// time, if it cannot (a dropout that draws an independent mask per time step). BatchNorm
     /// in training mode couples all time steps through its statistics, but chunked segments
-    /// handle that exactly (see [`Module::batch_statistics`]), so it returns `None`.
+    /// handle that exactly (see [`PlannerHints::batch_statistics`]), so it returns `None`.
     fn time_coupling(&self, _training: bool) -> Option<String> {
         None
     }
@@ -69,9 +76,9 @@ pub trait Module {
     }
 
     /// The children that receive this module's policy when it is split spatially, like
-    /// SpikingJelly's `__spatial_split__`. Default: every direct child.
-    fn split_children(&self) -> Vec<String> {
-        self.children().into_iter().map(|(n, _)| n).collect()
+    /// SpikingJelly's `__spatial_split__`; `None` (the default): every direct child.
+    fn split_children(&self) -> Option<Vec<String>> {
+        None
     }
 
     /// Whether [`Module::forward`] runs the children one after the other, each taking exactly
@@ -88,7 +95,7 @@ pub trait Module {
     }
 
     /// For a module that runs its children through [`crate::Cx::call_children`]: the children
-    /// it inlines in its chain of links ([`chain_links`]). An inlined child (which must run its
+    /// it inlines in its chain of links ([`crate::module::chain_links`]). An inlined child (which must run its
     /// own children through `call_children`, as Sequential does) is called whole as usual, but
     /// runs of children in plans count its children one by one, so a run may start or end
     /// inside it; while a run covers part of it, its children run one by one in its place (so
@@ -121,14 +128,20 @@ pub trait Module {
     }
 
     /// The cost of one forward call with these input and output shapes, this module's own work
-    /// only (children report theirs through their own calls). Default: a leaf is elementwise
-    /// ([`ModuleCost::elementwise`]); a module with children costs nothing itself. Layers with
-    /// heavier arithmetic override it.
-    fn cost(&self, inputs: &[Shape], outputs: &[Shape]) -> ModuleCost {
-        if self.children().is_empty() {
-            ModuleCost::elementwise(inputs, outputs)
-        } else {
-            ModuleCost::ZERO
-        }
+    /// only (children report theirs through their own calls); `None` (the default) leaves it
+    /// to [`module_cost`]: a leaf is elementwise, a module with children costs nothing itself.
+    /// Layers with heavier arithmetic override it.
+    fn cost(&self, _inputs: &[Shape], _outputs: &[Shape]) -> Option<ModuleCost> {
+        None
+    }
+}
+
+/// The cost of one forward call of `module` with these shapes: its [`PlannerHints::cost`], or
+/// elementwise ([`ModuleCost::elementwise`]) for a leaf and nothing for a module with children.
+pub fn module_cost(module: &dyn Module, inputs: &[Shape], outputs: &[Shape]) -> ModuleCost {
+    match module.cost(inputs, outputs) {
+        Some(cost) => cost,
+        None if module.children().is_empty() => ModuleCost::elementwise(inputs, outputs),
+        None => ModuleCost::ZERO,
     }
 }

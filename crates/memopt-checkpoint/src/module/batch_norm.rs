@@ -6,6 +6,7 @@ use super::fold::{fold_time, one_input, unfold_time};
 use super::init::Init;
 use crate::autograd::Var;
 use crate::context::Cx;
+use crate::module::PlannerHints;
 use crate::param::{Buffer, Param};
 use crate::{Result, ops};
 use memopt_core::Shape;
@@ -63,13 +64,6 @@ impl Module for BatchNorm {
         }
     }
 
-    fn config_key(&self) -> Option<String> {
-        Some(format!(
-            "momentum={:?} eps={:?} rank={}",
-            self.momentum, self.eps, self.rank
-        ))
-    }
-
     fn forward<'m>(&'m self, cx: &mut Cx<'m>, inputs: Vec<Var>) -> Result<Vec<Var>> {
         let name = self.type_name();
         let x = one_input(inputs, name)?;
@@ -93,16 +87,25 @@ impl Module for BatchNorm {
             ("running_var", &self.running_var),
         ]
     }
+}
+
+impl PlannerHints for BatchNorm {
+    fn config_key(&self) -> Option<String> {
+        Some(format!(
+            "momentum={:?} eps={:?} rank={}",
+            self.momentum, self.eps, self.rank
+        ))
+    }
 
     /// About 8 FLOPs per element (mean, variance, normalisation, affine); the input is read
     /// twice (statistics, then normalisation) and the output written once.
-    fn cost(&self, inputs: &[Shape], outputs: &[Shape]) -> ModuleCost {
-        ModuleCost {
+    fn cost(&self, inputs: &[Shape], outputs: &[Shape]) -> Option<ModuleCost> {
+        Some(ModuleCost {
             flops: elems(outputs).saturating_mul(8),
             bytes: f32_bytes(inputs)
                 .saturating_mul(2)
                 .saturating_add(f32_bytes(outputs)),
-        }
+        })
     }
 
     /// Its training statistics span all time steps; chunked segments compute them in passes.

@@ -6,6 +6,7 @@ use super::fold::{fold_time, one_input, time_steps, unfold_time};
 use super::init::Init;
 use crate::autograd::Var;
 use crate::context::Cx;
+use crate::module::PlannerHints;
 use crate::param::Param;
 use crate::{Result, ops};
 use memopt_core::Shape;
@@ -64,10 +65,6 @@ impl Module for Conv2d {
         "Conv2d"
     }
 
-    fn config_key(&self) -> Option<String> {
-        Some(format!("{:?}", self.params))
-    }
-
     fn forward<'m>(&'m self, cx: &mut Cx<'m>, inputs: Vec<Var>) -> Result<Vec<Var>> {
         let x = one_input(inputs, "Conv2d")?;
         let (x, folded) = fold_time(cx, &x, 4, "Conv2d", "C, H, W")?;
@@ -85,12 +82,24 @@ impl Module for Conv2d {
         }
         p
     }
+}
+
+impl PlannerHints for Conv2d {
+    fn config_key(&self) -> Option<String> {
+        Some(format!("{:?}", self.params))
+    }
 
     /// `2 · out_elems · (C_in / groups) · kh · kw` FLOPs (plus one per output for the bias);
     /// bytes of input, output, weight and bias.
-    fn cost(&self, inputs: &[Shape], outputs: &[Shape]) -> ModuleCost {
+    fn cost(&self, inputs: &[Shape], outputs: &[Shape]) -> Option<ModuleCost> {
         // weight dims are [C_out, C_in / groups, kh, kw] by construction.
         let per_output: u64 = self.weight.tensor().dims()[1..].iter().product::<usize>() as u64;
-        ModuleCost::weighted(inputs, outputs, per_output, self.bias.is_some(), &self.params())
+        Some(ModuleCost::weighted(
+            inputs,
+            outputs,
+            per_output,
+            self.bias.is_some(),
+            &self.params(),
+        ))
     }
 }

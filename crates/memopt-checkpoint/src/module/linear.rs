@@ -6,6 +6,7 @@ use super::fold::one_input;
 use super::init::Init;
 use crate::autograd::Var;
 use crate::context::Cx;
+use crate::module::PlannerHints;
 use crate::param::Param;
 use crate::{Result, ops};
 use memopt_core::Shape;
@@ -43,10 +44,6 @@ impl Module for Linear {
         "Linear"
     }
 
-    fn config_key(&self) -> Option<String> {
-        Some(String::new())
-    }
-
     fn forward<'m>(&'m self, cx: &mut Cx<'m>, inputs: Vec<Var>) -> Result<Vec<Var>> {
         let x = one_input(inputs, "Linear")?;
         // [T, N, F]: weight gradients accumulate per time step (see ops::linear).
@@ -63,12 +60,24 @@ impl Module for Linear {
         }
         p
     }
+}
+
+impl PlannerHints for Linear {
+    fn config_key(&self) -> Option<String> {
+        Some(String::new())
+    }
 
     /// `2 · out_elems · in_features` FLOPs (plus one per output for the bias); bytes of input,
     /// output, weight and bias.
-    fn cost(&self, inputs: &[Shape], outputs: &[Shape]) -> ModuleCost {
+    fn cost(&self, inputs: &[Shape], outputs: &[Shape]) -> Option<ModuleCost> {
         // weight dims are [out_features, in_features] by construction.
         let in_features = self.weight.tensor().dims()[1] as u64;
-        ModuleCost::weighted(inputs, outputs, in_features, self.bias.is_some(), &self.params())
+        Some(ModuleCost::weighted(
+            inputs,
+            outputs,
+            in_features,
+            self.bias.is_some(),
+            &self.params(),
+        ))
     }
 }

@@ -1,5 +1,5 @@
 //! The chain of links of a container whose children form a chain: its direct children, with
-//! the children of each child it inlines ([`Module::inlined_children`]) in that child's place.
+//! the children of each child it inlines ([`PlannerHints::inlined_children`]) in that child's place.
 //! Runs of children in plans (`PlanEntry::children`) count links, so a run may start or end
 //! inside an inlined child: a VGG block inlines `proj_bn` (pool, convolution, BatchNorm), and
 //! the run of its BatchNorm and its neuron keeps only the convolution's output for backward.
@@ -137,7 +137,7 @@ impl<'m> ChainStep<'_, 'm> {
         }
     }
 
-    /// What `parent` does to the values just before this step ([`Module::before_child`] of
+    /// What `parent` does to the values just before this step ([`PlannerHints::before_child`] of
     /// its direct child, when the step starts one).
     pub(crate) fn before(&self, parent: &'m dyn Module, cx: &mut Cx<'m>, xs: Vec<Var>) -> Result<Vec<Var>> {
         let link = match self {
@@ -151,7 +151,7 @@ impl<'m> ChainStep<'_, 'm> {
     }
 
     /// Runs the step in the container's scope: the inlined child through [`Cx::call`], a link
-    /// of an inlined child after that child's [`Module::before_child`].
+    /// of an inlined child after that child's [`PlannerHints::before_child`].
     pub(crate) fn run(&self, cx: &mut Cx<'m>, xs: Vec<Var>) -> Result<Vec<Var>> {
         match self {
             ChainStep::Link(l) => {

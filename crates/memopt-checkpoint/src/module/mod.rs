@@ -17,7 +17,9 @@ mod sequential;
 mod simple;
 mod tree;
 
-pub use crate::context::{CallObserver, CallObserverGuard, Module, ModuleCall, ValueInfo, observe_calls};
+pub use crate::context::{
+    CallObserver, CallObserverGuard, Module, ModuleCall, PlannerHints, ValueInfo, module_cost, observe_calls,
+};
 pub use batch_norm::BatchNorm;
 pub use conv::Conv2d;
 pub use cost::{COMPUTE_ELEM_BYTES, ModuleCost};

@@ -6,6 +6,7 @@ use super::fold::one_input;
 use super::init::Init;
 use crate::autograd::Var;
 use crate::context::Cx;
+use crate::module::PlannerHints;
 use crate::param::Param;
 use crate::{Result, ops};
 use memopt_core::Shape;
@@ -53,10 +54,6 @@ impl Module for Neuron {
         }
     }
 
-    fn config_key(&self) -> Option<String> {
-        Some(format!("{:?}", self.cfg))
-    }
-
     fn forward<'m>(&'m self, cx: &mut Cx<'m>, inputs: Vec<Var>) -> Result<Vec<Var>> {
         let x = one_input(inputs, self.type_name())?;
         let w = self.w.as_ref().map(|w| cx.param(w));
@@ -66,6 +63,12 @@ impl Module for Neuron {
     fn params(&self) -> Vec<(&'static str, &Param)> {
         self.w.iter().map(|w| ("w", w)).collect()
     }
+}
+
+impl PlannerHints for Neuron {
+    fn config_key(&self) -> Option<String> {
+        Some(format!("{:?}", self.cfg))
+    }
 
     fn is_stateful(&self) -> bool {
         true
@@ -73,10 +76,10 @@ impl Module for Neuron {
 
     /// About 8 FLOPs per element and time step (charge, fire, reset, surrogate inputs); reads
     /// the input and writes the spikes and the membrane potential kept for backward.
-    fn cost(&self, inputs: &[Shape], outputs: &[Shape]) -> ModuleCost {
-        ModuleCost {
+    fn cost(&self, inputs: &[Shape], outputs: &[Shape]) -> Option<ModuleCost> {
+        Some(ModuleCost {
             flops: elems(outputs).saturating_mul(8),
             bytes: f32_bytes(inputs).saturating_add(f32_bytes(outputs).saturating_mul(2)),
-        }
+        })
     }
 }

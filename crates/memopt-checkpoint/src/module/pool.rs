@@ -5,6 +5,7 @@ use super::cost::{ModuleCost, elems, f32_bytes};
 use super::fold::{fold_time, one_input, unfold_time};
 use crate::autograd::Var;
 use crate::context::Cx;
+use crate::module::PlannerHints;
 use crate::{Result, ops};
 use memopt_core::Shape;
 use memopt_core::kernels::Pool2dParams;
@@ -71,10 +72,6 @@ impl Module for Pool2d {
         }
     }
 
-    fn config_key(&self) -> Option<String> {
-        Some(format!("{:?}", self.kind))
-    }
-
     fn forward<'m>(&'m self, cx: &mut Cx<'m>, inputs: Vec<Var>) -> Result<Vec<Var>> {
         let x = one_input(inputs, self.type_name())?;
         let (x, folded) = fold_time(cx, &x, 4, self.type_name(), "C, H, W")?;
@@ -85,19 +82,25 @@ impl Module for Pool2d {
         };
         Ok(vec![unfold_time(cx, y, folded)?])
     }
+}
+
+impl PlannerHints for Pool2d {
+    fn config_key(&self) -> Option<String> {
+        Some(format!("{:?}", self.kind))
+    }
 
     /// One FLOP per window element of each output (every input element for adaptive
     /// pooling); bytes of input and output, plus the u32 argmax indices of max pooling.
-    fn cost(&self, inputs: &[Shape], outputs: &[Shape]) -> ModuleCost {
+    fn cost(&self, inputs: &[Shape], outputs: &[Shape]) -> Option<ModuleCost> {
         let out = elems(outputs);
         let (flops, index_bytes) = match &self.kind {
             PoolKind::Max(p) => (out * (p.kernel[0] * p.kernel[1]) as u64, 4 * out),
             PoolKind::Avg(p) => (out * (p.kernel[0] * p.kernel[1]) as u64, 0),
             PoolKind::AdaptiveAvg(_) => (elems(inputs), 0),
         };
-        ModuleCost {
+        Some(ModuleCost {
             flops,
             bytes: f32_bytes(inputs) + f32_bytes(outputs) + index_bytes,
-        }
+        })
     }
 }

@@ -4,6 +4,7 @@ use super::Module;
 use crate::Result;
 use crate::autograd::Var;
 use crate::context::Cx;
+use crate::module::PlannerHints;
 
 /// Runs its children in order, each on the previous one's outputs. Children are named by
 /// position (`"0"`, `"1"`, ...) unless given names.
@@ -58,20 +59,8 @@ impl Sequential {
 }
 
 impl Module for Sequential {
-    fn children_form_chain(&self) -> bool {
-        true
-    }
-
-    fn supports_child_ranges(&self) -> bool {
-        true
-    }
-
     fn type_name(&self) -> &'static str {
         "Sequential"
-    }
-
-    fn config_key(&self) -> Option<String> {
-        Some(String::new())
     }
 
     fn forward<'m>(&'m self, cx: &mut Cx<'m>, inputs: Vec<Var>) -> Result<Vec<Var>> {
@@ -104,5 +93,19 @@ impl Module for Sequential {
             .iter()
             .find(|(n, _)| n == name)
             .map(|(_, m)| m.as_ref() as &dyn Module)
+    }
+}
+
+impl PlannerHints for Sequential {
+    fn children_form_chain(&self) -> bool {
+        true
+    }
+
+    fn supports_child_ranges(&self) -> bool {
+        true
+    }
+
+    fn config_key(&self) -> Option<String> {
+        Some(String::new())
     }
 }

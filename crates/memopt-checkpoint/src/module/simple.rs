@@ -5,6 +5,7 @@ use super::cost::ModuleCost;
 use super::fold::one_input;
 use crate::autograd::Var;
 use crate::context::Cx;
+use crate::module::PlannerHints;
 use crate::{CheckpointError, Result, ops};
 use memopt_core::Shape;
 use memopt_core::memory::current_scope;
@@ -28,10 +29,6 @@ impl Module for Flatten {
         "Flatten"
     }
 
-    fn config_key(&self) -> Option<String> {
-        Some(format!("start_dim={}", self.start_dim))
-    }
-
     fn forward<'m>(&'m self, cx: &mut Cx<'m>, inputs: Vec<Var>) -> Result<Vec<Var>> {
         let x = one_input(inputs, "Flatten")?;
         if x.dims().len() < self.start_dim {
@@ -49,10 +46,16 @@ impl Module for Flatten {
         dims.push(x.dims()[self.start_dim..].iter().product());
         Ok(vec![ops::reshape(cx, &x, dims)?])
     }
+}
+
+impl PlannerHints for Flatten {
+    fn config_key(&self) -> Option<String> {
+        Some(format!("start_dim={}", self.start_dim))
+    }
 
     /// Nothing: the output is a view of the input.
-    fn cost(&self, _inputs: &[Shape], _outputs: &[Shape]) -> ModuleCost {
-        ModuleCost::ZERO
+    fn cost(&self, _inputs: &[Shape], _outputs: &[Shape]) -> Option<ModuleCost> {
+        Some(ModuleCost::ZERO)
     }
 }
 
@@ -65,13 +68,15 @@ impl Module for Relu {
         "ReLU"
     }
 
-    fn config_key(&self) -> Option<String> {
-        Some(String::new())
-    }
-
     fn forward<'m>(&'m self, cx: &mut Cx<'m>, inputs: Vec<Var>) -> Result<Vec<Var>> {
         let x = one_input(inputs, "ReLU")?;
         Ok(vec![ops::relu(cx, &x)?])
+    }
+}
+
+impl PlannerHints for Relu {
+    fn config_key(&self) -> Option<String> {
+        Some(String::new())
     }
 }
 
@@ -101,10 +106,6 @@ impl Module for Dropout {
         "Dropout"
     }
 
-    fn config_key(&self) -> Option<String> {
-        Some(format!("p={:?} multi_step={}", self.p, self.multi_step))
-    }
-
     fn forward<'m>(&'m self, cx: &mut Cx<'m>, inputs: Vec<Var>) -> Result<Vec<Var>> {
         let x = one_input(inputs, "Dropout")?;
         let n = x.shape().elem_count();
@@ -113,6 +114,12 @@ impl Module for Dropout {
             _ => n,
         };
         Ok(vec![ops::dropout(cx, &x, self.p, period.max(1))?])
+    }
+}
+
+impl PlannerHints for Dropout {
+    fn config_key(&self) -> Option<String> {
+        Some(format!("p={:?} multi_step={}", self.p, self.multi_step))
     }
 
     fn time_coupling(&self, training: bool) -> Option<String> {

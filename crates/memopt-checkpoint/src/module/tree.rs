@@ -19,7 +19,7 @@ pub struct ModuleInfo {
     pub param_elems: usize,
     /// Whether the module is a spiking neuron.
     pub stateful: bool,
-    /// For a module that inlines children ([`Module::inlined_children`]): the relative paths of
+    /// For a module that inlines children ([`crate::module::PlannerHints::inlined_children`]): the relative paths of
     /// its chain's links, which runs of children count (`proj_bn.2`); empty otherwise.
     pub links: Vec<String>,
 }
@@ -111,7 +111,7 @@ pub fn time_coupling_in(root: &dyn Module, root_path: &str, training: bool) -> O
 }
 
 /// The paths of the modules at or below `root` (whose path is `root_path`) that normalise with
-/// whole-batch statistics in this mode ([`Module::batch_statistics`]), in pre-order.
+/// whole-batch statistics in this mode ([`crate::module::PlannerHints::batch_statistics`]), in pre-order.
 pub fn batch_statistics_in(root: &dyn Module, root_path: &ModulePath, training: bool) -> Vec<ModulePath> {
     let mut found = Vec::new();
     walk(root, root_path.clone(), 0, &mut |path, _, m| {

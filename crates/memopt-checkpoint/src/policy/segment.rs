@@ -256,7 +256,7 @@ fn before_first_batch_norm(
 
 /// Calls child `name` running only links `from..to` of its chain (clamped to its length):
 /// the child must run its children through [`Cx::call_children`]
-/// ([`Module::supports_child_ranges`]), which an error says otherwise.
+/// ([`PlannerHints::supports_child_ranges`]), which an error says otherwise.
 pub(crate) fn call_links<'m>(
     cx: &mut Cx<'m>,
     name: &str,

@@ -4,6 +4,7 @@ use super::expect_sample;
 use crate::autograd::Var;
 use crate::context::Cx;
 use crate::model::{InputSpec, Model};
+use crate::module::PlannerHints;
 use crate::module::{BatchNorm, Conv2d, Dropout, Flatten, Init, Linear, Module, Neuron, Pool2d, Sequential};
 use crate::{CheckpointError, Result};
 use memopt_core::Device;
@@ -31,7 +32,9 @@ impl Module for VggBlock {
     fn children(&self) -> Vec<(String, &dyn Module)> {
         vec![("proj_bn".into(), &self.proj_bn), ("neuron".into(), &self.neuron)]
     }
+}
 
+impl PlannerHints for VggBlock {
     fn children_form_chain(&self) -> bool {
         true
     }

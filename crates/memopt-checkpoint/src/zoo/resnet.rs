@@ -17,6 +17,7 @@ use super::{expect_image, flatten_time, one_input};
 use crate::autograd::Var;
 use crate::context::Cx;
 use crate::model::{InputSpec, Model};
+use crate::module::PlannerHints;
 use crate::module::{BatchNorm, Conv2d, Init, Linear, Module, Neuron, Pool2d, Sequential};
 use crate::{Result, ops};
 use memopt_core::Device;
@@ -165,6 +166,8 @@ impl Module for BasicBlock {
     }
 }
 
+impl PlannerHints for BasicBlock {}
+
 /// The network (`SpikingResNet` / `SEWResNet`): its children are SpikingJelly's top-level
 /// modules; `torch.flatten(x, 2)` between `avgpool` and `fc` is a function there, not a module,
 /// and is one here too.
@@ -186,6 +189,18 @@ impl Module for ResNet {
         cx.call_children(self, inputs)
     }
 
+    fn children(&self) -> Vec<(String, &dyn Module)> {
+        self.children
+            .iter()
+            .map(|(n, m)| (n.to_string(), m.as_ref() as &dyn Module))
+            .collect()
+    }
+    fn child_count(&self) -> usize {
+        self.children.len()
+    }
+}
+
+impl PlannerHints for ResNet {
     /// Multi-step: flatten from dimension 2 before `fc` (`[T, N, 512, 1, 1]` -> `[T, N, 512]`).
     fn before_child<'m>(&'m self, cx: &mut Cx<'m>, index: usize, inputs: Vec<Var>) -> Result<Vec<Var>> {
         if self.children.get(index).is_none_or(|(name, _)| *name != "fc") {
@@ -200,19 +215,9 @@ impl Module for ResNet {
         true
     }
 
-    fn children(&self) -> Vec<(String, &dyn Module)> {
-        self.children
-            .iter()
-            .map(|(n, m)| (n.to_string(), m.as_ref() as &dyn Module))
-            .collect()
-    }
     /// The children run in order; the flatten before the classifier is a view (no memory).
     fn children_form_chain(&self) -> bool {
         true
-    }
-
-    fn child_count(&self) -> usize {
-        self.children.len()
     }
 }
 

@@ -18,6 +18,7 @@ use crate::Result;
 use crate::autograd::Var;
 use crate::context::Cx;
 use crate::model::{InputSpec, Model};
+use crate::module::PlannerHints;
 use crate::module::{BatchNorm, Conv2d, Dropout, Init, Linear, Module, Neuron, Pool2d, Sequential};
 use memopt_core::Device;
 use memopt_core::kernels::Conv2dParams;
@@ -74,6 +75,9 @@ impl Module for SpikingVgg {
             ("classifier".into(), &self.classifier),
         ]
     }
+}
+
+impl PlannerHints for SpikingVgg {
     /// The children run in order; the flatten before the classifier is a view (no memory).
     fn children_form_chain(&self) -> bool {
         true

@@ -3,7 +3,7 @@
 use crate::Result;
 use crate::workload::Workload;
 use memopt_checkpoint::Plan;
-use memopt_checkpoint::module::{CallObserver, ModuleCall, chain_links, observe_calls};
+use memopt_checkpoint::module::{CallObserver, ModuleCall, chain_links, module_cost, observe_calls};
 use memopt_core::{DType, MemoryTracker, Phase, Shape};
 use serde::{Deserialize, Serialize};
 use std::cell::RefCell;
@@ -49,7 +49,7 @@ pub struct ModuleCostEntry {
     pub leaf: bool,
     /// Names of its direct children, in order.
     pub children: Vec<String>,
-    /// For a module that inlines children ([`memopt_checkpoint::Module::inlined_children`]):
+    /// For a module that inlines children ([`memopt_checkpoint::PlannerHints::inlined_children`]):
     /// the relative paths of its chain's links (`proj_bn.2`), which runs of children in plans
     /// count; empty otherwise (runs count `children`). See [`ModuleCostEntry::chain`].
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -103,7 +103,7 @@ impl CallObserver for Sink {
         }
         let ins: Vec<Shape> = call.inputs.iter().map(|v| v.shape.clone()).collect();
         let outs: Vec<Shape> = call.outputs.iter().map(|v| v.shape.clone()).collect();
-        let cost = call.module.cost(&ins, &outs);
+        let cost = module_cost(call.module, &ins, &outs);
         let mut c = self.0.borrow_mut();
         let Collector { order, entries } = &mut *c;
         let entry = entries.entry(call.path.to_string()).or_insert_with(|| {

@@ -183,7 +183,7 @@ impl PolicyTable {
         Ok(())
     }
 
-    /// Rejects a policy on an inlined child (see [`Module::inlined_children`]) that a run of
+    /// Rejects a policy on an inlined child (see [`PlannerHints::inlined_children`]) that a run of
     /// its container's links covers only in part: its children then run one by one in its
     /// place, and its own policy could not apply.
     fn check_inlined(&self, root: &dyn Module) -> Result<()> {
@@ -263,14 +263,16 @@ impl PolicyTable {
     }
 
     /// The table with `path`'s policy moved to the children its module names in
-    /// [`Module::split_children`] (SpikingJelly's spatial split). The path must hold a policy
+    /// [`crate::module::PlannerHints::split_children`] (SpikingJelly's spatial split). The path must hold a policy
     /// and have children.
     pub fn split(&self, root: &dyn Module, path: &str, run: RunShape) -> Result<PolicyTable> {
         let policy = *self.get(path).ok_or_else(|| {
             CheckpointError::InvalidPlan(format!("cannot split '{path}': it has no policy to move"))
         })?;
         let module = find_module(root, path).ok_or_else(|| unknown_path(root, path))?;
-        let children = module.split_children();
+        let children = module
+            .split_children()
+            .unwrap_or_else(|| module.children().into_iter().map(|(n, _)| n).collect());
         if children.is_empty() {
             return Err(CheckpointError::InvalidPolicy {
                 path: path.to_string(),

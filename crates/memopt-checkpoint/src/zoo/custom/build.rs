@@ -4,6 +4,7 @@ use super::CustomModel;
 use super::layer::{Layer, NeuronFields, SurrogateName};
 use crate::autograd::Var;
 use crate::context::Cx;
+use crate::module::PlannerHints;
 use crate::module::{
     BatchNorm, Conv2d, Dropout, Flatten, Init, Linear, Module, Neuron, Pool2d, Relu, Sequential,
 };
@@ -194,14 +195,6 @@ impl Module for Residual {
         "Residual"
     }
 
-    fn config_key(&self) -> Option<String> {
-        Some(format!(
-            "shortcut={} after={}",
-            self.shortcut.is_some(),
-            self.after.is_some()
-        ))
-    }
-
     fn forward<'m>(&'m self, cx: &mut Cx<'m>, inputs: Vec<Var>) -> Result<Vec<Var>> {
         let x = one_input(inputs, "Residual")?;
         let b = cx.call1("body", &self.body, x.clone())?;
@@ -227,5 +220,15 @@ impl Module for Residual {
             c.push(("after".into(), a));
         }
         c
+    }
+}
+
+impl PlannerHints for Residual {
+    fn config_key(&self) -> Option<String> {
+        Some(format!(
+            "shortcut={} after={}",
+            self.shortcut.is_some(),
+            self.after.is_some()
+        ))
     }
 }

@@ -4,12 +4,12 @@
 mod common;
 
 use common::{assert_exact_and_meta_matches_cpu, eval_values};
-use memopt_checkpoint::module::PlannerHints;
-use memopt_checkpoint::module::{Init, Linear, Module, Neuron, Sequential};
+use memopt_checkpoint::module::{Init, Linear, Module, Neuron, PlannerHints, Sequential};
 use memopt_checkpoint::{Cx, InputSpec, Model, Plan, Policy, Result, Var, ops};
 use memopt_core::{Device, MemoryKind, Tensor};
 
-/// `max(x, 0) + slope * min(x, 0)`: only `type_name` and `forward` are required.
+/// `max(x, 0) + slope * min(x, 0)`: only `type_name` and `forward` are required, and the
+/// planner hints' defaults fit a stateless layer.
 struct LeakyRelu {
     slope: f32,
 }

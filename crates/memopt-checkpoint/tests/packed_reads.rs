@@ -7,8 +7,9 @@
 mod common;
 
 use common::{batch, fingerprint, trainer};
-use memopt_checkpoint::module::PlannerHints;
-use memopt_checkpoint::module::{Conv2d, Flatten, Init, Linear, Module, Neuron, Pool2d, Sequential};
+use memopt_checkpoint::module::{
+    Conv2d, Flatten, Init, Linear, Module, Neuron, PlannerHints, Pool2d, Sequential,
+};
 use memopt_checkpoint::{Cx, InputSpec, Model, Plan, PlanEntry, Policy, Result, StepOptions, Var};
 use memopt_core::kernels::Conv2dParams;
 use memopt_core::memory::{MemoryEvent, MemorySubscriber, Phase};

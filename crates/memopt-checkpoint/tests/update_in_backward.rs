@@ -6,8 +6,7 @@
 mod common;
 
 use common::{Recorder, batch, entry, plan_of, tiny_conv_snn, zoo_small};
-use memopt_checkpoint::module::PlannerHints;
-use memopt_checkpoint::module::{BatchNorm, Init, Linear, Neuron, Sequential};
+use memopt_checkpoint::module::{BatchNorm, Init, Linear, Neuron, PlannerHints, Sequential};
 use memopt_checkpoint::optim::{Adam, Optimizer};
 use memopt_checkpoint::{
     ChunkBoundaries, Cx, InputSpec, Model, Module, Param, Plan, PlanEntry, Policy, Result, StepOptions,

@@ -1,12 +1,11 @@
 //! Batch normalisation layers.
 
-use super::Module;
 use super::cost::{ModuleCost, elems, f32_bytes};
 use super::fold::{fold_time, one_input, unfold_time};
 use super::init::Init;
+use super::{Module, PlannerHints};
 use crate::autograd::Var;
 use crate::context::Cx;
-use crate::module::PlannerHints;
 use crate::param::{Buffer, Param};
 use crate::{Result, ops};
 use memopt_core::Shape;

@@ -1,12 +1,11 @@
 //! 2-D convolution layer.
 
-use super::Module;
 use super::cost::ModuleCost;
 use super::fold::{fold_time, one_input, time_steps, unfold_time};
 use super::init::Init;
+use super::{Module, PlannerHints};
 use crate::autograd::Var;
 use crate::context::Cx;
-use crate::module::PlannerHints;
 use crate::param::Param;
 use crate::{Result, ops};
 use memopt_core::Shape;

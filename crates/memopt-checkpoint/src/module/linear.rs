@@ -1,12 +1,11 @@
 //! Fully connected layer.
 
-use super::Module;
 use super::cost::ModuleCost;
 use super::fold::one_input;
 use super::init::Init;
+use super::{Module, PlannerHints};
 use crate::autograd::Var;
 use crate::context::Cx;
-use crate::module::PlannerHints;
 use crate::param::Param;
 use crate::{Result, ops};
 use memopt_core::Shape;

@@ -1,12 +1,11 @@
 //! Multi-step spiking neurons (LIF, IF, parametric LIF) as in SpikingJelly.
 
-use super::Module;
 use super::cost::{ModuleCost, elems, f32_bytes};
 use super::fold::one_input;
 use super::init::Init;
+use super::{Module, PlannerHints};
 use crate::autograd::Var;
 use crate::context::Cx;
-use crate::module::PlannerHints;
 use crate::param::Param;
 use crate::{Result, ops};
 use memopt_core::Shape;

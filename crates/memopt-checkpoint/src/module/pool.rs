@@ -1,11 +1,10 @@
 //! Pooling layers.
 
-use super::Module;
 use super::cost::{ModuleCost, elems, f32_bytes};
 use super::fold::{fold_time, one_input, unfold_time};
+use super::{Module, PlannerHints};
 use crate::autograd::Var;
 use crate::context::Cx;
-use crate::module::PlannerHints;
 use crate::{Result, ops};
 use memopt_core::Shape;
 use memopt_core::kernels::Pool2dParams;

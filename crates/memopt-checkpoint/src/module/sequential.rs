@@ -1,10 +1,9 @@
 //! A chain of modules.
 
-use super::Module;
+use super::{Module, PlannerHints};
 use crate::Result;
 use crate::autograd::Var;
 use crate::context::Cx;
-use crate::module::PlannerHints;
 
 /// Runs its children in order, each on the previous one's outputs. Children are named by
 /// position (`"0"`, `"1"`, ...) unless given names.

@@ -1,11 +1,10 @@
 //! Parameter-free layers: Flatten, ReLU, Dropout.
 
-use super::Module;
 use super::cost::ModuleCost;
 use super::fold::one_input;
+use super::{Module, PlannerHints};
 use crate::autograd::Var;
 use crate::context::Cx;
-use crate::module::PlannerHints;
 use crate::{CheckpointError, Result, ops};
 use memopt_core::Shape;
 use memopt_core::memory::current_scope;

@@ -4,8 +4,9 @@ use super::expect_sample;
 use crate::autograd::Var;
 use crate::context::Cx;
 use crate::model::{InputSpec, Model};
-use crate::module::PlannerHints;
-use crate::module::{BatchNorm, Conv2d, Dropout, Flatten, Init, Linear, Module, Neuron, Pool2d, Sequential};
+use crate::module::{
+    BatchNorm, Conv2d, Dropout, Flatten, Init, Linear, Module, Neuron, PlannerHints, Pool2d, Sequential,
+};
 use crate::{CheckpointError, Result};
 use memopt_core::Device;
 use memopt_core::kernels::{Conv2dParams, NeuronConfig, NeuronKind, Surrogate};

@@ -18,8 +18,9 @@ use crate::Result;
 use crate::autograd::Var;
 use crate::context::Cx;
 use crate::model::{InputSpec, Model};
-use crate::module::PlannerHints;
-use crate::module::{BatchNorm, Conv2d, Dropout, Init, Linear, Module, Neuron, Pool2d, Sequential};
+use crate::module::{
+    BatchNorm, Conv2d, Dropout, Init, Linear, Module, Neuron, PlannerHints, Pool2d, Sequential,
+};
 use memopt_core::Device;
 use memopt_core::kernels::Conv2dParams;
 

@@ -4,9 +4,8 @@ use super::CustomModel;
 use super::layer::{Layer, NeuronFields, SurrogateName};
 use crate::autograd::Var;
 use crate::context::Cx;
-use crate::module::PlannerHints;
 use crate::module::{
-    BatchNorm, Conv2d, Dropout, Flatten, Init, Linear, Module, Neuron, Pool2d, Relu, Sequential,
+    BatchNorm, Conv2d, Dropout, Flatten, Init, Linear, Module, Neuron, PlannerHints, Pool2d, Relu, Sequential,
 };
 use crate::zoo::one_input;
 use crate::{Result, ops};

@@ -55,9 +55,6 @@ pub struct Cx<'m> {
     batch_stats: BatchStats,
     /// What runs module calls under their policies (the policy layer's [`crate::PolicyTable`]).
     dispatch: &'m dyn Dispatch<'m>,
-    /// Whether the values the module call running now returns are read by no one (see
-    /// [`Cx::outputs_unread`]).
-    unread_call: bool,
     /// Whether the next module call or op produces values read by no one: armed by
     /// [`Cx::final_op`], by [`Cx::call_children`] for a container's last child and by a
     /// recomputation for its segment; taken by the next module call
@@ -95,7 +92,6 @@ impl<'m> Cx<'m> {
             keep_final_states: true,
             batch_stats: BatchStats::default(),
             dispatch,
-            unread_call: false,
             unread_next: false,
             final_next: false,
             chain_window: None,
@@ -363,7 +359,7 @@ impl<'m> Cx<'m> {
             self.unread_next = false;
         }
         let dispatch = self.dispatch;
-        self.with_armed_call(|cx| dispatch.run(cx, path, module, policy, inputs))
+        dispatch.run(&mut self.enter_call(), path, module, policy, inputs)
     }
 
     /// Runs the children of `parent` (the module of the current scope, whose children form a

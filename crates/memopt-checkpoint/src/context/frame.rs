@@ -1,6 +1,7 @@
 //! The frame of the segment running: what a checkpointed or chunked segment sets for its run
 //! (recomputing, in a time chunk, chunks following, packed saves, frozen parameters, its kept
-//! BatchNorm inputs, the neuron states and random stream it started from). A segment enters
+//! BatchNorm inputs, the neuron states and random stream it started from), and whether the
+//! module call running has its outputs read. A segment enters
 //! its frame with [`Cx::enter`]; the returned guard gives the context back as it was when it
 //! is dropped, whatever happened in between (an error included).
 
@@ -17,6 +18,7 @@ pub(crate) struct Frame {
     chunks_following: bool,
     packs_saved_spikes: bool,
     params_frozen: bool,
+    outputs_unread: bool,
 }
 
 impl Frame {
@@ -43,6 +45,11 @@ impl Frame {
     /// Whether parameters are constants (a gradient-sums pass).
     pub(crate) fn params_frozen(&self) -> bool {
         self.params_frozen
+    }
+
+    /// Whether the values the module call running returns are read by no one.
+    pub(crate) fn outputs_unread(&self) -> bool {
+        self.outputs_unread
     }
 }
 
@@ -75,6 +82,12 @@ pub(crate) enum Enter {
     },
     /// A gradient-sums pass: parameters are constants.
     FrozenParams,
+    /// A module call; `unread`: nobody reads the values it returns (see
+    /// [`Cx::outputs_unread`]).
+    Call {
+        /// Whether its outputs are read by no one.
+        unread: bool,
+    },
 }
 
 /// The context inside a frame; dropping it restores the frame before (see the module docs).
@@ -107,6 +120,7 @@ impl<'m> Cx<'m> {
             }
             Enter::Chunk { followed } => frame.chunks_following |= followed,
             Enter::FrozenParams => frame.params_frozen = true,
+            Enter::Call { unread } => frame.outputs_unread = unread,
         }
         self.frame = frame;
         FrameGuard {

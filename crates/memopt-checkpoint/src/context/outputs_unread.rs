@@ -4,6 +4,7 @@
 //! which module ends a segment).
 
 use super::Cx;
+use super::frame::{Enter, FrameGuard};
 use crate::Result;
 
 impl<'m> Cx<'m> {
@@ -13,7 +14,7 @@ impl<'m> Cx<'m> {
     /// (views aside) from one op or one child call runs that op or call in [`Cx::final_op`],
     /// which lets it skip materialising an output its own backward does not keep.
     pub fn outputs_unread(&self) -> bool {
-        self.unread_call
+        self.frame.outputs_unread()
     }
 
     /// Runs `f`, the one op or child call whose outputs the current module call returns
@@ -23,7 +24,7 @@ impl<'m> Cx<'m> {
     /// `f` whose result the module reads would read a stand-in, which is an error
     /// ([`memopt_core::CoreError::Unmaterialised`]), never a wrong value.
     pub fn final_op<T>(&mut self, f: impl FnOnce(&mut Self) -> Result<T>) -> Result<T> {
-        self.unread_next = self.unread_call;
+        self.unread_next = self.outputs_unread();
         self.final_next = true;
         let out = f(self);
         self.unread_next = false;
@@ -59,13 +60,10 @@ impl<'m> Cx<'m> {
         self.final_next = ends;
     }
 
-    /// Runs `f` (a module's forward called directly, not through [`Cx::call`]) with
-    /// [`Cx::outputs_unread`] equal to what was armed, disarming it.
-    pub(crate) fn with_armed_call<T>(&mut self, f: impl FnOnce(&mut Self) -> Result<T>) -> Result<T> {
+    /// Enters the frame of a module call (a module's forward run by the dispatch or by a
+    /// segment): [`Cx::outputs_unread`] is what was armed for it, which is disarmed.
+    pub(crate) fn enter_call(&mut self) -> FrameGuard<'_, 'm> {
         let unread = std::mem::take(&mut self.unread_next);
-        let outer = std::mem::replace(&mut self.unread_call, unread);
-        let out = f(self);
-        self.unread_call = outer;
-        out
+        self.enter(Enter::Call { unread })
     }
 }

@@ -78,7 +78,7 @@ impl<'m> Segment<'m> {
     /// module, or the last child of the run, gets them.
     pub(crate) fn forward(&self, cx: &mut Cx<'m>, inputs: Vec<Var>) -> Result<Vec<Var>> {
         match *self {
-            Segment::Module(m) => cx.with_armed_call(|cx| m.forward(cx, inputs)),
+            Segment::Module(m) => m.forward(&mut cx.enter_call(), inputs),
             Segment::Children {
                 parent,
                 start,

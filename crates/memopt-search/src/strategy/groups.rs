@@ -62,9 +62,33 @@ pub struct Block {
     /// The module path of each of its layers.
     pub paths: Vec<String>,
     /// Bytes of its input (what a checkpoint keeps before compression). What its layers save
-    /// for backward when stored is per module in a step's memory report
-    /// ([`crate::ModuleMemory::saved_bytes`], from [`crate::profile_memory`]).
+    /// for backward when stored is [`Block::saved_bytes`].
     pub input_bytes: u64,
+}
+
+impl Block {
+    /// Bytes its layers save for backward in the forward pass of the step `report` measured
+    /// (a [`crate::MemoryReport`] from [`crate::profile_memory`]; under the plan storing
+    /// everything, what checkpointing the block would free). A layer the report lacks counts
+    /// zero.
+    ///
+    /// ```
+    /// use memopt_search::{Blocks, Device, Plan, PlanningSession, Workload, profile_memory};
+    /// let workload = Workload::zoo_small("cifar10dvs-vgg", 2).unwrap();
+    /// let session = PlanningSession::new(&workload).unwrap();
+    /// let report = profile_memory(&workload, &Plan::default(), Device::META).unwrap();
+    /// let blocks = Blocks::of(session.sites());
+    /// // The block that keeps the most for backward.
+    /// let largest = blocks.iter().max_by_key(|b| b.saved_bytes(&report)).unwrap();
+    /// assert!(largest.saved_bytes(&report) > 0);
+    /// ```
+    pub fn saved_bytes(&self, report: &crate::MemoryReport) -> u64 {
+        self.paths
+            .iter()
+            .filter_map(|p| report.module(p, crate::Phase::Forward))
+            .map(|m| m.saved_bytes)
+            .sum()
+    }
 }
 
 /// The blocks of a model, and plans made of whole blocks. A plan built here cannot cut a

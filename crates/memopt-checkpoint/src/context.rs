@@ -1,15 +1,15 @@
-//! The forward context: the tape (when recording), the RNG, the mode, neuron states, the
-//! memory policies in force and the parameter gradients of the step.
+//! The forward context a module sees: device, RNG, mode, neuron states and calling children
+//! (through the [`Dispatch`] of the policies in force); the [`Recorder`] of the step beneath it,
+//! and the frame of the segment running (`context/frame.rs`).
 
 use crate::autograd::{
     BackwardContext, Gradients, PausedTape, Record, RecordedOutputs, Recorder, SavedLayerInput, SavedTensor,
     StateStore, Tape, UpdateHook, Var, VarId,
 };
 use crate::param::Param;
-use crate::policy::Policy;
 use crate::{CheckpointError, Result};
 use memopt_core::memory::{Phase, current_scope, enter_module, enter_phase};
-use memopt_core::{Device, MemoryKind, ModulePath, Philox, Tensor};
+use memopt_core::{Device, MemoryKind, Philox, Tensor};
 use std::collections::HashMap;
 
 mod batch_stats;
@@ -263,7 +263,7 @@ impl<'m> Cx<'m> {
 
     /// Keeps a convolution's or linear layer's input `x` for its weight gradient (see
     /// [`SavedLayerInput`]): packed spikes stay packed and spike counts stay counts; f32 spikes
-    /// are packed inside a module under [`Policy::StorePacked`]; anything else is kept as it
+    /// are packed inside a module under [`crate::Policy::StorePacked`]; anything else is kept as it
     /// is.
     pub fn save_layer_input(&self, x: &Var) -> Result<SavedLayerInput> {
         SavedLayerInput::of(x, self.frame.packs_saved_spikes())
@@ -325,41 +325,23 @@ impl<'m> Cx<'m> {
     /// [`Cx::call_here`] once kept BatchNorm inputs are dealt with.
     fn call_module(&mut self, module: &'m dyn Module, inputs: Vec<Var>) -> Result<Vec<Var>> {
         let path = current_scope().module_path().clone();
-        let policy = self.dispatch.policy(&path).filter(|_| self.is_recording());
         let ends_parent = std::mem::take(&mut self.final_next);
+        let dispatch = self.dispatch;
         if !call_observer::observing() {
-            return self.dispatch_armed(path, module, inputs, policy);
+            return dispatch.run(self, path, module, inputs);
         }
         let infos: Vec<ValueInfo> = inputs.iter().map(ValueInfo::of_value).collect();
-        let outputs = self.dispatch_armed(path.clone(), module, inputs, policy)?;
+        let outputs = dispatch.run(self, path.clone(), module, inputs)?;
         let out_infos: Vec<ValueInfo> = outputs.iter().map(ValueInfo::of_value).collect();
         call_observer::notify(&ModuleCall {
             path: &path,
             phase: current_scope().phase(),
             module,
-            policy,
             ends_parent,
             inputs: &infos,
             outputs: &out_infos,
         });
         Ok(outputs)
-    }
-
-    /// [`Cx::dispatch`] with [`Cx::outputs_unread`] set to what was armed for this call. A child
-    /// under a checkpoint or offload policy runs without it: its forward runs without a tape and
-    /// its outputs are the node's.
-    fn dispatch_armed(
-        &mut self,
-        path: ModulePath,
-        module: &'m dyn Module,
-        inputs: Vec<Var>,
-        policy: Option<Policy>,
-    ) -> Result<Vec<Var>> {
-        if !matches!(policy, None | Some(Policy::Store | Policy::StorePacked)) {
-            self.unread_next = false;
-        }
-        let dispatch = self.dispatch;
-        dispatch.run(&mut self.enter_call(), path, module, policy, inputs)
     }
 
     /// Runs the children of `parent` (the module of the current scope, whose children form a

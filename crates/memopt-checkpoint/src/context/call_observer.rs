@@ -4,7 +4,6 @@
 //! With no observer attached a call costs one thread-local flag check more.
 
 use super::Module;
-use crate::policy::Policy;
 use memopt_core::memory::Phase;
 use memopt_core::{DType, KnownValues, Shape, Tensor};
 use std::cell::{Cell, RefCell};
@@ -66,8 +65,6 @@ pub struct ModuleCall<'a> {
     pub phase: Phase,
     /// The module called.
     pub module: &'a dyn Module,
-    /// The policy applied to the call (`None` when the module was run as stored).
-    pub policy: Option<Policy>,
     /// Whether the call's outputs are its parent module's outputs: it was made as the parent's
     /// final op ([`crate::Cx::final_op`]) or as the last child of a container. When the parent
     /// ends a recomputed segment, so does this call (its outputs are then read by no one).

@@ -1,27 +1,22 @@
 //! How module calls run: the seam between the context and the memory policies. [`Cx::call`]
 //! and [`Cx::call_children`] call through a [`Dispatch`], which the policy layer implements
-//! ([`crate::PolicyTable`]), so the context never names a policy's machinery and the
+//! ([`crate::PolicyTable`]), so the context never names a policy and the
 //! recursion context -> policy -> module -> context exists only at run time.
 
 use super::{Cx, Module};
 use crate::Result;
 use crate::autograd::Var;
-use crate::policy::Policy;
 use memopt_core::ModulePath;
 
 /// What runs a module call under the memory policy of its path.
 pub trait Dispatch<'m> {
-    /// The policy assigned to the module at `path` (`None`: stored as usual).
-    fn policy(&self, path: &ModulePath) -> Option<Policy>;
-
-    /// Runs `module`, whose path is `path` (the current scope), under `policy` (`None` when
-    /// it has none or nothing records).
+    /// Runs `module`, whose path is `path` (the current scope), under the policy assigned to
+    /// it.
     fn run(
         &self,
         cx: &mut Cx<'m>,
         path: ModulePath,
         module: &'m dyn Module,
-        policy: Option<Policy>,
         inputs: Vec<Var>,
     ) -> Result<Vec<Var>>;
 

@@ -15,23 +15,32 @@ use memopt_core::ModulePath;
 use memopt_core::memory::current_scope;
 
 impl<'m> Dispatch<'m> for PolicyTable {
-    fn policy(&self, path: &ModulePath) -> Option<Policy> {
-        self.get(path).copied()
-    }
-
     fn run(
         &self,
         cx: &mut Cx<'m>,
         path: ModulePath,
         module: &'m dyn Module,
-        policy: Option<Policy>,
         inputs: Vec<Var>,
     ) -> Result<Vec<Var>> {
+        // Policies apply while recording; a forward without a tape stores nothing anyway.
+        let policy = self.get(&path).copied().filter(|_| cx.is_recording());
         match policy {
-            None | Some(Policy::Store) => module.forward(cx, inputs),
-            Some(Policy::StorePacked) => module.forward(&mut cx.enter(Enter::PackedSaves(true)), inputs),
+            None | Some(Policy::Store) => module.forward(&mut cx.enter_call(), inputs),
+            Some(Policy::StorePacked) => {
+                let mut cx = cx.enter(Enter::PackedSaves(true));
+                module.forward(&mut cx.enter_call(), inputs)
+            }
             Some(policy @ (Policy::Checkpoint { .. } | Policy::Offload { .. })) => {
-                checkpoint::forward(cx, path, Segment::Module(module), inputs, policy)
+                // The segment runs without a tape and its outputs are the node's: the call
+                // runs with its outputs read.
+                cx.arm_unread(false);
+                checkpoint::forward(
+                    &mut cx.enter_call(),
+                    path,
+                    Segment::Module(module),
+                    inputs,
+                    policy,
+                )
             }
         }
     }

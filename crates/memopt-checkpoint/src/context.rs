@@ -7,7 +7,7 @@ use crate::autograd::{
     StateStore, Tape, UpdateHook, Var, VarId,
 };
 use crate::param::Param;
-use crate::{CheckpointError, Result};
+use crate::{CheckpointError, Forward, Result};
 use memopt_core::memory::{Phase, current_scope, enter_module, enter_phase};
 use memopt_core::{Device, MemoryKind, Philox, Tensor};
 use std::collections::HashMap;
@@ -308,14 +308,14 @@ impl<'m> Cx<'m> {
 
     /// Calls child module `name` with `inputs`, under the child's scope and with the memory
     /// policy assigned to its path.
-    pub fn call(&mut self, name: &str, module: &'m dyn Module, inputs: Vec<Var>) -> Result<Vec<Var>> {
+    pub fn call(&mut self, name: &str, module: &'m dyn Module, inputs: Vec<Var>) -> Forward<Vec<Var>> {
         let _scope = enter_module(name);
         self.call_here(module, inputs)
     }
 
     /// Calls `module` in the current scope with the policy assigned to the current path (used
     /// for the root, whose path is empty).
-    pub fn call_here(&mut self, module: &'m dyn Module, inputs: Vec<Var>) -> Result<Vec<Var>> {
+    pub fn call_here(&mut self, module: &'m dyn Module, inputs: Vec<Var>) -> Forward<Vec<Var>> {
         if self.skipping_to_batch_norm() {
             return self.call_with_kept_inputs(module, inputs, |cx, inputs| cx.call_module(module, inputs));
         }
@@ -323,7 +323,7 @@ impl<'m> Cx<'m> {
     }
 
     /// [`Cx::call_here`] once kept BatchNorm inputs are dealt with.
-    fn call_module(&mut self, module: &'m dyn Module, inputs: Vec<Var>) -> Result<Vec<Var>> {
+    fn call_module(&mut self, module: &'m dyn Module, inputs: Vec<Var>) -> Forward<Vec<Var>> {
         let path = current_scope().module_path().clone();
         let ends_parent = std::mem::take(&mut self.final_next);
         let dispatch = self.dispatch;
@@ -350,7 +350,7 @@ impl<'m> Cx<'m> {
     /// of its chain (plan entries with `children`; see [`crate::module::chain_links`]). An
     /// inlined child that no run touches is called whole. A child that a run goes on into
     /// ([`crate::PlanEntry::into_next`]) runs its remaining links after the run.
-    pub fn call_children(&mut self, parent: &'m dyn Module, inputs: Vec<Var>) -> Result<Vec<Var>> {
+    pub fn call_children(&mut self, parent: &'m dyn Module, inputs: Vec<Var>) -> Forward<Vec<Var>> {
         let dispatch = self.dispatch;
         dispatch.run_children(self, parent, inputs)
     }
@@ -367,7 +367,7 @@ impl<'m> Cx<'m> {
         end: usize,
         into_next: usize,
         inputs: Vec<Var>,
-    ) -> Result<Vec<Var>> {
+    ) -> Forward<Vec<Var>> {
         let dispatch = self.dispatch;
         dispatch.run_child_range(self, parent, (start, end, into_next), inputs)
     }
@@ -394,14 +394,14 @@ impl<'m> Cx<'m> {
     }
 
     /// Calls a child with one input and one output.
-    pub fn call1(&mut self, name: &str, module: &'m dyn Module, x: Var) -> Result<Var> {
+    pub fn call1(&mut self, name: &str, module: &'m dyn Module, x: Var) -> Forward<Var> {
         let mut out = self.call(name, module, vec![x])?;
         match out.pop() {
             Some(y) if out.is_empty() => Ok(y),
             popped => {
                 // The path is joined only to name the module in the error.
                 out.extend(popped);
-                single(out, current_scope().child(name).path(), module)
+                Ok(single(out, current_scope().child(name).path(), module)?)
             }
         }
     }

@@ -62,16 +62,6 @@ pub enum CheckpointError {
     /// The tape was used wrongly (e.g. backward twice).
     #[error("autograd: {0}")]
     Autograd(String),
-    /// A chunk of a statistics pass stopped at the BatchNorm at `path` after adding its sums
-    /// (control flow between a training BatchNorm and the chunked segment running the pass,
-    /// which catches it; it reaches no caller of the public API).
-    #[error(
-        "the statistics pass of a chunked segment stopped at BatchNorm '{path}' outside the segment (a bug in memopt-checkpoint)"
-    )]
-    StatisticsPass {
-        /// Path of the BatchNorm.
-        path: String,
-    },
 }
 
 impl CheckpointError {

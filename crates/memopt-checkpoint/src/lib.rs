@@ -27,6 +27,7 @@ pub mod ops;
 pub mod optim;
 pub mod param;
 pub mod policy;
+mod stop;
 pub mod strict_json;
 pub mod train;
 pub mod zoo;
@@ -41,4 +42,5 @@ pub use policy::{
     BatchNormInputs, ChunkBoundaries, PLAN_VERSION, Plan, PlanEntry, Policy, PolicyTable, RunShape,
     run_target, time_spans,
 };
+pub use stop::{Forward, Stop};
 pub use train::{Batch, StepOptions, StepOutput, Target, Trainer};

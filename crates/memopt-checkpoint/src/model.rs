@@ -5,7 +5,7 @@ use crate::context::Cx;
 use crate::module::{Module, ModuleInfo, find_module, module_infos, named_buffers, named_params};
 use crate::param::{Buffer, Param};
 use crate::policy::{Plan, Policy, PolicyTable, RunShape};
-use crate::{CheckpointError, Result};
+use crate::{CheckpointError, Result, Stop};
 use memopt_core::{DType, Device, Tensor};
 use serde::{Deserialize, Serialize};
 
@@ -220,7 +220,9 @@ impl Model {
 
     /// Runs the root module on `x` under the policies in force.
     pub fn forward<'m>(&'m self, cx: &mut Cx<'m>, x: Var) -> Result<Var> {
-        let out = cx.call_here(self.root.as_ref(), vec![x])?;
+        let out = cx
+            .call_here(self.root.as_ref(), vec![x])
+            .map_err(Stop::into_error)?;
         crate::context::single(out, "", self.root.as_ref())
     }
 }

@@ -5,7 +5,7 @@ mod common;
 
 use common::{assert_exact_and_meta_matches_cpu, eval_values};
 use memopt_checkpoint::module::{Init, Linear, Module, Neuron, PlannerHints, Sequential};
-use memopt_checkpoint::{Cx, InputSpec, Model, Plan, Policy, Result, Var, ops};
+use memopt_checkpoint::{Cx, Forward, InputSpec, Model, Plan, Policy, Var, ops};
 use memopt_core::{Device, MemoryKind, Tensor};
 
 /// `max(x, 0) + slope * min(x, 0)`: only `type_name` and `forward` are required, and the
@@ -19,7 +19,7 @@ impl Module for LeakyRelu {
         "LeakyReLU"
     }
 
-    fn forward<'m>(&'m self, cx: &mut Cx<'m>, inputs: Vec<Var>) -> Result<Vec<Var>> {
+    fn forward<'m>(&'m self, cx: &mut Cx<'m>, inputs: Vec<Var>) -> Forward<Vec<Var>> {
         let x = &inputs[0];
         let positive = ops::relu(cx, x)?;
         let flipped = ops::scale(cx, x, -1.0)?;

@@ -7,6 +7,7 @@
 mod common;
 
 use common::{batch, fingerprint, trainer};
+use memopt_checkpoint::Forward;
 use memopt_checkpoint::module::{
     Conv2d, Flatten, Init, Linear, Module, Neuron, PlannerHints, Pool2d, Sequential,
 };
@@ -25,8 +26,8 @@ impl Module for Unpack {
         "Unpack"
     }
 
-    fn forward<'m>(&'m self, _cx: &mut Cx<'m>, inputs: Vec<Var>) -> Result<Vec<Var>> {
-        inputs.iter().map(Var::unpacked).collect()
+    fn forward<'m>(&'m self, _cx: &mut Cx<'m>, inputs: Vec<Var>) -> Forward<Vec<Var>> {
+        Ok(inputs.iter().map(Var::unpacked).collect::<Result<_>>()?)
     }
 }
 
@@ -179,7 +180,7 @@ impl Module for Residual {
         "Residual"
     }
 
-    fn forward<'m>(&'m self, cx: &mut Cx<'m>, inputs: Vec<Var>) -> Result<Vec<Var>> {
+    fn forward<'m>(&'m self, cx: &mut Cx<'m>, inputs: Vec<Var>) -> Forward<Vec<Var>> {
         let x = inputs.into_iter().next().unwrap();
         let y = cx.call1("conv", &self.conv, x.clone())?;
         let y = cx.call1("sn", &self.sn, y)?;

@@ -175,7 +175,7 @@ impl memopt_checkpoint::module::Module for CallsItsOwnChildren {
         &'m self,
         cx: &mut memopt_checkpoint::Cx<'m>,
         inputs: Vec<memopt_checkpoint::Var>,
-    ) -> memopt_checkpoint::Result<Vec<memopt_checkpoint::Var>> {
+    ) -> memopt_checkpoint::Forward<Vec<memopt_checkpoint::Var>> {
         let xs = cx.call("a", &self.a, inputs)?;
         cx.call("b", &self.b, xs)
     }

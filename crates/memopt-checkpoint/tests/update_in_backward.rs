@@ -6,11 +6,12 @@
 mod common;
 
 use common::{Recorder, batch, entry, plan_of, tiny_conv_snn, zoo_small};
+use memopt_checkpoint::Forward;
 use memopt_checkpoint::module::{BatchNorm, Init, Linear, Neuron, PlannerHints, Sequential};
 use memopt_checkpoint::optim::{Adam, Optimizer};
 use memopt_checkpoint::{
-    ChunkBoundaries, Cx, InputSpec, Model, Module, Param, Plan, PlanEntry, Policy, Result, StepOptions,
-    Trainer, Var, ops,
+    ChunkBoundaries, Cx, InputSpec, Model, Module, Param, Plan, PlanEntry, Policy, StepOptions, Trainer, Var,
+    ops,
 };
 use memopt_compress::CompressorKind;
 use memopt_core::kernels::AdamConfig;
@@ -206,7 +207,7 @@ impl Module for SharedLin {
     fn type_name(&self) -> &'static str {
         "SharedLin"
     }
-    fn forward<'m>(&'m self, cx: &mut Cx<'m>, mut inputs: Vec<Var>) -> Result<Vec<Var>> {
+    fn forward<'m>(&'m self, cx: &mut Cx<'m>, mut inputs: Vec<Var>) -> Forward<Vec<Var>> {
         let x = inputs.pop().unwrap();
         let t = x.dims()[0];
         let w = cx.param(&self.w);
@@ -226,7 +227,7 @@ impl Module for Parent {
     fn type_name(&self) -> &'static str {
         "Parent"
     }
-    fn forward<'m>(&'m self, cx: &mut Cx<'m>, mut inputs: Vec<Var>) -> Result<Vec<Var>> {
+    fn forward<'m>(&'m self, cx: &mut Cx<'m>, mut inputs: Vec<Var>) -> Forward<Vec<Var>> {
         let x = inputs.pop().unwrap();
         let t = x.dims()[0];
         let w = cx.param(&self.w);
@@ -420,7 +421,7 @@ impl Module for TwoReads {
         "TwoReads"
     }
 
-    fn forward<'m>(&'m self, cx: &mut Cx<'m>, mut inputs: Vec<Var>) -> Result<Vec<Var>> {
+    fn forward<'m>(&'m self, cx: &mut Cx<'m>, mut inputs: Vec<Var>) -> Forward<Vec<Var>> {
         let x = inputs.pop().unwrap();
         let t = x.dims()[0];
         let w = cx.param(&self.a);

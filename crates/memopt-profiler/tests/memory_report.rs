@@ -283,7 +283,7 @@ impl Module for Leaf {
     fn type_name(&self) -> &'static str {
         "Leaf"
     }
-    fn forward<'m>(&'m self, _cx: &mut Cx<'m>, _inputs: Vec<Var>) -> memopt_checkpoint::Result<Vec<Var>> {
+    fn forward<'m>(&'m self, _cx: &mut Cx<'m>, _inputs: Vec<Var>) -> memopt_checkpoint::Forward<Vec<Var>> {
         let out = zeros(100, MemoryKind::Activation);
         drop(zeros(50, MemoryKind::Workspace));
         Ok(vec![Var::constant(out)])
@@ -301,7 +301,7 @@ impl Module for Inner {
     fn type_name(&self) -> &'static str {
         "Inner"
     }
-    fn forward<'m>(&'m self, cx: &mut Cx<'m>, _inputs: Vec<Var>) -> memopt_checkpoint::Result<Vec<Var>> {
+    fn forward<'m>(&'m self, cx: &mut Cx<'m>, _inputs: Vec<Var>) -> memopt_checkpoint::Forward<Vec<Var>> {
         let mut out = cx.call("leaf", &self.leaf, vec![])?;
         out.push(Var::constant(zeros(200, MemoryKind::Activation)));
         Ok(out)
@@ -323,7 +323,7 @@ impl Module for Outer {
     fn type_name(&self) -> &'static str {
         "Outer"
     }
-    fn forward<'m>(&'m self, cx: &mut Cx<'m>, _inputs: Vec<Var>) -> memopt_checkpoint::Result<Vec<Var>> {
+    fn forward<'m>(&'m self, cx: &mut Cx<'m>, _inputs: Vec<Var>) -> memopt_checkpoint::Forward<Vec<Var>> {
         let temp = zeros(10, MemoryKind::Workspace);
         let mut out = cx.call("inner", &self.inner, vec![])?;
         out.extend(cx.call("sibling", &self.sibling, vec![])?);

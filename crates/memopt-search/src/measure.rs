@@ -6,7 +6,9 @@ use crate::sites::Site;
 use crate::{Result, SearchError};
 use memopt_checkpoint::autograd::VarId;
 use memopt_checkpoint::policy::PLAN_VERSION;
-use memopt_checkpoint::{Cx, Model, Plan, PlanEntry, Policy, PolicyTable, Recording, RunShape, Var, ops};
+use memopt_checkpoint::{
+    Cx, Model, Plan, PlanEntry, Policy, PolicyTable, Recording, RunShape, Stop, Var, ops,
+};
 use memopt_core::memory::{Phase, Scope, enter_scope};
 use memopt_core::{DType, Device, MemoryKind, MemoryTracker, Philox, Tensor};
 use memopt_profiler::PLANNED_STEP;
@@ -118,8 +120,10 @@ pub fn measure(
     let outputs = {
         let _scope = enter_scope(Scope::new(site.path.as_str(), Phase::Forward));
         match site.run {
-            None => cx.call_here(module, leaves)?,
-            Some([start, end]) => cx.call_child_run(module, start, end, site.into_next, leaves)?,
+            None => cx.call_here(module, leaves).map_err(Stop::into_error)?,
+            Some([start, end]) => cx
+                .call_child_run(module, start, end, site.into_next, leaves)
+                .map_err(Stop::into_error)?,
         }
     };
     let forward_peak = tracker.peak_bytes();

@@ -139,15 +139,16 @@ impl BatchStats {
     }
 
     /// Adds the chunk input `x` of the BatchNorm at `path` to the pass's sums (the first
-    /// BatchNorm without statistics a chunk reaches; every chunk must reach the same one) and
-    /// returns the error that stops the chunk. `running` is `None` while recomputing.
+    /// BatchNorm without statistics a chunk reaches; every chunk must reach the same one); the
+    /// chunk then stops ([`crate::Stop::StatisticsGathered`]). `running` is `None` while
+    /// recomputing.
     pub(crate) fn add_stat_sums(
         &mut self,
         path: &ModulePath,
         x: &Tensor,
         running: Option<(&Tensor, &Tensor)>,
         (momentum, eps): (f32, f32),
-    ) -> Result<CheckpointError> {
+    ) -> Result<()> {
         let Some(pass) = self.stats_pass.as_mut() else {
             return Err(internal(path, "no statistics pass is in progress".into()));
         };
@@ -172,9 +173,7 @@ impl BatchStats {
             }
         }
         pass.sums = Some(kernels::batch_norm_stat_sums(x, pass.sums.take())?);
-        Ok(CheckpointError::StatisticsPass {
-            path: path.to_string(),
-        })
+        Ok(())
     }
 
     /// Ends the statistics pass: the BatchNorm that stopped its chunks and its statistics

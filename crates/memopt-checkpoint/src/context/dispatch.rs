@@ -4,7 +4,7 @@
 //! recursion context -> policy -> module -> context exists only at run time.
 
 use super::{Cx, Module};
-use crate::Result;
+use crate::Forward;
 use crate::autograd::Var;
 use memopt_core::ModulePath;
 
@@ -18,12 +18,12 @@ pub trait Dispatch<'m> {
         path: ModulePath,
         module: &'m dyn Module,
         inputs: Vec<Var>,
-    ) -> Result<Vec<Var>>;
+    ) -> Forward<Vec<Var>>;
 
     /// Runs the children of `parent` (the module of the current scope, whose children form a
     /// chain) one after the other, applying the policies of runs of consecutive links (see
     /// [`Cx::call_children`]).
-    fn run_children(&self, cx: &mut Cx<'m>, parent: &'m dyn Module, inputs: Vec<Var>) -> Result<Vec<Var>>;
+    fn run_children(&self, cx: &mut Cx<'m>, parent: &'m dyn Module, inputs: Vec<Var>) -> Forward<Vec<Var>>;
 
     /// Runs links `start..end` of `parent`'s chain and the first `into_next` links of the
     /// child after them as one segment under the policy of that run (see
@@ -34,5 +34,5 @@ pub trait Dispatch<'m> {
         parent: &'m dyn Module,
         links: (usize, usize, usize),
         inputs: Vec<Var>,
-    ) -> Result<Vec<Var>>;
+    ) -> Forward<Vec<Var>>;
 }

@@ -10,7 +10,7 @@
 use super::Cx;
 use super::Module;
 use crate::autograd::Var;
-use crate::{CheckpointError, Result};
+use crate::{CheckpointError, Forward, Result, Stop};
 use memopt_core::memory::current_scope;
 use memopt_core::{DType, KnownValues, RngState, Shape, Tensor};
 
@@ -87,15 +87,15 @@ impl KeptBatchNormInputs {
 }
 
 /// The error of a pass that does not call the layers its statistics pass called.
-fn mismatch(module: &dyn Module, what: String) -> CheckpointError {
-    CheckpointError::Module {
+fn mismatch(module: &dyn Module, what: String) -> Stop {
+    Stop::Error(CheckpointError::Module {
         path: current_scope().module_path().to_string(),
         module: module.type_name().to_string(),
         message: format!(
             "a time chunk keeping its BatchNorm inputs {what}; keep them only for segments whose layers before \
              the first BatchNorm run the same way in every pass (drop \"batch_norm_inputs\")"
         ),
-    }
+    })
 }
 
 impl<'m> Cx<'m> {
@@ -113,8 +113,8 @@ impl<'m> Cx<'m> {
         &mut self,
         module: &'m dyn Module,
         inputs: Vec<Var>,
-        call: impl FnOnce(&mut Self, Vec<Var>) -> Result<Vec<Var>>,
-    ) -> Result<Vec<Var>> {
+        call: impl FnOnce(&mut Self, Vec<Var>) -> Forward<Vec<Var>>,
+    ) -> Forward<Vec<Var>> {
         if !module.children().is_empty() {
             return call(self, inputs);
         }
@@ -166,7 +166,7 @@ impl<'m> Cx<'m> {
                             ))
                         })
                         .collect::<Result<Vec<_>>>();
-                    return stand_ins;
+                    return Ok(stand_ins?);
                 }
                 if !is_batch_norm {
                     return Err(mismatch(

@@ -3,7 +3,7 @@
 //! parameters and buffers), and what planners know of it besides ([`PlannerHints`]).
 
 use super::Cx;
-use crate::Result;
+use crate::Forward;
 use crate::autograd::Var;
 use crate::module::ModuleCost;
 use crate::param::{Buffer, Param};
@@ -16,7 +16,7 @@ pub trait Module: PlannerHints {
 
     /// The forward pass. Multi-step layers take `[T, N, ...]`; stateless layers fold `T` into
     /// the batch. Most modules take and return one value.
-    fn forward<'m>(&'m self, cx: &mut Cx<'m>, inputs: Vec<Var>) -> Result<Vec<Var>>;
+    fn forward<'m>(&'m self, cx: &mut Cx<'m>, inputs: Vec<Var>) -> Forward<Vec<Var>>;
 
     /// Direct children with their names (path segments).
     fn children(&self) -> Vec<(String, &dyn Module)> {
@@ -108,7 +108,7 @@ pub trait PlannerHints {
     /// to the values just before child `index` runs (views only, such as the flatten before a
     /// classifier). `call_children` applies it before every child, and a run of children under
     /// one policy applies it inside the run, so runs may span it. Default: nothing.
-    fn before_child<'m>(&'m self, _cx: &mut Cx<'m>, _index: usize, inputs: Vec<Var>) -> Result<Vec<Var>> {
+    fn before_child<'m>(&'m self, _cx: &mut Cx<'m>, _index: usize, inputs: Vec<Var>) -> Forward<Vec<Var>> {
         Ok(inputs)
     }
 

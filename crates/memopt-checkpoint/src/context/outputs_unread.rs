@@ -5,7 +5,6 @@
 
 use super::Cx;
 use super::frame::{Enter, FrameGuard};
-use crate::Result;
 
 impl<'m> Cx<'m> {
     /// Whether the values the current module call returns are read by no one: the call gives
@@ -23,7 +22,10 @@ impl<'m> Cx<'m> {
     /// not keep, and that child is called with its own outputs unread. Calling anything else in
     /// `f` whose result the module reads would read a stand-in, which is an error
     /// ([`memopt_core::CoreError::Unmaterialised`]), never a wrong value.
-    pub fn final_op<T>(&mut self, f: impl FnOnce(&mut Self) -> Result<T>) -> Result<T> {
+    pub fn final_op<T, E>(
+        &mut self,
+        f: impl FnOnce(&mut Self) -> std::result::Result<T, E>,
+    ) -> std::result::Result<T, E> {
         self.unread_next = self.outputs_unread();
         self.final_next = true;
         let out = f(self);

@@ -4,6 +4,7 @@ use super::cost::{ModuleCost, elems, f32_bytes};
 use super::fold::{fold_time, one_input, unfold_time};
 use super::init::Init;
 use super::{Module, PlannerHints};
+use crate::Forward;
 use crate::autograd::Var;
 use crate::context::Cx;
 use crate::param::{Buffer, Param};
@@ -63,7 +64,7 @@ impl Module for BatchNorm {
         }
     }
 
-    fn forward<'m>(&'m self, cx: &mut Cx<'m>, inputs: Vec<Var>) -> Result<Vec<Var>> {
+    fn forward<'m>(&'m self, cx: &mut Cx<'m>, inputs: Vec<Var>) -> Forward<Vec<Var>> {
         let name = self.type_name();
         let x = one_input(inputs, name)?;
         let layout = if self.rank == 4 { "C, H, W" } else { "C" };

@@ -4,6 +4,7 @@ use super::cost::ModuleCost;
 use super::fold::{fold_time, one_input, time_steps, unfold_time};
 use super::init::Init;
 use super::{Module, PlannerHints};
+use crate::Forward;
 use crate::autograd::Var;
 use crate::context::Cx;
 use crate::param::Param;
@@ -64,7 +65,7 @@ impl Module for Conv2d {
         "Conv2d"
     }
 
-    fn forward<'m>(&'m self, cx: &mut Cx<'m>, inputs: Vec<Var>) -> Result<Vec<Var>> {
+    fn forward<'m>(&'m self, cx: &mut Cx<'m>, inputs: Vec<Var>) -> Forward<Vec<Var>> {
         let x = one_input(inputs, "Conv2d")?;
         let (x, folded) = fold_time(cx, &x, 4, "Conv2d", "C, H, W")?;
         let w = cx.param(&self.weight);

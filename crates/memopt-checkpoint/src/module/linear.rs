@@ -4,6 +4,7 @@ use super::cost::ModuleCost;
 use super::fold::one_input;
 use super::init::Init;
 use super::{Module, PlannerHints};
+use crate::Forward;
 use crate::autograd::Var;
 use crate::context::Cx;
 use crate::param::Param;
@@ -43,7 +44,7 @@ impl Module for Linear {
         "Linear"
     }
 
-    fn forward<'m>(&'m self, cx: &mut Cx<'m>, inputs: Vec<Var>) -> Result<Vec<Var>> {
+    fn forward<'m>(&'m self, cx: &mut Cx<'m>, inputs: Vec<Var>) -> Forward<Vec<Var>> {
         let x = one_input(inputs, "Linear")?;
         // [T, N, F]: weight gradients accumulate per time step (see ops::linear).
         let t = if x.dims().len() >= 3 { x.dims()[0] } else { 1 };

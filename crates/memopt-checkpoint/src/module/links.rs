@@ -5,7 +5,7 @@
 //! the run of its BatchNorm and its neuron keeps only the convolution's output for backward.
 
 use super::Module;
-use crate::Result;
+use crate::Forward;
 use crate::autograd::Var;
 use crate::context::Cx;
 
@@ -139,7 +139,7 @@ impl<'m> ChainStep<'_, 'm> {
 
     /// What `parent` does to the values just before this step ([`PlannerHints::before_child`] of
     /// its direct child, when the step starts one).
-    pub(crate) fn before(&self, parent: &'m dyn Module, cx: &mut Cx<'m>, xs: Vec<Var>) -> Result<Vec<Var>> {
+    pub(crate) fn before(&self, parent: &'m dyn Module, cx: &mut Cx<'m>, xs: Vec<Var>) -> Forward<Vec<Var>> {
         let link = match self {
             ChainStep::Link(l) => l,
             ChainStep::Inlined { first, .. } => first,
@@ -152,7 +152,7 @@ impl<'m> ChainStep<'_, 'm> {
 
     /// Runs the step in the container's scope: the inlined child through [`Cx::call`], a link
     /// of an inlined child after that child's [`PlannerHints::before_child`].
-    pub(crate) fn run(&self, cx: &mut Cx<'m>, xs: Vec<Var>) -> Result<Vec<Var>> {
+    pub(crate) fn run(&self, cx: &mut Cx<'m>, xs: Vec<Var>) -> Forward<Vec<Var>> {
         match self {
             ChainStep::Link(l) => {
                 let xs = match l.inner {

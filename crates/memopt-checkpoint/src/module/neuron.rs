@@ -4,6 +4,7 @@ use super::cost::{ModuleCost, elems, f32_bytes};
 use super::fold::one_input;
 use super::init::Init;
 use super::{Module, PlannerHints};
+use crate::Forward;
 use crate::autograd::Var;
 use crate::context::Cx;
 use crate::param::Param;
@@ -53,7 +54,7 @@ impl Module for Neuron {
         }
     }
 
-    fn forward<'m>(&'m self, cx: &mut Cx<'m>, inputs: Vec<Var>) -> Result<Vec<Var>> {
+    fn forward<'m>(&'m self, cx: &mut Cx<'m>, inputs: Vec<Var>) -> Forward<Vec<Var>> {
         let x = one_input(inputs, self.type_name())?;
         let w = self.w.as_ref().map(|w| cx.param(w));
         Ok(vec![cx.final_op(|cx| ops::neuron(cx, &self.cfg, x, w.as_ref()))?])

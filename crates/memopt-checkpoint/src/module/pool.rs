@@ -3,9 +3,10 @@
 use super::cost::{ModuleCost, elems, f32_bytes};
 use super::fold::{fold_time, one_input, unfold_time};
 use super::{Module, PlannerHints};
+use crate::Forward;
 use crate::autograd::Var;
 use crate::context::Cx;
-use crate::{Result, ops};
+use crate::ops;
 use memopt_core::Shape;
 use memopt_core::kernels::Pool2dParams;
 
@@ -71,7 +72,7 @@ impl Module for Pool2d {
         }
     }
 
-    fn forward<'m>(&'m self, cx: &mut Cx<'m>, inputs: Vec<Var>) -> Result<Vec<Var>> {
+    fn forward<'m>(&'m self, cx: &mut Cx<'m>, inputs: Vec<Var>) -> Forward<Vec<Var>> {
         let x = one_input(inputs, self.type_name())?;
         let (x, folded) = fold_time(cx, &x, 4, self.type_name(), "C, H, W")?;
         let y = match &self.kind {

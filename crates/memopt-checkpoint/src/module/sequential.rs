@@ -1,7 +1,7 @@
 //! A chain of modules.
 
 use super::{Module, PlannerHints};
-use crate::Result;
+use crate::Forward;
 use crate::autograd::Var;
 use crate::context::Cx;
 
@@ -62,7 +62,7 @@ impl Module for Sequential {
         "Sequential"
     }
 
-    fn forward<'m>(&'m self, cx: &mut Cx<'m>, inputs: Vec<Var>) -> Result<Vec<Var>> {
+    fn forward<'m>(&'m self, cx: &mut Cx<'m>, inputs: Vec<Var>) -> Forward<Vec<Var>> {
         cx.call_children(self, inputs)
     }
 

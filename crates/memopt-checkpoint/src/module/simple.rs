@@ -3,9 +3,10 @@
 use super::cost::ModuleCost;
 use super::fold::one_input;
 use super::{Module, PlannerHints};
+use crate::Forward;
 use crate::autograd::Var;
 use crate::context::Cx;
-use crate::{CheckpointError, Result, ops};
+use crate::{CheckpointError, ops};
 use memopt_core::Shape;
 use memopt_core::memory::current_scope;
 
@@ -28,7 +29,7 @@ impl Module for Flatten {
         "Flatten"
     }
 
-    fn forward<'m>(&'m self, cx: &mut Cx<'m>, inputs: Vec<Var>) -> Result<Vec<Var>> {
+    fn forward<'m>(&'m self, cx: &mut Cx<'m>, inputs: Vec<Var>) -> Forward<Vec<Var>> {
         let x = one_input(inputs, "Flatten")?;
         if x.dims().len() < self.start_dim {
             return Err(CheckpointError::Module {
@@ -39,7 +40,8 @@ impl Module for Flatten {
                     self.start_dim,
                     x.dims().len()
                 ),
-            });
+            }
+            .into());
         }
         let mut dims = x.dims()[..self.start_dim].to_vec();
         dims.push(x.dims()[self.start_dim..].iter().product());
@@ -67,7 +69,7 @@ impl Module for Relu {
         "ReLU"
     }
 
-    fn forward<'m>(&'m self, cx: &mut Cx<'m>, inputs: Vec<Var>) -> Result<Vec<Var>> {
+    fn forward<'m>(&'m self, cx: &mut Cx<'m>, inputs: Vec<Var>) -> Forward<Vec<Var>> {
         let x = one_input(inputs, "ReLU")?;
         Ok(vec![ops::relu(cx, &x)?])
     }
@@ -105,7 +107,7 @@ impl Module for Dropout {
         "Dropout"
     }
 
-    fn forward<'m>(&'m self, cx: &mut Cx<'m>, inputs: Vec<Var>) -> Result<Vec<Var>> {
+    fn forward<'m>(&'m self, cx: &mut Cx<'m>, inputs: Vec<Var>) -> Forward<Vec<Var>> {
         let x = one_input(inputs, "Dropout")?;
         let n = x.shape().elem_count();
         let period = match (self.multi_step, x.dims().first()) {

@@ -2,7 +2,7 @@
 
 use crate::autograd::{Backward, BackwardGrads, Gradients, InputSlot, Record, SavedTensor, Var};
 use crate::context::Cx;
-use crate::{CheckpointError, Result};
+use crate::{CheckpointError, Forward, Result};
 use memopt_core::Tensor;
 use memopt_core::kernels::{self, GradNeeds, RunningStats};
 use memopt_core::memory::current_scope;
@@ -23,7 +23,7 @@ pub fn batch_norm<'m>(
     running: (&Tensor, &Tensor),
     momentum: f32,
     eps: f32,
-) -> Result<Var> {
+) -> Forward<Var> {
     let unread = cx.take_output_unread();
     let slots = [Some(x), weight, bias];
     let needs_grad = cx.slots_need_grad(&slots);
@@ -40,7 +40,8 @@ pub fn batch_norm<'m>(
                 message: "backward through BatchNorm in eval mode is not supported; train in training mode \
                           or run eval without recording"
                     .into(),
-            });
+            }
+            .into());
         }
         let y = kernels::batch_norm_eval(
             &xt,

@@ -8,7 +8,7 @@
 
 use crate::autograd::{BackwardGrads, BackwardOp, Record, SavedTensor, Var, fixed_slots};
 use crate::context::Cx;
-use crate::{CheckpointError, Result};
+use crate::{CheckpointError, Forward, Result, Stop};
 use memopt_core::kernels::{self, BatchNormStats};
 use memopt_core::memory::current_scope;
 use memopt_core::{DType, ModulePath, Tensor};
@@ -27,17 +27,16 @@ pub(super) fn batch_norm_in_chunk<'m>(
     running: (&Tensor, &Tensor),
     consts: (f32, f32),
     unread: bool,
-) -> Result<Option<Var>> {
+) -> Forward<Option<Var>> {
     let path = current_scope().module_path().clone();
     if let Some(stats) = cx.batch_stats_mut().normalize_with(&path, per_channel(tensors.0)) {
-        return normalize_chunk(cx, path, slots, tensors, stats, unread).map(Some);
+        return Ok(normalize_chunk(cx, path, slots, tensors, stats, unread).map(Some)?);
     }
     if cx.batch_stats().in_stats_pass() {
         let running = (!cx.is_recomputing()).then_some(running);
-        let stop = cx
-            .batch_stats_mut()
+        cx.batch_stats_mut()
             .add_stat_sums(&path, tensors.0, running, consts)?;
-        return Err(stop);
+        return Err(Stop::StatisticsGathered);
     }
     if cx.in_time_chunk() {
         return Err(CheckpointError::Module {
@@ -46,7 +45,8 @@ pub(super) fn batch_norm_in_chunk<'m>(
             message: "runs on a time chunk without the statistics of the whole batch (the chunked segment around it \
                       did not compute them)"
                 .into(),
-        });
+        }
+        .into());
     }
     Ok(None)
 }

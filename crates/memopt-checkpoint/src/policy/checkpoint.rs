@@ -8,6 +8,7 @@ use super::saved_input::SavedInput;
 use super::saved_state::SavedState;
 use super::segment::Segment;
 use super::{BatchNormInputs, ChunkBoundaries, Policy};
+use crate::Forward;
 use crate::autograd::{BackwardGrads, BackwardOp, Record, Var, VarId};
 use crate::context::{Cx, Enter, KeptPass};
 use crate::{CheckpointError, Result};
@@ -135,7 +136,7 @@ pub(crate) fn forward<'m>(
     segment: Segment<'m>,
     inputs: Vec<Var>,
     policy: Policy,
-) -> Result<Vec<Var>> {
+) -> Forward<Vec<Var>> {
     let compressor = match policy {
         Policy::Checkpoint { compressor, .. } | Policy::Offload { compressor, .. } => compressor,
         Policy::Store => return segment.forward(cx, inputs),
@@ -149,7 +150,8 @@ pub(crate) fn forward<'m>(
              segment's first BatchNorm, which its later passes skip to; drop the enclosing segment's \
              \"batch_norm_inputs\" or this entry"
                 .into(),
-        ));
+        )
+        .into());
     }
     let (chunks, boundaries, offload) = (policy.chunks(), policy.boundaries(), policy.offloads());
     let spans = chunk_spans(cx, &path, &segment, &inputs, chunks)?;
@@ -236,7 +238,7 @@ fn run_chunks<'m>(
     rng_entry: RngState,
     saving: (memopt_compress::CompressorKind, ChunkBoundaries),
     host: Option<memopt_core::Device>,
-) -> Result<ChunkRun> {
+) -> Forward<ChunkRun> {
     let keep_inputs = batch_norm_inputs == BatchNormInputs::Kept;
     let batch_norms = chunk_passes::statistics_passes(
         cx,
@@ -263,7 +265,7 @@ fn run_chunks<'m>(
     );
     // Whatever the last pass left of the kept inputs goes now.
     cx.set_kept_inputs(None);
-    let checked = ran.and_then(|r| cx.batch_stats_mut().check_counts(paths()).map(|()| r));
+    let checked = ran.and_then(|r| Ok(cx.batch_stats_mut().check_counts(paths()).map(|()| r)?));
     cx.batch_stats_mut().take_back(paths().cloned());
     let (saves, outputs) = checked?;
     // The statistics stay with the node for backward.
@@ -287,7 +289,7 @@ fn chunk_outputs<'m>(
     rng_entry: RngState,
     (compressor, boundaries): (memopt_compress::CompressorKind, ChunkBoundaries),
     host: Option<memopt_core::Device>,
-) -> Result<(Vec<ChunkSave>, Vec<Tensor>)> {
+) -> Forward<(Vec<ChunkSave>, Vec<Tensor>)> {
     let chunked = spans.len() > 1;
     let mut saves = Vec::with_capacity(spans.len());
     let mut outputs: Vec<Tensor> = Vec::new();

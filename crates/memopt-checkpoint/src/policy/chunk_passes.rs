@@ -8,9 +8,10 @@
 //!
 //! - forward, one statistics pass per BatchNorm, in the order the chunks reach them: every
 //!   chunk runs (without recording) up to the first BatchNorm without statistics, which adds
-//!   its chunk's sums and stops the chunk (`CheckpointError::StatisticsPass`); the statistics
-//!   are then finished (running statistics updated once, as unchunked) and given; a last pass
-//!   runs the chunks with every statistic given and produces the outputs;
+//!   its chunk's sums and stops the chunk ([`crate::Stop::StatisticsGathered`]: the forward's
+//!   end, not an error); the statistics are then finished (running statistics updated once, as
+//!   unchunked) and given; a last pass runs the chunks with every statistic given and produces
+//!   the outputs;
 //! - backward, one gradient-sums pass per BatchNorm, last first: every chunk, last first,
 //!   recomputes (parameters frozen, so no parameter gradient accumulates) and runs backward
 //!   until it reaches that BatchNorm, which adds its chunk's gradient sums; the tape stops
@@ -29,7 +30,7 @@ use super::saved_state::SavedState;
 use super::segment::Segment;
 use crate::autograd::{Tape, Var, VarId};
 use crate::context::{Cx, Enter, KeptBatchNormInputs, KeptPass};
-use crate::{CheckpointError, Result};
+use crate::{CheckpointError, Result, Stop};
 use memopt_core::kernels::BatchNormStats;
 use memopt_core::memory::{Phase, Scope, enter_scope};
 use memopt_core::{ModulePath, RngState, Tensor};
@@ -162,7 +163,7 @@ fn statistics_pass<'m>(
         }
         let followed = i + 1 < spans.len();
         match segment.forward(&mut cx.enter(Enter::Chunk { followed }), xs) {
-            Err(CheckpointError::StatisticsPass { .. }) => {}
+            Err(Stop::StatisticsGathered) => {}
             // Every BatchNorm the chunks run has its statistics.
             Ok(_) if i == 0 => return Ok(()),
             Ok(_) => {
@@ -175,7 +176,7 @@ fn statistics_pass<'m>(
                     ),
                 ));
             }
-            Err(e) => return Err(e),
+            Err(Stop::Error(e)) => return Err(e),
         }
     }
     Ok(())
@@ -240,7 +241,8 @@ fn replay_states<'m>(
             // Followed by the chunk being rebuilt: the neurons keep their final states.
             drop(
                 rc.segment
-                    .forward(&mut cx.enter(Enter::Chunk { followed: true }), xs)?,
+                    .forward(&mut cx.enter(Enter::Chunk { followed: true }), xs)
+                    .map_err(Stop::into_error)?,
             );
         }
         cx.states()
@@ -401,7 +403,7 @@ pub(super) fn backward_chunks<'m>(
                 "the recompute tape disappeared during the chunk's forward".into(),
             )
         })?;
-        let ys = ys?;
+        let ys = ys.map_err(Stop::into_error)?;
         recorded = tape.len();
         let mut seeds = Vec::new();
         for (y, g) in ys.iter().zip(out_grads.iter_mut()) {

@@ -7,7 +7,7 @@
 use super::checkpoint;
 use super::segment::{Segment, call_links};
 use super::{Policy, PolicyTable};
-use crate::Result;
+use crate::Forward;
 use crate::autograd::Var;
 use crate::context::{Cx, Dispatch, Enter, Module};
 use crate::module::links::{chain_links, step_at};
@@ -21,7 +21,7 @@ impl<'m> Dispatch<'m> for PolicyTable {
         path: ModulePath,
         module: &'m dyn Module,
         inputs: Vec<Var>,
-    ) -> Result<Vec<Var>> {
+    ) -> Forward<Vec<Var>> {
         // Policies apply while recording; a forward without a tape stores nothing anyway.
         let policy = self.get(&path).copied().filter(|_| cx.is_recording());
         match policy {
@@ -45,7 +45,7 @@ impl<'m> Dispatch<'m> for PolicyTable {
         }
     }
 
-    fn run_children(&self, cx: &mut Cx<'m>, parent: &'m dyn Module, inputs: Vec<Var>) -> Result<Vec<Var>> {
+    fn run_children(&self, cx: &mut Cx<'m>, parent: &'m dyn Module, inputs: Vec<Var>) -> Forward<Vec<Var>> {
         run_children(self, cx, parent, inputs)
     }
 
@@ -55,7 +55,7 @@ impl<'m> Dispatch<'m> for PolicyTable {
         parent: &'m dyn Module,
         links: (usize, usize, usize),
         inputs: Vec<Var>,
-    ) -> Result<Vec<Var>> {
+    ) -> Forward<Vec<Var>> {
         run_child_range(self, cx, parent, links, inputs)
     }
 }
@@ -71,7 +71,7 @@ fn run_children<'m>(
     cx: &mut Cx<'m>,
     parent: &'m dyn Module,
     inputs: Vec<Var>,
-) -> Result<Vec<Var>> {
+) -> Forward<Vec<Var>> {
     let path = current_scope().module_path().clone();
     let window = cx.take_chain_window();
     let ranges = table.child_ranges(&path);
@@ -127,7 +127,7 @@ fn run_child_range<'m>(
     parent: &'m dyn Module,
     (start, end, into_next): (usize, usize, usize),
     inputs: Vec<Var>,
-) -> Result<Vec<Var>> {
+) -> Forward<Vec<Var>> {
     let path = current_scope().module_path().clone();
     let segment = Segment::Children {
         parent,

@@ -1,11 +1,12 @@
 //! What a checkpoint node runs and recomputes: one module, or a run of consecutive children of
 //! a chain container (so that several layers share one saved input).
 
+use crate::CheckpointError;
+use crate::Forward;
 use crate::autograd::Var;
 use crate::context::Cx;
 use crate::module::links::step_at;
 use crate::module::{Module, batch_statistics_in, chain_links_in, time_coupling_in};
-use crate::{CheckpointError, Result};
 use memopt_core::ModulePath;
 use memopt_core::memory::{current_scope, enter_module};
 
@@ -76,7 +77,7 @@ impl<'m> Segment<'m> {
     /// The forward pass (the policy of the segment itself is not applied again; policies of
     /// modules inside are). When the caller armed unread outputs ([`Cx::outputs_unread`]), the
     /// module, or the last child of the run, gets them.
-    pub(crate) fn forward(&self, cx: &mut Cx<'m>, inputs: Vec<Var>) -> Result<Vec<Var>> {
+    pub(crate) fn forward(&self, cx: &mut Cx<'m>, inputs: Vec<Var>) -> Forward<Vec<Var>> {
         match *self {
             Segment::Module(m) => m.forward(&mut cx.enter_call(), inputs),
             Segment::Children {
@@ -264,7 +265,7 @@ pub(crate) fn call_links<'m>(
     from: usize,
     to: usize,
     inputs: Vec<Var>,
-) -> Result<Vec<Var>> {
+) -> Forward<Vec<Var>> {
     let _scope = enter_module(name);
     cx.set_chain_window((from, to));
     let out = cx.call_here(module, inputs);
@@ -276,7 +277,8 @@ pub(crate) fn call_links<'m>(
                 "it says it runs its children through Cx::call_children (supports_child_ranges), but its \
                       forward did not, so part of its chain cannot run on its own"
                     .into(),
-        });
+        }
+        .into());
     }
     out
 }

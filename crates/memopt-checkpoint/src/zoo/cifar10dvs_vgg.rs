@@ -1,6 +1,7 @@
 //! The CIFAR10-DVS VGG of SpikingJelly's memopt example.
 
 use super::expect_sample;
+use crate::Forward;
 use crate::autograd::Var;
 use crate::context::Cx;
 use crate::model::{InputSpec, Model};
@@ -26,7 +27,7 @@ impl Module for VggBlock {
         "VGGBlock"
     }
 
-    fn forward<'m>(&'m self, cx: &mut Cx<'m>, inputs: Vec<Var>) -> Result<Vec<Var>> {
+    fn forward<'m>(&'m self, cx: &mut Cx<'m>, inputs: Vec<Var>) -> Forward<Vec<Var>> {
         cx.call_children(self, inputs)
     }
 

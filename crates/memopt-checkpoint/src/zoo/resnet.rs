@@ -14,6 +14,7 @@
 //! BatchNorm weight 1, bias 0 as SpikingJelly sets them; `zero_init_residual` is false, its default.
 
 use super::{expect_image, flatten_time, one_input};
+use crate::Forward;
 use crate::autograd::Var;
 use crate::context::Cx;
 use crate::model::{InputSpec, Model};
@@ -114,7 +115,7 @@ impl Module for BasicBlock {
         "BasicBlock"
     }
 
-    fn forward<'m>(&'m self, cx: &mut Cx<'m>, inputs: Vec<Var>) -> Result<Vec<Var>> {
+    fn forward<'m>(&'m self, cx: &mut Cx<'m>, inputs: Vec<Var>) -> Forward<Vec<Var>> {
         let x = one_input(inputs, self.type_name())?;
         let out = cx.call1("conv1", &self.conv1, x.clone())?;
         let out = cx.call1("bn1", &self.bn1, out)?;
@@ -184,7 +185,7 @@ impl Module for ResNet {
         }
     }
 
-    fn forward<'m>(&'m self, cx: &mut Cx<'m>, inputs: Vec<Var>) -> Result<Vec<Var>> {
+    fn forward<'m>(&'m self, cx: &mut Cx<'m>, inputs: Vec<Var>) -> Forward<Vec<Var>> {
         cx.call_children(self, inputs)
     }
 
@@ -201,7 +202,7 @@ impl Module for ResNet {
 
 impl PlannerHints for ResNet {
     /// Multi-step: flatten from dimension 2 before `fc` (`[T, N, 512, 1, 1]` -> `[T, N, 512]`).
-    fn before_child<'m>(&'m self, cx: &mut Cx<'m>, index: usize, inputs: Vec<Var>) -> Result<Vec<Var>> {
+    fn before_child<'m>(&'m self, cx: &mut Cx<'m>, index: usize, inputs: Vec<Var>) -> Forward<Vec<Var>> {
         if self.children.get(index).is_none_or(|(name, _)| *name != "fc") {
             return Ok(inputs);
         }

@@ -14,6 +14,7 @@
 //! (there is no normal sampler). BatchNorm weight 1, bias 0 as SpikingJelly sets them.
 
 use super::{expect_image, flatten_time, one_input};
+use crate::Forward;
 use crate::Result;
 use crate::autograd::Var;
 use crate::context::Cx;
@@ -61,7 +62,7 @@ impl Module for SpikingVgg {
         "SpikingVGG"
     }
 
-    fn forward<'m>(&'m self, cx: &mut Cx<'m>, inputs: Vec<Var>) -> Result<Vec<Var>> {
+    fn forward<'m>(&'m self, cx: &mut Cx<'m>, inputs: Vec<Var>) -> Forward<Vec<Var>> {
         let x = one_input(inputs, self.type_name())?;
         let x = cx.call1("features", &self.features, x)?;
         let x = cx.call1("avgpool", &self.avgpool, x)?;

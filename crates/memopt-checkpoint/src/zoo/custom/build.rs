@@ -2,6 +2,7 @@
 
 use super::CustomModel;
 use super::layer::{Layer, NeuronFields, SurrogateName};
+use crate::Forward;
 use crate::autograd::Var;
 use crate::context::Cx;
 use crate::module::{
@@ -194,7 +195,7 @@ impl Module for Residual {
         "Residual"
     }
 
-    fn forward<'m>(&'m self, cx: &mut Cx<'m>, inputs: Vec<Var>) -> Result<Vec<Var>> {
+    fn forward<'m>(&'m self, cx: &mut Cx<'m>, inputs: Vec<Var>) -> Forward<Vec<Var>> {
         let x = one_input(inputs, "Residual")?;
         let b = cx.call1("body", &self.body, x.clone())?;
         let s = match &self.shortcut {

@@ -92,11 +92,15 @@ impl BatchStats {
         );
     }
 
-    /// Forgets the statistics of the BatchNorms at `paths`.
-    pub(crate) fn take_back(&mut self, paths: impl IntoIterator<Item = ModulePath>) {
-        for p in paths {
-            self.given.remove(&p);
-        }
+    /// The BatchNorms whose statistics are given, in path order.
+    pub(crate) fn given_paths(&self) -> Vec<ModulePath> {
+        self.given.keys().cloned().collect()
+    }
+
+    /// Takes back every statistic given except those of `kept` (the paths given before a
+    /// segment's frame, from [`BatchStats::given_paths`]).
+    pub(crate) fn keep_given(&mut self, kept: &[ModulePath]) {
+        self.given.retain(|p, _| kept.binary_search(p).is_ok());
     }
 
     /// Resets the normalised-values counts of `paths`.

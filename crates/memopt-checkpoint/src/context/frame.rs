@@ -1,13 +1,13 @@
 //! The frame of the segment running: what a checkpointed or chunked segment sets for its run
 //! (recomputing, in a time chunk, chunks following, packed saves, frozen parameters, its kept
-//! BatchNorm inputs, the neuron states and random stream it started from), and whether the
-//! module call running has its outputs read. A segment enters
+//! BatchNorm inputs, the whole-batch BatchNorm statistics it gives, the neuron states and
+//! random stream it started from), and whether the module call running has its outputs read. A segment enters
 //! its frame with [`Cx::enter`]; the returned guard gives the context back as it was when it
 //! is dropped, whatever happened in between (an error included).
 
 use super::{Cx, KeptBatchNormInputs};
 use crate::autograd::StateStore;
-use memopt_core::RngState;
+use memopt_core::{ModulePath, RngState};
 use std::ops::{Deref, DerefMut};
 
 /// The flags of the frame running (see the module docs).
@@ -82,6 +82,10 @@ pub(crate) enum Enter {
     },
     /// A gradient-sums pass: parameters are constants.
     FrozenParams,
+    /// A chunked segment's run with the whole-batch BatchNorm statistics it gives (to its
+    /// BatchNorms and the segments nested in it): every statistic given while the frame lasts
+    /// is taken back when it is left.
+    Statistics,
     /// A module call; `unread`: nobody reads the values it returns (see
     /// [`Cx::outputs_unread`]).
     Call {
@@ -98,6 +102,8 @@ pub(crate) struct FrameGuard<'c, 'm> {
     outer_kept: Option<Option<KeptBatchNormInputs>>,
     /// The neuron states and random stream before a recomputation.
     outer_run: Option<(StateStore, RngState)>,
+    /// The BatchNorms whose statistics were given before a [`Enter::Statistics`] frame.
+    outer_given: Option<Vec<ModulePath>>,
 }
 
 impl<'m> Cx<'m> {
@@ -105,7 +111,7 @@ impl<'m> Cx<'m> {
     pub(crate) fn enter(&mut self, enter: Enter) -> FrameGuard<'_, 'm> {
         let outer = self.frame;
         let mut frame = outer;
-        let (mut outer_kept, mut outer_run) = (None, None);
+        let (mut outer_kept, mut outer_run, mut outer_given) = (None, None, None);
         match enter {
             Enter::PackedSaves(packs) => frame.packs_saved_spikes = packs,
             Enter::SegmentForward { chunked } => {
@@ -120,6 +126,7 @@ impl<'m> Cx<'m> {
             }
             Enter::Chunk { followed } => frame.chunks_following |= followed,
             Enter::FrozenParams => frame.params_frozen = true,
+            Enter::Statistics => outer_given = Some(self.batch_stats.given_paths()),
             Enter::Call { unread } => frame.outputs_unread = unread,
         }
         self.frame = frame;
@@ -128,6 +135,7 @@ impl<'m> Cx<'m> {
             outer,
             outer_kept,
             outer_run,
+            outer_given,
         }
     }
 }
@@ -155,6 +163,9 @@ impl Drop for FrameGuard<'_, '_> {
         if let Some((states, rng)) = self.outer_run.take() {
             self.cx.states = states;
             self.cx.rng.set_state(rng);
+        }
+        if let Some(given) = self.outer_given.take() {
+            self.cx.batch_stats.keep_given(&given);
         }
     }
 }

@@ -240,21 +240,23 @@ fn run_chunks<'m>(
     host: Option<memopt_core::Device>,
 ) -> Forward<ChunkRun> {
     let keep_inputs = batch_norm_inputs == BatchNormInputs::Kept;
+    // The statistics the passes give are taken back when `run` is dropped.
+    let mut run = cx.enter(Enter::Statistics);
     let batch_norms = chunk_passes::statistics_passes(
-        cx,
+        &mut run,
         (segment, path),
         state_prefixes,
         &inputs,
         (spans, keep_inputs),
         rng_entry,
     )?;
-    if let Some(kept) = cx.kept_inputs_mut() {
+    if let Some(kept) = run.kept_inputs_mut() {
         kept.begin_pass(KeptPass::Taking);
     }
     let paths = || batch_norms.iter().map(|(p, _)| p);
-    cx.batch_stats_mut().reset_counts(paths());
+    run.batch_stats_mut().reset_counts(paths());
     let ran = chunk_outputs(
-        cx,
+        &mut run,
         segment,
         state_prefixes,
         inputs,
@@ -264,9 +266,9 @@ fn run_chunks<'m>(
         host,
     );
     // Whatever the last pass left of the kept inputs goes now.
-    cx.set_kept_inputs(None);
-    let checked = ran.and_then(|r| Ok(cx.batch_stats_mut().check_counts(paths()).map(|()| r)?));
-    cx.batch_stats_mut().take_back(paths().cloned());
+    run.set_kept_inputs(None);
+    let checked = ran.and_then(|r| Ok(run.batch_stats_mut().check_counts(paths()).map(|()| r)?));
+    drop(run);
     let (saves, outputs) = checked?;
     // The statistics stay with the node for backward.
     for (_, stats) in &batch_norms {
@@ -404,16 +406,25 @@ impl<'m> CheckpointBackward<'m> {
             input_needs: &input_needs,
             boundaries,
         };
-        for (p, stats) in &batch_norms {
-            cx.batch_stats_mut().give(p.clone(), stats.clone());
-        }
-        let sums = chunk_passes::gradient_sum_passes(cx, &rc, &chunks, &mut out_grads, &carry, &batch_norms);
-        let ran = sums.and_then(|()| {
-            let data = chunks.into_iter().map(ChunkData::Owned).collect();
-            chunk_passes::backward_chunks(cx, &rc, data, &mut out_grads, carry, Pass::Backward)
-        });
-        cx.batch_stats_mut()
-            .take_back(batch_norms.into_iter().map(|(p, _)| p));
+        let ran = {
+            // The statistics are given for the recomputation and taken back after it.
+            let mut cx = cx.enter(Enter::Statistics);
+            for (p, stats) in &batch_norms {
+                cx.batch_stats_mut().give(p.clone(), stats.clone());
+            }
+            let sums = chunk_passes::gradient_sum_passes(
+                &mut cx,
+                &rc,
+                &chunks,
+                &mut out_grads,
+                &carry,
+                &batch_norms,
+            );
+            sums.and_then(|()| {
+                let data = chunks.into_iter().map(ChunkData::Owned).collect();
+                chunk_passes::backward_chunks(&mut cx, &rc, data, &mut out_grads, carry, Pass::Backward)
+            })
+        };
         let (mut result, mut carry) = ran?;
         result.extend(entry_states.iter().map(|p| carry.remove(p)));
         Ok(result)

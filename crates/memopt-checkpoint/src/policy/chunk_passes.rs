@@ -58,8 +58,9 @@ fn pass_error(path: &ModulePath, segment: &Segment<'_>, message: String) -> Chec
 
 /// The forward statistics passes of a segment run in `spans` (more than one) from `inputs`:
 /// returns the statistics of the training BatchNorms inside that had none, in the order the
-/// chunks reach them, and leaves them given in `cx` (the caller takes them back). Neuron states
-/// under `state_prefixes` are back at their entry values afterwards. With `keep_inputs`
+/// chunks reach them, and leaves them given in `cx` (the caller's `Enter::Statistics` frame
+/// takes them back). Neuron states under `state_prefixes` are back at their entry values
+/// afterwards. With `keep_inputs`
 /// ([`crate::BatchNormInputs::Kept`]) the first pass keeps each chunk's input of the first
 /// BatchNorm in [`Cx::kept_inputs`] and the later passes start from them; they stay there for
 /// the pass giving the outputs (the caller drops them after it).
@@ -134,7 +135,6 @@ pub(super) fn statistics_passes<'m>(
         Ok(()) => Ok(found),
         Err(e) => {
             cx.set_kept_inputs(None);
-            cx.batch_stats_mut().take_back(found.into_iter().map(|(p, _)| p));
             Err(e)
         }
     }

@@ -1,5 +1,5 @@
-//! BatchNorm, pooling, convolution, linear layers and the multi-step neurons on the GPU against
-//! the CPU kernels, through the public op API, on random inputs, odd sizes and views. Spikes,
+//! BatchNorm, pooling, convolution, linear layers, batched products and the multi-step neurons
+//! on the GPU against the CPU kernels, through the public op API, on random inputs, odd sizes and views. Spikes,
 //! BatchNorm, pooling and neuron results must be bit-identical (their arithmetic is add, mul,
 //! div and sqrt in the CPU's order; the PLIF parameter's gradient is summed in the same blocks of
 //! `PLIF_PARTIAL_NEURONS` on both); GEMM-based results (cuBLAS sums in another order) within
@@ -371,6 +371,40 @@ fn convolution_and_linear_match_within_gemm_tolerance() {
         })
         .unwrap();
         assert_weight_grads(&what, [&r.x, &r.w, &r.b], [&gr.x, &gr.w, &gr.b]);
+    }
+}
+
+#[test]
+fn batched_products_match_within_gemm_tolerance_and_exactly_on_spikes() {
+    if !gpu_or_skip("batched_products_match_within_gemm_tolerance_and_exactly_on_spikes") {
+        return;
+    }
+    // Attention's shapes: [T, N, heads, rows, cols] items, every transposition.
+    let (lead, (m, k, n)) = ([3usize, 2, 4], (16usize, 24usize, 16usize));
+    for (ta, tb) in [(false, false), (false, true), (true, false), (true, true)] {
+        let t = Transposed { a: ta, b: tb };
+        let with = |rows, cols| lead.iter().copied().chain([rows, cols]).collect::<Vec<_>>();
+        let ad = if ta { with(k, m) } else { with(m, k) };
+        let bd = if tb { with(n, k) } else { with(k, n) };
+        let count = |d: &[usize]| d.iter().product::<usize>();
+        let what = format!("batched_matmul {t:?}");
+        // Spikes: integer counts, the same bits in any summation order.
+        let (sa, gsa) = twin(&spikes(count(&ad), 1, 1), &ad);
+        let (sb, gsb) = pair(spikes(count(&bd), 2, 1), &bd);
+        assert_identical(
+            &format!("{what} on spikes"),
+            &batched_matmul(&sa, &sb, t).unwrap(),
+            &batched_matmul(&gsa, &gsb, t).unwrap(),
+        );
+        let (a, ga) = twin(&values(count(&ad), 3, 1.0), &ad);
+        let (b, gb) = pair(values(count(&bd), 4, 1.0), &bd);
+        let y = batched_matmul(&a, &b, t).unwrap();
+        assert_close(&what, &y, &batched_matmul(&ga, &gb, t).unwrap(), 1e-5);
+        let (g, gg) = pair(values(y.elem_count(), 5, 1.0), y.dims());
+        let (ca, cb) = batched_matmul_backward(&g, &a, &b, t, (true, true)).unwrap();
+        let (da, db) = batched_matmul_backward(&gg, &ga, &gb, t, (true, true)).unwrap();
+        assert_close(&format!("{what} grad a"), &ca.unwrap(), &da.unwrap(), 1e-5);
+        assert_close(&format!("{what} grad b"), &cb.unwrap(), &db.unwrap(), 1e-5);
     }
 }
 

@@ -1,6 +1,7 @@
 //! Differentiable ops: each forward calls a memopt-core kernel and, when a gradient is needed,
 //! records a backward op defined next to it that holds exactly what its backward reads.
 
+mod batched_matmul;
 mod conv;
 mod dropout;
 mod elementwise;
@@ -13,6 +14,7 @@ mod pool;
 mod reduce;
 mod shape;
 
+pub use batched_matmul::batched_matmul;
 pub use conv::conv2d;
 pub use dropout::dropout;
 pub use elementwise::{add, mul, relu, scale, sigmoid};

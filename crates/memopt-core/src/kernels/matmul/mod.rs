@@ -1,14 +1,16 @@
 //! Matrix products: [`matmul`], the fully connected layer [`linear`] (PyTorch weight layout) and
-//! its backward [`linear_backward`], all on one shared GEMM (the `gemm` crate, on all rayon
+//! its backward [`linear_backward`], and attention's [`batched_matmul`], all on one shared GEMM (the `gemm` crate, on all rayon
 //! threads for products of at least 2^20 multiply-adds).
 
 mod accumulate;
+mod batched;
 mod chains;
 mod gemm;
 mod stepwise;
 #[cfg(test)]
 pub(crate) mod tests;
 
+pub use batched::{Transposed, batched_matmul, batched_matmul_backward};
 #[cfg(test)]
 pub(crate) use gemm::GEMM_PAR_MIN_MACS;
 pub(crate) use gemm::{GemmPar, MatRef, gemm_f32};

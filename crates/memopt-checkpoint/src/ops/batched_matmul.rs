@@ -1,0 +1,52 @@
+//! Batched matrix products (attention's `V K^T` and `(V K^T) Q`), with their backward.
+
+use crate::Result;
+use crate::autograd::{Backward, BackwardGrads, Gradients, InputSlot, Record, SavedTensor, Var};
+use crate::context::Cx;
+use memopt_core::Tensor;
+use memopt_core::kernels::{self, Transposed};
+
+/// `op(a) x op(b)` for every item of the leading dimensions `a` and `b` share
+/// ([`kernels::batched_matmul`]). Its backward keeps both operands.
+pub fn batched_matmul(cx: &mut Cx<'_>, a: &Var, b: &Var, transposed: Transposed) -> Result<Var> {
+    let (at, bt) = (a.tensor()?, b.tensor()?);
+    let y = kernels::batched_matmul(&at, &bt, transposed)?;
+    if !cx.needs_grad(&[a, b]) {
+        return Ok(Var::constant(y));
+    }
+    let op = BatchedMatmulBackward {
+        a: cx.save(&at),
+        b: cx.save(&bt),
+        transposed,
+    };
+    Ok(cx.record(Record::new(op, [Some(a), Some(b)]), y))
+}
+
+struct BatchedMatmulBackward {
+    a: SavedTensor,
+    b: SavedTensor,
+    transposed: Transposed,
+}
+
+impl Backward<2> for BatchedMatmulBackward {
+    fn name(&self) -> &'static str {
+        "batched_matmul"
+    }
+
+    fn backward(
+        self,
+        _params: &mut Gradients,
+        g: BackwardGrads<[InputSlot; 2]>,
+    ) -> Result<[Option<Tensor>; 2]> {
+        let grad = g.single_output()?;
+        let [a, b] = g.inputs;
+        let (ga, gb) = kernels::batched_matmul_backward(
+            &grad,
+            self.a.tensor(),
+            self.b.tensor(),
+            self.transposed,
+            (a.needs_grad, b.needs_grad),
+        )?;
+        Ok([ga, gb])
+    }
+}

@@ -11,8 +11,9 @@ use crate::param::{Buffer, Param};
 use crate::{Result, ops};
 use memopt_core::Shape;
 
-/// BatchNorm over channels: `BatchNorm1d` for `[N, C]` / `[N, C, L]` (rank 2 or 3), `BatchNorm2d`
-/// for `[N, C, H, W]`; a leading `T` is folded into the batch, so statistics span all time steps
+/// BatchNorm over channels: `BatchNorm1d` for `[N, C]` ([`BatchNorm::new_1d`]) or for tokens
+/// `[N, C, L]` ([`BatchNorm::new_1d_tokens`]), `BatchNorm2d` for `[N, C, H, W]`; a leading `T`
+/// is folded into the batch, so statistics span all time steps
 /// (also when a checkpointed segment runs the time steps in chunks: see
 /// [`crate::ops::batch_norm`]).
 #[derive(Debug)]
@@ -35,6 +36,13 @@ impl BatchNorm {
     /// `BatchNorm1d(channels)` for `[N, C]` inputs (or `[T, N, C]`).
     pub fn new_1d(init: &mut Init, channels: usize) -> Result<Self> {
         Self::new(init, channels, 2)
+    }
+
+    /// `BatchNorm1d(channels)` for tokens, `[N, C, L]` inputs (or `[T, N, C, L]`), as the
+    /// spiking transformers normalise their `L` tokens: statistics per channel over the batch
+    /// and the tokens.
+    pub fn new_1d_tokens(init: &mut Init, channels: usize) -> Result<Self> {
+        Self::new(init, channels, 3)
     }
 
     fn new(init: &mut Init, channels: usize, rank: usize) -> Result<Self> {
@@ -67,7 +75,11 @@ impl Module for BatchNorm {
     fn forward<'m>(&'m self, cx: &mut Cx<'m>, inputs: Vec<Var>) -> Forward<Vec<Var>> {
         let name = self.type_name();
         let x = one_input(inputs, name)?;
-        let layout = if self.rank == 4 { "C, H, W" } else { "C" };
+        let layout = match self.rank {
+            4 => "C, H, W",
+            3 => "C, L",
+            _ => "C",
+        };
         let (x, folded) = fold_time(cx, &x, self.rank, name, layout)?;
         let w = cx.param(&self.weight);
         let b = cx.param(&self.bias);

@@ -416,31 +416,24 @@ impl<'m> Cx<'m> {
                 loss.shape()
             )));
         }
-        let tape = self
-            .take_tape()
-            .ok_or_else(|| CheckpointError::Autograd("backward called without a recorded tape".into()))?;
+        let tape = self.recorded_tape()?;
         let _phase = enter_phase(Phase::Backward);
         let seed = Tensor::full(loss.shape().clone(), 1.0, self.device, MemoryKind::Gradient)?;
         tape.backward(self, vec![(id, seed)])
+    }
+
+    /// The tape recorded so far, taken for backward (an error when nothing was recorded).
+    fn recorded_tape(&mut self) -> Result<Tape<'m, Self>> {
+        self.take_tape()
+            .ok_or_else(|| CheckpointError::Autograd("backward called without a recorded tape".into()))
     }
 
     /// Runs backward from several values at once, each with the gradient flowing into it (a
     /// segment's outputs when it is run on its own). Returns the gradients of the leaves created
     /// with `requires_grad`.
     pub fn backward_with(&mut self, seeds: Vec<(VarId, Tensor)>) -> Result<HashMap<VarId, Tensor>> {
-        let tape = self
-            .take_tape()
-            .ok_or_else(|| CheckpointError::Autograd("backward called without a recorded tape".into()))?;
+        let tape = self.recorded_tape()?;
         let _phase = enter_phase(Phase::Backward);
-        tape.backward(self, seeds)
-    }
-
-    /// Runs a tape backward from several seeds (used by recomputation).
-    pub(crate) fn backward_tape(
-        &mut self,
-        tape: Tape<'m, Self>,
-        seeds: Vec<(VarId, Tensor)>,
-    ) -> Result<HashMap<VarId, Tensor>> {
         tape.backward(self, seeds)
     }
 }

@@ -109,38 +109,31 @@ pub trait BackwardOp<'m, C> {
 /// A typed op seen through [`BackwardOp`].
 pub(crate) struct Typed<T, const N: usize>(pub(crate) T);
 
-impl<T, const N: usize> Typed<T, N> {
-    /// The slots of a typed op, checked against its arity.
-    fn slots(name: &str, grads: BackwardGrads) -> Result<BackwardGrads<[InputSlot; N]>> {
-        let inputs: [InputSlot; N] = grads.inputs.try_into().map_err(|v: Vec<InputSlot>| {
-            CheckpointError::Autograd(format!(
-                "op {name} has {N} input slots, the tape recorded {}",
-                v.len()
-            ))
-        })?;
-        Ok(BackwardGrads {
-            outputs: grads.outputs,
-            inputs,
-        })
-    }
-}
-
 impl<'m, C: BackwardContext<'m>, T: Backward<N>, const N: usize> BackwardOp<'m, C> for Typed<T, N> {
     fn name(&self) -> &'static str {
         self.0.name()
     }
 
     fn backward(self: Box<Self>, cx: &mut C, grads: BackwardGrads) -> Result<Vec<Option<Tensor>>> {
-        let typed = Self::slots(self.0.name(), grads)?;
+        let typed = fixed_slots(self.0.name(), grads)?;
         Ok(self.0.backward(cx.recorder().gradients_mut(), typed)?.into())
     }
 }
 
-/// The slots of an erased op with `N` of them (for ops that implement [`BackwardOp`] directly
-/// but have a fixed arity).
+/// The slots of an op with `N` of them (a typed op, or one that implements [`BackwardOp`]
+/// directly but has a fixed arity), checked against what the tape recorded.
 pub(crate) fn fixed_slots<const N: usize>(
     name: &str,
     grads: BackwardGrads,
 ) -> Result<BackwardGrads<[InputSlot; N]>> {
-    Typed::<(), N>::slots(name, grads)
+    let inputs: [InputSlot; N] = grads.inputs.try_into().map_err(|v: Vec<InputSlot>| {
+        CheckpointError::Autograd(format!(
+            "op {name} has {N} input slots, the tape recorded {}",
+            v.len()
+        ))
+    })?;
+    Ok(BackwardGrads {
+        outputs: grads.outputs,
+        inputs,
+    })
 }

@@ -101,10 +101,7 @@ impl RecordedOutputs for Tensor {
     }
 
     fn into_values(self, ids: Option<Vec<VarId>>) -> Var {
-        match ids.and_then(|ids| ids.first().copied()) {
-            Some(id) => Var::tracked(self, id),
-            None => Var::constant(self),
-        }
+        Var::constant(self).into_values(ids)
     }
 }
 

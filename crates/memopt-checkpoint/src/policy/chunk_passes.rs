@@ -425,7 +425,7 @@ pub(super) fn backward_chunks<'m>(
         }
         drop(ys);
         cx.states_mut().clear();
-        let mut leaf_grads = cx.backward_tape(tape, seeds)?;
+        let mut leaf_grads = tape.backward(cx, seeds)?;
         reached_any |= cx.batch_stats().reached();
         if !sums_pass {
             assemble_input_grads(

@@ -61,6 +61,9 @@ const VGG11_BN_BODY: usize = 9_220_480 + 5_504 + 102_764_544 + 16_781_312;
 
 #[test]
 fn parameter_counts_equal_pytorch() {
+    // sum(p.numel() for p in spikformer_cifar10().parameters()) in SpikingJelly 2.0.
+    let spikformer = build("spikformer-cifar10", &spec(4, &[3, 32, 32], 10), Device::META);
+    assert_eq!(spikformer.param_count(), 9_310_906);
     for name in ["sew-resnet18", "spiking-resnet18"] {
         let big = build(name, &spec(4, &[3, 224, 224], 1000), Device::META);
         assert_eq!(big.param_count(), 11_689_512, "{name}, 1000 classes");
@@ -259,6 +262,7 @@ fn every_zoo_model_trains_on_meta_at_default_and_small_specs() {
             "sew-resnet18",
             "spiking-resnet18",
             "spiking-vgg11-bn",
+            "spikformer-cifar10",
             "toy-if",
             "spiking-mlp"
         ]

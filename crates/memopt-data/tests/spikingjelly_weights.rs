@@ -23,9 +23,22 @@ fn temp_dir() -> tempfile::TempDir {
         .unwrap()
 }
 
-/// Module paths run one after the other (`flatten` = `torch.flatten(x, 2)` in the forward).
+/// Module paths run one after the other (`flatten` = `torch.flatten(x, 2)` in the forward,
+/// `tokens` = the Spikformer's `[T, N, C, H, W]` -> `[T, N, C, H * W]`).
 fn chain(stem: &str) -> Vec<&'static str> {
     match stem {
+        "spikformer" => vec![
+            "patch_embed.stages.0",
+            "patch_embed.stages.1",
+            "patch_embed.stages.2",
+            "patch_embed.stages.3",
+            "patch_embed.positional_encoding",
+            "tokens",
+            "blocks.0",
+            "blocks.1",
+            "token_mean",
+            "head",
+        ],
         "vgg" => vec![
             "features.0",
             "features.1",
@@ -62,6 +75,9 @@ fn run(model: &Model, stem: &str, input: Tensor) -> Vec<(String, Vec<f32>)> {
         x = if path == "flatten" && model.module(path).is_none() {
             let d = x.dims().to_vec();
             ops::reshape(&mut cx, &x, vec![d[0], d[1], d[2..].iter().product()]).unwrap()
+        } else if path == "tokens" {
+            let d = x.dims().to_vec();
+            ops::reshape(&mut cx, &x, vec![d[0], d[1], d[2], d[3..].iter().product()]).unwrap()
         } else {
             let m = model.module(path).unwrap_or_else(|| panic!("no module {path}"));
             cx.call1(path, m, x).unwrap()
@@ -92,7 +108,7 @@ fn spikingjelly_outputs_are_reproduced_from_the_exchanged_weights() {
         save_model(&file, &seeded, &WeightsInfo::default()).unwrap();
         drop(seeded);
         // a model with other weights, then the file: everything must come from the file
-        let model = memopt_checkpoint::zoo::build(name, &spec, Device::Cpu, 999).unwrap();
+        let model = sj_models::build(name, &spec, 999);
         load_model(&file, &model).unwrap();
         let (dims, data) = sj_models::fixed_input(&spec);
         let input = Tensor::from_vec(data, dims, Device::Cpu, MemoryKind::Input).unwrap();
@@ -127,6 +143,34 @@ fn spikingjelly_outputs_are_reproduced_from_the_exchanged_weights() {
                 );
             }
         }
+    }
+}
+
+/// `spikformer-cifar10` at its published size names and shapes every tensor as SpikingJelly's
+/// `spikformer_cifar10().state_dict()` does (tools/fixtures/weights.py wrote them).
+#[test]
+fn spikformer_cifar10_state_dict_names_and_shapes_are_spikingjellys() {
+    let entry = memopt_checkpoint::zoo::entry("spikformer-cifar10").unwrap();
+    let model = memopt_checkpoint::zoo::build(entry.name, &entry.published, Device::META, 0).unwrap();
+    let mut ours: Vec<(String, Vec<usize>)> = model
+        .params()
+        .into_iter()
+        .map(|(n, p)| (n, p.tensor().dims().to_vec()))
+        .chain(model.buffers().into_iter().map(|(n, b)| (n, b.tensor().dims().to_vec())))
+        .collect();
+    let batch_norms: Vec<String> = ours
+        .iter()
+        .filter_map(|(n, _)| n.strip_suffix(".running_mean").map(str::to_string))
+        .collect();
+    ours.extend(batch_norms.into_iter().map(|bn| (format!("{bn}.num_batches_tracked"), vec![])));
+    ours.sort();
+    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/weights/spikformer_cifar10_state_dict.json");
+    let theirs: std::collections::BTreeMap<String, Vec<usize>> =
+        serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap();
+    let theirs: Vec<(String, Vec<usize>)> = theirs.into_iter().collect();
+    assert_eq!(ours.len(), theirs.len());
+    for (a, b) in ours.iter().zip(&theirs) {
+        assert_eq!(a, b);
     }
 }
 

@@ -1,15 +1,21 @@
 //! A chain of modules.
 
+use super::fold::one_input;
 use super::{Module, PlannerHints};
-use crate::Forward;
 use crate::autograd::Var;
 use crate::context::Cx;
+use crate::{Forward, ops};
 
 /// Runs its children in order, each on the previous one's outputs. Children are named by
-/// position (`"0"`, `"1"`, ...) unless given names.
+/// position (`"0"`, `"1"`, ...) unless given names. A residual chain
+/// ([`Sequential::residual`]) adds its input to the last child's output.
 #[derive(Default)]
 pub struct Sequential {
     children: Vec<(String, Box<dyn Module>)>,
+    /// Whether the input is added to the output (a skip connection around the chain).
+    residual: bool,
+    /// The type name it reports (`"Sequential"` unless set).
+    type_name: Option<&'static str>,
 }
 
 impl std::fmt::Debug for Sequential {
@@ -46,6 +52,21 @@ impl Sequential {
         self
     }
 
+    /// The same chain with a skip connection: its output is `x + chain(x)` for its one input
+    /// `x`. A residual block whose branch is a chain is one module this way, which planners
+    /// treat as one site (its input lives until the add, so its children are no chain).
+    pub fn residual(mut self) -> Self {
+        self.residual = true;
+        self
+    }
+
+    /// The same chain reporting `type_name` (SpikingJelly's class of the container it stands
+    /// for, such as `SpikformerMLP`).
+    pub fn typed(mut self, type_name: &'static str) -> Self {
+        self.type_name = Some(type_name);
+        self
+    }
+
     /// Number of children.
     pub fn len(&self) -> usize {
         self.children.len()
@@ -59,11 +80,16 @@ impl Sequential {
 
 impl Module for Sequential {
     fn type_name(&self) -> &'static str {
-        "Sequential"
+        self.type_name.unwrap_or("Sequential")
     }
 
     fn forward<'m>(&'m self, cx: &mut Cx<'m>, inputs: Vec<Var>) -> Forward<Vec<Var>> {
-        cx.call_children(self, inputs)
+        if !self.residual {
+            return cx.call_children(self, inputs);
+        }
+        let x = one_input(inputs, self.type_name())?;
+        let y = one_input(cx.call_children(self, vec![x.clone()])?, self.type_name())?;
+        Ok(vec![cx.final_op(|cx| ops::add(cx, &x, y))?])
     }
 
     fn children(&self) -> Vec<(String, &dyn Module)> {
@@ -97,14 +123,14 @@ impl Module for Sequential {
 
 impl PlannerHints for Sequential {
     fn children_form_chain(&self) -> bool {
-        true
+        !self.residual
     }
 
     fn supports_child_ranges(&self) -> bool {
-        true
+        !self.residual
     }
 
     fn config_key(&self) -> Option<String> {
-        Some(String::new())
+        Some(if self.residual { "residual".into() } else { String::new() })
     }
 }

@@ -1,6 +1,6 @@
-//! Parameter-free layers: Flatten, ReLU, Dropout.
+//! Parameter-free layers: Flatten, ReLU, Dropout, Mean.
 
-use super::cost::ModuleCost;
+use super::cost::{ModuleCost, elems, f32_bytes};
 use super::fold::one_input;
 use super::{Module, PlannerHints};
 use crate::Forward;
@@ -126,6 +126,45 @@ impl PlannerHints for Dropout {
     fn time_coupling(&self, training: bool) -> Option<String> {
         (training && !self.multi_step && self.p > 0.0).then(|| {
             "it draws an independent mask per time step, which chunks would draw differently".to_string()
+        })
+    }
+}
+
+/// The mean over dimension `dim`, which is removed (a spiking transformer's mean over its
+/// tokens, `[T, N, C, L]` -> `[T, N, C]`, with `dim = 3`).
+#[derive(Debug)]
+pub struct Mean {
+    dim: usize,
+}
+
+impl Mean {
+    /// The mean over dimension `dim`.
+    pub fn new(dim: usize) -> Self {
+        Mean { dim }
+    }
+}
+
+impl Module for Mean {
+    fn type_name(&self) -> &'static str {
+        "Mean"
+    }
+
+    fn forward<'m>(&'m self, cx: &mut Cx<'m>, inputs: Vec<Var>) -> Forward<Vec<Var>> {
+        let x = one_input(inputs, "Mean")?;
+        Ok(vec![ops::mean_dim(cx, &x, self.dim)?])
+    }
+}
+
+impl PlannerHints for Mean {
+    fn config_key(&self) -> Option<String> {
+        Some(format!("dim={}", self.dim))
+    }
+
+    /// One FLOP per input element; the input read and the output written once.
+    fn cost(&self, inputs: &[Shape], outputs: &[Shape]) -> Option<ModuleCost> {
+        Some(ModuleCost {
+            flops: elems(inputs),
+            bytes: f32_bytes(inputs).saturating_add(f32_bytes(outputs)),
         })
     }
 }

@@ -1,13 +1,16 @@
 //! Batched matrix products (attention's `V K^T` and `(V K^T) Q`), with their backward.
 
 use crate::Result;
-use crate::autograd::{Backward, BackwardGrads, Gradients, InputSlot, Record, SavedTensor, Var};
+use crate::autograd::{Backward, BackwardGrads, Gradients, InputSlot, LayerInputRead, Record, SavedLayerInput, Var};
 use crate::context::Cx;
 use memopt_core::Tensor;
+use std::borrow::Cow;
 use memopt_core::kernels::{self, Transposed};
 
 /// `op(a) x op(b)` for every item of the leading dimensions `a` and `b` share
-/// ([`kernels::batched_matmul`]). Its backward keeps both operands.
+/// ([`kernels::batched_matmul`]). Its backward keeps both operands; spike operands are kept
+/// bit-packed where packed saves are on (attention's `Q`, `K`, `V` under
+/// [`crate::Policy::StorePacked`]) and unpacked one at a time in backward.
 pub fn batched_matmul(cx: &mut Cx<'_>, a: &Var, b: &Var, transposed: Transposed) -> Result<Var> {
     let (at, bt) = (a.tensor()?, b.tensor()?);
     let y = kernels::batched_matmul(&at, &bt, transposed)?;
@@ -15,16 +18,16 @@ pub fn batched_matmul(cx: &mut Cx<'_>, a: &Var, b: &Var, transposed: Transposed)
         return Ok(Var::constant(y));
     }
     let op = BatchedMatmulBackward {
-        a: cx.save(&at),
-        b: cx.save(&bt),
+        a: cx.save_layer_input(a)?,
+        b: cx.save_layer_input(b)?,
         transposed,
     };
     Ok(cx.record(Record::new(op, [Some(a), Some(b)]), y))
 }
 
 struct BatchedMatmulBackward {
-    a: SavedTensor,
-    b: SavedTensor,
+    a: SavedLayerInput,
+    b: SavedLayerInput,
     transposed: Transposed,
 }
 
@@ -40,13 +43,22 @@ impl Backward<2> for BatchedMatmulBackward {
     ) -> Result<[Option<Tensor>; 2]> {
         let grad = g.single_output()?;
         let [a, b] = g.inputs;
+        let (a_saved, b_saved) = (whole(&self.a)?, whole(&self.b)?);
         let (ga, gb) = kernels::batched_matmul_backward(
             &grad,
-            self.a.tensor(),
-            self.b.tensor(),
+            &a_saved,
+            &b_saved,
             self.transposed,
             (a.needs_grad, b.needs_grad),
         )?;
         Ok([ga, gb])
     }
+}
+
+/// A saved operand as one tensor (packed spikes unpacked into a temporary).
+fn whole(saved: &SavedLayerInput) -> Result<Cow<'_, Tensor>> {
+    Ok(match saved.read()? {
+        LayerInputRead::Whole(t) => t,
+        LayerInputRead::Steps(p) => Cow::Owned(p.unpack()?),
+    })
 }

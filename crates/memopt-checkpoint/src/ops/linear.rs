@@ -50,7 +50,7 @@ impl Backward<3> for LinearBackward {
         let grad = g.single_output()?;
         let w = self.w.tensor();
         let [x_slot, w_slot, b_slot] = g.inputs;
-        let (wt, bt) = weight_bias_targets(params, w_slot, b_slot, w)?;
+        let (wt, bt) = weight_bias_targets(params, w_slot, b_slot, w.dims(), w.device())?;
         let acc = kernels::WeightGradAcc {
             weight: wt.as_ref().map(GradTarget::acc),
             bias: bt.as_ref().map(GradTarget::acc),

@@ -13,9 +13,10 @@ mod norm_chunk;
 mod pool;
 mod reduce;
 mod shape;
+mod split;
 
 pub use batched_matmul::batched_matmul;
-pub use conv::conv2d;
+pub use conv::{Conv1dParams, conv1d, conv2d};
 pub use dropout::dropout;
 pub use elementwise::{add, mul, relu, scale, sigmoid};
 pub use linear::linear;
@@ -25,6 +26,7 @@ pub use norm::batch_norm;
 pub use pool::{adaptive_avg_pool2d, avg_pool2d, max_pool2d};
 pub use reduce::{mean_all, mean_dim, sum_all, sum_dim};
 pub use shape::reshape;
+pub use split::split;
 
 use crate::Result;
 use crate::autograd::{Gradients, InputSlot};
@@ -71,16 +73,17 @@ impl GradTarget {
     }
 }
 
-/// Gradient targets of a layer's weight `w` and bias (`[w.dims()[0]]`), from their slots (an
-/// absent bias's slot wants no gradient).
+/// Gradient targets of a layer's weight of shape `w_dims` and bias (`[w_dims[0]]`), from their
+/// slots (an absent bias's slot wants no gradient).
 pub(crate) fn weight_bias_targets(
     params: &mut Gradients,
     weight: InputSlot,
     bias: InputSlot,
-    w: &Tensor,
+    w_dims: &[usize],
+    device: Device,
 ) -> Result<(Option<GradTarget>, Option<GradTarget>)> {
-    let wt = GradTarget::for_slot(params, weight, w.dims(), w.device())?;
-    let bt = GradTarget::for_slot(params, bias, &w.dims()[..1], w.device())?;
+    let wt = GradTarget::for_slot(params, weight, w_dims, device)?;
+    let bt = GradTarget::for_slot(params, bias, &w_dims[..1], device)?;
     Ok((wt, bt))
 }
 

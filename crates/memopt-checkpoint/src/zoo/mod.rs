@@ -9,7 +9,9 @@ pub use cifar10dvs_vgg::lif as cifar10dvs_vgg_lif;
 pub mod custom;
 mod mlp;
 mod resnet;
+mod spikformer;
 mod spiking_vgg;
+pub use spikformer::{SpikformerConfig, spikformer};
 
 use crate::autograd::Var;
 use crate::context::Cx;
@@ -82,6 +84,15 @@ fn registry() -> Vec<(ZooEntry, Builder)> {
                 small: spec(2, &[3, 32, 32], 10),
             },
             spiking_vgg::build,
+        ),
+        (
+            ZooEntry {
+                name: "spikformer-cifar10",
+                description: "SpikingJelly spikformer_cifar10: patch stem, 4 blocks of spiking self-attention (384 dims, 12 heads) and MLP",
+                published: spec(4, &[3, 32, 32], 10),
+                small: spec(2, &[3, 16, 16], 10),
+            },
+            spikformer::build_cifar10,
         ),
         (
             ZooEntry {
@@ -159,7 +170,7 @@ pub(crate) fn expect_image(name: &str, spec: &InputSpec, min_hw: usize) -> Resul
     let [c, h, w] = [spec.sample[0], spec.sample[1], spec.sample[2]];
     if h < min_hw || w < min_hw {
         return Err(CheckpointError::InvalidInput(format!(
-            "model '{name}' downsamples by 32, so it needs H, W >= {min_hw}, got {h}x{w}"
+            "model '{name}' downsamples by {min_hw}, so it needs H, W >= {min_hw}, got {h}x{w}"
         )));
     }
     Ok(c)

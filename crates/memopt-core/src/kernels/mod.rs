@@ -22,6 +22,7 @@ mod par;
 pub mod pool;
 pub mod reduce;
 pub mod shape_ops;
+pub mod split;
 mod step_input;
 #[cfg(test)]
 mod stepwise_tests;
@@ -120,4 +121,5 @@ pub use optim::*;
 pub use pool::*;
 pub use reduce::*;
 pub use shape_ops::*;
+pub use split::*;
 pub use step_input::StepInput;

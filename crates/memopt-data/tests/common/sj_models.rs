@@ -5,31 +5,41 @@
 //! which uses a part.
 #![allow(dead_code)]
 
-use memopt_checkpoint::{InputSpec, Model, zoo};
+use memopt_checkpoint::zoo::{self, SpikformerConfig};
+use memopt_checkpoint::{InputSpec, Model};
 use memopt_core::{Device, Philox};
 
-/// (zoo name, fixture stem, input spec) of the exchanged models.
+/// The small Spikformer of the fixture (SpikingJelly's `Spikformer(embed_dims=32,
+/// num_heads=4, depths=2, mlp_ratio=4, patch_size=4)` on 16x16 input).
+pub const SPIKFORMER_SMALL: SpikformerConfig = SpikformerConfig {
+    dims: 32,
+    heads: 4,
+    depth: 2,
+    mlp_ratio: 4,
+    patch: 4,
+};
+
+/// (model name, fixture stem, input spec) of the exchanged models: zoo names, and
+/// `spikformer` for [`SPIKFORMER_SMALL`].
 pub fn cases() -> Vec<(&'static str, &'static str, InputSpec)> {
+    let spec = |c: usize, hw: usize| InputSpec {
+        time_steps: 2,
+        sample: vec![c, hw, hw],
+        classes: 10,
+    };
     vec![
-        (
-            "cifar10dvs-vgg",
-            "vgg",
-            InputSpec {
-                time_steps: 2,
-                sample: vec![2, 16, 16],
-                classes: 10,
-            },
-        ),
-        (
-            "sew-resnet18",
-            "sew_resnet18",
-            InputSpec {
-                time_steps: 2,
-                sample: vec![3, 32, 32],
-                classes: 10,
-            },
-        ),
+        ("cifar10dvs-vgg", "vgg", spec(2, 16)),
+        ("sew-resnet18", "sew_resnet18", spec(3, 32)),
+        ("spikformer", "spikformer", spec(3, 16)),
     ]
+}
+
+/// Model `name` of [`cases`] for `spec`, parameters drawn from stream `seed`.
+pub fn build(name: &str, spec: &InputSpec, seed: u64) -> Model {
+    match name {
+        "spikformer" => zoo::spikformer(name, SPIKFORMER_SMALL, spec, Device::Cpu, seed).unwrap(),
+        _ => zoo::build(name, spec, Device::Cpu, seed).unwrap(),
+    }
 }
 
 /// Batch size of the fixed input.
@@ -41,7 +51,7 @@ pub const SEED: u64 = 15;
 /// even the last stage of SEW-ResNet-18 spikes at T=2),
 /// running mean in [-0.5, 0.5) and running variance in [0.5, 2).
 pub fn seeded_model(name: &str, spec: &InputSpec) -> Model {
-    let model = zoo::build(name, spec, Device::Cpu, SEED).unwrap();
+    let model = build(name, spec, SEED);
     let mut rng = Philox::new(SEED + 1);
     let mut fill = |t: &memopt_core::Tensor, low: f32, high: f32| {
         let mut w = t.write::<f32>("seed").unwrap();

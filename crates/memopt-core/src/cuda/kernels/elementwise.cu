@@ -68,3 +68,14 @@ extern "C" __global__ void broadcast_scalar(const float* g, float* out, u64 n, f
     const float v = g[0] * scale;
     FOR_EACH(i, n) { out[i] = v; }
 }
+
+// Rows of len elements from src (rows src_pitch apart) to dst (rows dst_pitch apart): the
+// parts of split_dim and the concatenation of cat_dim.
+extern "C" __global__ void copy_rows(const float* src, float* dst, u64 rows, u64 len,
+                                     u64 src_pitch, u64 dst_pitch) {
+    FOR_EACH(idx, rows * len) {
+        const u64 r = idx / len;
+        const u64 i = idx - r * len;
+        dst[r * dst_pitch + i] = src[r * src_pitch + i];
+    }
+}

@@ -344,6 +344,11 @@ fn cpu_step(name: &str) {
 }
 
 #[test]
+fn spikformer_cifar10_trains_one_cpu_step() {
+    cpu_step("spikformer-cifar10");
+}
+
+#[test]
 fn sew_resnet18_trains_one_cpu_step() {
     cpu_step("sew-resnet18");
 }

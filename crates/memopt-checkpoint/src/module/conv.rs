@@ -21,7 +21,7 @@ fn init_conv(init: &mut Init, weight_dims: &[usize], bias: bool, layer: &str) ->
         .try_fold(1usize, |acc, &d| acc.checked_mul(d))
         .ok_or_else(|| {
             crate::CheckpointError::InvalidInput(format!(
-                "{layer} with weight {weight_dims:?} has more weights per output channel than fit in the address space"
+                "{layer} weight {weight_dims:?}: the kernel has more weights per output channel than fit in the address space"
             ))
         })?;
     let bound = 1.0 / (fan_in.max(1) as f32).sqrt();

@@ -6,7 +6,8 @@ use crate::Forward;
 use crate::autograd::Var;
 use crate::context::Cx;
 use crate::module::{
-    BatchNorm, Conv2d, Dropout, Flatten, Init, Linear, Module, Neuron, PlannerHints, Pool2d, Relu, Sequential,
+    BatchNorm, Conv1d, Conv2d, Dropout, Flatten, Init, Linear, Mean, Module, Neuron, PlannerHints, Pool2d, Relu,
+    Sequential, SpikingSelfAttention,
 };
 use crate::zoo::one_input;
 use crate::{Result, ops};
@@ -17,6 +18,14 @@ pub(super) fn conv_params(stride: usize, padding: usize) -> Conv2dParams {
         stride: [stride; 2],
         padding: [padding; 2],
         ..Conv2dParams::default()
+    }
+}
+
+pub(super) fn conv1d_params(stride: usize, padding: usize) -> ops::Conv1dParams {
+    ops::Conv1dParams {
+        stride,
+        padding,
+        ..ops::Conv1dParams::default()
     }
 }
 
@@ -129,8 +138,23 @@ impl CustomModel {
                 let p = conv_params(*stride, *padding);
                 Box::new(Conv2d::new(init, channels, *out, *kernel, p, *bias)?)
             }
+            Layer::Conv1d {
+                out,
+                kernel,
+                stride,
+                padding,
+                bias,
+            } => {
+                let p = conv1d_params(*stride, *padding);
+                Box::new(Conv1d::new(init, channels, *out, *kernel, p, *bias)?)
+            }
             Layer::BatchNorm {} if shape.len() == 3 => Box::new(BatchNorm::new_2d(init, channels)?),
+            Layer::BatchNorm {} if shape.len() == 2 => Box::new(BatchNorm::new_1d_tokens(init, channels)?),
             Layer::BatchNorm {} => Box::new(BatchNorm::new_1d(init, channels)?),
+            // [T, N, C, H, W] -> [T, N, C, H * W].
+            Layer::Tokens {} => Box::new(Flatten::new(3)),
+            Layer::Attention { heads } => Box::new(SpikingSelfAttention::new(init, channels, *heads)?),
+            Layer::TokenMean {} => Box::new(Mean::new(3)),
             Layer::Lif(f) | Layer::If(f) | Layer::Plif(f) => {
                 let cfg = neuron_config(layer, f)?;
                 Box::new(Neuron::new(init, cfg, f.init_tau.unwrap_or(2.0))?)

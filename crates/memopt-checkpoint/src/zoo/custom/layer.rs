@@ -78,8 +78,37 @@ pub enum Layer {
         #[serde(default = "yes")]
         bias: bool,
     },
-    /// Batch normalisation over the channels (2-D for images, 1-D for features).
+    /// 1-D convolution over tokens `[C, L]`; input channels inferred. A 1x1 projection of the
+    /// spiking transformers with the defaults.
+    Conv1d {
+        /// Output channels.
+        out: usize,
+        /// Kernel size (1).
+        #[serde(default = "stride_one")]
+        kernel: usize,
+        /// Stride (1).
+        #[serde(default = "stride_one")]
+        stride: usize,
+        /// Zero padding on each side (0).
+        #[serde(default)]
+        padding: usize,
+        /// Whether there is a bias (true).
+        #[serde(default = "yes")]
+        bias: bool,
+    },
+    /// Batch normalisation over the channels (2-D for images, 1-D for features or tokens).
     BatchNorm {},
+    /// An image's positions as tokens: `[C, H, W]` -> `[C, H * W]` (a view).
+    Tokens {},
+    /// Spiking self-attention over tokens `[C, L]`, as SpikingJelly's `SpikingSelfAttention`
+    /// (Q, K, V from a 1x1 Conv1d + BatchNorm1d and a LIF, `(V K^T) Q * 0.125` per head, a
+    /// LIF, a projection). Wrap it in a `residual` block for a transformer's skip connection.
+    Attention {
+        /// Heads; they divide the channels.
+        heads: usize,
+    },
+    /// The mean over the tokens: `[C, L]` -> `[C]`.
+    TokenMean {},
     /// Leaky integrate-and-fire neuron.
     Lif(NeuronFields),
     /// Integrate-and-fire neuron.
@@ -152,7 +181,11 @@ impl Layer {
     pub fn type_name(&self) -> &'static str {
         match self {
             Layer::Conv2d { .. } => "conv2d",
+            Layer::Conv1d { .. } => "conv1d",
             Layer::BatchNorm {} => "batch_norm",
+            Layer::Tokens {} => "tokens",
+            Layer::Attention { .. } => "attention",
+            Layer::TokenMean {} => "token_mean",
             Layer::Lif(_) => "lif",
             Layer::If(_) => "if",
             Layer::Plif(_) => "plif",

@@ -41,7 +41,11 @@
 //! | type | fields | input -> output |
 //! |---|---|---|
 //! | `conv2d` | `out`, `kernel`, `stride` (1), `padding` (0), `bias` (true) | `[C, H, W]` -> `[out, H', W']` |
-//! | `batch_norm` | none (momentum 0.1, eps 1e-5) | `[C, H, W]` (BatchNorm2d) or `[F]` (BatchNorm1d), unchanged |
+//! | `conv1d` | `out`, `kernel` (1), `stride` (1), `padding` (0), `bias` (true) | `[C, L]` -> `[out, L']` |
+//! | `batch_norm` | none (momentum 0.1, eps 1e-5) | `[C, H, W]` (BatchNorm2d), `[C, L]` or `[F]` (BatchNorm1d), unchanged |
+//! | `tokens` | none | `[C, H, W]` -> `[C, H * W]` |
+//! | `attention` | `heads` (dividing `C`) | `[C, L]`, unchanged (SpikingJelly's `SpikingSelfAttention`) |
+//! | `token_mean` | none | `[C, L]` -> `[C]` |
 //! | `lif` | `tau` (2.0), `decay_input` (true), neuron fields | unchanged |
 //! | `if` | neuron fields | unchanged |
 //! | `plif` | `init_tau` (2.0), `decay_input` (true), neuron fields | unchanged |
@@ -57,6 +61,9 @@
 //! soft reset), `detach_reset` (false), `surrogate` (`"sigmoid"` or `"atan"`, default sigmoid)
 //! and `alpha` (4 for sigmoid, 2 for atan). Unknown fields and types are errors that list the
 //! valid ones.
+//!
+//! A spiking transformer block is `residual` around `attention`, then `residual` around an MLP
+//! of `conv1d`, `batch_norm` and `lif` layers (see `examples/models/spikformer-tiny.json`).
 //!
 //! Module paths follow the layer positions (`"3"`, `"4.body.0"`, `"4.shortcut.1"`, `"4.after.0"`),
 //! so plans address them like zoo models.
@@ -90,7 +97,7 @@ pub use layer::{Layer, NeuronFields, SurrogateName};
 use crate::model::{InputSpec, Model};
 use crate::module::Init;
 use crate::{CheckpointError, Result};
-use build::{conv_params, neuron_config, pool_params};
+use build::{conv_params, conv1d_params, neuron_config, pool_params};
 use layer::parse_layers;
 use memopt_core::Device;
 use serde::Deserialize;
@@ -303,6 +310,12 @@ impl CustomModel {
                 _ => Err(misfit("[C, H, W]", "")),
             }
         };
+        let tokens = |shape: &[usize]| -> Result<[usize; 2]> {
+            match shape {
+                [c, l] => Ok([*c, *l]),
+                _ => Err(misfit("[C, L]", "; add {\"type\": \"tokens\"} to make tokens of an image")),
+            }
+        };
         let core = |e: memopt_core::CoreError| {
             CheckpointError::InvalidInput(format!(
                 "model '{}' {at} ({}) on samples of shape {shape:?}: {e}",
@@ -324,10 +337,42 @@ impl CustomModel {
                     .map_err(core)?;
                 vec![*out, oh, ow]
             }
+            Layer::Conv1d {
+                out,
+                kernel,
+                stride,
+                padding,
+                ..
+            } => {
+                let [_, l] = tokens(shape)?;
+                let [ol, _] = conv1d_params(*stride, *padding)
+                    .as_2d()
+                    .output_hw(l, 1, *kernel, 1)
+                    .map_err(core)?;
+                vec![*out, ol]
+            }
             Layer::BatchNorm {} => match shape.len() {
-                1 | 3 => shape.to_vec(),
-                _ => return Err(misfit("[C, H, W] or [F]", "")),
+                1..=3 => shape.to_vec(),
+                _ => return Err(misfit("[C, H, W], [C, L] or [F]", "")),
             },
+            Layer::Tokens {} => {
+                let [c, h, w] = image(shape)?;
+                vec![c, h.checked_mul(w).ok_or_else(|| misfit("[C, H, W] with H * W in the address space", ""))?]
+            }
+            Layer::Attention { heads } => {
+                let [c, l] = tokens(shape)?;
+                if *heads == 0 || !c.is_multiple_of(*heads) {
+                    return Err(CheckpointError::InvalidInput(format!(
+                        "model '{}' {at} (attention): {heads} heads do not divide the {c} channels; use a number of heads that does",
+                        self.name
+                    )));
+                }
+                vec![c, l]
+            }
+            Layer::TokenMean {} => {
+                let [c, _] = tokens(shape)?;
+                vec![c]
+            }
             Layer::MaxPool {
                 kernel,
                 stride,

@@ -1,0 +1,64 @@
+//! A small Spikformer under plans that reach inside it: attention and MLP checkpointed,
+//! stored with packed spikes (Q, K, V kept bit-packed), run in time chunks through
+//! BatchNorm1d over tokens, offloaded, and runs of the stem. Every plan is bit-identical to
+//! storing everything over two steps, and Meta's peaks equal the CPU's.
+
+mod common;
+
+use common::{assert_exact_and_meta_matches_cpu, entry, plan_of};
+use memopt_checkpoint::zoo::{SpikformerConfig, spikformer};
+use memopt_checkpoint::{InputSpec, Model, Plan, Policy};
+use memopt_compress::CompressorKind;
+use memopt_core::Device;
+
+/// 16 dims, 2 heads, 2 blocks, MLP ratio 2, on 2 time steps of 3x8x8 (4 tokens).
+fn model(device: Device) -> Model {
+    let cfg = SpikformerConfig {
+        dims: 16,
+        heads: 2,
+        depth: 2,
+        mlp_ratio: 2,
+        patch: 4,
+    };
+    let spec = InputSpec {
+        time_steps: 2,
+        sample: vec![3, 8, 8],
+        classes: 4,
+    };
+    spikformer("spikformer", cfg, &spec, device, 7).unwrap()
+}
+
+#[test]
+fn plans_inside_the_spikformer_are_exact_and_meta_predicts_the_cpu() {
+    let chunked = Policy::checkpoint(CompressorKind::BitSpike, 2);
+    let plans = [
+        Plan::store_all(),
+        Plan::default(),
+        Plan::from_entries([("blocks.0.attn", Policy::CHECKPOINT), ("blocks.1.mlp", Policy::CHECKPOINT)]),
+        Plan::from_entries([("blocks.0.attn", Policy::StorePacked), ("blocks.1.attn", Policy::StorePacked)]),
+        Plan::from_entries([("blocks.0.attn", chunked), ("blocks.0.mlp", chunked), ("blocks.1", chunked)]),
+        Plan::from_entries([
+            ("patch_embed.positional_encoding", chunked),
+            ("blocks.1.attn", Policy::offload(CompressorKind::BitSpike, 1)),
+        ]),
+        plan_of(vec![
+            entry("patch_embed.stages", Some([0, 3]), 0, Policy::CHECKPOINT),
+            entry("blocks", Some([0, 2]), 0, chunked),
+        ]),
+    ];
+    for plan in &plans {
+        assert_exact_and_meta_matches_cpu(model, plan, 2);
+    }
+}
+
+#[test]
+fn packed_saves_keep_queries_keys_and_values_bit_packed() {
+    // Under StorePacked an attention keeps four spike tensors of E = T*N*C*L values at one bit
+    // each instead of four bytes: Q, K and V for the products and the projection's input.
+    let e = 2 * 2 * 16 * 4;
+    let held = |plan: &Plan| common::step_recorded(model, plan, Device::META, 2).1.held_at_backward();
+    let store = held(&Plan::store_all());
+    let packed = held(&Plan::from_entries([("blocks.0.attn", Policy::StorePacked)]));
+    let saved = 4 * (4 * e - e / 8);
+    assert_eq!(store - packed, saved as u64, "store {store} packed {packed}");
+}

@@ -64,6 +64,9 @@ fn parameter_counts_equal_pytorch() {
     // sum(p.numel() for p in spikformer_cifar10().parameters()) in SpikingJelly 2.0.
     let spikformer = build("spikformer-cifar10", &spec(4, &[3, 32, 32], 10), Device::META);
     assert_eq!(spikformer.param_count(), 9_310_906);
+    // SpikeDrivenTransformer(embed_dims=512, num_heads=8, depths=2, pooling_stat="0011"), 10 classes.
+    let sdt = build("spike-driven-transformer", &spec(4, &[3, 32, 32], 10), Device::META);
+    assert_eq!(sdt.param_count(), 10_234_378);
     for name in ["sew-resnet18", "spiking-resnet18"] {
         let big = build(name, &spec(4, &[3, 224, 224], 1000), Device::META);
         assert_eq!(big.param_count(), 11_689_512, "{name}, 1000 classes");
@@ -263,6 +266,7 @@ fn every_zoo_model_trains_on_meta_at_default_and_small_specs() {
             "spiking-resnet18",
             "spiking-vgg11-bn",
             "spikformer-cifar10",
+            "spike-driven-transformer",
             "toy-if",
             "spiking-mlp"
         ]
@@ -271,7 +275,12 @@ fn every_zoo_model_trains_on_meta_at_default_and_small_specs() {
         for s in [&entry.published, &entry.small] {
             let model = build(entry.name, s, Device::META);
             let (dims, _) = forward(&model, 2, true);
-            assert_eq!(dims, [s.time_steps, 2, s.classes], "{} {s:?}", entry.name);
+            // The Spike-Driven Transformer averages the time steps itself, as SpikingJelly's does.
+            let want = match entry.name {
+                "spike-driven-transformer" => vec![2, s.classes],
+                _ => vec![s.time_steps, 2, s.classes],
+            };
+            assert_eq!(dims, want, "{} {s:?}", entry.name);
             let out = trainer(&model)
                 .step(&model, &batch(&model, 2, 0), StepOptions::default())
                 .unwrap_or_else(|e| panic!("{} {s:?}: {e}", entry.name));
@@ -346,6 +355,11 @@ fn cpu_step(name: &str) {
 #[test]
 fn spikformer_cifar10_trains_one_cpu_step() {
     cpu_step("spikformer-cifar10");
+}
+
+#[test]
+fn spike_driven_transformer_trains_one_cpu_step() {
+    cpu_step("spike-driven-transformer");
 }
 
 #[test]

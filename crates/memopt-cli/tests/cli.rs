@@ -52,6 +52,8 @@ fn models_lists_the_zoo_with_sizes() {
         "sew-resnet18",
         "spiking-resnet18",
         "spiking-vgg11-bn",
+        "spikformer-cifar10",
+        "spike-driven-transformer",
         "toy-if",
         "spiking-mlp",
     ] {
@@ -63,7 +65,7 @@ fn models_lists_the_zoo_with_sizes() {
     );
     let v = json(&["models", "--json"]);
     let rows = v.as_array().expect("a list");
-    assert_eq!(rows.len(), 6);
+    assert_eq!(rows.len(), 8);
     let mlp = rows
         .iter()
         .find(|r| r["name"] == "spiking-mlp")

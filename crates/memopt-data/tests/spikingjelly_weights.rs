@@ -27,6 +27,18 @@ fn temp_dir() -> tempfile::TempDir {
 /// `tokens` = the Spikformer's `[T, N, C, H, W]` -> `[T, N, C, H * W]`).
 fn chain(stem: &str) -> Vec<&'static str> {
     match stem {
+        "spike_driven" => vec![
+            "patch_embed",
+            "blocks.0.attn",
+            "blocks.0.mlp",
+            "blocks.1.attn",
+            "blocks.1.mlp",
+            "tokens",
+            "token_mean",
+            "head_lif",
+            "time_mean",
+            "head",
+        ],
         "spikformer" => vec![
             "patch_embed.stages.0",
             "patch_embed.stages.1",
@@ -126,6 +138,13 @@ fn spikingjelly_outputs_are_reproduced_from_the_exchanged_weights() {
                 layers += 1;
                 spiking_layers += usize::from(got.iter().any(|&v| v != 0.0));
             }
+            if let Some(path) = key.strip_prefix("val.") {
+                let got = &outs.iter().find(|(p, _)| p == path).unwrap().1;
+                let rel = max_rel(got, &arr.to_f32());
+                assert!(rel <= 1e-5, "{stem}: output of {path} differs by {rel} relative");
+                layers += 1;
+                spiking_layers += 1;
+            }
         }
         assert!(layers >= 5, "{stem}: the fixture compares {layers} layers");
         assert_eq!(spiking_layers, layers, "{stem}: a silent layer makes a weak test");
@@ -146,31 +165,33 @@ fn spikingjelly_outputs_are_reproduced_from_the_exchanged_weights() {
     }
 }
 
-/// `spikformer-cifar10` at its published size names and shapes every tensor as SpikingJelly's
-/// `spikformer_cifar10().state_dict()` does (tools/fixtures/weights.py wrote them).
+/// The zoo's transformers at their published sizes name and shape every tensor as
+/// SpikingJelly's `state_dict()` does (tools/fixtures/weights.py wrote them).
 #[test]
-fn spikformer_cifar10_state_dict_names_and_shapes_are_spikingjellys() {
-    let entry = memopt_checkpoint::zoo::entry("spikformer-cifar10").unwrap();
-    let model = memopt_checkpoint::zoo::build(entry.name, &entry.published, Device::META, 0).unwrap();
-    let mut ours: Vec<(String, Vec<usize>)> = model
-        .params()
-        .into_iter()
-        .map(|(n, p)| (n, p.tensor().dims().to_vec()))
-        .chain(model.buffers().into_iter().map(|(n, b)| (n, b.tensor().dims().to_vec())))
-        .collect();
-    let batch_norms: Vec<String> = ours
-        .iter()
-        .filter_map(|(n, _)| n.strip_suffix(".running_mean").map(str::to_string))
-        .collect();
-    ours.extend(batch_norms.into_iter().map(|bn| (format!("{bn}.num_batches_tracked"), vec![])));
-    ours.sort();
-    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/weights/spikformer_cifar10_state_dict.json");
-    let theirs: std::collections::BTreeMap<String, Vec<usize>> =
-        serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap();
-    let theirs: Vec<(String, Vec<usize>)> = theirs.into_iter().collect();
-    assert_eq!(ours.len(), theirs.len());
-    for (a, b) in ours.iter().zip(&theirs) {
-        assert_eq!(a, b);
+fn transformer_state_dict_names_and_shapes_are_spikingjellys() {
+    for name in ["spikformer-cifar10", "spike-driven-transformer"] {
+        let entry = memopt_checkpoint::zoo::entry(name).unwrap();
+        let model = memopt_checkpoint::zoo::build(name, &entry.published, Device::META, 0).unwrap();
+        let mut ours: Vec<(String, Vec<usize>)> = model
+            .params()
+            .into_iter()
+            .map(|(n, p)| (n, p.tensor().dims().to_vec()))
+            .chain(model.buffers().into_iter().map(|(n, b)| (n, b.tensor().dims().to_vec())))
+            .collect();
+        let batch_norms: Vec<String> = ours
+            .iter()
+            .filter_map(|(n, _)| n.strip_suffix(".running_mean").map(str::to_string))
+            .collect();
+        ours.extend(batch_norms.into_iter().map(|bn| (format!("{bn}.num_batches_tracked"), vec![])));
+        ours.sort();
+        let p = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/fixtures/weights/{name}_state_dict.json"));
+        let theirs: std::collections::BTreeMap<String, Vec<usize>> =
+            serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap();
+        let theirs: Vec<(String, Vec<usize>)> = theirs.into_iter().collect();
+        assert_eq!(ours.len(), theirs.len(), "{name}");
+        for (a, b) in ours.iter().zip(&theirs) {
+            assert_eq!(a, b, "{name}");
+        }
     }
 }
 

@@ -74,6 +74,15 @@ impl SavedLayerInput {
         })
     }
 
+    /// The input as one tensor: bit-packed spikes are unpacked into a temporary (for ops that
+    /// read all of it at once, such as batched products).
+    pub fn whole(&self) -> Result<Cow<'_, Tensor>> {
+        Ok(match self.read()? {
+            LayerInputRead::Whole(t) => t,
+            LayerInputRead::Steps(p) => Cow::Owned(p.unpack()?),
+        })
+    }
+
     /// The input as its backward reads it.
     pub fn read(&self) -> Result<LayerInputRead<'_>> {
         Ok(match self {

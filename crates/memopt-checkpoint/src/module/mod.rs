@@ -16,6 +16,7 @@ mod neuron;
 mod pool;
 mod sequential;
 mod simple;
+mod spike_driven_attention;
 mod tree;
 
 pub use crate::context::{
@@ -32,6 +33,7 @@ pub use neuron::Neuron;
 pub use pool::{Pool2d, PoolKind};
 pub use sequential::Sequential;
 pub use simple::{Dropout, Flatten, Mean, Relu};
+pub use spike_driven_attention::SpikeDrivenSelfAttention;
 pub use tree::{
     ModuleInfo, batch_statistics_in, find_module, module_infos, named_buffers, named_params, time_coupling_in,
 };

@@ -160,6 +160,11 @@ impl PlannerHints for Mean {
         Some(format!("dim={}", self.dim))
     }
 
+    /// The mean over dimension 0 of a multi-step value is over its time steps.
+    fn time_coupling(&self, _training: bool) -> Option<String> {
+        (self.dim == 0).then(|| "Mean over dimension 0 averages the time steps".to_string())
+    }
+
     /// One FLOP per input element; the input read and the output written once.
     fn cost(&self, inputs: &[Shape], outputs: &[Shape]) -> Option<ModuleCost> {
         Some(ModuleCost {

@@ -1,10 +1,9 @@
 //! Batched matrix products (attention's `V K^T` and `(V K^T) Q`), with their backward.
 
 use crate::Result;
-use crate::autograd::{Backward, BackwardGrads, Gradients, InputSlot, LayerInputRead, Record, SavedLayerInput, Var};
+use crate::autograd::{Backward, BackwardGrads, Gradients, InputSlot, Record, SavedLayerInput, Var};
 use crate::context::Cx;
 use memopt_core::Tensor;
-use std::borrow::Cow;
 use memopt_core::kernels::{self, Transposed};
 
 /// `op(a) x op(b)` for every item of the leading dimensions `a` and `b` share
@@ -43,7 +42,7 @@ impl Backward<2> for BatchedMatmulBackward {
     ) -> Result<[Option<Tensor>; 2]> {
         let grad = g.single_output()?;
         let [a, b] = g.inputs;
-        let (a_saved, b_saved) = (whole(&self.a)?, whole(&self.b)?);
+        let (a_saved, b_saved) = (self.a.whole()?, self.b.whole()?);
         let (ga, gb) = kernels::batched_matmul_backward(
             &grad,
             &a_saved,
@@ -55,10 +54,3 @@ impl Backward<2> for BatchedMatmulBackward {
     }
 }
 
-/// A saved operand as one tensor (packed spikes unpacked into a temporary).
-fn whole(saved: &SavedLayerInput) -> Result<Cow<'_, Tensor>> {
-    Ok(match saved.read()? {
-        LayerInputRead::Whole(t) => t,
-        LayerInputRead::Steps(p) => Cow::Owned(p.unpack()?),
-    })
-}

@@ -12,6 +12,7 @@ mod norm;
 mod norm_chunk;
 mod pool;
 mod reduce;
+mod row_scale;
 mod shape;
 mod split;
 
@@ -25,6 +26,7 @@ pub use neuron::neuron;
 pub use norm::batch_norm;
 pub use pool::{adaptive_avg_pool2d, avg_pool2d, max_pool2d};
 pub use reduce::{mean_all, mean_dim, sum_all, sum_dim};
+pub use row_scale::scale_rows;
 pub use shape::reshape;
 pub use split::split;
 

@@ -9,8 +9,10 @@ pub use cifar10dvs_vgg::lif as cifar10dvs_vgg_lif;
 pub mod custom;
 mod mlp;
 mod resnet;
+mod spike_driven_transformer;
 mod spikformer;
 mod spiking_vgg;
+pub use spike_driven_transformer::{SpikeDrivenConfig, spike_driven_transformer};
 pub use spikformer::{SpikformerConfig, spikformer};
 
 use crate::autograd::Var;
@@ -93,6 +95,15 @@ fn registry() -> Vec<(ZooEntry, Builder)> {
                 small: spec(2, &[3, 16, 16], 10),
             },
             spikformer::build_cifar10,
+        ),
+        (
+            ZooEntry {
+                name: "spike-driven-transformer",
+                description: "SpikingJelly SpikeDrivenTransformer, CIFAR-10 Spike-driven Transformer-2-512 (8 heads, pooling 0011)",
+                published: spec(4, &[3, 32, 32], 10),
+                small: spec(2, &[3, 16, 16], 10),
+            },
+            spike_driven_transformer::build_cifar10,
         ),
         (
             ZooEntry {

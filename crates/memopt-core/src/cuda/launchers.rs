@@ -47,6 +47,7 @@ kernel_table! {
         broadcast_dim(g: Ptr, out: Ptr, outer: U64, size: U64, inner: U64, scale: F32);
         broadcast_scalar(g: Ptr, out: Ptr, n: U64, scale: F32);
         copy_rows(src: Ptr, dst: Ptr, rows: U64, len: U64, src_pitch: U64, dst_pitch: U64);
+        row_scale(x: Ptr, s: Ptr, out: Ptr, n: U64, inner: U64);
     }
 }
 

@@ -5,7 +5,7 @@
 //! which uses a part.
 #![allow(dead_code)]
 
-use memopt_checkpoint::zoo::{self, SpikformerConfig};
+use memopt_checkpoint::zoo::{self, SpikeDrivenConfig, SpikformerConfig};
 use memopt_checkpoint::{InputSpec, Model};
 use memopt_core::{Device, Philox};
 
@@ -19,8 +19,19 @@ pub const SPIKFORMER_SMALL: SpikformerConfig = SpikformerConfig {
     patch: 4,
 };
 
-/// (model name, fixture stem, input spec) of the exchanged models: zoo names, and
-/// `spikformer` for [`SPIKFORMER_SMALL`].
+/// The small Spike-Driven Transformer of the fixture (SpikingJelly's
+/// `SpikeDrivenTransformer(embed_dims=32, num_heads=4, depths=2, mlp_ratio=4,
+/// pooling_stat="0011")` on 16x16 input).
+pub const SPIKE_DRIVEN_SMALL: SpikeDrivenConfig = SpikeDrivenConfig {
+    dims: 32,
+    heads: 4,
+    depth: 2,
+    mlp_ratio: 4,
+    pooling: [false, false, true, true],
+};
+
+/// (model name, fixture stem, input spec) of the exchanged models: zoo names, `spikformer`
+/// for [`SPIKFORMER_SMALL`] and `spike-driven` for [`SPIKE_DRIVEN_SMALL`].
 pub fn cases() -> Vec<(&'static str, &'static str, InputSpec)> {
     let spec = |c: usize, hw: usize| InputSpec {
         time_steps: 2,
@@ -31,6 +42,7 @@ pub fn cases() -> Vec<(&'static str, &'static str, InputSpec)> {
         ("cifar10dvs-vgg", "vgg", spec(2, 16)),
         ("sew-resnet18", "sew_resnet18", spec(3, 32)),
         ("spikformer", "spikformer", spec(3, 16)),
+        ("spike-driven", "spike_driven", spec(3, 16)),
     ]
 }
 
@@ -38,6 +50,7 @@ pub fn cases() -> Vec<(&'static str, &'static str, InputSpec)> {
 pub fn build(name: &str, spec: &InputSpec, seed: u64) -> Model {
     match name {
         "spikformer" => zoo::spikformer(name, SPIKFORMER_SMALL, spec, Device::Cpu, seed).unwrap(),
+        "spike-driven" => zoo::spike_driven_transformer(name, SPIKE_DRIVEN_SMALL, spec, Device::Cpu, seed).unwrap(),
         _ => zoo::build(name, spec, Device::Cpu, seed).unwrap(),
     }
 }

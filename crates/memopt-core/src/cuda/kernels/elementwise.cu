@@ -79,3 +79,8 @@ extern "C" __global__ void copy_rows(const float* src, float* dst, u64 rows, u64
         dst[r * dst_pitch + i] = src[r * src_pitch + i];
     }
 }
+
+// Rows of inner values, each times its own factor: out[i] = x[i] * s[i / inner].
+extern "C" __global__ void row_scale(const float* x, const float* s, float* out, u64 n, u64 inner) {
+    FOR_EACH(i, n) { out[i] = x[i] * s[i / inner]; }
+}

@@ -1,12 +1,12 @@
-//! A small Spikformer under plans that reach inside it: attention and MLP checkpointed,
-//! stored with packed spikes (Q, K, V kept bit-packed), run in time chunks through
-//! BatchNorm1d over tokens, offloaded, and runs of the stem. Every plan is bit-identical to
-//! storing everything over two steps, and Meta's peaks equal the CPU's.
+//! A small Spikformer and a small Spike-Driven Transformer under plans that reach inside them:
+//! attention and MLP checkpointed, stored with packed spikes (Q, K, V kept bit-packed), run in
+//! time chunks through BatchNorm over tokens, offloaded, and runs of the stem. Every plan is
+//! bit-identical to storing everything over two steps, and Meta's peaks equal the CPU's.
 
 mod common;
 
 use common::{assert_exact_and_meta_matches_cpu, entry, plan_of};
-use memopt_checkpoint::zoo::{SpikformerConfig, spikformer};
+use memopt_checkpoint::zoo::{SpikeDrivenConfig, SpikformerConfig, spike_driven_transformer, spikformer};
 use memopt_checkpoint::{InputSpec, Model, Plan, Policy};
 use memopt_compress::CompressorKind;
 use memopt_core::Device;
@@ -61,4 +61,45 @@ fn packed_saves_keep_queries_keys_and_values_bit_packed() {
     let packed = held(&Plan::from_entries([("blocks.0.attn", Policy::StorePacked)]));
     let saved = 4 * (4 * e - e / 8);
     assert_eq!(store - packed, saved as u64, "store {store} packed {packed}");
+}
+
+/// 16 dims, 2 heads, 2 blocks, MLP ratio 2, pooling in the last two stem stages, on 2 time
+/// steps of 3x8x8 (4 positions).
+fn spike_driven(device: Device) -> Model {
+    let cfg = SpikeDrivenConfig {
+        dims: 16,
+        heads: 2,
+        depth: 2,
+        mlp_ratio: 2,
+        pooling: [false, false, true, true],
+    };
+    let spec = InputSpec {
+        time_steps: 2,
+        sample: vec![3, 8, 8],
+        classes: 4,
+    };
+    spike_driven_transformer("spike-driven", cfg, &spec, device, 9).unwrap()
+}
+
+#[test]
+fn plans_inside_the_spike_driven_transformer_are_exact_and_meta_predicts_the_cpu() {
+    let chunked = Policy::checkpoint(CompressorKind::BitSpike, 2);
+    let plans = [
+        Plan::default(),
+        Plan::from_entries([("patch_embed", Policy::CHECKPOINT), ("blocks.0.attn", Policy::CHECKPOINT)]),
+        Plan::from_entries([("blocks.0.attn", Policy::StorePacked), ("blocks.1.mlp", Policy::StorePacked)]),
+        Plan::from_entries([("blocks.0.attn", chunked), ("blocks.1", chunked), ("patch_embed", chunked)]),
+        Plan::from_entries([("blocks.1.attn", Policy::offload(CompressorKind::BitSpike, 1))]),
+    ];
+    for plan in &plans {
+        assert_exact_and_meta_matches_cpu(spike_driven, plan, 2);
+    }
+}
+
+#[test]
+fn the_spike_driven_time_mean_is_not_offered_to_time_chunks() {
+    let mut model = spike_driven(Device::META);
+    let plan = Plan::from_entries([("time_mean", Policy::checkpoint(CompressorKind::BitSpike, 2))]);
+    let e = model.apply_plan(&plan).unwrap_err().to_string();
+    assert!(e.contains("time_mean") && e.contains("time steps"), "{e}");
 }

@@ -18,7 +18,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from spikingjelly.activation_based import functional, layer, neuron, surrogate
-from spikingjelly.activation_based.model import sew_resnet
+from spikingjelly.activation_based.model import sew_resnet, spike_driven_transformer, spikformer
 
 
 def cifar10dvs_vgg(classes=10, hw=48):
@@ -54,7 +54,22 @@ def toy_if(c=512, classes=10):
     return nn.Sequential(*mods), (c,), classes
 
 
-MODELS = {"vgg": cifar10dvs_vgg, "sew-resnet18": sew_resnet18_32, "toy-if": toy_if}
+def spikformer_cifar10(classes=10):
+    """memopt zoo `spikformer-cifar10`: SpikingJelly's spikformer_cifar10 at 3x32x32."""
+    return spikformer.spikformer_cifar10(num_classes=classes), (3, 32, 32), classes
+
+
+def spike_driven_cifar10(classes=10):
+    """memopt zoo `spike-driven-transformer`: Spike-driven Transformer-2-512 at 3x32x32 (its
+    output is already averaged over time)."""
+    net = spike_driven_transformer.SpikeDrivenTransformer(
+        T=4, num_classes=classes, embed_dims=512, num_heads=8, depths=2, mlp_ratio=4.0,
+        pooling_stat="0011")
+    return net, (3, 32, 32), classes
+
+
+MODELS = {"vgg": cifar10dvs_vgg, "sew-resnet18": sew_resnet18_32, "toy-if": toy_if,
+          "spikformer": spikformer_cifar10, "spike-driven": spike_driven_cifar10}
 
 
 def step_times(name, n, t, steps):
@@ -69,7 +84,8 @@ def step_times(name, n, t, steps):
     for i in range(steps + 1):
         start = time.perf_counter()
         opt.zero_grad(set_to_none=True)
-        out = net(x).mean(0)
+        out = net(x)
+        out = out.mean(0) if out.dim() == 3 else out
         loss = F.cross_entropy(out, y)
         loss.backward()
         opt.step()

@@ -35,7 +35,7 @@ impl Workload {
     }
 }
 
-const WORKLOADS: [Workload; 4] = [
+const WORKLOADS: [Workload; 6] = [
     Workload {
         script: "vgg",
         zoo: "cifar10dvs-vgg",
@@ -63,6 +63,20 @@ const WORKLOADS: [Workload; 4] = [
         extra: &["--input", "512", "--classes", "10"],
         n: 32,
         t: 16,
+    },
+    Workload {
+        script: "spikformer",
+        zoo: "spikformer-cifar10",
+        extra: &[],
+        n: 4,
+        t: 4,
+    },
+    Workload {
+        script: "spike-driven",
+        zoo: "spike-driven-transformer",
+        extra: &[],
+        n: 4,
+        t: 4,
     },
 ];
 

@@ -1,4 +1,5 @@
-//! BatchNorm, pooling, convolution, linear layers, batched products and the multi-step neurons
+//! BatchNorm, pooling, convolution, linear layers, batched products, splits and row scales and the
+//! multi-step neurons
 //! on the GPU against the CPU kernels, through the public op API, on random inputs, odd sizes and views. Spikes,
 //! BatchNorm, pooling and neuron results must be bit-identical (their arithmetic is add, mul,
 //! div and sqrt in the CPU's order; the PLIF parameter's gradient is summed in the same blocks of
@@ -406,6 +407,34 @@ fn batched_products_match_within_gemm_tolerance_and_exactly_on_spikes() {
         assert_close(&format!("{what} grad a"), &ca.unwrap(), &da.unwrap(), 1e-5);
         assert_close(&format!("{what} grad b"), &cb.unwrap(), &db.unwrap(), 1e-5);
     }
+}
+
+#[test]
+fn splits_concatenations_and_row_scales_are_bit_identical() {
+    if !gpu_or_skip("splits_concatenations_and_row_scales_are_bit_identical") {
+        return;
+    }
+    // Attention's Q, K, V from [T*N, 3C, L], views included (twin: an offset view).
+    let dims = [6usize, 3 * 10, 7];
+    let (x, gx) = twin(&values(dims.iter().product(), 11, 1.0), &dims);
+    for dim in 0..3 {
+        let sizes: Vec<usize> = match dims[dim] {
+            30 => vec![10, 10, 10],
+            d => vec![1, d - 1],
+        };
+        let (cpu, gpu) = (split_dim(&x, dim, &sizes).unwrap(), split_dim(&gx, dim, &sizes).unwrap());
+        for (i, (c, g)) in cpu.iter().zip(&gpu).enumerate() {
+            assert_identical(&format!("split_dim {dim} part {i}"), c, g);
+        }
+        assert_identical(
+            &format!("cat_dim {dim}"),
+            &cat_dim(&cpu, dim, memopt_core::MemoryKind::Gradient).unwrap(),
+            &cat_dim(&gpu, dim, memopt_core::MemoryKind::Gradient).unwrap(),
+        );
+    }
+    let (s, gs) = pair(values(6 * 30, 12, 1.0), &dims[..2]);
+    let kind = memopt_core::MemoryKind::Activation;
+    assert_identical("scale_rows", &scale_rows(&x, &s, kind).unwrap(), &scale_rows(&gx, &gs, kind).unwrap());
 }
 
 #[test]

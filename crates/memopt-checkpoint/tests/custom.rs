@@ -334,13 +334,20 @@ fn the_transformer_example_describes_attention_blocks_without_rust() {
     assert_eq!(dims("12.body.0.qkv_conv_bn.0.weight"), Some(vec![384, 128, 1]));
     assert_eq!(dims("12.body.0.proj_conv_bn.1.weight"), Some(vec![128]));
     assert_eq!(dims("13.body.0.weight"), Some(vec![512, 128, 1]));
-    let types: Vec<(String, &str)> = model.modules().into_iter().map(|m| (m.path, m.type_name)).collect();
+    let types: Vec<(String, &str)> = model
+        .modules()
+        .into_iter()
+        .map(|m| (m.path, m.type_name))
+        .collect();
     assert!(types.contains(&("12.body.0".to_string(), "SpikingSelfAttention")));
     assert!(types.contains(&("13.body.1".to_string(), "BatchNorm1d")));
     let plans = [
         Plan::from_entries([("12", Policy::CHECKPOINT), ("13", Policy::CHECKPOINT)]),
         Plan::from_entries([("12.body.0", Policy::StorePacked)]),
-        Plan::from_entries([("14", Policy::checkpoint(memopt_compress::CompressorKind::BitSpike, 2))]),
+        Plan::from_entries([(
+            "14",
+            Policy::checkpoint(memopt_compress::CompressorKind::BitSpike, 2),
+        )]),
     ];
     for plan in &plans {
         common::assert_exact_and_meta_matches_cpu(tiny_transformer, plan, 2);
@@ -349,12 +356,22 @@ fn the_transformer_example_describes_attention_blocks_without_rust() {
 
 #[test]
 fn attention_layers_that_do_not_fit_say_what_would() {
-    let e = err(&with_layers(r#"[{"type": "attention", "heads": 2}, {"type": "flatten"}, {"type": "linear", "out": 3}]"#));
-    assert!(e.contains("layers[0] (attention)") && e.contains("[C, L]") && e.contains("tokens"), "{e}");
+    let e = err(&with_layers(
+        r#"[{"type": "attention", "heads": 2}, {"type": "flatten"}, {"type": "linear", "out": 3}]"#,
+    ));
+    assert!(
+        e.contains("layers[0] (attention)") && e.contains("[C, L]") && e.contains("tokens"),
+        "{e}"
+    );
     let e = err(&with_layers(
         r#"[{"type": "conv2d", "out": 6, "kernel": 1}, {"type": "tokens"}, {"type": "attention", "heads": 4}, {"type": "token_mean"}, {"type": "linear", "out": 3}]"#,
     ));
     assert!(e.contains("4 heads do not divide the 6 channels"), "{e}");
-    let e = err(&with_layers(r#"[{"type": "token_mean"}, {"type": "linear", "out": 3}]"#));
-    assert!(e.contains("layers[0] (token_mean)") && e.contains("[C, L]"), "{e}");
+    let e = err(&with_layers(
+        r#"[{"type": "token_mean"}, {"type": "linear", "out": 3}]"#,
+    ));
+    assert!(
+        e.contains("layers[0] (token_mean)") && e.contains("[C, L]"),
+        "{e}"
+    );
 }

@@ -65,7 +65,11 @@ fn parameter_counts_equal_pytorch() {
     let spikformer = build("spikformer-cifar10", &spec(4, &[3, 32, 32], 10), Device::META);
     assert_eq!(spikformer.param_count(), 9_310_906);
     // SpikeDrivenTransformer(embed_dims=512, num_heads=8, depths=2, pooling_stat="0011"), 10 classes.
-    let sdt = build("spike-driven-transformer", &spec(4, &[3, 32, 32], 10), Device::META);
+    let sdt = build(
+        "spike-driven-transformer",
+        &spec(4, &[3, 32, 32], 10),
+        Device::META,
+    );
     assert_eq!(sdt.param_count(), 10_234_378);
     for name in ["sew-resnet18", "spiking-resnet18"] {
         let big = build(name, &spec(4, &[3, 224, 224], 1000), Device::META);

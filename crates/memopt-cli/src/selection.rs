@@ -136,12 +136,18 @@ pub fn parse_sample(s: &str) -> Result<Vec<usize>> {
 }
 
 /// The example models shipped in the binary, by their path in the repository: a relative
-/// `--model examples/models/small-snn.json` that does not exist in the current directory reads
+/// `--model examples/models/small-snn.json` (or `spikformer-tiny.json`) that does not exist in the current directory reads
 /// the shipped copy, so that the examples in `--help` work from any directory.
-const SHIPPED_MODELS: [(&str, &str); 1] = [(
-    "examples/models/small-snn.json",
-    include_str!("../../../examples/models/small-snn.json"),
-)];
+const SHIPPED_MODELS: [(&str, &str); 2] = [
+    (
+        "examples/models/small-snn.json",
+        include_str!("../../../examples/models/small-snn.json"),
+    ),
+    (
+        "examples/models/spikformer-tiny.json",
+        include_str!("../../../examples/models/spikformer-tiny.json"),
+    ),
+];
 
 /// The shipped copy of a relative model path missing from the current directory.
 fn shipped_model(model: &str) -> Option<&'static str> {

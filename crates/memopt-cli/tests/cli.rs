@@ -322,3 +322,13 @@ fn a_one_layer_model_is_planned_and_benched() {
     let out = ok(&["bench", "-m", s(&tiny), "--steps", "1"]);
     assert!(out.contains("every measured CPU peak equals its exact"), "{out}");
 }
+
+#[test]
+fn the_shipped_transformer_example_plans_from_any_directory() {
+    // The tests run in crates/memopt-cli, where this relative path does not exist: the copy
+    // shipped in the binary is read.
+    let v = json(&["optimize", "-m", "examples/models/spikformer-tiny.json", "--json"]);
+    assert_eq!(v["model"], "spikformer-tiny");
+    let (base, planned) = (u(&v, "baseline_peak_bytes"), u(&v, "planned_peak_bytes"));
+    assert!(planned < base, "{planned} >= {base}");
+}

@@ -422,7 +422,10 @@ fn splits_concatenations_and_row_scales_are_bit_identical() {
             30 => vec![10, 10, 10],
             d => vec![1, d - 1],
         };
-        let (cpu, gpu) = (split_dim(&x, dim, &sizes).unwrap(), split_dim(&gx, dim, &sizes).unwrap());
+        let (cpu, gpu) = (
+            split_dim(&x, dim, &sizes).unwrap(),
+            split_dim(&gx, dim, &sizes).unwrap(),
+        );
         for (i, (c, g)) in cpu.iter().zip(&gpu).enumerate() {
             assert_identical(&format!("split_dim {dim} part {i}"), c, g);
         }
@@ -434,7 +437,11 @@ fn splits_concatenations_and_row_scales_are_bit_identical() {
     }
     let (s, gs) = pair(values(6 * 30, 12, 1.0), &dims[..2]);
     let kind = memopt_core::MemoryKind::Activation;
-    assert_identical("scale_rows", &scale_rows(&x, &s, kind).unwrap(), &scale_rows(&gx, &gs, kind).unwrap());
+    assert_identical(
+        "scale_rows",
+        &scale_rows(&x, &s, kind).unwrap(),
+        &scale_rows(&gx, &gs, kind).unwrap(),
+    );
 }
 
 #[test]

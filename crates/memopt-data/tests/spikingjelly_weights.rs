@@ -176,15 +176,25 @@ fn transformer_state_dict_names_and_shapes_are_spikingjellys() {
             .params()
             .into_iter()
             .map(|(n, p)| (n, p.tensor().dims().to_vec()))
-            .chain(model.buffers().into_iter().map(|(n, b)| (n, b.tensor().dims().to_vec())))
+            .chain(
+                model
+                    .buffers()
+                    .into_iter()
+                    .map(|(n, b)| (n, b.tensor().dims().to_vec())),
+            )
             .collect();
         let batch_norms: Vec<String> = ours
             .iter()
             .filter_map(|(n, _)| n.strip_suffix(".running_mean").map(str::to_string))
             .collect();
-        ours.extend(batch_norms.into_iter().map(|bn| (format!("{bn}.num_batches_tracked"), vec![])));
+        ours.extend(
+            batch_norms
+                .into_iter()
+                .map(|bn| (format!("{bn}.num_batches_tracked"), vec![])),
+        );
         ours.sort();
-        let p = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/fixtures/weights/{name}_state_dict.json"));
+        let p = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join(format!("tests/fixtures/weights/{name}_state_dict.json"));
         let theirs: std::collections::BTreeMap<String, Vec<usize>> =
             serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap();
         let theirs: Vec<(String, Vec<usize>)> = theirs.into_iter().collect();

@@ -49,7 +49,14 @@ pub fn transformer_lif(init: &mut Init, v_threshold: f32) -> Result<Neuron> {
 /// `SeqToANNContainer(Conv1d(in, out, 1, bias=False), BatchNorm1d(out))` over tokens.
 pub fn conv1x1_bn(init: &mut Init, in_ch: usize, out_ch: usize) -> Result<Sequential> {
     Ok(Sequential::new()
-        .push(Conv1d::new(init, in_ch, out_ch, 1, ops::Conv1dParams::default(), false)?)
+        .push(Conv1d::new(
+            init,
+            in_ch,
+            out_ch,
+            1,
+            ops::Conv1dParams::default(),
+            false,
+        )?)
         .push(BatchNorm::new_1d_tokens(init, out_ch)?))
 }
 
@@ -122,7 +129,9 @@ impl Module for SpikingSelfAttention {
     fn forward<'m>(&'m self, cx: &mut Cx<'m>, inputs: Vec<Var>) -> Forward<Vec<Var>> {
         let x = one_input(inputs, self.type_name())?;
         if x.dims().len() != 4 {
-            return Err(self.error(format!("expected tokens [T, N, C, L], got {}", x.shape())).into());
+            return Err(self
+                .error(format!("expected tokens [T, N, C, L], got {}", x.shape()))
+                .into());
         }
         let qkv = cx.call1("qkv_conv_bn", &self.qkv_conv_bn, x.clone())?;
         let qkv = cx.call1("qkv_lif", &self.qkv_lif, qkv)?;
@@ -153,8 +162,9 @@ impl PlannerHints for SpikingSelfAttention {
         Some(format!("heads={} residual={}", self.heads, self.residual))
     }
 
-    /// The products only (the children cost their own): per item of `[C/heads, L]`, `V K^T`
-    /// and `(V K^T) Q` are `2 · d² · L` multiply-adds each; the split copies `Q, K, V`.
+    /// The products only (the children cost their own): per item of `[C/heads, L]` (`d =
+    /// C/heads`), `V K^T` and `(V K^T) Q` are `d² · L` multiply-adds (`2 · d² · L` FLOPs)
+    /// each; the split copies `Q, K, V`.
     fn cost(&self, inputs: &[Shape], outputs: &[Shape]) -> Option<ModuleCost> {
         let tokens = inputs.first()?;
         let [_, _, c, _] = tokens.dims() else { return None };

@@ -14,7 +14,12 @@ use memopt_core::kernels::Conv2dParams;
 
 /// PyTorch's default initialisation of a convolution: uniform in ±1/sqrt(fan_in) for the weight
 /// of shape `weight_dims` (`[C_out, C_in / groups, ..kernel]`) and the bias, if any.
-fn init_conv(init: &mut Init, weight_dims: &[usize], bias: bool, layer: &str) -> Result<(Param, Option<Param>)> {
+fn init_conv(
+    init: &mut Init,
+    weight_dims: &[usize],
+    bias: bool,
+    layer: &str,
+) -> Result<(Param, Option<Param>)> {
     // Sizes come from model descriptions: checked, never wrapped.
     let fan_in = weight_dims[1..]
         .iter()

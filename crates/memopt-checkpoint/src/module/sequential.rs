@@ -131,6 +131,10 @@ impl PlannerHints for Sequential {
     }
 
     fn config_key(&self) -> Option<String> {
-        Some(if self.residual { "residual".into() } else { String::new() })
+        Some(if self.residual {
+            "residual".into()
+        } else {
+            String::new()
+        })
     }
 }

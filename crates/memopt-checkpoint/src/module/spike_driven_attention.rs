@@ -3,6 +3,7 @@
 
 use super::batch_norm::BatchNorm;
 use super::conv::Conv2d;
+use super::cost::{ModuleCost, elems, f32_bytes};
 use super::fold::one_input;
 use super::init::Init;
 use super::neuron::Neuron;
@@ -10,6 +11,7 @@ use super::{Module, PlannerHints, transformer_lif};
 use crate::autograd::Var;
 use crate::context::Cx;
 use crate::{CheckpointError, Forward, Result, ops};
+use memopt_core::Shape;
 use memopt_core::kernels::Conv2dParams;
 use memopt_core::memory::current_scope;
 
@@ -135,5 +137,15 @@ impl Module for SpikeDrivenSelfAttention {
 impl PlannerHints for SpikeDrivenSelfAttention {
     fn config_key(&self) -> Option<String> {
         Some(format!("heads={}", self.heads))
+    }
+
+    /// Its own work only (the children cost theirs): `K * V`, its sum over the positions, the
+    /// row scale of `Q` and the residual add, about one FLOP per element each, over the
+    /// `[T, N, C, H, W]` output.
+    fn cost(&self, _inputs: &[Shape], outputs: &[Shape]) -> Option<ModuleCost> {
+        Some(ModuleCost {
+            flops: elems(outputs).saturating_mul(4),
+            bytes: f32_bytes(outputs).saturating_mul(8),
+        })
     }
 }

@@ -9,7 +9,7 @@ use memopt_core::kernels::{self, Transposed};
 /// `op(a) x op(b)` for every item of the leading dimensions `a` and `b` share
 /// ([`kernels::batched_matmul`]). Its backward keeps both operands; spike operands are kept
 /// bit-packed where packed saves are on (attention's `Q`, `K`, `V` under
-/// [`crate::Policy::StorePacked`]) and unpacked one at a time in backward.
+/// [`crate::Policy::StorePacked`]) and unpacked into temporaries for the backward kernel.
 pub fn batched_matmul(cx: &mut Cx<'_>, a: &Var, b: &Var, transposed: Transposed) -> Result<Var> {
     let (at, bt) = (a.tensor()?, b.tensor()?);
     let y = kernels::batched_matmul(&at, &bt, transposed)?;
@@ -53,4 +53,3 @@ impl Backward<2> for BatchedMatmulBackward {
         Ok([ga, gb])
     }
 }
-

@@ -105,7 +105,10 @@ fn conv<'m>(
     let unread = cx.take_output_unread();
     let slots = [Some(x), Some(w), b];
     let weight_dims = w.shape().clone();
-    let (wt, bt) = (w.tensor()?.reshape(kernel_dims.to_vec())?, b.map(Var::tensor).transpose()?);
+    let (wt, bt) = (
+        w.tensor()?.reshape(kernel_dims.to_vec())?,
+        b.map(Var::tensor).transpose()?,
+    );
     let y = if unread && cx.slots_need_grad(&slots) {
         let shape = match x.as_dense() {
             Some(xt) => kernels::conv2d_output_shape(xt, &wt, bt.as_deref(), p)?,
@@ -160,7 +163,10 @@ impl Backward<3> for ConvBackward {
         let [x_slot, w_slot, b_slot] = g.inputs;
         let (wt, bt) = weight_bias_targets(params, w_slot, b_slot, self.weight_dims.dims(), w.device())?;
         // The kernel adds into a 4-d view of the accumulator (the same storage).
-        let weight_acc = wt.as_ref().map(|t| t.acc().reshape(w.shape().clone())).transpose()?;
+        let weight_acc = wt
+            .as_ref()
+            .map(|t| t.acc().reshape(w.shape().clone()))
+            .transpose()?;
         let acc = kernels::WeightGradAcc {
             weight: weight_acc.as_ref(),
             bias: bt.as_ref().map(GradTarget::acc),

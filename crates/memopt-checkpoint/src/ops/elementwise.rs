@@ -1,7 +1,9 @@
 //! Elementwise ops.
 
 use crate::Result;
-use crate::autograd::{Backward, BackwardGrads, Gradients, InputSlot, Record, SavedTensor, Var, VarArg};
+use crate::autograd::{
+    Backward, BackwardGrads, Gradients, InputSlot, Record, SavedLayerInput, SavedTensor, Var, VarArg,
+};
 use crate::context::Cx;
 use memopt_compress::PackedSpikes;
 use memopt_core::{CoreError, DType, MemoryKind, Tensor, kernels};
@@ -74,23 +76,24 @@ impl Backward<2> for AddBackward {
     }
 }
 
-/// `a * b` (same shapes). Saves both operands.
+/// `a * b` (same shapes). Saves both operands; spike operands are kept bit-packed where
+/// packed saves are on (the spike-driven attention's `K * V` under
+/// [`crate::Policy::StorePacked`]).
 pub fn mul<'m>(cx: &mut Cx<'m>, a: &Var, b: &Var) -> Result<Var> {
-    let (at, bt) = (a.tensor()?, b.tensor()?);
-    let y = kernels::mul(&at, &bt)?;
+    let y = kernels::mul(&*a.tensor()?, &*b.tensor()?)?;
     if !cx.needs_grad(&[a, b]) {
         return Ok(Var::constant(y));
     }
     let op = MulBackward {
-        a: cx.save(&at),
-        b: cx.save(&bt),
+        a: cx.save_layer_input(a)?,
+        b: cx.save_layer_input(b)?,
     };
     Ok(cx.record(Record::new(op, [Some(a), Some(b)]), y))
 }
 
 struct MulBackward {
-    a: SavedTensor,
-    b: SavedTensor,
+    a: SavedLayerInput,
+    b: SavedLayerInput,
 }
 
 impl Backward<2> for MulBackward {
@@ -105,12 +108,12 @@ impl Backward<2> for MulBackward {
         let grad = g.single_output()?;
         let [a, b] = g.inputs;
         let ga = if a.needs_grad {
-            Some(kernels::mul_backward(&grad, self.b.tensor())?)
+            Some(kernels::mul_backward(&grad, &*self.b.whole()?)?)
         } else {
             None
         };
         let gb = if b.needs_grad {
-            Some(kernels::mul_backward(&grad, self.a.tensor())?)
+            Some(kernels::mul_backward(&grad, &*self.a.whole()?)?)
         } else {
             None
         };

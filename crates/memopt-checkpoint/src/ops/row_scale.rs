@@ -39,7 +39,11 @@ impl Backward<2> for ScaleRowsBackward {
         let grad = g.single_output()?;
         let [x_slot, s_slot] = g.inputs;
         let gx = if x_slot.needs_grad {
-            Some(kernels::scale_rows(&grad, &*self.s.whole()?, MemoryKind::Gradient)?)
+            Some(kernels::scale_rows(
+                &grad,
+                &*self.s.whole()?,
+                MemoryKind::Gradient,
+            )?)
         } else {
             None
         };
@@ -55,4 +59,3 @@ impl Backward<2> for ScaleRowsBackward {
         Ok([gx, gs])
     }
 }
-

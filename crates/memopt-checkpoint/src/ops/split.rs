@@ -46,7 +46,12 @@ impl Backward<1> for SplitBackward {
             .enumerate()
             .map(|(i, shape)| match g.take_output(i) {
                 Some(t) => Ok(t),
-                None => Ok(Tensor::zeros(shape.dims(), memopt_core::DType::F32, device, MemoryKind::Gradient)?),
+                None => Ok(Tensor::zeros(
+                    shape.dims(),
+                    memopt_core::DType::F32,
+                    device,
+                    MemoryKind::Gradient,
+                )?),
             })
             .collect::<Result<Vec<_>>>()?;
         Ok([Some(kernels::cat_dim(&grads, self.dim, MemoryKind::Gradient)?)])

@@ -27,7 +27,8 @@ use crate::autograd::Var;
 use crate::context::Cx;
 use crate::model::{InputSpec, Model};
 use crate::module::{
-    BatchNorm, Conv2d, Init, Linear, Mean, Module, Neuron, PlannerHints, Pool2d, Sequential, SpikeDrivenSelfAttention,
+    BatchNorm, Conv2d, Init, Linear, Mean, Module, Neuron, PlannerHints, Pool2d, Sequential,
+    SpikeDrivenSelfAttention,
 };
 use crate::{CheckpointError, Forward, Result, ops};
 use memopt_core::Device;
@@ -66,12 +67,13 @@ impl SpikeDrivenConfig {
             && self.heads > 0
             && self.dims.is_multiple_of(self.heads)
             && self.depth > 0
-            && self.mlp_ratio >= 2;
+            && self.mlp_ratio >= 2
+            && self.dims.checked_mul(self.mlp_ratio).is_some();
         if valid {
             return Ok(());
         }
         Err(CheckpointError::InvalidInput(format!(
-            "a Spike-Driven Transformer needs dims divisible by 8 and by heads, depth >= 1 and mlp_ratio >= 2 (ratio 1 adds a second skip connection memopt does not build), got {self:?}"
+            "a Spike-Driven Transformer needs dims divisible by 8 and by heads, depth >= 1 and mlp_ratio >= 2 (dims * mlp_ratio in the address space; ratio 1 adds a second skip connection memopt does not build), got {self:?}"
         )))
     }
 
@@ -198,7 +200,11 @@ impl Module for SpikeDrivenTransformer {
 impl PlannerHints for SpikeDrivenTransformer {
     /// `x.flatten(3)` before `token_mean` (a view).
     fn before_child<'m>(&'m self, cx: &mut Cx<'m>, index: usize, inputs: Vec<Var>) -> Forward<Vec<Var>> {
-        if self.children.get(index).is_none_or(|(name, _)| *name != "token_mean") {
+        if self
+            .children
+            .get(index)
+            .is_none_or(|(name, _)| *name != "token_mean")
+        {
             return Ok(inputs);
         }
         let x = one_input(inputs, self.type_name())?;
@@ -258,5 +264,11 @@ pub fn spike_driven_transformer(
 
 /// The CIFAR-10 Spike-Driven Transformer on `[T, N, C, H, W]`, H and W >= 4.
 pub(super) fn build_cifar10(spec: &InputSpec, device: Device, seed: u64) -> Result<Model> {
-    spike_driven_transformer("spike-driven-transformer", SpikeDrivenConfig::CIFAR10, spec, device, seed)
+    spike_driven_transformer(
+        "spike-driven-transformer",
+        SpikeDrivenConfig::CIFAR10,
+        spec,
+        device,
+        seed,
+    )
 }

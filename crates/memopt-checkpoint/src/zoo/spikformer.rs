@@ -66,12 +66,13 @@ impl SpikformerConfig {
             && self.dims.is_multiple_of(self.heads)
             && self.depth > 0
             && self.mlp_ratio > 0
+            && self.dims.checked_mul(self.mlp_ratio).is_some()
             && matches!(self.patch, 4 | 16);
         if valid {
             return Ok(());
         }
         Err(CheckpointError::InvalidInput(format!(
-            "a Spikformer needs dims divisible by 8 and by heads, depth >= 1, mlp_ratio >= 1 and patch 4 or 16, got {self:?}"
+            "a Spikformer needs dims divisible by 8 and by heads, depth >= 1, mlp_ratio >= 1 (dims * mlp_ratio in the address space) and patch 4 or 16, got {self:?}"
         )))
     }
 }
@@ -93,7 +94,9 @@ fn conv_bn_lif(init: &mut Init, cin: usize, cout: usize, pool: bool) -> Result<S
         .typed("SpikformerConv2dBNLIF")
         .push_named(
             "conv_bn",
-            Sequential::new().typed("SpikformerConv2dBN").push_named("block", block),
+            Sequential::new()
+                .typed("SpikformerConv2dBN")
+                .push_named("block", block),
         )
         .push_named("neuron", transformer_lif(init, 1.0)?))
 }
@@ -183,7 +186,13 @@ impl PlannerHints for Spikformer {
 
 /// A Spikformer of `cfg` sizes for `spec` (`[T, N, C, H, W]` input, H and W divisible by the
 /// patch size).
-pub fn spikformer(name: &str, cfg: SpikformerConfig, spec: &InputSpec, device: Device, seed: u64) -> Result<Model> {
+pub fn spikformer(
+    name: &str,
+    cfg: SpikformerConfig,
+    spec: &InputSpec,
+    device: Device,
+    seed: u64,
+) -> Result<Model> {
     cfg.check()?;
     let c = expect_image(name, spec, cfg.patch)?;
     let (h, w) = (spec.sample[1], spec.sample[2]);
@@ -214,5 +223,11 @@ pub fn spikformer(name: &str, cfg: SpikformerConfig, spec: &InputSpec, device: D
 /// `spikformer_cifar10` on `[T, N, C, H, W]`, H and W divisible by 4 (SpikingJelly fixes
 /// 3x32x32; any size is accepted here).
 pub(super) fn build_cifar10(spec: &InputSpec, device: Device, seed: u64) -> Result<Model> {
-    spikformer("spikformer-cifar10", SpikformerConfig::CIFAR10, spec, device, seed)
+    spikformer(
+        "spikformer-cifar10",
+        SpikformerConfig::CIFAR10,
+        spec,
+        device,
+        seed,
+    )
 }

@@ -33,7 +33,10 @@ residual blocks; input channels are inferred. A complete example is examples/mod
 Layer types: conv2d (out, kernel, stride=1, padding=0, bias=true), batch_norm, lif (tau=2,
 decay_input=true), if, plif (init_tau=2), max_pool / avg_pool (kernel, stride=kernel, padding=0),
 adaptive_avg_pool (out=[h, w]), flatten, linear (out, bias=true), relu, dropout (p),
-residual (body, shortcut=[] for the identity, after=[]). Neurons also take v_threshold=1,
+residual (body, shortcut=[] for the identity, after=[]). For spiking transformers: tokens
+([C, H, W] -> [C, H*W]), conv1d (out, kernel=1, stride=1, padding=0, bias=true), attention
+(heads; SpikingJelly's SpikingSelfAttention), token_mean ([C, L] -> [C]); batch_norm on tokens
+is BatchNorm1d. Example: examples/models/spikformer-tiny.json. Neurons also take v_threshold=1,
 v_reset=0 (null: soft reset), detach_reset=false, surrogate=\"sigmoid\"|\"atan\", alpha.
 \"spikes\": true declares that the input is spikes (values 0 or 1, as event frames are): a
 checkpoint of the first segment then keeps its input bit-packed (1 bit per value).

@@ -22,7 +22,10 @@ pub fn scale_rows(x: &Tensor, s: &Tensor, kind: MemoryKind) -> Result<Tensor> {
     if s.dims() != rows {
         return Err(CoreError::shape(
             OP,
-            format!("factors of shape {rows:?} (x {} without its last dimension)", x.shape()),
+            format!(
+                "factors of shape {rows:?} (x {} without its last dimension)",
+                x.shape()
+            ),
             s.shape(),
         ));
     }
@@ -51,7 +54,9 @@ pub fn scale_rows(x: &Tensor, s: &Tensor, kind: MemoryKind) -> Result<Tensor> {
         }
         Ok(())
     })?;
-    Ok(out.into_tensor(x.shape().clone())?.with_spike_flag(x.is_spike() && s.is_spike()))
+    Ok(out
+        .into_tensor(x.shape().clone())?
+        .with_spike_flag(x.is_spike() && s.is_spike()))
 }
 
 #[cfg(test)]
@@ -88,7 +93,12 @@ mod tests {
             .unwrap();
         assert!(got.iter().enumerate().all(|(i, v)| *v == x[i] * s[i / 1000]));
         assert_meta_matches_cpu(|dev| {
-            let y = scale_rows(&tensor(values(600, 1), &[2, 3, 100], dev), &tensor(values(6, 2), &[2, 3], dev), MemoryKind::Activation).unwrap();
+            let y = scale_rows(
+                &tensor(values(600, 1), &[2, 3, 100], dev),
+                &tensor(values(6, 2), &[2, 3], dev),
+                MemoryKind::Activation,
+            )
+            .unwrap();
             vec![y.dims().to_vec()]
         });
     }
@@ -96,9 +106,16 @@ mod tests {
     #[test]
     fn errors_name_the_problem() {
         let x = cpu(&[0.0; 6], &[2, 3]);
-        let e = scale_rows(&x, &cpu(&[0.0; 3], &[3]), MemoryKind::Activation).unwrap_err().to_string();
-        assert!(e.contains("scale_rows") && e.contains("[2]") && e.contains("got [3]"), "{e}");
-        let e = scale_rows(&cpu(&[1.0], &[]), &cpu(&[1.0], &[]), MemoryKind::Activation).unwrap_err().to_string();
+        let e = scale_rows(&x, &cpu(&[0.0; 3], &[3]), MemoryKind::Activation)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("scale_rows") && e.contains("[2]") && e.contains("got [3]"),
+            "{e}"
+        );
+        let e = scale_rows(&cpu(&[1.0], &[]), &cpu(&[1.0], &[]), MemoryKind::Activation)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("rank >= 1"), "{e}");
     }
 }

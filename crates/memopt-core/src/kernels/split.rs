@@ -95,6 +95,12 @@ pub fn cat_dim(parts: &[Tensor], dim: usize, kind: MemoryKind) -> Result<Tensor>
     };
     check_dim(OP, first, dim)?;
     let mut total = 0usize;
+    let too_large = || {
+        CoreError::invalid(
+            OP,
+            "the concatenation has more elements than fit in the address space",
+        )
+    };
     for (i, p) in parts.iter().enumerate() {
         first.expect_same_device(OP, p)?;
         let same_rest = p.rank() == first.rank()
@@ -103,16 +109,23 @@ pub fn cat_dim(parts: &[Tensor], dim: usize, kind: MemoryKind) -> Result<Tensor>
         if !same_rest {
             return Err(CoreError::shape(
                 OP,
-                format!("part {i} with the dimensions of part 0 {} except {dim}", first.shape()),
+                format!(
+                    "part {i} with the dimensions of part 0 {} except {dim}",
+                    first.shape()
+                ),
                 p.shape(),
             ));
         }
-        total += p.dims()[dim];
+        total = total.checked_add(p.dims()[dim]).ok_or_else(too_large)?;
     }
     let (outer, inner) = around(first.dims(), dim);
     let mut dims = first.dims().to_vec();
     dims[dim] = total;
-    let mut out = KernelBuffer::<f32>::new(OP, first.device(), outer * total * inner, kind, Init::Overwritten)?;
+    let len = outer
+        .checked_mul(total)
+        .and_then(|v| v.checked_mul(inner))
+        .ok_or_else(too_large)?;
+    let mut out = KernelBuffer::<f32>::new(OP, first.device(), len, kind, Init::Overwritten)?;
     let mut start = 0;
     // One part at a time: parts may be views of one storage, whose lock is not re-entered.
     for p in parts {
@@ -144,7 +157,12 @@ fn copy_rows_host(src: &[f32], dst: &mut [f32], r: Rows) {
     }
 }
 
-fn copy_rows_cuda(gpu: crate::backend::CudaBackend, src: crate::cuda::CudaPtr, dst: crate::cuda::CudaPtr, r: Rows) -> Result<()> {
+fn copy_rows_cuda(
+    gpu: crate::backend::CudaBackend,
+    src: crate::cuda::CudaPtr,
+    dst: crate::cuda::CudaPtr,
+    r: Rows,
+) -> Result<()> {
     let n = (r.rows * r.len) as u64;
     if n == 0 {
         return Ok(());
@@ -241,6 +259,11 @@ mod tests {
             .to_string();
         assert!(e.contains("part 1") && e.contains("[2, 6]"), "{e}");
         let h = tensor(vec![1i64, 2], &[2], Device::Cpu);
-        assert!(split_dim(&h, 0, &[2]).unwrap_err().to_string().contains("expected dtype f32"));
+        assert!(
+            split_dim(&h, 0, &[2])
+                .unwrap_err()
+                .to_string()
+                .contains("expected dtype f32")
+        );
     }
 }

@@ -50,7 +50,9 @@ pub fn cases() -> Vec<(&'static str, &'static str, InputSpec)> {
 pub fn build(name: &str, spec: &InputSpec, seed: u64) -> Model {
     match name {
         "spikformer" => zoo::spikformer(name, SPIKFORMER_SMALL, spec, Device::Cpu, seed).unwrap(),
-        "spike-driven" => zoo::spike_driven_transformer(name, SPIKE_DRIVEN_SMALL, spec, Device::Cpu, seed).unwrap(),
+        "spike-driven" => {
+            zoo::spike_driven_transformer(name, SPIKE_DRIVEN_SMALL, spec, Device::Cpu, seed).unwrap()
+        }
         _ => zoo::build(name, spec, Device::Cpu, seed).unwrap(),
     }
 }

@@ -6,8 +6,8 @@ use crate::Forward;
 use crate::autograd::Var;
 use crate::context::Cx;
 use crate::module::{
-    BatchNorm, Conv1d, Conv2d, Dropout, Flatten, Init, Linear, Mean, Module, Neuron, PlannerHints, Pool2d, Relu,
-    Sequential, SpikingSelfAttention,
+    BatchNorm, Conv1d, Conv2d, Dropout, Flatten, Init, Linear, Mean, Module, Neuron, PlannerHints, Pool2d,
+    Relu, Sequential, SpikingSelfAttention,
 };
 use crate::zoo::one_input;
 use crate::{Result, ops};

@@ -84,7 +84,7 @@ pub enum Layer {
         /// Output channels.
         out: usize,
         /// Kernel size (1).
-        #[serde(default = "stride_one")]
+        #[serde(default = "kernel_one")]
         kernel: usize,
         /// Stride (1).
         #[serde(default = "stride_one")]
@@ -173,6 +173,10 @@ pub enum Layer {
 }
 
 fn stride_one() -> usize {
+    1
+}
+
+fn kernel_one() -> usize {
     1
 }
 

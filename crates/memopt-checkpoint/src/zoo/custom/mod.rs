@@ -226,6 +226,9 @@ impl CustomModel {
             match layer {
                 Layer::Conv2d {
                     out, kernel, stride, ..
+                }
+                | Layer::Conv1d {
+                    out, kernel, stride, ..
                 } if *out == 0 || *kernel == 0 || *stride == 0 => {
                     return bad(format!(
                         "`out`, `kernel` and `stride` must be at least 1, got out {out}, kernel {kernel}, stride {stride}"
@@ -313,7 +316,10 @@ impl CustomModel {
         let tokens = |shape: &[usize]| -> Result<[usize; 2]> {
             match shape {
                 [c, l] => Ok([*c, *l]),
-                _ => Err(misfit("[C, L]", "; add {\"type\": \"tokens\"} to make tokens of an image")),
+                _ => Err(misfit(
+                    "[C, L]",
+                    "; add {\"type\": \"tokens\"} to make tokens of an image",
+                )),
             }
         };
         let core = |e: memopt_core::CoreError| {
@@ -357,7 +363,11 @@ impl CustomModel {
             },
             Layer::Tokens {} => {
                 let [c, h, w] = image(shape)?;
-                vec![c, h.checked_mul(w).ok_or_else(|| misfit("[C, H, W] with H * W in the address space", ""))?]
+                vec![
+                    c,
+                    h.checked_mul(w)
+                        .ok_or_else(|| misfit("[C, H, W] with H * W in the address space", ""))?,
+                ]
             }
             Layer::Attention { heads } => {
                 let [c, l] = tokens(shape)?;

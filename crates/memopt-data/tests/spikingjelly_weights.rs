@@ -7,7 +7,9 @@
 #[path = "common/sj_models.rs"]
 mod sj_models;
 
-use memopt_checkpoint::{Cx, Model, Recording, Var, ops};
+use memopt_checkpoint::optim::Sgd;
+use memopt_checkpoint::{Batch, Cx, Model, Recording, StepOptions, Target, Trainer, Var, ops};
+use memopt_core::kernels::SgdConfig;
 use memopt_core::{Device, MemoryKind, Philox, Tensor};
 use memopt_data::npy::NpyArray;
 use memopt_data::npz;
@@ -99,6 +101,76 @@ fn run(model: &Model, stem: &str, input: Tensor) -> Vec<(String, Vec<f32>)> {
     outs
 }
 
+/// SpikingJelly's labels of the gradient pass (tools/fixtures/weights.py's `LABELS`).
+const LABELS: [i64; 2] = [3, 7];
+
+/// Where the fixture holds gradients (`grad.NAME`): one step's loss (cross-entropy of the
+/// output averaged over time) within 1e-5 and each named gradient within 1e-4 of its largest
+/// magnitude, against SpikingJelly's backward through the same surrogate.
+fn check_gradients(
+    model: &Model,
+    stem: &str,
+    spec: &memopt_checkpoint::InputSpec,
+    want: &[(String, NpyArray)],
+) {
+    let grads: Vec<(&str, Vec<f32>)> = want
+        .iter()
+        .filter_map(|(k, a)| k.strip_prefix("grad.").map(|n| (n, a.to_f32())))
+        .collect();
+    if grads.is_empty() {
+        return;
+    }
+    let (dims, data) = sj_models::fixed_input(spec);
+    let batch = Batch {
+        input: Tensor::from_vec(data, dims, Device::Cpu, MemoryKind::Input).unwrap(),
+        target: Target::Labels(
+            Tensor::from_vec(LABELS.to_vec(), [2], Device::Cpu, MemoryKind::Input).unwrap(),
+        ),
+    };
+    let sgd = Sgd::new(
+        model,
+        SgdConfig {
+            lr: 0.1,
+            momentum: 0.0,
+            dampening: 0.0,
+            weight_decay: 0.0,
+            nesterov: false,
+        },
+    )
+    .unwrap();
+    let opts = StepOptions {
+        keep_grads: true,
+        skip_update: true,
+        ..StepOptions::default()
+    };
+    let out = Trainer::new(Box::new(sgd), 0).step(model, &batch, opts).unwrap();
+    let loss = want.iter().find(|(k, _)| k == "loss").unwrap().1.to_f32()[0];
+    let got = out.loss.unwrap();
+    assert!(
+        (got - loss).abs() <= 1e-5 * loss.abs(),
+        "{stem}: loss {got} against {loss}"
+    );
+    let params = model.params();
+    let computed = out.grads.unwrap();
+    for (name, g) in grads {
+        let p = params
+            .iter()
+            .find(|(n, _)| n == name)
+            .unwrap_or_else(|| panic!("{stem}: no {name}"))
+            .1;
+        let ours = computed.get(p.id()).unwrap().to_vec_f32().unwrap();
+        let rel = max_rel(&ours, &g);
+        assert!(
+            rel <= 1e-4,
+            "{stem}: the gradient of {name} differs by {rel} relative"
+        );
+        assert!(
+            g.iter().any(|&v| v != 0.0),
+            "{stem}: {name}'s gradient is zero, a weak test"
+        );
+    }
+}
+
 fn fixture(stem: &str) -> Vec<(String, NpyArray)> {
     let p =
         Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/fixtures/weights/{stem}_spikingjelly.npz"));
@@ -162,6 +234,8 @@ fn spikingjelly_outputs_are_reproduced_from_the_exchanged_weights() {
                 );
             }
         }
+        // After the running statistics: the gradient pass updates them again.
+        check_gradients(&model, stem, &spec, &want);
     }
 }
 

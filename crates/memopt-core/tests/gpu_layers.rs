@@ -417,8 +417,8 @@ fn splits_concatenations_and_row_scales_are_bit_identical() {
     // Attention's Q, K, V from [T*N, 3C, L], views included (twin: an offset view).
     let dims = [6usize, 3 * 10, 7];
     let (x, gx) = twin(&values(dims.iter().product(), 11, 1.0), &dims);
-    for dim in 0..3 {
-        let sizes: Vec<usize> = match dims[dim] {
+    for (dim, &size) in dims.iter().enumerate() {
+        let sizes: Vec<usize> = match size {
             30 => vec![10, 10, 10],
             d => vec![1, d - 1],
         };

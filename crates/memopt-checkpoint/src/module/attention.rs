@@ -63,7 +63,7 @@ pub fn conv1x1_bn(init: &mut Init, in_ch: usize, out_ch: usize) -> Result<Sequen
 impl SpikingSelfAttention {
     /// Attention over `dim` channels in `heads` heads (`dim` divisible by `heads`).
     pub fn new(init: &mut Init, dim: usize, heads: usize) -> Result<Self> {
-        if heads == 0 || dim % heads != 0 {
+        if heads == 0 || !dim.is_multiple_of(heads) {
             return Err(CheckpointError::InvalidInput(format!(
                 "SpikingSelfAttention needs a dimension divisible by the number of heads, got dim {dim} and {heads} heads"
             )));

@@ -16,12 +16,12 @@ use memopt_core::kernels::Conv2dParams;
 use memopt_core::memory::current_scope;
 
 /// `SpikeDrivenSelfAttention(dim, num_heads)`: `x + proj_bn(proj_conv(Q * attn_lif(sum_L(K *
-/// V))))` of `shortcut_lif(x)`, where `Q`, `K` and `V` are 1x1 Conv2d (no bias) + BatchNorm2d
-/// + LIF of it and the sum runs over the `L = H * W` positions of each channel. The heads
-/// only group channels (nothing mixes them), so the result does not depend on their number.
-/// Children in SpikingJelly's order and names: `shortcut_lif`, `q_conv`, `q_bn`, `q_lif`,
-/// `k_*`, `v_*`, `attn_lif` (threshold 0.5), `proj_conv` (1x1 with bias), `proj_bn`; every
-/// LIF has tau 2 and `detach_reset`.
+/// V))))`, where `Q`, `K` and `V` are a 1x1 Conv2d (no bias), a BatchNorm2d and a LIF of
+/// `shortcut_lif(x)`, and the sum runs over the `L = H * W` positions of each channel. The
+/// heads only group channels (nothing mixes them), so the result does not depend on their
+/// number. Children in SpikingJelly's order and names: `shortcut_lif`, `q_conv`, `q_bn`,
+/// `q_lif`, `k_*`, `v_*`, `attn_lif` (threshold 0.5), `proj_conv` (1x1 with bias), `proj_bn`;
+/// every LIF has tau 2 and `detach_reset`.
 #[derive(Debug)]
 pub struct SpikeDrivenSelfAttention {
     heads: usize,
@@ -64,7 +64,7 @@ impl Branch {
 impl SpikeDrivenSelfAttention {
     /// Attention over `dim` channels in `heads` heads (`dim` divisible by `heads`).
     pub fn new(init: &mut Init, dim: usize, heads: usize) -> Result<Self> {
-        if heads == 0 || dim % heads != 0 {
+        if heads == 0 || !dim.is_multiple_of(heads) {
             return Err(CheckpointError::InvalidInput(format!(
                 "SpikeDrivenSelfAttention needs a dimension divisible by the number of heads, got dim {dim} and {heads} heads"
             )));

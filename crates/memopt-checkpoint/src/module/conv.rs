@@ -12,47 +12,76 @@ use crate::{Result, ops};
 use memopt_core::Shape;
 use memopt_core::kernels::Conv2dParams;
 
-/// PyTorch's default initialisation of a convolution: uniform in ±1/sqrt(fan_in) for the weight
-/// of shape `weight_dims` (`[C_out, C_in / groups, ..kernel]`) and the bias, if any.
-fn init_conv(
-    init: &mut Init,
-    weight_dims: &[usize],
-    bias: bool,
-    layer: &str,
-) -> Result<(Param, Option<Param>)> {
-    // Sizes come from model descriptions: checked, never wrapped.
-    let fan_in = weight_dims[1..]
-        .iter()
-        .try_fold(1usize, |acc, &d| acc.checked_mul(d))
-        .ok_or_else(|| {
-            crate::CheckpointError::InvalidInput(format!(
-                "{layer} weight {weight_dims:?}: the kernel has more weights per output channel than fit in the address space"
-            ))
-        })?;
-    let bound = 1.0 / (fan_in.max(1) as f32).sqrt();
-    let weight = init.uniform(weight_dims, bound)?;
-    let bias = if bias {
-        Some(init.uniform(&weight_dims[..1], bound)?)
-    } else {
-        None
-    };
-    Ok((weight, bias))
+/// A convolution's weight `[C_out, C_in / groups, ..kernel]` and optional bias `[C_out]`, with
+/// what every convolution layer does with them.
+#[derive(Debug)]
+struct ConvWeights {
+    weight: Param,
+    bias: Option<Param>,
 }
 
-/// The parameters of a convolution by name: `weight`, then `bias` if it has one.
-fn conv_params<'a>(weight: &'a Param, bias: &'a Option<Param>) -> Vec<(&'static str, &'a Param)> {
-    let mut p = vec![("weight", weight)];
-    if let Some(b) = bias {
-        p.push(("bias", b));
+impl ConvWeights {
+    /// PyTorch's default initialisation: uniform in ±1/sqrt(fan_in) for the weight of shape
+    /// `weight_dims` and the bias, if any.
+    fn new(init: &mut Init, weight_dims: &[usize], bias: bool, layer: &str) -> Result<Self> {
+        // Sizes come from model descriptions: checked, never wrapped.
+        let fan_in = weight_dims[1..]
+            .iter()
+            .try_fold(1usize, |acc, &d| acc.checked_mul(d))
+            .ok_or_else(|| {
+                crate::CheckpointError::InvalidInput(format!(
+                    "{layer} weight {weight_dims:?}: the kernel has more weights per output channel than fit in the address space"
+                ))
+            })?;
+        let bound = 1.0 / (fan_in.max(1) as f32).sqrt();
+        let weight = init.uniform(weight_dims, bound)?;
+        let bias = if bias {
+            Some(init.uniform(&weight_dims[..1], bound)?)
+        } else {
+            None
+        };
+        Ok(ConvWeights { weight, bias })
     }
-    p
+
+    /// Runs `op(x, w, b, time_steps)` on the one input, `[T, N, ..]` folded into a batch of
+    /// rank `rank` and unfolded after.
+    fn forward<'m>(
+        &'m self,
+        cx: &mut Cx<'m>,
+        inputs: Vec<Var>,
+        (layer, rank, layout): (&str, usize, &str),
+        op: impl FnOnce(&mut Cx<'m>, &Var, &Var, Option<&Var>, usize) -> Result<Var>,
+    ) -> Forward<Vec<Var>> {
+        let x = one_input(inputs, layer)?;
+        let (x, folded) = fold_time(cx, &x, rank, layer, layout)?;
+        let w = cx.param(&self.weight);
+        let b = self.bias.as_ref().map(|b| cx.param(b));
+        let t = time_steps(folded);
+        let y = cx.final_op(|cx| op(cx, &x, &w, b.as_ref(), t))?;
+        Ok(vec![unfold_time(cx, y, folded)?])
+    }
+
+    /// `weight`, then `bias` if there is one.
+    fn params(&self) -> Vec<(&'static str, &Param)> {
+        let mut p = vec![("weight", &self.weight)];
+        if let Some(b) = &self.bias {
+            p.push(("bias", b));
+        }
+        p
+    }
+
+    /// `2 · out_elems · (C_in / groups) · kernel taps` FLOPs (plus one per output for the
+    /// bias); bytes of input, output, weight and bias.
+    fn cost(&self, inputs: &[Shape], outputs: &[Shape]) -> ModuleCost {
+        let per_output: u64 = self.weight.tensor().dims()[1..].iter().product::<usize>() as u64;
+        ModuleCost::weighted(inputs, outputs, per_output, self.bias.is_some(), &self.params())
+    }
 }
 
 /// 2-D convolution; `[T, N, C, H, W]` inputs fold `T` into the batch.
 #[derive(Debug)]
 pub struct Conv2d {
-    weight: Param,
-    bias: Option<Param>,
+    weights: ConvWeights,
     params: Conv2dParams,
 }
 
@@ -68,8 +97,8 @@ impl Conv2d {
         bias: bool,
     ) -> Result<Self> {
         let groups = params.groups.max(1);
-        let (weight, bias) = init_conv(init, &[out_ch, in_ch / groups, kernel, kernel], bias, "Conv2d")?;
-        Ok(Conv2d { weight, bias, params })
+        let weights = ConvWeights::new(init, &[out_ch, in_ch / groups, kernel, kernel], bias, "Conv2d")?;
+        Ok(Conv2d { weights, params })
     }
 
     /// Stride, padding, dilation and groups.
@@ -84,17 +113,14 @@ impl Module for Conv2d {
     }
 
     fn forward<'m>(&'m self, cx: &mut Cx<'m>, inputs: Vec<Var>) -> Forward<Vec<Var>> {
-        let x = one_input(inputs, "Conv2d")?;
-        let (x, folded) = fold_time(cx, &x, 4, "Conv2d", "C, H, W")?;
-        let w = cx.param(&self.weight);
-        let b = self.bias.as_ref().map(|b| cx.param(b));
-        let t = time_steps(folded);
-        let y = cx.final_op(|cx| ops::conv2d(cx, &x, &w, b.as_ref(), &self.params, t))?;
-        Ok(vec![unfold_time(cx, y, folded)?])
+        let layer = ("Conv2d", 4, "C, H, W");
+        self.weights.forward(cx, inputs, layer, |cx, x, w, b, t| {
+            ops::conv2d(cx, x, w, b, &self.params, t)
+        })
     }
 
     fn params(&self) -> Vec<(&'static str, &Param)> {
-        conv_params(&self.weight, &self.bias)
+        self.weights.params()
     }
 }
 
@@ -106,15 +132,7 @@ impl PlannerHints for Conv2d {
     /// `2 · out_elems · (C_in / groups) · kh · kw` FLOPs (plus one per output for the bias);
     /// bytes of input, output, weight and bias.
     fn cost(&self, inputs: &[Shape], outputs: &[Shape]) -> Option<ModuleCost> {
-        // weight dims are [C_out, C_in / groups, kh, kw] by construction.
-        let per_output: u64 = self.weight.tensor().dims()[1..].iter().product::<usize>() as u64;
-        Some(ModuleCost::weighted(
-            inputs,
-            outputs,
-            per_output,
-            self.bias.is_some(),
-            &self.params(),
-        ))
+        Some(self.weights.cost(inputs, outputs))
     }
 }
 
@@ -123,8 +141,7 @@ impl PlannerHints for Conv2d {
 /// 1x1 projections are this layer with `k = 1`.
 #[derive(Debug)]
 pub struct Conv1d {
-    weight: Param,
-    bias: Option<Param>,
+    weights: ConvWeights,
     params: ops::Conv1dParams,
 }
 
@@ -140,8 +157,8 @@ impl Conv1d {
         bias: bool,
     ) -> Result<Self> {
         let groups = params.groups.max(1);
-        let (weight, bias) = init_conv(init, &[out_ch, in_ch / groups, kernel], bias, "Conv1d")?;
-        Ok(Conv1d { weight, bias, params })
+        let weights = ConvWeights::new(init, &[out_ch, in_ch / groups, kernel], bias, "Conv1d")?;
+        Ok(Conv1d { weights, params })
     }
 }
 
@@ -151,17 +168,14 @@ impl Module for Conv1d {
     }
 
     fn forward<'m>(&'m self, cx: &mut Cx<'m>, inputs: Vec<Var>) -> Forward<Vec<Var>> {
-        let x = one_input(inputs, "Conv1d")?;
-        let (x, folded) = fold_time(cx, &x, 3, "Conv1d", "C, L")?;
-        let w = cx.param(&self.weight);
-        let b = self.bias.as_ref().map(|b| cx.param(b));
-        let t = time_steps(folded);
-        let y = cx.final_op(|cx| ops::conv1d(cx, &x, &w, b.as_ref(), &self.params, t))?;
-        Ok(vec![unfold_time(cx, y, folded)?])
+        let layer = ("Conv1d", 3, "C, L");
+        self.weights.forward(cx, inputs, layer, |cx, x, w, b, t| {
+            ops::conv1d(cx, x, w, b, &self.params, t)
+        })
     }
 
     fn params(&self) -> Vec<(&'static str, &Param)> {
-        conv_params(&self.weight, &self.bias)
+        self.weights.params()
     }
 }
 
@@ -173,13 +187,6 @@ impl PlannerHints for Conv1d {
     /// `2 · out_elems · (C_in / groups) · k` FLOPs (plus one per output for the bias); bytes of
     /// input, output, weight and bias.
     fn cost(&self, inputs: &[Shape], outputs: &[Shape]) -> Option<ModuleCost> {
-        let per_output: u64 = self.weight.tensor().dims()[1..].iter().product::<usize>() as u64;
-        Some(ModuleCost::weighted(
-            inputs,
-            outputs,
-            per_output,
-            self.bias.is_some(),
-            &self.params(),
-        ))
+        Some(self.weights.cost(inputs, outputs))
     }
 }

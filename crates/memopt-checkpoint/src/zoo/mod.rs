@@ -12,6 +12,7 @@ mod resnet;
 mod spike_driven_transformer;
 mod spikformer;
 mod spiking_vgg;
+mod token_network;
 pub use spike_driven_transformer::{SpikeDrivenConfig, spike_driven_transformer};
 pub use spikformer::{SpikformerConfig, spikformer};
 

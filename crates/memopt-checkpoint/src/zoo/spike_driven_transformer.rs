@@ -22,6 +22,7 @@
 //! `detach_reset`); the attention's have `detach_reset`. Initialisation: PyTorch's defaults, as
 //! in SpikingJelly (which sets nothing else here).
 
+use super::token_network::TokenNetwork;
 use super::{expect_image, one_input};
 use crate::autograd::Var;
 use crate::context::Cx;
@@ -33,7 +34,6 @@ use crate::module::{
 use crate::{CheckpointError, Forward, Result, ops};
 use memopt_core::Device;
 use memopt_core::kernels::Conv2dParams;
-use memopt_core::memory::current_scope;
 
 /// The sizes of a Spike-Driven Transformer (SpikingJelly's `SpikeDrivenTransformer`
 /// arguments).
@@ -175,56 +175,6 @@ fn mlp(init: &mut Init, dims: usize, hidden: usize) -> Result<Sequential> {
         .residual())
 }
 
-/// The network: `patch_embed`, `blocks`, `token_mean`, `head_lif`, `time_mean`, `head`.
-struct SpikeDrivenTransformer {
-    children: Vec<(&'static str, Box<dyn Module>)>,
-}
-
-impl Module for SpikeDrivenTransformer {
-    fn type_name(&self) -> &'static str {
-        "SpikeDrivenTransformer"
-    }
-
-    fn forward<'m>(&'m self, cx: &mut Cx<'m>, inputs: Vec<Var>) -> Forward<Vec<Var>> {
-        cx.call_children(self, inputs)
-    }
-
-    fn children(&self) -> Vec<(String, &dyn Module)> {
-        self.children
-            .iter()
-            .map(|(n, m)| (n.to_string(), m.as_ref() as &dyn Module))
-            .collect()
-    }
-}
-
-impl PlannerHints for SpikeDrivenTransformer {
-    /// `x.flatten(3)` before `token_mean` (a view).
-    fn before_child<'m>(&'m self, cx: &mut Cx<'m>, index: usize, inputs: Vec<Var>) -> Forward<Vec<Var>> {
-        if self
-            .children
-            .get(index)
-            .is_none_or(|(name, _)| *name != "token_mean")
-        {
-            return Ok(inputs);
-        }
-        let x = one_input(inputs, self.type_name())?;
-        let d = x.dims().to_vec();
-        if d.len() != 5 {
-            return Err(CheckpointError::Module {
-                path: current_scope().path().to_string(),
-                module: self.type_name().into(),
-                message: format!("expected the blocks' output [T, N, C, H, W], got {}", x.shape()),
-            }
-            .into());
-        }
-        Ok(vec![ops::reshape(cx, &x, vec![d[0], d[1], d[2], d[3] * d[4]])?])
-    }
-
-    fn children_form_chain(&self) -> bool {
-        true
-    }
-}
-
 /// A Spike-Driven Transformer of `cfg` sizes for `spec` (`[T, N, C, H, W]` input, H and W
 /// at least 2 to the power of the stem's poolings).
 pub fn spike_driven_transformer(
@@ -249,7 +199,9 @@ pub fn spike_driven_transformer(
     }
     let head_lif = Neuron::lif(&mut init, 2.0)?;
     let head = Linear::new(&mut init, cfg.dims, spec.classes, true)?;
-    let root = SpikeDrivenTransformer {
+    let root = TokenNetwork {
+        type_name: "SpikeDrivenTransformer",
+        tokens_before: "token_mean",
         children: vec![
             ("patch_embed", Box::new(stem)),
             ("blocks", Box::new(blocks)),

@@ -23,14 +23,13 @@
 //! (`memopt-data`'s `spikingjelly_weights` test).
 
 use super::expect_image;
-use crate::autograd::Var;
-use crate::context::Cx;
+use super::token_network::TokenNetwork;
 use crate::model::{InputSpec, Model};
 use crate::module::{
-    BatchNorm, Conv2d, Init, Linear, Mean, Module, PlannerHints, Pool2d, Sequential, SpikingSelfAttention,
-    conv1x1_bn, transformer_lif,
+    BatchNorm, Conv2d, Init, Linear, Mean, Pool2d, Sequential, SpikingSelfAttention, conv1x1_bn,
+    transformer_lif,
 };
-use crate::{CheckpointError, Forward, Result, ops};
+use crate::{CheckpointError, Result};
 use memopt_core::Device;
 use memopt_core::kernels::Conv2dParams;
 
@@ -138,52 +137,6 @@ fn block(init: &mut Init, cfg: &SpikformerConfig) -> Result<Sequential> {
         .push_named("mlp", mlp))
 }
 
-/// The network: `patch_embed`, `blocks`, `token_mean`, `head`, in forward order.
-struct Spikformer {
-    children: Vec<(&'static str, Box<dyn Module>)>,
-}
-
-impl Module for Spikformer {
-    fn type_name(&self) -> &'static str {
-        "Spikformer"
-    }
-
-    fn forward<'m>(&'m self, cx: &mut Cx<'m>, inputs: Vec<Var>) -> Forward<Vec<Var>> {
-        cx.call_children(self, inputs)
-    }
-
-    fn children(&self) -> Vec<(String, &dyn Module)> {
-        self.children
-            .iter()
-            .map(|(n, m)| (n.to_string(), m.as_ref() as &dyn Module))
-            .collect()
-    }
-}
-
-impl PlannerHints for Spikformer {
-    /// The tokens before `blocks`: `[T, N, C, H, W]` -> `[T, N, C, H * W]` (a view).
-    fn before_child<'m>(&'m self, cx: &mut Cx<'m>, index: usize, inputs: Vec<Var>) -> Forward<Vec<Var>> {
-        if self.children.get(index).is_none_or(|(name, _)| *name != "blocks") {
-            return Ok(inputs);
-        }
-        let x = super::one_input(inputs, self.type_name())?;
-        let d = x.dims().to_vec();
-        if d.len() != 5 {
-            return Err(CheckpointError::Module {
-                path: memopt_core::memory::current_scope().path().to_string(),
-                module: self.type_name().into(),
-                message: format!("expected the stem's output [T, N, C, H, W], got {}", x.shape()),
-            }
-            .into());
-        }
-        Ok(vec![ops::reshape(cx, &x, vec![d[0], d[1], d[2], d[3] * d[4]])?])
-    }
-
-    fn children_form_chain(&self) -> bool {
-        true
-    }
-}
-
 /// A Spikformer of `cfg` sizes for `spec` (`[T, N, C, H, W]` input, H and W divisible by the
 /// patch size).
 pub fn spikformer(
@@ -209,7 +162,9 @@ pub fn spikformer(
         blocks = blocks.push(block(&mut init, &cfg)?);
     }
     let head = Linear::new(&mut init, cfg.dims, spec.classes, true)?;
-    let root = Spikformer {
+    let root = TokenNetwork {
+        type_name: "Spikformer",
+        tokens_before: "blocks",
         children: vec![
             ("patch_embed", Box::new(stem)),
             ("blocks", Box::new(blocks)),

@@ -1,0 +1,70 @@
+//! The top level of the zoo's spiking transformers: named children run in order, with the
+//! stem's images flattened into tokens before one of them.
+
+use super::one_input;
+use crate::autograd::Var;
+use crate::context::Cx;
+use crate::module::{Module, PlannerHints};
+use crate::{CheckpointError, Forward, ops};
+use memopt_core::memory::current_scope;
+
+/// A network whose children run one after the other. Just before the child named
+/// `tokens_before`, the `[T, N, C, H, W]` value becomes tokens `[T, N, C, H * W]` (a view), as
+/// SpikingJelly's `x.flatten(3)`.
+pub(super) struct TokenNetwork {
+    /// SpikingJelly's class name.
+    pub(super) type_name: &'static str,
+    /// `(name, module)` in forward order.
+    pub(super) children: Vec<(&'static str, Box<dyn Module>)>,
+    /// The child whose input is flattened into tokens.
+    pub(super) tokens_before: &'static str,
+}
+
+impl Module for TokenNetwork {
+    fn type_name(&self) -> &'static str {
+        self.type_name
+    }
+
+    fn forward<'m>(&'m self, cx: &mut Cx<'m>, inputs: Vec<Var>) -> Forward<Vec<Var>> {
+        cx.call_children(self, inputs)
+    }
+
+    fn children(&self) -> Vec<(String, &dyn Module)> {
+        self.children
+            .iter()
+            .map(|(n, m)| (n.to_string(), m.as_ref() as &dyn Module))
+            .collect()
+    }
+}
+
+impl PlannerHints for TokenNetwork {
+    /// The tokens before `tokens_before`: `[T, N, C, H, W]` -> `[T, N, C, H * W]` (a view).
+    fn before_child<'m>(&'m self, cx: &mut Cx<'m>, index: usize, inputs: Vec<Var>) -> Forward<Vec<Var>> {
+        if self
+            .children
+            .get(index)
+            .is_none_or(|(name, _)| *name != self.tokens_before)
+        {
+            return Ok(inputs);
+        }
+        let x = one_input(inputs, self.type_name)?;
+        let d = x.dims().to_vec();
+        if d.len() != 5 {
+            return Err(CheckpointError::Module {
+                path: current_scope().path().to_string(),
+                module: self.type_name.into(),
+                message: format!(
+                    "expected images [T, N, C, H, W] before {}, got {}",
+                    self.tokens_before,
+                    x.shape()
+                ),
+            }
+            .into());
+        }
+        Ok(vec![ops::reshape(cx, &x, vec![d[0], d[1], d[2], d[3] * d[4]])?])
+    }
+
+    fn children_form_chain(&self) -> bool {
+        true
+    }
+}

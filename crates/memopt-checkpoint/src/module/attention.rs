@@ -102,7 +102,9 @@ impl SpikingSelfAttention {
         };
         let c = c3 / 3;
         let parts = ops::split(cx, qkv, 2, &[c, c, c])?;
-        let per_head = vec![t * n * self.heads, c / self.heads, l];
+        // Items [T, N * heads, C/heads, L]: time first, so that the GPU's batched products
+        // make one call per time step (the same calls in time chunks).
+        let per_head = vec![t, n * self.heads, c / self.heads, l];
         let [q, k, v] = [0, 1, 2].map(|i| ops::reshape(cx, &parts[i], per_head.clone()));
         let (q, k, v) = (q?, k?, v?);
         drop(parts);

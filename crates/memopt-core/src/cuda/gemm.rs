@@ -113,60 +113,93 @@ fn c_int(v: usize, what: &str) -> Result<i32> {
     })
 }
 
+/// What one cuBLAS product needs: sizes in cuBLAS's integers (column-major `C^T = B^T A^T`),
+/// the handle bound to the GPU's stream, and the error naming the product.
+struct Call {
+    h: Arc<CudaBlas>,
+    /// `(m, n, k)` of the column-major product.
+    mnk: (i32, i32, i32),
+    /// Leading dimensions of the column-major `B^T`, `A^T` and `C^T`.
+    lds: (i32, i32, i32),
+    what: String,
+}
+
+impl Call {
+    /// The call for `dst = a * b` with row stride `dst_ld`; `None` when the product is empty.
+    /// Sizes must agree (`a.cols == b.rows`; checked) and fit cuBLAS's 32-bit integers.
+    fn new(gpu: CudaBackend, dst_ld: usize, a: GpuMat, b: GpuMat) -> Result<Option<Call>> {
+        if a.cols != b.rows {
+            return Err(CoreError::invalid(
+                OP,
+                format!(
+                    "inner dimensions differ: {}x{} times {}x{}",
+                    a.rows, a.cols, b.rows, b.cols
+                ),
+            ));
+        }
+        let (m, n, k) = (a.rows, b.cols, a.cols);
+        if m == 0 || n == 0 {
+            return Ok(None);
+        }
+        // Column-major C^T (n x m, ld dst_ld) = B^T (n x k) A^T (k x m).
+        let mnk = (c_int(n, "columns")?, c_int(m, "rows")?, c_int(k, "inner size")?);
+        // cuBLAS wants leading dimensions >= 1 even for an empty inner size (nothing is read).
+        let ld = |v: usize| c_int(v.max(1), "a leading dimension");
+        let lds = (ld(b.ld)?, ld(a.ld)?, ld(dst_ld)?);
+        let h = handle(gpu)?;
+        gpu.stream()?
+            .context()
+            .bind_to_thread()
+            .map_err(|e| CoreError::Cuda {
+                op: OP,
+                message: e.to_string(),
+            })?;
+        let what = format!("{m}x{k} times {k}x{n} on GPU {}", gpu.ordinal);
+        Ok(Some(Call { h, mnk, lds, what }))
+    }
+
+    fn err(&self, e: blas::CublasError) -> CoreError {
+        CoreError::Cuda {
+            op: OP,
+            message: format!("{}: {e:?}", self.what),
+        }
+    }
+
+    /// Gives the handle the op's tracked workspace, so cuBLAS allocates nothing of its own.
+    fn set_workspace(&self, (workspace, bytes): (CudaPtr, usize)) -> Result<()> {
+        // SAFETY: a live handle; the workspace is the op's tracked buffer of `bytes` bytes,
+        // held by the caller until the op returns (the stream orders its reuse).
+        unsafe { sys::cublasSetWorkspace_v2(*self.h.handle(), workspace.0 as *mut _, bytes) }
+            .result()
+            .map_err(|e| self.err(e))
+    }
+}
+
 /// `dst = a * b` (or `dst += a * b` with `accumulate`) on `gpu`, row-major, where `dst` is
 /// `a.rows x b.cols` with row stride `dst_ld`, using the op's tracked `workspace` of
 /// `workspace_bytes` bytes. Sizes must agree (`a.cols == b.rows`; checked) and fit cuBLAS's
 /// 32-bit integers (an error otherwise).
 pub fn gemm(
     gpu: CudaBackend,
-    (workspace, workspace_bytes): (CudaPtr, usize),
+    workspace: (CudaPtr, usize),
     dst: CudaPtr,
     dst_ld: usize,
     a: GpuMat,
     b: GpuMat,
     accumulate: bool,
 ) -> Result<()> {
-    if a.cols != b.rows {
-        return Err(CoreError::invalid(
-            OP,
-            format!(
-                "inner dimensions differ: {}x{} times {}x{}",
-                a.rows, a.cols, b.rows, b.cols
-            ),
-        ));
-    }
-    let (m, n, k) = (a.rows, b.cols, a.cols);
-    if m == 0 || n == 0 {
+    let Some(call) = Call::new(gpu, dst_ld, a, b)? else {
         return Ok(());
-    }
-    let h = handle(gpu)?;
-    let err = |e: blas::CublasError| CoreError::Cuda {
-        op: OP,
-        message: format!("{m}x{k} times {k}x{n} on GPU {}: {e:?}", gpu.ordinal),
     };
+    call.set_workspace(workspace)?;
     let (alpha, beta) = (1.0f32, if accumulate { 1.0f32 } else { 0.0 });
-    // Column-major C^T (n x m, ld dst_ld) = B^T (n x k) A^T (k x m).
-    let (cm, cn, ck) = (c_int(n, "columns")?, c_int(m, "rows")?, c_int(k, "inner size")?);
-    // cuBLAS wants leading dimensions >= 1 even for an empty inner size (nothing is read then).
-    let ld = |v: usize| c_int(v.max(1), "a leading dimension");
-    let (lda, ldb, ldc) = (ld(b.ld)?, ld(a.ld)?, ld(dst_ld)?);
-    gpu.stream()?
-        .context()
-        .bind_to_thread()
-        .map_err(|e| CoreError::Cuda {
-            op: OP,
-            message: e.to_string(),
-        })?;
-    // SAFETY: the handle is live and bound to the GPU's stream; the workspace is the op's
-    // tracked buffer of `workspace_bytes` bytes, held by the caller until the op returns (the
-    // stream orders its reuse); a, b and dst are tracked views of at least the sizes described
-    // (the caller validated the shapes); alpha and beta are host scalars (default pointer mode).
+    let ((cm, cn, ck), (lda, ldb, ldc)) = (call.mnk, call.lds);
+    // SAFETY: the handle is live and bound to the GPU's stream; a, b and dst are tracked views
+    // of at least the sizes described (the caller validated the shapes); alpha and beta are
+    // host scalars (default pointer mode).
     unsafe {
-        sys::cublasSetWorkspace_v2(*h.handle(), workspace.0 as *mut _, workspace_bytes)
-            .result()
-            .map_err(err)?;
         blas::sgemm(
-            *h.handle(),
+            *call.h.handle(),
             b.op(),
             a.op(),
             cm,
@@ -181,8 +214,63 @@ pub fn gemm(
             dst.0 as *mut f32,
             ldc,
         )
-        .map_err(err)
     }
+    .map_err(|e| call.err(e))
+}
+
+/// `count` products `dst[i] = a[i] * b[i]` in one strided-batched cuBLAS call: item `i` of an
+/// operand starts `stride` elements after item `i - 1` (the first item as in [`gemm`]). cuBLAS
+/// gives the same bits for the same shapes, count, GPU model and workspace, so callers keep
+/// `count` independent of the plan (one call per time step, say).
+#[allow(clippy::too_many_arguments)]
+pub fn gemm_strided_batched(
+    gpu: CudaBackend,
+    workspace: (CudaPtr, usize),
+    (dst, dst_ld, dst_stride): (CudaPtr, usize, usize),
+    (a, a_stride): (GpuMat, usize),
+    (b, b_stride): (GpuMat, usize),
+    count: usize,
+) -> Result<()> {
+    if count == 0 {
+        return Ok(());
+    }
+    let Some(call) = Call::new(gpu, dst_ld, a, b)? else {
+        return Ok(());
+    };
+    let stride = |v: usize| {
+        i64::try_from(v)
+            .map_err(|_| CoreError::invalid(OP, format!("an item stride of {v} elements exceeds 64 bits")))
+    };
+    let (sa, sb, sc) = (stride(b_stride)?, stride(a_stride)?, stride(dst_stride)?);
+    let batch = c_int(count, "the batch count")?;
+    call.set_workspace(workspace)?;
+    let (alpha, beta) = (1.0f32, 0.0f32);
+    let ((cm, cn, ck), (lda, ldb, ldc)) = (call.mnk, call.lds);
+    // SAFETY: as in `gemm`, for each of the `count` items, whose operands lie `stride`
+    // elements apart inside the tracked views the caller validated.
+    unsafe {
+        blas::sgemm_strided_batched(
+            *call.h.handle(),
+            b.op(),
+            a.op(),
+            cm,
+            cn,
+            ck,
+            &alpha,
+            b.ptr.0 as *const f32,
+            lda,
+            sa,
+            a.ptr.0 as *const f32,
+            ldb,
+            sb,
+            &beta,
+            dst.0 as *mut f32,
+            ldc,
+            sc,
+            batch,
+        )
+    }
+    .map_err(|e| call.err(e))
 }
 
 /// The address and size of an op's GEMM workspace ([`crate::backend::gemm_workspace`]), which

@@ -1,13 +1,16 @@
 //! Batched matrix products, as attention needs them: `op(a) x op(b)` for every item of the
 //! leading (batch) dimensions the operands share, each operand read as stored or transposed
-//! (its last two dimensions swapped). Every item is one product of the shared GEMM, so an
-//! item's bits are those of a 2-D product of its shape, whatever the batch.
+//! (its last two dimensions swapped). On the CPU every item is one product of the shared GEMM,
+//! so an item's bits are those of a 2-D product of its shape, whatever the batch. On the GPU
+//! the items of each index of the first leading dimension (a time step of `[T, N, ..]`) are
+//! one strided-batched cuBLAS call, so a time-chunked segment makes the same calls as the
+//! whole step.
 
 use super::check_f32_same_device;
 use super::gemm::{GemmPar, MatRef, gemm_f32};
 use crate::backend::{Compute, Init, compute, gemm_workspace};
 use crate::cuda::CudaPtr;
-use crate::cuda::gemm::{GpuMat, gemm, workspace_of};
+use crate::cuda::gemm::{GpuMat, gemm_strided_batched, workspace_of};
 use crate::memory::MemoryKind;
 use crate::{CoreError, KernelBuffer, Result, Shape, Tensor};
 use rayon::prelude::*;
@@ -63,12 +66,20 @@ impl Operand {
 /// The sizes of a batched product: items, the operands, and the output's dimensions.
 struct Dims {
     batch: usize,
+    /// Items per index of the first leading dimension (all of them when there is none): the
+    /// count of one strided-batched GPU call.
+    per_group: usize,
     a: Operand,
     b: Operand,
     out: Vec<usize>,
 }
 
 impl Dims {
+    /// The first item of each strided-batched GPU call.
+    fn group_starts(&self) -> impl Iterator<Item = usize> {
+        (0..self.batch).step_by(self.per_group.max(1))
+    }
+
     /// `(M, K, N)`: `op(a)` is `M x K`, `op(b)` is `K x N`.
     fn mkn(&self) -> (usize, usize, usize) {
         let ((m, k), (_, n)) = (self.a.read(), self.b.read());
@@ -118,10 +129,12 @@ fn dims(op: &'static str, a: &Shape, b: &Shape, t: Transposed) -> Result<Dims> {
         ));
     }
     let batch = lead.iter().product();
+    let per_group = lead.get(1..).map_or(1, |rest| rest.iter().product());
     let mut out = lead;
     out.extend([m, n]);
     Ok(Dims {
         batch,
+        per_group,
         a: ao,
         b: bo,
         out,
@@ -175,15 +188,14 @@ pub fn batched_matmul(a: &Tensor, b: &Tensor, transposed: Transposed) -> Result<
         if let Compute::Cuda(gpu) = backend {
             let (ap, bp, op) = (ar.cuda_ptr()?, br.cuda_ptr()?, out.cuda_ptr()?);
             let ws = workspace_of(&mut gemm_ws)?;
-            for i in 0..d.batch {
-                gemm(
+            for i in d.group_starts() {
+                gemm_strided_batched(
                     gpu,
                     ws,
-                    op.add_f32(i * m * n),
-                    n,
-                    d.a.gpu(ap, i),
-                    d.b.gpu(bp, i),
-                    false,
+                    (op.add_f32(i * m * n), n, m * n),
+                    (d.a.gpu(ap, i), d.a.len()),
+                    (d.b.gpu(bp, i), d.b.len()),
+                    d.per_group,
                 )?;
             }
             return Ok(());
@@ -239,18 +251,28 @@ pub fn batched_matmul_backward(
             let ws = workspace_of(&mut gemm_ws)?;
             if let Some(ga) = ga.as_mut() {
                 let dst = ga.cuda_ptr()?;
-                for i in 0..d.batch {
-                    let (g, bm) = (g_op.gpu(gp, i), d.b.gpu(bp, i));
-                    let (x, y) = if d.a.transposed { (bm, g.t()) } else { (g, bm.t()) };
-                    gemm(gpu, ws, dst.add_f32(i * d.a.len()), d.a.cols, x, y, false)?;
+                for i in d.group_starts() {
+                    let (g, bm) = ((g_op.gpu(gp, i), g_op.len()), (d.b.gpu(bp, i), d.b.len()));
+                    let (x, y) = if d.a.transposed {
+                        (bm, (g.0.t(), g.1))
+                    } else {
+                        (g, (bm.0.t(), bm.1))
+                    };
+                    let out = (dst.add_f32(i * d.a.len()), d.a.cols, d.a.len());
+                    gemm_strided_batched(gpu, ws, out, x, y, d.per_group)?;
                 }
             }
             if let Some(gb) = gb.as_mut() {
                 let dst = gb.cuda_ptr()?;
-                for i in 0..d.batch {
-                    let (g, am) = (g_op.gpu(gp, i), d.a.gpu(ap, i));
-                    let (x, y) = if d.b.transposed { (g.t(), am) } else { (am.t(), g) };
-                    gemm(gpu, ws, dst.add_f32(i * d.b.len()), d.b.cols, x, y, false)?;
+                for i in d.group_starts() {
+                    let (g, am) = ((g_op.gpu(gp, i), g_op.len()), (d.a.gpu(ap, i), d.a.len()));
+                    let (x, y) = if d.b.transposed {
+                        ((g.0.t(), g.1), am)
+                    } else {
+                        ((am.0.t(), am.1), g)
+                    };
+                    let out = (dst.add_f32(i * d.b.len()), d.b.cols, d.b.len());
+                    gemm_strided_batched(gpu, ws, out, x, y, d.per_group)?;
                 }
             }
             return Ok(());

@@ -1,5 +1,5 @@
 //! The top level of the zoo's spiking transformers: named children run in order, with the
-//! stem's images flattened into tokens before one of them.
+//! `[T, N, C, H, W]` value flattened into tokens before the child named `tokens_before`.
 
 use super::one_input;
 use crate::autograd::Var;

@@ -1,4 +1,5 @@
-//! Row-major f32 GEMM on a GPU through cuBLAS, for the CUDA halves of matmul, linear and conv2d.
+//! Row-major f32 GEMM on a GPU through cuBLAS, for the CUDA halves of matmul, linear, conv2d
+//! and batched products (strided-batched).
 //!
 //! Determinism: one cuBLAS handle per GPU, bound to the GPU's one stream ([`super::stream`]);
 //! pedantic math (no TF32, no reduced-precision reductions); before every product the handle is
@@ -113,10 +114,9 @@ fn c_int(v: usize, what: &str) -> Result<i32> {
     })
 }
 
-/// What one cuBLAS product needs: sizes in cuBLAS's integers (column-major `C^T = B^T A^T`),
-/// the handle bound to the GPU's stream, and the error naming the product.
+/// What one cuBLAS product needs, checked before cuBLAS is touched: sizes in cuBLAS's integers
+/// (column-major `C^T = B^T A^T`) and the text naming the product in errors.
 struct Call {
-    h: Arc<CudaBlas>,
     /// `(m, n, k)` of the column-major product.
     mnk: (i32, i32, i32),
     /// Leading dimensions of the column-major `B^T`, `A^T` and `C^T`.
@@ -146,16 +146,8 @@ impl Call {
         // cuBLAS wants leading dimensions >= 1 even for an empty inner size (nothing is read).
         let ld = |v: usize| c_int(v.max(1), "a leading dimension");
         let lds = (ld(b.ld)?, ld(a.ld)?, ld(dst_ld)?);
-        let h = handle(gpu)?;
-        gpu.stream()?
-            .context()
-            .bind_to_thread()
-            .map_err(|e| CoreError::Cuda {
-                op: OP,
-                message: e.to_string(),
-            })?;
         let what = format!("{m}x{k} times {k}x{n} on GPU {}", gpu.ordinal);
-        Ok(Some(Call { h, mnk, lds, what }))
+        Ok(Some(Call { mnk, lds, what }))
     }
 
     fn err(&self, e: blas::CublasError) -> CoreError {
@@ -165,20 +157,30 @@ impl Call {
         }
     }
 
-    /// Gives the handle the op's tracked workspace, so cuBLAS allocates nothing of its own.
-    fn set_workspace(&self, (workspace, bytes): (CudaPtr, usize)) -> Result<()> {
+    /// The GPU's handle, bound to this thread, holding the op's tracked workspace (address,
+    /// bytes), so cuBLAS allocates nothing of its own.
+    fn bind(&self, gpu: CudaBackend, (workspace, bytes): (CudaPtr, usize)) -> Result<Arc<CudaBlas>> {
+        let h = handle(gpu)?;
+        gpu.stream()?
+            .context()
+            .bind_to_thread()
+            .map_err(|e| CoreError::Cuda {
+                op: OP,
+                message: e.to_string(),
+            })?;
         // SAFETY: a live handle; the workspace is the op's tracked buffer of `bytes` bytes,
         // held by the caller until the op returns (the stream orders its reuse).
-        unsafe { sys::cublasSetWorkspace_v2(*self.h.handle(), workspace.0 as *mut _, bytes) }
+        unsafe { sys::cublasSetWorkspace_v2(*h.handle(), workspace.0 as *mut _, bytes) }
             .result()
-            .map_err(|e| self.err(e))
+            .map_err(|e| self.err(e))?;
+        Ok(h)
     }
 }
 
 /// `dst = a * b` (or `dst += a * b` with `accumulate`) on `gpu`, row-major, where `dst` is
-/// `a.rows x b.cols` with row stride `dst_ld`, using the op's tracked `workspace` of
-/// `workspace_bytes` bytes. Sizes must agree (`a.cols == b.rows`; checked) and fit cuBLAS's
-/// 32-bit integers (an error otherwise).
+/// `a.rows x b.cols` with row stride `dst_ld`, using the op's tracked `workspace` (address and
+/// size in bytes). Sizes must agree (`a.cols == b.rows`; checked) and fit cuBLAS's 32-bit
+/// integers (an error otherwise).
 pub fn gemm(
     gpu: CudaBackend,
     workspace: (CudaPtr, usize),
@@ -191,7 +193,7 @@ pub fn gemm(
     let Some(call) = Call::new(gpu, dst_ld, a, b)? else {
         return Ok(());
     };
-    call.set_workspace(workspace)?;
+    let h = call.bind(gpu, workspace)?;
     let (alpha, beta) = (1.0f32, if accumulate { 1.0f32 } else { 0.0 });
     let ((cm, cn, ck), (lda, ldb, ldc)) = (call.mnk, call.lds);
     // SAFETY: the handle is live and bound to the GPU's stream; a, b and dst are tracked views
@@ -199,7 +201,7 @@ pub fn gemm(
     // host scalars (default pointer mode).
     unsafe {
         blas::sgemm(
-            *call.h.handle(),
+            *h.handle(),
             b.op(),
             a.op(),
             cm,
@@ -219,10 +221,10 @@ pub fn gemm(
 }
 
 /// `count` products `dst[i] = a[i] * b[i]` in one strided-batched cuBLAS call: item `i` of an
-/// operand starts `stride` elements after item `i - 1` (the first item as in [`gemm`]). cuBLAS
-/// gives the same bits for the same shapes, count, GPU model and workspace, so callers keep
+/// operand starts `stride` elements after item `i - 1` (the first item as in [`gemm()`]). Sizes
+/// are checked as in [`gemm()`], before cuBLAS is touched, also for `count` 0. cuBLAS gives the
+/// same bits for the same shapes, count, strides, GPU model and workspace, so callers keep
 /// `count` independent of the plan (one call per time step, say).
-#[allow(clippy::too_many_arguments)]
 pub fn gemm_strided_batched(
     gpu: CudaBackend,
     workspace: (CudaPtr, usize),
@@ -231,26 +233,30 @@ pub fn gemm_strided_batched(
     (b, b_stride): (GpuMat, usize),
     count: usize,
 ) -> Result<()> {
-    if count == 0 {
-        return Ok(());
-    }
     let Some(call) = Call::new(gpu, dst_ld, a, b)? else {
         return Ok(());
     };
     let stride = |v: usize| {
-        i64::try_from(v)
-            .map_err(|_| CoreError::invalid(OP, format!("an item stride of {v} elements exceeds 64 bits")))
+        i64::try_from(v).map_err(|_| {
+            CoreError::invalid(
+                OP,
+                format!("an item stride of {v} elements exceeds cuBLAS's 64-bit strides"),
+            )
+        })
     };
     let (sa, sb, sc) = (stride(b_stride)?, stride(a_stride)?, stride(dst_stride)?);
     let batch = c_int(count, "the batch count")?;
-    call.set_workspace(workspace)?;
+    if count == 0 {
+        return Ok(());
+    }
+    let h = call.bind(gpu, workspace)?;
     let (alpha, beta) = (1.0f32, 0.0f32);
     let ((cm, cn, ck), (lda, ldb, ldc)) = (call.mnk, call.lds);
     // SAFETY: as in `gemm`, for each of the `count` items, whose operands lie `stride`
     // elements apart inside the tracked views the caller validated.
     unsafe {
         blas::sgemm_strided_batched(
-            *call.h.handle(),
+            *h.handle(),
             b.op(),
             a.op(),
             cm,
@@ -304,5 +310,23 @@ mod tests {
         assert!(c_int(1 << 31, "rows").unwrap_err().to_string().contains("32-bit"));
         let t = GpuMat::row_major(CudaPtr(8), 2, 3).t();
         assert_eq!((t.rows, t.cols, t.ld, t.trans), (3, 2, 3, true));
+        // Batched: the same checks, also when there are no items to multiply.
+        for count in [0, 3] {
+            let e = gemm_strided_batched(gpu, (CudaPtr(0), 0), (CudaPtr(0), 5, 10), (a, 6), (b, 20), count)
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("2x3") && e.contains("4x5"), "{e}");
+        }
+        let big = gemm_strided_batched(
+            gpu,
+            (CudaPtr(0), 0),
+            (CudaPtr(0), 3, 6),
+            (GpuMat::row_major(CudaPtr(0), 2, 3), 6),
+            (GpuMat::row_major(CudaPtr(0), 3, 3), 9),
+            1 << 31,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(big.contains("batch count") && big.contains("32-bit"), "{big}");
     }
 }

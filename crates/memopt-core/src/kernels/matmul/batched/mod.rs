@@ -4,7 +4,8 @@
 //! so an item's bits are those of a 2-D product of its shape, whatever the batch. On the GPU
 //! the items of each index of the first leading dimension (a time step of `[T, N, ..]`) are
 //! one strided-batched cuBLAS call, so a time-chunked segment makes the same calls as the
-//! whole step.
+//! whole step (shapes, count and strides; the groups' addresses keep their 16-byte alignment
+//! when a time step's items span a multiple of 4 values, as attention's do).
 
 use super::check_f32_same_device;
 use super::gemm::{GemmPar, MatRef, gemm_f32};

@@ -320,7 +320,7 @@ pub fn peer(args: &[String]) -> Result<(), String> {
                 }
             };
             eprintln!(
-                "xtask peer: round {}/{rounds} {:<18} memopt {ours:>9.1} ms  PyTorch+SpikingJelly {:>9.1} ms  ratio {:.2}  (load {:?})",
+                "xtask peer: round {}/{rounds} {:<22} memopt {ours:>9.1} ms  PyTorch+SpikingJelly {:>9.1} ms  ratio {:.2}  (load {:?})",
                 round + 1,
                 w.key(),
                 theirs.0,
@@ -338,7 +338,7 @@ pub fn peer(args: &[String]) -> Result<(), String> {
         let ratios: Vec<f64> = runs.iter().map(|r| r.0 / r.1).collect();
         let (a, b, r) = (median(&ours), median(&theirs), median(&ratios));
         println!(
-            "{:<16} N={:<3} T={:<3} memopt {a:>10.1} ms   PyTorch+SpikingJelly {b:>10.1} ms   ratio {r:.2}",
+            "{:<24} N={:<3} T={:<3} memopt {a:>10.1} ms   PyTorch+SpikingJelly {b:>10.1} ms   ratio {r:.2}",
             w.zoo, w.n, w.t
         );
         rows.push(json!({

@@ -97,9 +97,16 @@ pub fn run(args: &ModelsArgs, out: &mut dyn Write) -> Result<()> {
         let text = serde_json::to_string_pretty(&rows).unwrap_or_default();
         return out!(out, "{text}");
     }
+    // The name column fits the longest name.
+    let w = rows
+        .iter()
+        .map(|r| r.name.len())
+        .max()
+        .unwrap_or(0)
+        .max("model".len());
     out!(
         out,
-        "{:<18} {:>8} {:<22} {:>8} {:<24}  description",
+        "{:<w$} {:>8} {:<22} {:>8} {:<24}  description",
         "model",
         "params",
         "small (default)",
@@ -109,7 +116,7 @@ pub fn run(args: &ModelsArgs, out: &mut dyn Write) -> Result<()> {
     for r in &rows {
         out!(
             out,
-            "{:<18} {:>8} {:<22} {:>8} {:<24}  {}",
+            "{:<w$} {:>8} {:<22} {:>8} {:<24}  {}",
             r.name,
             count(r.small.parameters),
             shape(&r.small),

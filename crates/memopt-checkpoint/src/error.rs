@@ -65,6 +65,16 @@ pub enum CheckpointError {
 }
 
 impl CheckpointError {
+    /// A [`CheckpointError::Module`] for the module of type `module` running now (its path is
+    /// the current scope's).
+    pub fn in_module(module: &str, message: impl Into<String>) -> CheckpointError {
+        CheckpointError::Module {
+            path: memopt_core::memory::current_scope().path().to_string(),
+            module: module.to_string(),
+            message: message.into(),
+        }
+    }
+
     /// Whether a device ran out of memory (see [`CoreError::is_out_of_memory`]).
     pub fn is_out_of_memory(&self) -> bool {
         match self {

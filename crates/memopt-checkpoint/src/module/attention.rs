@@ -14,7 +14,6 @@ use crate::context::Cx;
 use crate::{CheckpointError, Forward, Result, ops};
 use memopt_core::Shape;
 use memopt_core::kernels::{NeuronConfig, Transposed};
-use memopt_core::memory::current_scope;
 
 /// The scale of the attention products (SpikingJelly's `self.scale`).
 const SCALE: f32 = 0.125;
@@ -115,11 +114,7 @@ impl SpikingSelfAttention {
     }
 
     fn error(&self, message: String) -> CheckpointError {
-        CheckpointError::Module {
-            path: current_scope().path().to_string(),
-            module: self.type_name().into(),
-            message,
-        }
+        CheckpointError::in_module(self.type_name(), message)
     }
 }
 

@@ -3,7 +3,6 @@
 use crate::autograd::Var;
 use crate::context::Cx;
 use crate::{CheckpointError, Result, ops};
-use memopt_core::memory::current_scope;
 
 /// How an input was folded: `Some([T, N])` for a multi-step input, `None` for a plain batch.
 pub(crate) type Folded = Option<[usize; 2]>;
@@ -28,14 +27,13 @@ pub(crate) fn fold_time<'m>(
         folded.extend_from_slice(&d[2..]);
         return Ok((ops::reshape(cx, x, folded)?, Some([t, n])));
     }
-    Err(CheckpointError::Module {
-        path: current_scope().path().to_string(),
-        module: module.to_string(),
-        message: format!(
+    Err(CheckpointError::in_module(
+        module,
+        format!(
             "expected input [T, N, {layout}] or [N, {layout}], got {}",
             x.shape()
         ),
-    })
+    ))
 }
 
 /// Undoes [`fold_time`] on an output `[T*N, rest]`.
@@ -52,6 +50,15 @@ pub(crate) fn unfold_time<'m>(cx: &mut Cx<'m>, y: Var, folded: Folded) -> Result
     }
 }
 
+/// A view of `x` with its dimensions from `start` on merged into one (`[T, N, C, H, W]` from 3:
+/// `[T, N, C, H * W]`). `x` must have more than `start` dimensions.
+pub(crate) fn flatten_from<'m>(cx: &mut Cx<'m>, x: &Var, start: usize) -> Result<Var> {
+    let d = x.dims();
+    let mut dims = d[..start].to_vec();
+    dims.push(d[start..].iter().product());
+    ops::reshape(cx, x, dims)
+}
+
 /// Time steps folded into the batch (1 for a plain batch).
 pub(crate) fn time_steps(folded: Folded) -> usize {
     folded.map_or(1, |[t, _]| t)
@@ -60,11 +67,10 @@ pub(crate) fn time_steps(folded: Folded) -> usize {
 /// The one input of a single-input module, or an error naming the module.
 pub(crate) fn one_input(mut inputs: Vec<Var>, module: &str) -> Result<Var> {
     if inputs.len() != 1 {
-        return Err(CheckpointError::Module {
-            path: current_scope().path().to_string(),
-            module: module.to_string(),
-            message: format!("expected one input, got {}", inputs.len()),
-        });
+        return Err(CheckpointError::in_module(
+            module,
+            format!("expected one input, got {}", inputs.len()),
+        ));
     }
     Ok(inputs.pop().expect("length checked above"))
 }

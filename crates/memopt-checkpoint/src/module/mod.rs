@@ -8,7 +8,7 @@ mod attention;
 mod batch_norm;
 mod conv;
 mod cost;
-mod fold;
+pub(crate) mod fold;
 mod init;
 mod linear;
 pub(crate) mod links;

@@ -1,14 +1,13 @@
 //! Parameter-free layers: Flatten, ReLU, Dropout, Mean.
 
 use super::cost::{ModuleCost, elems, f32_bytes};
-use super::fold::one_input;
+use super::fold::{flatten_from, one_input};
 use super::{Module, PlannerHints};
 use crate::Forward;
 use crate::autograd::Var;
 use crate::context::Cx;
 use crate::{CheckpointError, ops};
 use memopt_core::Shape;
-use memopt_core::memory::current_scope;
 
 /// Flattens every dimension from `start_dim` on (SpikingJelly's multi-step `Flatten` uses
 /// `start_dim = 2` on `[T, N, ...]`).
@@ -32,20 +31,14 @@ impl Module for Flatten {
     fn forward<'m>(&'m self, cx: &mut Cx<'m>, inputs: Vec<Var>) -> Forward<Vec<Var>> {
         let x = one_input(inputs, "Flatten")?;
         if x.dims().len() < self.start_dim {
-            return Err(CheckpointError::Module {
-                path: current_scope().path().to_string(),
-                module: "Flatten".into(),
-                message: format!(
-                    "cannot flatten from dimension {} of a {}-D input",
-                    self.start_dim,
-                    x.dims().len()
-                ),
-            }
-            .into());
+            let message = format!(
+                "cannot flatten from dimension {} of a {}-D input",
+                self.start_dim,
+                x.dims().len()
+            );
+            return Err(CheckpointError::in_module("Flatten", message).into());
         }
-        let mut dims = x.dims()[..self.start_dim].to_vec();
-        dims.push(x.dims()[self.start_dim..].iter().product());
-        Ok(vec![ops::reshape(cx, &x, dims)?])
+        Ok(vec![flatten_from(cx, &x, self.start_dim)?])
     }
 }
 

@@ -4,7 +4,7 @@
 use super::batch_norm::BatchNorm;
 use super::conv::Conv2d;
 use super::cost::{ModuleCost, elems, f32_bytes};
-use super::fold::one_input;
+use super::fold::{flatten_from, one_input};
 use super::init::Init;
 use super::neuron::Neuron;
 use super::{Module, PlannerHints, transformer_lif};
@@ -13,7 +13,6 @@ use crate::context::Cx;
 use crate::{CheckpointError, Forward, Result, ops};
 use memopt_core::Shape;
 use memopt_core::kernels::Conv2dParams;
-use memopt_core::memory::current_scope;
 
 /// `SpikeDrivenSelfAttention(dim, num_heads)`: `x + proj_bn(proj_conv(Q * attn_lif(sum_L(K *
 /// V))))`, where `Q`, `K` and `V` are a 1x1 Conv2d (no bias), a BatchNorm2d and a LIF of
@@ -56,8 +55,7 @@ impl Branch {
         let y = cx.call1(&format!("{name}_conv"), &self.conv, x)?;
         let y = cx.call1(&format!("{name}_bn"), &self.bn, y)?;
         let y = cx.call1(&format!("{name}_lif"), &self.lif, y)?;
-        let d = y.dims().to_vec();
-        Ok(ops::reshape(cx, &y, vec![d[0], d[1], d[2], d[3] * d[4]])?)
+        Ok(flatten_from(cx, &y, 3)?)
     }
 }
 
@@ -91,12 +89,8 @@ impl Module for SpikeDrivenSelfAttention {
         let x = one_input(inputs, self.type_name())?;
         let d = x.dims().to_vec();
         if d.len() != 5 {
-            return Err(CheckpointError::Module {
-                path: current_scope().path().to_string(),
-                module: self.type_name().into(),
-                message: format!("expected [T, N, C, H, W], got {}", x.shape()),
-            }
-            .into());
+            let message = format!("expected [T, N, C, H, W], got {}", x.shape());
+            return Err(CheckpointError::in_module(self.type_name(), message).into());
         }
         let s = cx.call1("shortcut_lif", &self.shortcut_lif, x.clone())?;
         let q = self.q.run(cx, "q", s.clone())?;

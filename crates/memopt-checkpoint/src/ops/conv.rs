@@ -88,8 +88,7 @@ pub fn conv2d<'m>(
     p: &Conv2dParams,
     time_steps: usize,
 ) -> Result<Var> {
-    let kernel_dims = w.dims().to_vec();
-    conv(cx, x, w, &kernel_dims, b, p, time_steps)
+    conv(cx, x, w, w.dims(), b, p, time_steps)
 }
 
 /// The convolution of `x` with `w` read as a `kernel_dims` (4-d) view.

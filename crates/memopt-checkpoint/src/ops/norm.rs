@@ -5,7 +5,6 @@ use crate::context::Cx;
 use crate::{CheckpointError, Forward, Result};
 use memopt_core::Tensor;
 use memopt_core::kernels::{self, GradNeeds, RunningStats};
-use memopt_core::memory::current_scope;
 
 /// Batch normalisation of `x [B, C, ...]`. In training mode it normalises with batch statistics
 /// and updates `running` (mean, var) in place — except while recomputing, so the update happens
@@ -34,13 +33,11 @@ pub fn batch_norm<'m>(
     );
     if !cx.is_training() {
         if needs_grad {
-            return Err(CheckpointError::Module {
-                path: current_scope().path().to_string(),
-                module: "BatchNorm".into(),
-                message: "backward through BatchNorm in eval mode is not supported; train in training mode \
-                          or run eval without recording"
-                    .into(),
-            }
+            return Err(CheckpointError::in_module(
+                "BatchNorm",
+                "backward through BatchNorm in eval mode is not supported; train in training mode \
+                 or run eval without recording",
+            )
             .into());
         }
         let y = kernels::batch_norm_eval(

@@ -5,7 +5,7 @@ use crate::Result;
 use crate::autograd::{Backward, BackwardGrads, Gradients, InputSlot, Record, Var};
 use crate::context::Cx;
 use memopt_core::kernels;
-use memopt_core::{MemoryKind, Shape, Tensor};
+use memopt_core::{DType, MemoryKind, Shape, Tensor};
 
 /// Parts of `x` along `dim` of the given `sizes` (which add up to `x`'s size there), each a
 /// contiguous copy. Keeps the spike flag. Its backward keeps only the shapes.
@@ -46,14 +46,9 @@ impl Backward<1> for SplitBackward {
             .enumerate()
             .map(|(i, shape)| match g.take_output(i) {
                 Some(t) => Ok(t),
-                None => Ok(Tensor::zeros(
-                    shape.dims(),
-                    memopt_core::DType::F32,
-                    device,
-                    MemoryKind::Gradient,
-                )?),
+                None => Tensor::zeros(shape.dims(), DType::F32, device, MemoryKind::Gradient),
             })
-            .collect::<Result<Vec<_>>>()?;
+            .collect::<memopt_core::Result<Vec<_>>>()?;
         Ok([Some(kernels::cat_dim(&grads, self.dim, MemoryKind::Gradient)?)])
     }
 }

@@ -19,9 +19,9 @@ pub use spikformer::{SpikformerConfig, spikformer};
 use crate::autograd::Var;
 use crate::context::Cx;
 use crate::model::{InputSpec, Model};
-use crate::{CheckpointError, Result, ops};
+use crate::module::fold::flatten_from;
+use crate::{CheckpointError, Result};
 use memopt_core::Device;
-use memopt_core::memory::current_scope;
 
 /// A zoo model: its CLI name, what it is, and its published and small input specs.
 #[derive(Debug, Clone)]
@@ -188,33 +188,19 @@ pub(crate) fn expect_image(name: &str, spec: &InputSpec, min_hw: usize) -> Resul
     Ok(c)
 }
 
-/// The one input of a zoo module, or an error naming the module.
-pub(crate) fn one_input(inputs: Vec<Var>, module: &str) -> Result<Var> {
-    let n = inputs.len();
-    match (inputs.into_iter().next(), n) {
-        (Some(x), 1) => Ok(x),
-        _ => Err(CheckpointError::Module {
-            path: current_scope().path().to_string(),
-            module: module.to_string(),
-            message: format!("expected one input, got {n}"),
-        }),
-    }
-}
+pub(crate) use crate::module::fold::one_input;
 
 /// `torch.flatten(x, 2)` in a multi-step network's forward (a function there, not a module):
 /// `[T, N, ...]` -> `[T, N, prod(...)]`.
 pub(crate) fn flatten_time<'m>(cx: &mut Cx<'m>, x: Var, module: &str) -> Result<Var> {
-    let d = x.dims();
-    if d.len() < 3 {
-        return Err(CheckpointError::Module {
-            path: current_scope().path().to_string(),
-            module: module.to_string(),
-            message: format!(
+    if x.dims().len() < 3 {
+        return Err(CheckpointError::in_module(
+            module,
+            format!(
                 "expected a multi-step input [T, N, ...] to flatten from dimension 2, got {}",
                 x.shape()
             ),
-        });
+        ));
     }
-    let dims = vec![d[0], d[1], d[2..].iter().product()];
-    ops::reshape(cx, &x, dims)
+    flatten_from(cx, &x, 2)
 }

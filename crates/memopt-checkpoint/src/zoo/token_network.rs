@@ -4,9 +4,9 @@
 use super::one_input;
 use crate::autograd::Var;
 use crate::context::Cx;
+use crate::module::fold::flatten_from;
 use crate::module::{Module, PlannerHints};
-use crate::{CheckpointError, Forward, ops};
-use memopt_core::memory::current_scope;
+use crate::{CheckpointError, Forward};
 
 /// A network whose children run one after the other. Just before the child named
 /// `tokens_before`, the `[T, N, C, H, W]` value becomes tokens `[T, N, C, H * W]` (a view), as
@@ -48,20 +48,15 @@ impl PlannerHints for TokenNetwork {
             return Ok(inputs);
         }
         let x = one_input(inputs, self.type_name)?;
-        let d = x.dims().to_vec();
-        if d.len() != 5 {
-            return Err(CheckpointError::Module {
-                path: current_scope().path().to_string(),
-                module: self.type_name.into(),
-                message: format!(
-                    "expected images [T, N, C, H, W] before {}, got {}",
-                    self.tokens_before,
-                    x.shape()
-                ),
-            }
-            .into());
+        if x.dims().len() != 5 {
+            let message = format!(
+                "expected images [T, N, C, H, W] before {}, got {}",
+                self.tokens_before,
+                x.shape()
+            );
+            return Err(CheckpointError::in_module(self.type_name, message).into());
         }
-        Ok(vec![ops::reshape(cx, &x, vec![d[0], d[1], d[2], d[3] * d[4]])?])
+        Ok(vec![flatten_from(cx, &x, 3)?])
     }
 
     fn children_form_chain(&self) -> bool {

@@ -66,13 +66,14 @@ pub fn mean_dim(x: &Tensor, dim: usize) -> Result<Tensor> {
 }
 
 /// `(outer, size, inner)` of `dims` around `dim`.
-fn split_at_dim(dims: &[usize], dim: usize) -> (usize, usize, usize) {
+pub(super) fn split_at_dim(dims: &[usize], dim: usize) -> (usize, usize, usize) {
     let outer = dims[..dim].iter().product();
     let inner = dims[dim + 1..].iter().product();
     (outer, dims[dim], inner)
 }
 
-fn reduce_dim(op: &'static str, x: &Tensor, dim: usize, mean: bool) -> Result<Tensor> {
+/// An error naming `op` when `x` has no dimension `dim`.
+pub(super) fn check_dim(op: &'static str, x: &Tensor, dim: usize) -> Result<()> {
     if dim >= x.rank() {
         return Err(CoreError::invalid(
             op,
@@ -83,6 +84,11 @@ fn reduce_dim(op: &'static str, x: &Tensor, dim: usize, mean: bool) -> Result<Te
             ),
         ));
     }
+    Ok(())
+}
+
+fn reduce_dim(op: &'static str, x: &Tensor, dim: usize, mean: bool) -> Result<Tensor> {
+    check_dim(op, x, dim)?;
     let (outer, d, inner) = split_at_dim(x.dims(), dim);
     let mut out_dims = x.dims().to_vec();
     out_dims.remove(dim);

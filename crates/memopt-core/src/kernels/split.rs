@@ -2,6 +2,7 @@
 //! along that dimension that undoes it (its backward). The attention blocks split `Q, K, V`
 //! from one projection this way.
 
+use super::reduce::{check_dim, split_at_dim};
 use crate::backend::{Compute, Init, compute};
 use crate::cuda::grid_for;
 use crate::cuda::launchers::elementwise as ew_k;
@@ -16,25 +17,6 @@ struct Rows {
     len: usize,
     src_pitch: usize,
     dst_pitch: usize,
-}
-
-/// `(outer, inner)` element counts around dimension `dim` of `dims`.
-fn around(dims: &[usize], dim: usize) -> (usize, usize) {
-    (dims[..dim].iter().product(), dims[dim + 1..].iter().product())
-}
-
-fn check_dim(op: &'static str, x: &Tensor, dim: usize) -> Result<()> {
-    if dim >= x.rank() {
-        return Err(CoreError::invalid(
-            op,
-            format!(
-                "dimension {dim} is out of range for a tensor of shape {} (valid: 0..{})",
-                x.shape(),
-                x.rank()
-            ),
-        ));
-    }
-    Ok(())
 }
 
 /// Splits `x` along `dim` into parts of `sizes` (which must add up to `x`'s size there), each a
@@ -52,7 +34,7 @@ pub fn split_dim(x: &Tensor, dim: usize, sizes: &[usize]) -> Result<Vec<Tensor>>
             ),
         ));
     }
-    let (outer, inner) = around(x.dims(), dim);
+    let (outer, _, inner) = split_at_dim(x.dims(), dim);
     let xr = x.read::<f32>(OP)?;
     let mut parts = Vec::with_capacity(sizes.len());
     let mut start = 0;
@@ -118,7 +100,7 @@ pub fn cat_dim(parts: &[Tensor], dim: usize, kind: MemoryKind) -> Result<Tensor>
         }
         total = total.checked_add(p.dims()[dim]).ok_or_else(too_large)?;
     }
-    let (outer, inner) = around(first.dims(), dim);
+    let (outer, _, inner) = split_at_dim(first.dims(), dim);
     let mut dims = first.dims().to_vec();
     dims[dim] = total;
     let len = outer
@@ -209,7 +191,7 @@ mod tests {
             let v = values(n, 7);
             let x = cpu(&v, &dims).with_spike_flag(spike);
             let parts = split_dim(&x, dim, &sizes).unwrap();
-            let (outer, inner) = around(&dims, dim);
+            let (outer, _, inner) = split_at_dim(&dims, dim);
             let mut start = 0;
             for (p, &s) in parts.iter().zip(&sizes) {
                 let mut want_dims = dims.clone();

@@ -37,6 +37,7 @@ pub use device::Device;
 pub use dtype::DType;
 pub use error::{CoreError, Result};
 pub use half::{bf16, f16};
+pub use memory::caching::AllocatorConfig;
 pub use memory::{MemoryKind, MemoryTracker, ModulePath, Phase, Scope};
 pub use rng::{Philox, RngState};
 pub use shape::Shape;

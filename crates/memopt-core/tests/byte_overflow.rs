@@ -3,15 +3,21 @@
 //! and the sizes, and the tracker's figures stay as they were.
 
 use memopt_core::memory::{Phase, Scope, enter_scope};
-use memopt_core::{CoreError, DType, Device, MemoryKind, MemoryTracker, Tensor};
+use memopt_core::{AllocatorConfig, CoreError, DType, Device, MemoryKind, MemoryTracker, Tensor};
 
 #[test]
 fn an_allocation_that_would_overflow_the_byte_count_is_an_error() {
-    let tracker = MemoryTracker::new(Device::META);
+    for config in [AllocatorConfig::FIXED, AllocatorConfig::EXPANDABLE] {
+        overflow_is_an_error(config);
+    }
+}
+
+fn overflow_is_an_error(config: AllocatorConfig) {
+    let tracker = MemoryTracker::with_config(Device::META, config);
     let _installed = MemoryTracker::install(tracker.clone());
     // Each about 0.4 * 2^64 bytes (below isize::MAX, the largest one storage may be): two fit
     // in the requested, allocated and reserved counts (the caching allocator rounds each to its
-    // own segment), three exceed u64.
+    // own segment, or its own expandable range), three exceed u64.
     let len = (u64::MAX / 5 * 2 / 4) as usize;
     let a = Tensor::zeros([len], DType::F32, Device::META, MemoryKind::Activation).unwrap();
     let b = Tensor::zeros([len], DType::F32, Device::META, MemoryKind::Activation).unwrap();

@@ -2,20 +2,31 @@
 //! same random trace of tensor allocations and frees through a `cuda:0` tracker (device blocks
 //! from a fake GPU, as `Storage` takes them) and a `meta:cuda` tracker gives identical
 //! requested, allocated and reserved figures and peaks at every step, and live device blocks
-//! never overlap. The rules are PyTorch's CUDA constants (512 B rounding, 1 MiB small-block
-//! limit, 2 MiB small segments, 20 MiB large segments, own segments rounded to 2 MiB).
+//! never overlap, with fixed segments and with expandable ones (whose mapped pages are what the
+//! fake driver holds). The rules are PyTorch's CUDA constants (512 B rounding, 1 MiB small-block
+//! limit, 2 MiB small segments, 20 MiB large segments, own segments rounded to 2 MiB; with
+//! expandable segments, 2 MiB and 20 MiB pages).
 
 mod fake_gpu;
 
 use fake_gpu::FakeGpu;
 use memopt_core::memory::DeviceBlock;
-use memopt_core::{Device, MemoryKind, MemoryTracker, Target};
+use memopt_core::{AllocatorConfig, Device, MemoryKind, MemoryTracker, Target};
 
 #[test]
 fn cuda_pool_and_meta_cuda_agree_on_every_figure() {
+    agree_on_every_figure(AllocatorConfig::FIXED);
+}
+
+#[test]
+fn expandable_cuda_pool_and_meta_cuda_agree_on_every_figure() {
+    agree_on_every_figure(AllocatorConfig::EXPANDABLE);
+}
+
+fn agree_on_every_figure(config: AllocatorConfig) {
     let (gpu, used) = FakeGpu::new(u64::MAX / 2);
-    let cuda = MemoryTracker::with_backing(Device::Cuda(0), Box::new(gpu));
-    let meta = MemoryTracker::new(Device::Meta(Target::Cuda));
+    let cuda = MemoryTracker::with_backing_and_config(Device::Cuda(0), Box::new(gpu), config);
+    let meta = MemoryTracker::with_config(Device::Meta(Target::Cuda), config);
     let mut live: Vec<(
         memopt_core::memory::Allocation,
         Option<DeviceBlock>,

@@ -1,7 +1,7 @@
 //! The per-device memory tracker.
 
 use super::block::{BlockLease, DeviceBlock, HostBlock};
-use super::caching::{BlockId, CachingAllocator, Grant, NoBacking, SegmentBacking};
+use super::caching::{AllocatorConfig, BlockId, CachingAllocator, Grant, NoBacking, SegmentBacking};
 use super::{
     Allocation, AllocationId, KindStats, MemoryAction, MemoryEvent, MemoryKind, MemoryStats, current_scope,
 };
@@ -95,17 +95,23 @@ thread_local! {
 }
 
 impl MemoryTracker {
-    /// A fresh tracker with no history. Install it with [`MemoryTracker::install`] to make
+    /// A fresh tracker with no history, its caching allocator configured by
+    /// [`AllocatorConfig::current`]. Install it with [`MemoryTracker::install`] to make
     /// allocations on this thread go through it. Its caching allocator is backed by host
-    /// memory on the CPU, by GPU memory (`cuMemAlloc` segments) on a CUDA device, and by
-    /// nothing on Meta, which replays the same arithmetic.
+    /// memory on the CPU, by GPU memory (`cuMemAlloc` segments, or ranges mapped with
+    /// `cuMemMap`) on a CUDA device, and by nothing on Meta, which replays the same arithmetic.
     pub fn new(device: Device) -> Arc<Self> {
+        Self::with_config(device, AllocatorConfig::current())
+    }
+
+    /// Like [`MemoryTracker::new`], with the caching allocator configured by `config`.
+    pub fn with_config(device: Device, config: AllocatorConfig) -> Arc<Self> {
         let backing: Box<dyn SegmentBacking> = match device {
             Device::Cpu => Box::new(HostBacking),
             Device::Cuda(ordinal) => Box::new(CudaBacking::new(ordinal)),
             Device::Meta(_) => Box::new(NoBacking),
         };
-        Self::with_backing(device, backing)
+        Self::with_backing_and_config(device, backing, config)
     }
 
     /// A fresh tracker on Meta of `target` that counts requested bytes only: no caching
@@ -117,7 +123,8 @@ impl MemoryTracker {
     /// buffer needs its memory from the allocator.
     pub fn counting(target: Target) -> Arc<Self> {
         let device = Device::Meta(target);
-        let mut tracker = Self::with_backing(device, Box::new(NoBacking));
+        let mut tracker =
+            Self::with_backing_and_config(device, Box::new(NoBacking), AllocatorConfig::current());
         if let Some(t) = Arc::get_mut(&mut tracker) {
             t.counting = true;
         }
@@ -129,9 +136,19 @@ impl MemoryTracker {
         self.counting
     }
 
-    /// A fresh tracker for `device` whose caching allocator takes its segments from `backing`
-    /// (tests use a backing with a fixed capacity to exercise out-of-memory paths).
+    /// A fresh tracker for `device` whose caching allocator takes fixed segments from
+    /// `backing` (tests use a backing with a fixed capacity to exercise out-of-memory paths).
     pub fn with_backing(device: Device, backing: Box<dyn SegmentBacking>) -> Arc<Self> {
+        Self::with_backing_and_config(device, backing, AllocatorConfig::FIXED)
+    }
+
+    /// A fresh tracker for `device` whose caching allocator, configured by `config`, takes its
+    /// memory from `backing`.
+    pub fn with_backing_and_config(
+        device: Device,
+        backing: Box<dyn SegmentBacking>,
+        config: AllocatorConfig,
+    ) -> Arc<Self> {
         Arc::new(MemoryTracker {
             device,
             counting: false,
@@ -146,7 +163,7 @@ impl MemoryTracker {
                 reserved_peak: 0,
                 by_kind: [KindStats::default(); MemoryKind::COUNT],
                 live: 0,
-                allocator: CachingAllocator::new(device, backing),
+                allocator: CachingAllocator::with_config(device, backing, config),
             }),
             subscribers: RwLock::new(Arc::from(Vec::new())),
             next_subscription: Mutex::new(0),
@@ -186,6 +203,11 @@ impl MemoryTracker {
     /// Device tracked.
     pub fn device(&self) -> Device {
         self.device
+    }
+
+    /// How this tracker's caching allocator gets its memory.
+    pub fn allocator_config(&self) -> AllocatorConfig {
+        self.lock().allocator.config()
     }
 
     fn lock(&self) -> MutexGuard<'_, TrackerState> {
@@ -308,7 +330,7 @@ impl MemoryTracker {
     /// that follow cannot wrap.
     fn check_fits(&self, s: &TrackerState, bytes: u64) -> Result<()> {
         let block = crate::memory::caching::rules::round_size(bytes);
-        let segment = block.and_then(crate::memory::caching::rules::segment_size);
+        let segment = block.and_then(|b| s.allocator.most_new_reserved(b));
         let fits = s.current.checked_add(bytes).is_some()
             && block.and_then(|b| s.allocated.checked_add(b)).is_some()
             && segment
@@ -478,7 +500,7 @@ impl MemoryTracker {
         self.lock().allocated_peak
     }
 
-    /// Reserved (segment) bytes held now.
+    /// Reserved bytes held now (in segments, or mapped into expandable ranges).
     pub fn reserved_bytes(&self) -> u64 {
         self.lock().allocator.reserved()
     }

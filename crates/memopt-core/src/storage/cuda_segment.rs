@@ -8,6 +8,7 @@
 //! figure) would no longer see what memopt's pool holds. Segments are reserved rarely (the pool
 //! caches them), so the synchronisation a free needs costs nothing per step.
 
+use super::CudaRange;
 use crate::memory::caching::{SegmentBacking, SegmentMemory};
 use crate::{CoreError, Device, Result};
 use cudarc::driver::sys::{CUdeviceptr, cudaError_enum};
@@ -97,7 +98,8 @@ impl SegmentMemory for CudaSegment {
     }
 }
 
-/// A CUDA tracker's backing: every segment is a [`CudaSegment`] on GPU `ordinal`'s one stream.
+/// A CUDA tracker's backing: every fixed segment is a [`CudaSegment`], every expandable range a
+/// [`CudaRange`], on GPU `ordinal`'s one stream.
 /// Nothing touches the driver before the first segment is reserved, so a tracker for a GPU can
 /// be created (and fail clearly at its first allocation) on a machine without one.
 #[derive(Debug, Clone, Copy)]
@@ -116,5 +118,15 @@ impl SegmentBacking for CudaBacking {
     fn reserve(&mut self, bytes: u64) -> Result<Option<Arc<dyn SegmentMemory>>> {
         let stream = crate::cuda::stream(self.ordinal)?;
         Ok(Some(Arc::new(CudaSegment::alloc(&stream, self.ordinal, bytes)?)))
+    }
+
+    fn reserve_range(&mut self, bytes: u64, page: u64) -> Result<Option<Arc<dyn SegmentMemory>>> {
+        let stream = crate::cuda::stream(self.ordinal)?;
+        Ok(Some(Arc::new(CudaRange::reserve(
+            &stream,
+            self.ordinal,
+            bytes,
+            page,
+        )?)))
     }
 }

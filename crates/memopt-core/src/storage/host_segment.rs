@@ -1,6 +1,7 @@
 //! Host segments for the CPU's caching allocator: anonymous private mappings, pre-faulted, so a
 //! reserved byte is a resident byte and the step after a warm-up pays no page faults.
 
+use super::HostRange;
 use crate::memory::caching::{SegmentBacking, SegmentMemory};
 use crate::{CoreError, Device, Result};
 use std::ptr::NonNull;
@@ -66,12 +67,27 @@ impl SegmentMemory for HostSegment {
     }
 }
 
-/// The CPU tracker's backing: every segment is a [`HostSegment`].
+/// The CPU tracker's backing: every fixed segment is a [`HostSegment`], every expandable range
+/// a [`HostRange`].
 #[derive(Debug, Default, Clone, Copy)]
 pub struct HostBacking;
 
 impl SegmentBacking for HostBacking {
     fn reserve(&mut self, bytes: u64) -> Result<Option<Arc<dyn SegmentMemory>>> {
         Ok(Some(Arc::new(HostSegment::map(bytes)?)))
+    }
+
+    fn reserve_range(&mut self, bytes: u64, page: u64) -> Result<Option<Arc<dyn SegmentMemory>>> {
+        // SAFETY: sysconf has no preconditions.
+        let system_page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+        if system_page <= 0 || !page.is_multiple_of(system_page as u64) {
+            return Err(CoreError::invalid(
+                "expandable segments",
+                format!(
+                    "a page of {page} bytes is not a multiple of the system's page size ({system_page} bytes)"
+                ),
+            ));
+        }
+        Ok(Some(Arc::new(HostRange::reserve(bytes)?)))
     }
 }

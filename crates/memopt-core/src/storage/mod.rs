@@ -2,18 +2,22 @@
 
 mod cpu;
 mod cuda;
+mod cuda_range;
 mod cuda_segment;
 mod device_slice;
 mod element;
 mod host_buf;
+mod host_range;
 mod host_segment;
 
 pub use cpu::CpuData;
 pub use cuda::{CudaData, cuda_context, cuda_device_count};
+pub use cuda_range::CudaRange;
 pub use cuda_segment::{CudaBacking, CudaSegment};
 pub use device_slice::DeviceSlice;
 pub use element::Element;
 pub use host_buf::HostBuf;
+pub use host_range::HostRange;
 pub use host_segment::{HostBacking, HostSegment};
 
 use crate::memory::{Allocation, HostBlock, MemoryKind, MemoryTracker};

@@ -55,7 +55,61 @@ impl Drop for FakeSegment {
     }
 }
 
+/// An expandable range: address space only, its mapped pages counted as the driver's.
+#[derive(Debug)]
+struct FakeRange {
+    address: u64,
+    capacity: u64,
+    used: Used,
+    mapped: Mutex<u64>,
+}
+
+impl SegmentMemory for FakeRange {
+    fn host_ptr(&self) -> Option<std::ptr::NonNull<u8>> {
+        None
+    }
+
+    fn device_ptr(&self) -> Option<u64> {
+        Some(self.address)
+    }
+
+    fn map_pages(&self, _offset: u64, bytes: u64) -> Result<()> {
+        let mut used = self.used.lock().unwrap();
+        if *used + bytes > self.capacity {
+            return Err(CoreError::OutOfMemory {
+                device: Device::Cuda(0),
+                bytes,
+            });
+        }
+        *used += bytes;
+        *self.mapped.lock().unwrap() += bytes;
+        Ok(())
+    }
+
+    fn unmap_pages(&self, _offset: u64, bytes: u64) {
+        *self.used.lock().unwrap() -= bytes;
+        *self.mapped.lock().unwrap() -= bytes;
+    }
+}
+
+impl Drop for FakeRange {
+    fn drop(&mut self) {
+        *self.used.lock().unwrap() -= *self.mapped.lock().unwrap();
+    }
+}
+
 impl SegmentBacking for FakeGpu {
+    fn reserve_range(&mut self, bytes: u64, _page: u64) -> Result<Option<Arc<dyn SegmentMemory>>> {
+        let address = self.next_address;
+        self.next_address += bytes;
+        Ok(Some(Arc::new(FakeRange {
+            address,
+            capacity: self.capacity,
+            used: self.used.clone(),
+            mapped: Mutex::new(0),
+        })))
+    }
+
     fn reserve(&mut self, bytes: u64) -> Result<Option<Arc<dyn SegmentMemory>>> {
         let mut used = self.used.lock().unwrap();
         if *used + bytes > self.capacity {

@@ -85,6 +85,11 @@ pub struct Cli {
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
+    /// Whether the caching allocator grows one address range per pool in place (true) or adds
+    /// separate segments (false), as PyTorch's `expandable_segments` option; overrides
+    /// MEMOPT_ALLOC_CONF=expandable_segments:True|False. Default: true (less reserved memory).
+    #[arg(long, global = true, value_name = "BOOL")]
+    pub expandable_segments: Option<bool>,
 }
 
 /// The subcommands.
@@ -126,6 +131,11 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> Result<()> {
     // A cap on the CPU kernels' vector path that names no path this CPU runs is refused up
     // front (the library would ignore it).
     memopt_core::CpuIsa::from_env()?;
+    let mut allocator = memopt_core::AllocatorConfig::from_env()?.unwrap_or_default();
+    if let Some(expandable) = cli.expandable_segments {
+        allocator.expandable_segments = expandable;
+    }
+    allocator.set_process_default();
     match cli.command {
         Command::Models(a) => commands::models::run(&a, out),
         Command::Profile(a) => commands::profile::run(&a, out),

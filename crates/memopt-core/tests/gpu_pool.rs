@@ -3,14 +3,16 @@
 //! driver's used memory grows by exactly the segments reserved, zero-filled buffers are zero
 //! even in recycled blocks, moves and copies keep values, a request larger than the GPU is a
 //! typed out-of-memory error that leaves the tracker as it was, and a sequence of allocations
-//! gives the same figures on the GPU as on Meta with the CUDA target.
+//! gives the same figures on the GPU as on Meta with the CUDA target. With expandable segments
+//! a pool grows in place by 20 MiB pages (`cuMemMap`), the driver's used memory grows by exactly
+//! the pages mapped, and `empty_cache` gives them back.
 
 mod gpu_common;
 
 use gpu_common::{GPU, gpu_or_skip, values};
 use memopt_core::cuda::device_memory;
 use memopt_core::storage::StorageData;
-use memopt_core::{CoreError, DType, Device, MemoryKind, MemoryTracker, Target, Tensor};
+use memopt_core::{AllocatorConfig, CoreError, DType, Device, MemoryKind, MemoryTracker, Target, Tensor};
 
 const MIB: u64 = 1 << 20;
 
@@ -28,7 +30,7 @@ fn gpu_tensors_are_blocks_of_cuda_segments() {
     if !gpu_or_skip("gpu_tensors_are_blocks_of_cuda_segments") {
         return;
     }
-    let tracker = MemoryTracker::new(GPU);
+    let tracker = MemoryTracker::with_config(GPU, AllocatorConfig::FIXED);
     let _installed = MemoryTracker::install(tracker.clone());
     // Warm up the context (and whatever the driver loads on a first memset) before measuring.
     drop(Tensor::zeros([16], DType::F32, GPU, MemoryKind::Workspace).unwrap());
@@ -69,6 +71,45 @@ fn gpu_tensors_are_blocks_of_cuda_segments() {
 }
 
 #[test]
+fn an_expandable_pool_maps_pages_in_place_and_the_driver_holds_exactly_them() {
+    if !gpu_or_skip("an_expandable_pool_maps_pages_in_place_and_the_driver_holds_exactly_them") {
+        return;
+    }
+    let tracker = MemoryTracker::with_config(GPU, AllocatorConfig::EXPANDABLE);
+    let _installed = MemoryTracker::install(tracker.clone());
+    drop(Tensor::zeros([16], DType::F32, GPU, MemoryKind::Workspace).unwrap());
+    assert_eq!(tracker.empty_cache(), 2 * MIB);
+    let before = device_memory(0).unwrap();
+    let used = || device_memory(0).unwrap().used_bytes() - before.used_bytes();
+
+    // 3 MiB: one 20 MiB page of the large pool's range
+    let data = values(3 << 18, 11, 4.0);
+    let a = Tensor::from_vec(data.clone(), [3 << 18], GPU, MemoryKind::Activation).unwrap();
+    assert!(in_pool(&a, &tracker));
+    assert_eq!((tracker.reserved_bytes(), tracker.stats().segments), (20 * MIB, 1));
+    assert_eq!(used(), 20 * MIB, "the driver holds the pages mapped");
+    // 30 MiB more: the range grows in place by two pages, still one segment, and a's values
+    // are untouched by the mapping
+    let b = Tensor::zeros([30 << 18], DType::F32, GPU, MemoryKind::Activation).unwrap();
+    assert!(in_pool(&b, &tracker));
+    assert_eq!((tracker.reserved_bytes(), tracker.stats().segments), (40 * MIB, 1));
+    assert_eq!(used(), 40 * MIB);
+    assert_eq!(a.to_vec::<f32>().unwrap(), data);
+    assert!(b.to_vec::<f32>().unwrap().iter().all(|&v| v == 0.0));
+    // freeing b leaves its whole free pages to unmap; a's page stays
+    drop(b);
+    assert_eq!(tracker.empty_cache(), 20 * MIB);
+    assert_eq!(used(), 20 * MIB);
+    assert_eq!(a.to_vec::<f32>().unwrap(), data);
+    // mapped again, the pages read as zeros
+    let c = Tensor::zeros([30 << 18], DType::F32, GPU, MemoryKind::Activation).unwrap();
+    assert!(c.to_vec::<f32>().unwrap().iter().all(|&v| v == 0.0));
+    drop((a, c));
+    assert_eq!(tracker.empty_cache(), 40 * MIB);
+    assert_eq!(used(), 0, "empty_cache gives every page and the range back");
+}
+
+#[test]
 fn a_request_larger_than_the_gpu_is_a_typed_error_that_changes_nothing() {
     if !gpu_or_skip("a_request_larger_than_the_gpu_is_a_typed_error_that_changes_nothing") {
         return;
@@ -103,8 +144,8 @@ fn gpu_and_meta_cuda_trackers_agree_on_an_allocation_sequence() {
     if !gpu_or_skip("gpu_and_meta_cuda_trackers_agree_on_an_allocation_sequence") {
         return;
     }
-    let figures = |device: Device| {
-        let tracker = MemoryTracker::new(device);
+    let figures = |device: Device, config: AllocatorConfig| {
+        let tracker = MemoryTracker::with_config(device, config);
         let _installed = MemoryTracker::install(tracker.clone());
         let mut live = Vec::new();
         for (i, n) in [1usize, 300, 70_000, 3 << 18, 5 << 20, 17, 1 << 20, 9 << 18]
@@ -126,5 +167,11 @@ fn gpu_and_meta_cuda_trackers_agree_on_an_allocation_sequence() {
             tracker.empty_cache(),
         )
     };
-    assert_eq!(figures(GPU), figures(Device::Meta(Target::Cuda)));
+    for config in [AllocatorConfig::FIXED, AllocatorConfig::EXPANDABLE] {
+        assert_eq!(
+            figures(GPU, config),
+            figures(Device::Meta(Target::Cuda), config),
+            "{config:?}"
+        );
+    }
 }

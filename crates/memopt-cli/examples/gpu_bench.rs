@@ -134,10 +134,12 @@ fn vgg_figures(calibration_error: &mut Option<String>) -> Result<Value, String> 
     // Plans and predictions follow the CUDA backend's allocation rules.
     workload.target = Target::Cuda;
     let mut session = PlanningSession::new(&workload).map_err(|e| e.to_string())?;
-    let report = MaxOverhead { max_overhead: 0.2 }
+    let report = MaxOverhead::new(0.2)
         .plan(&mut session)
         .map_err(|e| e.to_string())?;
-    let min_memory = MinMemory.plan(&mut session).map_err(|e| e.to_string())?;
+    let min_memory = MinMemory::default()
+        .plan(&mut session)
+        .map_err(|e| e.to_string())?;
     let budget_25 = BudgetStrategy::reserved(Budget::Fraction(0.25)).plan(&mut session);
     drop(session);
     let store = Plan::store_all();
@@ -196,7 +198,7 @@ fn vgg_figures(calibration_error: &mut Option<String>) -> Result<Value, String> 
     let budget_25 = feasible(budget_25)?;
     // The same strategies with the cost model calibrated on this GPU.
     let calibrated = calibrated_session(&workload).and_then(|(mut session, calibration)| {
-        let within_20 = MaxOverhead { max_overhead: 0.2 }
+        let within_20 = MaxOverhead::new(0.2)
             .plan(&mut session)
             .map_err(|e| e.to_string());
         let budget_25 = BudgetStrategy::reserved(Budget::Fraction(0.25)).plan(&mut session);

@@ -181,7 +181,7 @@ pub fn bench(
         None => None,
     };
     let baseline_peaks = session.baseline_peaks();
-    let least = MinMemory.plan(&mut session)?;
+    let least = MinMemory::default().plan(&mut session)?;
     let budget = budget.unwrap_or_else(|| {
         let (low, high) = (least.planned_peaks.reserved_bytes, baseline_peaks.reserved_bytes);
         Budget::Bytes(low + high.saturating_sub(low) / 2)
@@ -194,10 +194,7 @@ pub fn bench(
         (Box::new(Pipeline::default()), "level 4, prefer balanced".into()),
         (Box::new(Memonger::default()), "sqrt threshold search".into()),
         (Box::new(BudgetStrategy::reserved(budget)), budget_setting),
-        (
-            Box::new(MaxOverhead { max_overhead: 0.2 }),
-            "at most 20% predicted".into(),
-        ),
+        (Box::new(MaxOverhead::new(0.2)), "at most 20% predicted".into()),
     ];
     // A plan per strategy, or the reason it has none (a budget no plan meets).
     let mut planned: Vec<(String, String, std::result::Result<PlanReport, String>)> = Vec::new();

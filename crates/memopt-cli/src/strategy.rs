@@ -25,7 +25,7 @@ pub enum StrategyName {
     MinMemory,
 }
 
-/// `--budget-kind`: the peak a budget bounds.
+/// `--budget-kind` and `--minimise`: the peak a budget bounds or a strategy minimises.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum BudgetKindName {
     /// The caching allocator's segments (blocks, cached free blocks, split remainders): what
@@ -36,6 +36,17 @@ pub enum BudgetKindName {
     Allocated,
     /// The bytes the tensors ask for, unrounded: the planned peak memopt prints first
     Requested,
+}
+
+impl BudgetKindName {
+    /// The library's kind of peak.
+    pub fn kind(self) -> BudgetKind {
+        match self {
+            BudgetKindName::Reserved => BudgetKind::Reserved,
+            BudgetKindName::Allocated => BudgetKind::Allocated,
+            BudgetKindName::Requested => BudgetKind::Requested,
+        }
+    }
 }
 
 /// `--profile` presets of the pipeline.
@@ -91,6 +102,10 @@ pub struct StrategyArgs {
     /// Budget: the peak --budget bounds [default: reserved].
     #[arg(long, value_enum, value_name = "KIND")]
     pub budget_kind: Option<BudgetKindName>,
+    /// Max-overhead and min-memory: the peak minimised, the requested peak breaking ties
+    /// [default: reserved, what runs out on a device].
+    #[arg(long, value_enum, value_name = "KIND")]
+    pub minimise: Option<BudgetKindName>,
     /// Max-overhead: the largest predicted slowdown, as a percentage (20%) or a fraction (0.2).
     #[arg(long, value_name = "PCT", allow_hyphen_values = true)]
     pub max_overhead: Option<String>,
@@ -168,6 +183,10 @@ impl StrategyArgs {
         if name != StrategyName::Budget && self.budget_kind.is_some() {
             return misplaced("--budget-kind", "budget");
         }
+        if !matches!(name, StrategyName::MaxOverhead | StrategyName::MinMemory) && self.minimise.is_some() {
+            return misplaced("--minimise", "max-overhead or min-memory");
+        }
+        let minimise = self.minimise.map_or(BudgetKind::Reserved, BudgetKindName::kind);
         if name != StrategyName::MaxOverhead && self.max_overhead.is_some() {
             return misplaced("--max-overhead", "max-overhead");
         }
@@ -178,8 +197,14 @@ impl StrategyArgs {
                     None => DEFAULT_MAX_OVERHEAD,
                 };
                 (
-                    Box::new(MaxOverhead { max_overhead }),
-                    format!("at most {:.0}% predicted slowdown", max_overhead * 100.0),
+                    Box::new(MaxOverhead {
+                        max_overhead,
+                        minimise,
+                    }),
+                    format!(
+                        "least {minimise} peak within {:.0}% predicted slowdown",
+                        max_overhead * 100.0
+                    ),
                 )
             }
             StrategyName::Pipeline => {
@@ -223,11 +248,9 @@ impl StrategyArgs {
                 let budget: Budget = text.parse().map_err(|e: SearchError| {
                     CliError::Usage(e.to_string().replace("invalid setting: ", ""))
                 })?;
-                let kind = match self.budget_kind.unwrap_or(BudgetKindName::Reserved) {
-                    BudgetKindName::Reserved => BudgetKind::Reserved,
-                    BudgetKindName::Allocated => BudgetKind::Allocated,
-                    BudgetKindName::Requested => BudgetKind::Requested,
-                };
+                let kind = self
+                    .budget_kind
+                    .map_or(BudgetKind::Reserved, BudgetKindName::kind);
                 let setting = match budget {
                     Budget::Bytes(b) => format!("{kind} peak at most {}", bytes(b)),
                     Budget::Fraction(f) => {
@@ -236,7 +259,10 @@ impl StrategyArgs {
                 };
                 (Box::new(BudgetStrategy { budget, kind }), setting)
             }
-            StrategyName::MinMemory => (Box::new(MinMemory), "least peak reachable".into()),
+            StrategyName::MinMemory => (
+                Box::new(MinMemory { minimise }),
+                format!("least {minimise} peak reachable"),
+            ),
         })
     }
 }

@@ -86,13 +86,19 @@ fn an_expandable_pool_maps_pages_in_place_and_the_driver_holds_exactly_them() {
     let data = values(3 << 18, 11, 4.0);
     let a = Tensor::from_vec(data.clone(), [3 << 18], GPU, MemoryKind::Activation).unwrap();
     assert!(in_pool(&a, &tracker));
-    assert_eq!((tracker.reserved_bytes(), tracker.stats().segments), (20 * MIB, 1));
+    assert_eq!(
+        (tracker.reserved_bytes(), tracker.stats().segments),
+        (20 * MIB, 1)
+    );
     assert_eq!(used(), 20 * MIB, "the driver holds the pages mapped");
     // 30 MiB more: the range grows in place by two pages, still one segment, and a's values
     // are untouched by the mapping
     let b = Tensor::zeros([30 << 18], DType::F32, GPU, MemoryKind::Activation).unwrap();
     assert!(in_pool(&b, &tracker));
-    assert_eq!((tracker.reserved_bytes(), tracker.stats().segments), (40 * MIB, 1));
+    assert_eq!(
+        (tracker.reserved_bytes(), tracker.stats().segments),
+        (40 * MIB, 1)
+    );
     assert_eq!(used(), 40 * MIB);
     assert_eq!(a.to_vec::<f32>().unwrap(), data);
     assert!(b.to_vec::<f32>().unwrap().iter().all(|&v| v == 0.0));

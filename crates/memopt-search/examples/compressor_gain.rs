@@ -25,7 +25,7 @@ fn main() {
         };
         let cost = CostModel::from_workload(&workload, Throughput::cpu_default()).expect("cost");
         let mut session = PlanningSession::with(&workload, space, cost).expect("session");
-        let r = MinMemory.plan(&mut session).expect("plan");
+        let r = MinMemory::default().plan(&mut session).expect("plan");
         println!(
             "{:>9}: least peak {} ({} bytes), baseline {}, plan {}",
             compressor.name(),

@@ -53,8 +53,8 @@ fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
         Box::new(Pipeline::default()),
         Box::new(Memonger::default()),
         Box::new(BudgetStrategy::reserved(Budget::Fraction(0.9))),
-        Box::new(MaxOverhead { max_overhead: 0.2 }),
-        Box::new(MinMemory),
+        Box::new(MaxOverhead::new(0.2)),
+        Box::new(MinMemory::default()),
     ];
     println!(
         "{:<20} {:>12} {:>10} {:>10} {:>8}",

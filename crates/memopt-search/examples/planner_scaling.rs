@@ -27,8 +27,8 @@ fn strategies() -> Vec<(&'static str, Box<dyn Strategy>)> {
             "budget 90%",
             Box::new(BudgetStrategy::reserved(Budget::Fraction(0.9))),
         ),
-        ("max-overhead 20%", Box::new(MaxOverhead { max_overhead: 0.2 })),
-        ("min-memory", Box::new(MinMemory)),
+        ("max-overhead 20%", Box::new(MaxOverhead::new(0.2))),
+        ("min-memory", Box::new(MinMemory::default())),
     ]
 }
 

@@ -30,11 +30,8 @@ fn strategies() -> Vec<(String, Box<dyn Strategy>)> {
         "budget 25%".into(),
         Box::new(BudgetStrategy::reserved(Budget::Fraction(0.25))),
     ));
-    v.push((
-        "max-overhead 20%".into(),
-        Box::new(MaxOverhead { max_overhead: 0.2 }),
-    ));
-    v.push(("min-memory".into(), Box::new(MinMemory)));
+    v.push(("max-overhead 20%".into(), Box::new(MaxOverhead::new(0.2))));
+    v.push(("min-memory".into(), Box::new(MinMemory::default())));
     v
 }
 

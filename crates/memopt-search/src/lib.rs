@@ -9,7 +9,7 @@
 //! use memopt_search::{MinMemory, PlanningSession, Workload};
 //! let workload = Workload::zoo_small("toy-if", 8).unwrap();
 //! let mut session = PlanningSession::new(&workload).unwrap();
-//! let report = session.plan(&MinMemory).unwrap();
+//! let report = session.plan(&MinMemory::default()).unwrap();
 //! assert!(report.planned_peak_bytes <= report.baseline_peak_bytes);
 //! ```
 //!

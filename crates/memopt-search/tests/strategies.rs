@@ -120,7 +120,7 @@ fn verify(workload: &Workload, report: &PlanReport, store: Option<&(u64, Vec<Vec
 
 fn strategies() -> Vec<Box<dyn Strategy>> {
     vec![
-        Box::new(MinMemory),
+        Box::new(MinMemory::default()),
         Box::new(BudgetStrategy::reserved(Budget::Fraction(0.8))),
         Box::new(BudgetStrategy {
             budget: Budget::Fraction(0.8),
@@ -203,7 +203,7 @@ fn strategies_are_verified_on_the_resnets() {
 fn min_memory_is_below_every_other_plan_and_budgets_trade_time_for_memory() {
     let workload = Workload::zoo_small("cifar10dvs-vgg", 8).unwrap();
     let mut session = PlanningSession::new(&workload).unwrap();
-    let least = MinMemory.plan(&mut session).unwrap();
+    let least = MinMemory::default().plan(&mut session).unwrap();
     for s in strategies() {
         if let Ok(r) = s.plan(&mut session) {
             assert!(
@@ -233,7 +233,7 @@ fn min_memory_is_below_every_other_plan_and_budgets_trade_time_for_memory() {
 fn an_infeasible_budget_states_the_smallest_peak_found_which_fits() {
     let workload = Workload::zoo_small("toy-if", 4).unwrap();
     let mut session = PlanningSession::new(&workload).unwrap();
-    let least = MinMemory.plan(&mut session).unwrap().planned_peaks;
+    let least = MinMemory::default().plan(&mut session).unwrap().planned_peaks;
     for kind in [BudgetKind::Reserved, BudgetKind::Allocated, BudgetKind::Requested] {
         let err = BudgetStrategy {
             budget: Budget::Bytes(1),
@@ -364,7 +364,7 @@ fn bit_packing_lowers_the_optimal_vgg_peak_by_the_measured_sizes() {
     };
     let mut bits = session_for(CompressorKind::BitSpike);
     let mut null = session_for(CompressorKind::Null);
-    let plan = MinMemory.plan(&mut bits).unwrap().plan;
+    let plan = MinMemory::default().plan(&mut bits).unwrap().plan;
     let mut as_null = plan.clone();
     for e in &mut as_null.entries {
         if let memopt_checkpoint::Policy::Checkpoint { compressor, .. } = &mut e.policy {
@@ -407,7 +407,7 @@ fn strategies_decide_on_exact_peaks_when_the_chain_model_is_inexact() {
     all.push(Box::new(BudgetStrategy::reserved(Budget::Bytes(
         session.baseline_peaks().reserved_bytes,
     ))));
-    all.push(Box::new(MaxOverhead { max_overhead: 0.2 }));
+    all.push(Box::new(MaxOverhead::new(0.2)));
     let store = cpu_step(&workload, &Plan::store_all());
     for s in all {
         match s.plan(&mut session) {
@@ -488,7 +488,11 @@ fn the_pipeline_wraps_a_ratio_of_the_blocks_and_stops_at_its_checkpoint_budget()
 fn a_reserved_budget_is_met_where_the_fastest_requested_fit_is_over_it() {
     let workload = Workload::zoo_small("cifar10dvs-vgg", 8).unwrap();
     let mut session = PlanningSession::new(&workload).unwrap();
-    let budget = MinMemory.plan(&mut session).unwrap().planned_peaks.reserved_bytes;
+    let budget = MinMemory::default()
+        .plan(&mut session)
+        .unwrap()
+        .planned_peaks
+        .reserved_bytes;
     let naive = Plan {
         update_in_backward: false,
         version: 1,
@@ -524,7 +528,7 @@ fn plans_for_a_gpu_report_their_host_memory() {
     let mut workload = Workload::zoo_small("cifar10dvs-vgg", 4).unwrap();
     workload.target = memopt_core::Target::Cuda;
     let mut session = PlanningSession::new(&workload).unwrap();
-    let least = MinMemory.plan(&mut session).unwrap();
+    let least = MinMemory::default().plan(&mut session).unwrap();
     let offloads = least.plan.entries.iter().any(|e| e.policy.offloads());
     assert!(offloads, "{:?}", least.plan.entries);
     assert!(least.host_peak_bytes > 0);
@@ -561,7 +565,7 @@ fn plans_for_a_gpu_report_their_host_memory() {
     assert_eq!(without.host_peak_bytes, 0);
     assert!(without.planned_peak_bytes >= least.planned_peak_bytes);
     let mut cpu = PlanningSession::new(&Workload::zoo_small("cifar10dvs-vgg", 4).unwrap()).unwrap();
-    let on_cpu = MinMemory.plan(&mut cpu).unwrap();
+    let on_cpu = MinMemory::default().plan(&mut cpu).unwrap();
     assert!(!on_cpu.plan.entries.iter().any(|e| e.policy.offloads()));
     assert_eq!(on_cpu.host_peak_bytes, 0);
 }

@@ -192,6 +192,8 @@ pub struct OptimizeJson {
     /// What the pipeline did, step by step (pipeline only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub summary: Option<PipelineSummary>,
+    /// How the caching allocator got its memory for every figure: `expandable_segments`.
+    pub allocator: memopt_core::AllocatorConfig,
     /// What `--verify` measured (its fields appear only with `--verify`).
     #[serde(flatten, skip_serializing_if = "Option::is_none")]
     pub verify: Option<Verification>,
@@ -306,6 +308,7 @@ pub fn run(args: &OptimizeArgs, out: &mut dyn Write) -> Result<()> {
             plan: report.plan.clone(),
             summary: report.summary.clone(),
             target: (device.target() != Target::Cpu).then(|| device.target().to_string()),
+            allocator: memopt_core::AllocatorConfig::current(),
             verify,
         };
         out!(out, "{}", serde_json::to_string_pretty(&json).unwrap_or_default())?;
@@ -321,18 +324,42 @@ pub fn run(args: &OptimizeArgs, out: &mut dyn Write) -> Result<()> {
         )?;
     }
     out!(out, "strategy: {} ({setting})", report.strategy)?;
+    let allocator = memopt_core::AllocatorConfig::current();
     out!(
         out,
-        "baseline peak       {:>12}  ({} bytes, storing everything)",
-        bytes(report.baseline_peak_bytes),
-        report.baseline_peak_bytes
+        "allocator: {} segments (--expandable-segments {}, or MEMOPT_ALLOC_CONF=expandable_segments:{}, for {} ones)",
+        allocator.segments_name(),
+        !allocator.expandable_segments,
+        if allocator.expandable_segments {
+            "False"
+        } else {
+            "True"
+        },
+        if allocator.expandable_segments {
+            "fixed"
+        } else {
+            "expandable"
+        },
+    )?;
+    let (base_reserved, planned_reserved) = (
+        report.baseline_peaks.reserved_bytes,
+        report.planned_peaks.reserved_bytes,
+    );
+    out!(
+        out,
+        "baseline peak       {:>12}  reserved ({} bytes, storing everything); requested {}",
+        bytes(base_reserved),
+        base_reserved,
+        bytes(report.baseline_peak_bytes)
     )?;
     out!(
         out,
-        "planned peak        {:>12}  ({} bytes, {}, {:.2}x reduction, exact)",
+        "planned peak        {:>12}  reserved ({} bytes, {}, {:.2}x reduction, exact); requested {} ({:.2}x)",
+        bytes(planned_reserved),
+        planned_reserved,
+        percent(planned_reserved as f64 / base_reserved.max(1) as f64 - 1.0),
+        base_reserved as f64 / planned_reserved.max(1) as f64,
         bytes(report.planned_peak_bytes),
-        report.planned_peak_bytes,
-        percent(report.planned_peak_bytes as f64 / report.baseline_peak_bytes.max(1) as f64 - 1.0),
         report.reduction()
     )?;
     out!(

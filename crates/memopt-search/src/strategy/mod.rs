@@ -19,6 +19,7 @@ pub use pipeline::{Pipeline, Prefer, Profile};
 use crate::report::PlanReport;
 use crate::session::{ExactCandidate, PlanningSession};
 use crate::{Result, SearchError};
+use memopt_checkpoint::Plan;
 
 /// A way to choose a plan. Every strategy's plan is verified by an exact Meta step before it is
 /// reported.
@@ -56,33 +57,71 @@ pub trait Strategy {
     fn plan(&self, session: &mut PlanningSession) -> Result<PlanReport>;
 }
 
-/// The plan of least predicted peak (ties: least time) among `solve`'s answers on each of the
-/// session's chain models ([`PlanningSession::chains`]).
-fn least_peak_over_chains<'s>(
-    session: &'s PlanningSession,
-    solve: impl Fn(&'s crate::chain::ChainModel) -> Result<crate::dp::Solution<'s>>,
-) -> Result<memopt_checkpoint::Plan> {
-    let mut best: Option<(u64, f64, memopt_checkpoint::Plan)> = None;
+/// Plans of the session's chain models ([`PlanningSession::chains`]) on their Pareto fronts whose
+/// predicted extra time is at most `limit_ms`, by increasing requested peak (exact: the chain
+/// model's), then time; each with its requested peak in bytes and its extra time in ms.
+fn within_time(session: &PlanningSession, limit_ms: f64) -> Result<Vec<(u64, f64, Plan)>> {
+    let mut out = Vec::new();
     for chain in session.chains() {
-        let s = solve(chain)?;
-        if best.as_ref().is_none_or(|b| (s.peak, s.extra_ms) < (b.0, b.1)) {
-            let plan = memopt_checkpoint::Plan {
-                update_in_backward: false,
-                version: memopt_checkpoint::PLAN_VERSION,
-                entries: crate::chain::plan_entries(&s.plan),
-            };
-            best = Some((s.peak, s.extra_ms, plan));
+        for s in crate::dp::pareto_front(chain)? {
+            if s.extra_ms <= limit_ms {
+                let plan = Plan {
+                    update_in_backward: false,
+                    version: memopt_checkpoint::PLAN_VERSION,
+                    entries: crate::chain::plan_entries(&s.plan),
+                };
+                out.push((s.peak, s.extra_ms, plan));
+            }
         }
     }
-    best.map(|b| b.2)
-        .ok_or_else(|| SearchError::Internal("the session has no chain model".into()))
+    out.sort_by(|a, b| a.0.cmp(&b.0).then(a.1.total_cmp(&b.1)));
+    out.dedup_by(|a, b| a.2 == b.2);
+    Ok(out)
 }
 
-/// The candidate of least exact peak (ties: least predicted time).
-fn least_exact_peak(front: &[ExactCandidate]) -> Result<&ExactCandidate> {
+/// The candidate (requested peak, extra ms, plan; by increasing requested peak) of least exact
+/// peak of `kind` (ties: requested peak, then time). For the requested peak that is the first;
+/// otherwise each is checked with a Meta step, until the requested peaks reach the best peak
+/// found: no plan's allocated or reserved peak is below its requested one, so none after can
+/// win.
+fn least_of_kind(
+    session: &mut PlanningSession,
+    kind: BudgetKind,
+    candidates: Vec<(u64, f64, Plan)>,
+) -> Result<Plan> {
+    let mut best: Option<((u64, u64, f64), Plan)> = None;
+    for (requested, extra_ms, plan) in candidates {
+        if kind == BudgetKind::Requested {
+            return Ok(plan);
+        }
+        if best.as_ref().is_some_and(|(b, _)| requested >= b.0) {
+            break;
+        }
+        let key = (kind.of(&session.exact_peaks(&plan)?), requested, extra_ms);
+        let better = |b: &(u64, u64, f64)| {
+            (key.0, key.1)
+                .cmp(&(b.0, b.1))
+                .then(key.2.total_cmp(&b.2))
+                .is_lt()
+        };
+        if best.as_ref().is_none_or(|(b, _)| better(b)) {
+            best = Some((key, plan));
+        }
+    }
+    best.map(|b| b.1)
+        .ok_or_else(|| SearchError::Internal("the chain models propose no plan".into()))
+}
+
+/// The candidate of least exact peak of `kind` (ties: requested peak, then least predicted
+/// time).
+fn least_exact_peak(front: &[ExactCandidate], kind: BudgetKind) -> Result<&ExactCandidate> {
     front
         .iter()
-        .min_by(|a, b| a.peak.cmp(&b.peak).then(a.extra_ms.total_cmp(&b.extra_ms)))
+        .min_by(|a, b| {
+            (kind.of(&a.peaks), a.peak)
+                .cmp(&(kind.of(&b.peaks), b.peak))
+                .then(a.extra_ms.total_cmp(&b.extra_ms))
+        })
         .ok_or_else(|| {
             SearchError::Internal("the exact front holds no plan, not even storing everything".into())
         })

@@ -18,6 +18,9 @@
 //! - BitSpike pack and unpack of 2^26 spikes on the GPU as a fraction of device-to-device copy
 //!   bandwidth (bytes read + written per second; the goal is >= 0.8).
 //!
+//! The caching allocator's segments are the default's (expandable), or those
+//! `MEMOPT_ALLOC_CONF=expandable_segments:True|False` asks for; the JSON says which.
+//!
 //! Every figure is measured here; a part that cannot run records its error instead of a figure,
 //! and the exit status is then 1. Without a GPU it prints why and exits 0, or 1 under
 //! MEMOPT_REQUIRE_GPU=1.
@@ -54,6 +57,13 @@ fn main() {
         },
         None => None,
     };
+    match memopt_core::AllocatorConfig::from_env() {
+        Ok(config) => config.unwrap_or_default().set_process_default(),
+        Err(e) => {
+            eprintln!("error: {e}");
+            std::process::exit(2);
+        }
+    }
     if let Err(why) = memopt_core::cuda::gpu_with_nvrtc() {
         eprintln!("gpu_bench: no GPU to measure on: {why}");
         let required = std::env::var("MEMOPT_REQUIRE_GPU").as_deref() == Ok("1");
@@ -74,7 +84,11 @@ fn main() {
         record(Err(format!("the GPU-calibrated plans: {e}")));
     }
     let bitspike = record(bitspike_figures());
-    let figures = json!({ "cifar10dvs_vgg_n32_t10": vgg, "bitspike_bandwidth": bitspike });
+    let figures = json!({
+        "allocator": memopt_core::AllocatorConfig::current(),
+        "cifar10dvs_vgg_n32_t10": vgg,
+        "bitspike_bandwidth": bitspike,
+    });
     let text = serde_json::to_string_pretty(&figures).unwrap_or_default();
     println!("{text}");
     if let Some(path) = out

@@ -1,13 +1,14 @@
 //! The estimator's Meta step gives the measured CPU figures to the byte: the peak, its
 //! breakdown, every module's figures and the whole timeline, for every zoo model, storing
-//! everything and under random plans (sparse compression aside: data-dependent sizes).
+//! everything and under random plans (sparse compression aside: data-dependent sizes), with
+//! the caching allocator's fixed or expandable segments drawn at random.
 
 mod common;
 
 use common::{SHAPE_ONLY, random_plan, without_device_and_time};
 use memopt_checkpoint::{Plan, Policy, zoo};
 use memopt_compress::CompressorKind;
-use memopt_core::Device;
+use memopt_core::{AllocatorConfig, Device};
 use memopt_profiler::{Estimator, OptimizerChoice, Workload, profile_memory};
 use proptest::prelude::*;
 use std::time::Instant;
@@ -99,7 +100,9 @@ proptest! {
     fn estimator_equals_measured_under_random_plans_on_small_models(
         model in prop::sample::select(vec!["spiking-mlp", "toy-if"]),
         picks in proptest::collection::vec(0u32..4096, 1..24),
+        expandable in any::<bool>(),
     ) {
+        let _config = allocator(expandable).install();
         let workload = Workload::zoo_small(model, 2).unwrap();
         let mut estimator = Estimator::new(&workload).unwrap();
         let probe = workload.build_model(Device::META).unwrap();
@@ -108,8 +111,17 @@ proptest! {
     }
 }
 
-/// A random valid plan for `workload`: the estimate equals the measured CPU step.
+/// The allocator configuration a case draws.
+fn allocator(expandable: bool) -> AllocatorConfig {
+    AllocatorConfig {
+        expandable_segments: expandable,
+    }
+}
+
+/// A random valid plan for `workload`: the estimate equals the measured CPU step. The
+/// allocator's segments are expandable when the first pick is odd.
 fn random_plan_on(workload: &Workload, picks: &[u32]) -> Result<(), TestCaseError> {
+    let _config = allocator(picks[0] % 2 == 1).install();
     let mut estimator = Estimator::new(workload).unwrap();
     let probe = workload.build_model(Device::META).unwrap();
     let plan = random_plan(&probe, picks, &SHAPE_ONLY);

@@ -7,7 +7,7 @@ use memopt_checkpoint::zoo;
 use memopt_profiler::Workload;
 use memopt_search::report::mib;
 use memopt_search::{
-    Budget, BudgetStrategy, MaxOverhead, Memonger, MinMemory, Pipeline, PlanningSession, Strategy,
+    Budget, BudgetKind, BudgetStrategy, MaxOverhead, Memonger, MinMemory, Pipeline, PlanningSession, Strategy,
 };
 use std::time::Instant;
 
@@ -31,7 +31,20 @@ fn strategies() -> Vec<(String, Box<dyn Strategy>)> {
         Box::new(BudgetStrategy::reserved(Budget::Fraction(0.25))),
     ));
     v.push(("max-overhead 20%".into(), Box::new(MaxOverhead::new(0.2))));
+    v.push((
+        "max-overhead 20%, least requested".into(),
+        Box::new(MaxOverhead {
+            max_overhead: 0.2,
+            minimise: BudgetKind::Requested,
+        }),
+    ));
     v.push(("min-memory".into(), Box::new(MinMemory::default())));
+    v.push((
+        "min-memory, least requested".into(),
+        Box::new(MinMemory {
+            minimise: BudgetKind::Requested,
+        }),
+    ));
     v
 }
 
@@ -48,19 +61,28 @@ fn table(name: &str, n: usize, t: usize) {
         "baseline peak {} ({base} bytes); session setup {setup_ms:.0} ms (measures every segment and option on Meta)\n",
         mib(base)
     );
-    println!("| strategy | peak | vs baseline | predicted overhead | entries | planning ms |");
-    println!("|---|---|---|---|---|---|");
+    println!(
+        "| strategy | reserved peak | vs baseline | requested peak | vs baseline | predicted overhead | entries | planning ms |"
+    );
+    println!("|---|---|---|---|---|---|---|---|");
+    let mut base_reserved = None;
     for (label, s) in strategies() {
         match s.plan(&mut session) {
-            Ok(r) => println!(
-                "| {label} | {} | {:.2}x | {:.1}% | {} | {:.1} |",
-                mib(r.planned_peak_bytes),
-                r.reduction(),
-                r.predicted_overhead * 100.0,
-                r.plan.entries.len(),
-                r.planning_ms
-            ),
-            Err(e) => println!("| {label} | - | - | - | - | {e} |"),
+            Ok(r) => {
+                let reserved = r.planned_peaks.reserved_bytes;
+                let base_r = *base_reserved.get_or_insert(r.baseline_peaks.reserved_bytes);
+                println!(
+                    "| {label} | {} | {:.2}x | {} | {:.2}x | {:.1}% | {} | {:.1} |",
+                    mib(reserved),
+                    base_r as f64 / reserved.max(1) as f64,
+                    mib(r.planned_peak_bytes),
+                    r.reduction(),
+                    r.predicted_overhead * 100.0,
+                    r.plan.entries.len(),
+                    r.planning_ms
+                )
+            }
+            Err(e) => println!("| {label} | - | - | - | - | - | - | {e} |"),
         }
     }
 }

@@ -18,7 +18,7 @@ pub struct AllocatorConfig {
 
 impl Default for AllocatorConfig {
     /// Expandable segments: they reserve less than fixed segments for every plan measured
-    /// (docs/memory.md, "Expandable segments") at no measured cost in step time.
+    /// (docs/allocator.md) at no measured cost in step time.
     fn default() -> Self {
         AllocatorConfig::EXPANDABLE
     }

@@ -5,7 +5,7 @@
 mod fake_gpu;
 
 use fake_gpu::FakeGpu;
-use memopt_core::{CoreError, Device, MemoryKind, MemoryTracker};
+use memopt_core::{AllocatorConfig, CoreError, Device, MemoryKind, MemoryTracker};
 
 const MIB: u64 = 1 << 20;
 
@@ -62,5 +62,58 @@ fn host_out_of_memory_keeps_its_own_error() {
     assert!(
         e.is_out_of_memory() && matches!(e, CoreError::OutOfMemory { .. }),
         "{e}"
+    );
+}
+
+#[test]
+fn an_expandable_pool_out_of_memory_changes_nothing_and_unmaps_its_cache_first() {
+    let (gpu, used) = FakeGpu::new(64 * MIB);
+    let tracker =
+        MemoryTracker::with_backing_and_config(Device::Cuda(0), Box::new(gpu), AllocatorConfig::EXPANDABLE);
+    let a = tracker.allocate(30 * MIB, MemoryKind::Activation).unwrap();
+    let b = tracker.allocate(3 * MIB, MemoryKind::Activation).unwrap();
+    // two 20 MiB pages of the large pool's range: 0..30 MiB and 30..33 MiB
+    assert_eq!(
+        (tracker.reserved_bytes(), *used.lock().unwrap()),
+        (40 * MIB, 40 * MIB)
+    );
+    let before = tracker.stats();
+    // 30 MiB more needs two more pages; the fake GPU has room for one
+    let e = tracker.allocate(30 * MIB, MemoryKind::Activation).unwrap_err();
+    assert!(e.is_out_of_memory(), "{e}");
+    assert_eq!(tracker.stats(), before, "a refused mapping recorded nothing");
+    assert_eq!(
+        *used.lock().unwrap(),
+        40 * MIB,
+        "the page mapped before the failure went back"
+    );
+    // a small request whose first page fails: its new range goes back too
+    let (tiny_gpu, tiny_used) = FakeGpu::new(MIB);
+    let tiny = MemoryTracker::with_backing_and_config(
+        Device::Cuda(0),
+        Box::new(tiny_gpu),
+        AllocatorConfig::EXPANDABLE,
+    );
+    let before = tiny.stats();
+    assert!(
+        tiny.allocate(100, MemoryKind::Activation)
+            .unwrap_err()
+            .is_out_of_memory()
+    );
+    assert_eq!((tiny.stats(), *tiny_used.lock().unwrap()), (before, 0));
+    // freeing a leaves the whole page 0..20 MiB free: the allocator unmaps it and retries
+    drop(a);
+    let c = tracker.allocate(30 * MIB, MemoryKind::Activation).unwrap();
+    assert_eq!(*used.lock().unwrap(), tracker.reserved_bytes());
+    drop((b, c));
+    let reserved = tracker.reserved_bytes();
+    assert_eq!(tracker.empty_cache(), reserved);
+    assert_eq!(
+        (
+            tracker.reserved_bytes(),
+            tracker.stats().segments,
+            *used.lock().unwrap()
+        ),
+        (0, 0, 0)
     );
 }

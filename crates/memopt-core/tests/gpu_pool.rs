@@ -91,8 +91,8 @@ fn an_expandable_pool_maps_pages_in_place_and_the_driver_holds_exactly_them() {
         (20 * MIB, 1)
     );
     assert_eq!(used(), 20 * MIB, "the driver holds the pages mapped");
-    // 30 MiB more: the range grows in place by two pages, still one segment, and a's values
-    // are untouched by the mapping
+    // 30 MiB more: the range grows in place by one page, still one segment, and a's values are
+    // untouched by the mapping
     let b = Tensor::zeros([30 << 18], DType::F32, GPU, MemoryKind::Activation).unwrap();
     assert!(in_pool(&b, &tracker));
     assert_eq!(
@@ -107,7 +107,7 @@ fn an_expandable_pool_maps_pages_in_place_and_the_driver_holds_exactly_them() {
     assert_eq!(tracker.empty_cache(), 20 * MIB);
     assert_eq!(used(), 20 * MIB);
     assert_eq!(a.to_vec::<f32>().unwrap(), data);
-    // mapped again, the pages read as zeros
+    // b's old free head and a freshly mapped page: zeros either way (filled, or fresh)
     let c = Tensor::zeros([30 << 18], DType::F32, GPU, MemoryKind::Activation).unwrap();
     assert!(c.to_vec::<f32>().unwrap().iter().all(|&v| v == 0.0));
     drop((a, c));

@@ -97,8 +97,8 @@ impl DeviceBlock {
         self.lease.bytes
     }
 
-    /// Whether every byte is known to be zero (its segment was zeroed when reserved and the
-    /// block was never handed out since).
+    /// Whether every byte is known to be zero (its memory was zeroed when its segment was
+    /// reserved or its pages mapped, and the block was never handed out since).
     pub fn is_zeroed(&self) -> bool {
         self.lease.zeroed
     }

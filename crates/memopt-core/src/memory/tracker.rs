@@ -524,8 +524,9 @@ impl MemoryTracker {
         self.lock().allocator.reserve_limit()
     }
 
-    /// Gives every cached segment without an allocated block back to the device (PyTorch's
-    /// `torch.cuda.empty_cache`) and returns the bytes released. The allocator's decisions
+    /// Gives every cached segment without an allocated block back to the device, and with
+    /// expandable segments every whole free page (PyTorch's `torch.cuda.empty_cache`); returns
+    /// the bytes released. Free bytes sharing a page with a live block stay mapped. The allocator's decisions
     /// after this depend only on the buffers alive, so a step measured from an emptied cache
     /// reserves the same on every device.
     pub fn empty_cache(&self) -> u64 {

@@ -4,14 +4,14 @@
 //! and writable with `cuMemSetAccess` as the pool grows, unmapped and released by
 //! `empty_cache`. New pages are zeroed on the GPU's stream before any block of them is used.
 
+use super::cuda_segment::driver_error;
 use crate::memory::caching::SegmentMemory;
 use crate::{CoreError, Device, Result};
 use cudarc::driver::sys::{
     self, CUdeviceptr, CUmemAccess_flags, CUmemAccessDesc, CUmemAllocationGranularity_flags,
     CUmemAllocationProp, CUmemAllocationType, CUmemGenericAllocationHandle, CUmemLocation, CUmemLocationType,
-    cudaError_enum,
 };
-use cudarc::driver::{CudaStream, DriverError, result};
+use cudarc::driver::{CudaStream, result};
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
@@ -54,7 +54,7 @@ impl CudaRange {
             device: Device::Cuda(ordinal),
             bytes,
         })?;
-        let err = driver_error(ordinal, bytes);
+        let err = |op: &'static str| driver_error(ordinal, bytes, op);
         stream
             .context()
             .bind_to_thread()
@@ -118,25 +118,6 @@ impl CudaRange {
     }
 }
 
-/// Maps a driver error to memopt's: out of memory as such, anything else with what was done.
-fn driver_error(
-    ordinal: usize,
-    bytes: u64,
-) -> impl Fn(&'static str) -> Box<dyn Fn(DriverError) -> CoreError> {
-    move |op| {
-        Box::new(move |e: DriverError| match e.0 {
-            cudaError_enum::CUDA_ERROR_OUT_OF_MEMORY => CoreError::OutOfMemory {
-                device: Device::Cuda(ordinal),
-                bytes,
-            },
-            _ => CoreError::Cuda {
-                op,
-                message: e.to_string(),
-            },
-        })
-    }
-}
-
 impl Drop for CudaRange {
     fn drop(&mut self) {
         // Work queued on the stream may still use pages of this range: finish it first.
@@ -160,7 +141,7 @@ impl SegmentMemory for CudaRange {
     }
 
     fn map_pages(&self, offset: u64, bytes: u64) -> Result<()> {
-        let err = driver_error(self.ordinal, bytes);
+        let err = |op: &'static str| driver_error(self.ordinal, bytes, op);
         if !offset.is_multiple_of(self.page)
             || !bytes.is_multiple_of(self.page)
             || offset.checked_add(bytes).is_none_or(|e| e > self.bytes)
@@ -213,12 +194,24 @@ impl SegmentMemory for CudaRange {
         });
         if let Err(e) = zeroed {
             self.release(&mut pages, first, end);
-            return Err(err("making mapped GPU memory accessible (cuMemSetAccess)")(e));
+            return Err(err(
+                "making mapped GPU memory accessible and zeroing it (cuMemSetAccess, cuMemsetD8Async)",
+            )(e));
         }
         Ok(())
     }
 
     fn unmap_pages(&self, offset: u64, bytes: u64) {
+        let whole = offset.is_multiple_of(self.page)
+            && bytes.is_multiple_of(self.page)
+            && offset.checked_add(bytes).is_some_and(|e| e <= self.bytes);
+        if !whole {
+            debug_assert!(
+                false,
+                "unmap_pages({offset}, {bytes}) outside the range's whole pages"
+            );
+            return;
+        }
         // Like cudaFree, and unlike cuMemUnmap, kernels queued on the stream must not find the
         // pages gone: drain it first (PyTorch does the same).
         let ctx = self.stream.context();

@@ -35,18 +35,7 @@ impl CudaSegment {
         if len == 0 {
             return Err(oom);
         }
-        let driver = |op: &'static str| {
-            move |e: DriverError| match e.0 {
-                cudaError_enum::CUDA_ERROR_OUT_OF_MEMORY => CoreError::OutOfMemory {
-                    device: Device::Cuda(ordinal),
-                    bytes,
-                },
-                _ => CoreError::Cuda {
-                    op,
-                    message: e.to_string(),
-                },
-            }
-        };
+        let driver = |op: &'static str| driver_error(ordinal, bytes, op);
         stream
             .context()
             .bind_to_thread()
@@ -70,6 +59,25 @@ impl CudaSegment {
     /// Size in bytes.
     pub fn bytes(&self) -> u64 {
         self.bytes
+    }
+}
+
+/// Maps the error of driver call `op`, made for `bytes` bytes on GPU `ordinal`, to memopt's:
+/// out of memory as such, anything else with what was done.
+pub(super) fn driver_error(
+    ordinal: usize,
+    bytes: u64,
+    op: &'static str,
+) -> impl Fn(DriverError) -> CoreError {
+    move |e: DriverError| match e.0 {
+        cudaError_enum::CUDA_ERROR_OUT_OF_MEMORY => CoreError::OutOfMemory {
+            device: Device::Cuda(ordinal),
+            bytes,
+        },
+        _ => CoreError::Cuda {
+            op,
+            message: e.to_string(),
+        },
     }
 }
 

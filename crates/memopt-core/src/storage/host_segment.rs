@@ -2,6 +2,7 @@
 //! reserved byte is a resident byte and the step after a warm-up pays no page faults.
 
 use super::HostRange;
+use crate::memory::caching::rules::EXPANDABLE_RANGE_BYTES;
 use crate::memory::caching::{SegmentBacking, SegmentMemory};
 use crate::{CoreError, Device, Result};
 use std::ptr::NonNull;
@@ -23,32 +24,43 @@ unsafe impl Sync for HostSegment {}
 impl HostSegment {
     /// A zero-filled, pre-faulted mapping of `bytes` bytes, or `OutOfMemory`.
     pub fn map(bytes: u64) -> Result<HostSegment> {
-        let oom = CoreError::OutOfMemory {
-            device: Device::Cpu,
-            bytes,
-        };
-        let len = usize::try_from(bytes).map_err(|_| oom.clone())?;
-        if len == 0 || len > isize::MAX as usize {
-            return Err(oom);
-        }
-        // SAFETY: an anonymous private mapping at an address the kernel picks touches no
-        // existing memory; the result is checked against MAP_FAILED before use.
-        let ptr = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_POPULATE,
-                -1,
-                0,
-            )
-        };
-        if ptr == libc::MAP_FAILED {
-            return Err(oom);
-        }
-        let ptr = NonNull::new(ptr.cast::<u8>()).ok_or(oom)?;
-        Ok(HostSegment { ptr, bytes: len })
+        let (ptr, bytes) = map_anonymous(bytes, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_POPULATE)?;
+        Ok(HostSegment { ptr, bytes })
     }
+}
+
+/// A new anonymous private mapping of `bytes` bytes with protection `prot` and extra `flags`,
+/// at an address the kernel picks; `OutOfMemory` when the size is not addressable or the
+/// kernel refuses.
+pub(super) fn map_anonymous(
+    bytes: u64,
+    prot: libc::c_int,
+    flags: libc::c_int,
+) -> Result<(NonNull<u8>, usize)> {
+    let oom = CoreError::OutOfMemory {
+        device: Device::Cpu,
+        bytes,
+    };
+    let len = usize::try_from(bytes).map_err(|_| oom.clone())?;
+    if len == 0 || len > isize::MAX as usize {
+        return Err(oom);
+    }
+    // SAFETY: an anonymous private mapping at an address the kernel picks touches no existing
+    // memory; the result is checked against MAP_FAILED before use.
+    let ptr = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            prot,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | flags,
+            -1,
+            0,
+        )
+    };
+    if ptr == libc::MAP_FAILED {
+        return Err(oom);
+    }
+    Ok((NonNull::new(ptr.cast::<u8>()).ok_or(oom)?, len))
 }
 
 impl Drop for HostSegment {
@@ -88,6 +100,21 @@ impl SegmentBacking for HostBacking {
                 ),
             ));
         }
-        Ok(Some(Arc::new(HostRange::reserve(bytes)?)))
+        // A request larger than a whole range is simply out of memory; a range of the usual
+        // size that cannot be reserved says why.
+        let range = HostRange::reserve(bytes).map_err(|e| {
+            if bytes > EXPANDABLE_RANGE_BYTES {
+                return e;
+            }
+            CoreError::invalid(
+                "expandable segments",
+                format!(
+                    "cannot reserve {bytes} bytes of address space for an expandable segment (is \
+                     the process's address space limited, `ulimit -v`?); use \
+                     --expandable-segments false or MEMOPT_ALLOC_CONF=expandable_segments:False"
+                ),
+            )
+        })?;
+        Ok(Some(Arc::new(range)))
     }
 }

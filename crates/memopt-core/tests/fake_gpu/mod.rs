@@ -55,13 +55,28 @@ impl Drop for FakeSegment {
     }
 }
 
-/// An expandable range: address space only, its mapped pages counted as the driver's.
+/// An expandable range: address space only, its mapped pages counted as the driver's. It
+/// checks what a driver would refuse: pages mapped twice, unmapped while not mapped, or not
+/// whole pages.
 #[derive(Debug)]
 struct FakeRange {
     address: u64,
     capacity: u64,
+    page: u64,
     used: Used,
-    mapped: Mutex<u64>,
+    mapped: Mutex<std::collections::BTreeSet<u64>>,
+}
+
+impl FakeRange {
+    /// The page indices of `offset..offset + bytes`, which must be whole pages.
+    fn pages(&self, offset: u64, bytes: u64) -> std::ops::Range<u64> {
+        assert!(
+            offset.is_multiple_of(self.page) && bytes.is_multiple_of(self.page) && bytes > 0,
+            "{offset}..+{bytes} is not whole {}-byte pages",
+            self.page
+        );
+        offset / self.page..(offset + bytes) / self.page
+    }
 }
 
 impl SegmentMemory for FakeRange {
@@ -73,40 +88,56 @@ impl SegmentMemory for FakeRange {
         Some(self.address)
     }
 
-    fn map_pages(&self, _offset: u64, bytes: u64) -> Result<()> {
+    fn map_pages(&self, offset: u64, bytes: u64) -> Result<()> {
+        let pages = self.pages(offset, bytes);
         let mut used = self.used.lock().unwrap();
-        if *used + bytes > self.capacity {
-            return Err(CoreError::OutOfMemory {
-                device: Device::Cuda(0),
-                bytes,
-            });
+        let mut mapped = self.mapped.lock().unwrap();
+        // page by page, as the CUDA range maps them: the pages mapped before a refusal go back
+        let mut done = Vec::new();
+        for p in pages {
+            if *used + self.page > self.capacity {
+                for q in done {
+                    mapped.remove(&q);
+                    *used -= self.page;
+                }
+                return Err(CoreError::OutOfMemory {
+                    device: Device::Cuda(0),
+                    bytes,
+                });
+            }
+            assert!(mapped.insert(p), "page {p} mapped twice");
+            *used += self.page;
+            done.push(p);
         }
-        *used += bytes;
-        *self.mapped.lock().unwrap() += bytes;
         Ok(())
     }
 
-    fn unmap_pages(&self, _offset: u64, bytes: u64) {
-        *self.used.lock().unwrap() -= bytes;
-        *self.mapped.lock().unwrap() -= bytes;
+    fn unmap_pages(&self, offset: u64, bytes: u64) {
+        let mut mapped = self.mapped.lock().unwrap();
+        for p in self.pages(offset, bytes) {
+            assert!(mapped.remove(&p), "page {p} unmapped while not mapped");
+            *self.used.lock().unwrap() -= self.page;
+        }
     }
 }
 
 impl Drop for FakeRange {
     fn drop(&mut self) {
-        *self.used.lock().unwrap() -= *self.mapped.lock().unwrap();
+        let pages = self.mapped.lock().unwrap().len() as u64;
+        *self.used.lock().unwrap() -= pages * self.page;
     }
 }
 
 impl SegmentBacking for FakeGpu {
-    fn reserve_range(&mut self, bytes: u64, _page: u64) -> Result<Option<Arc<dyn SegmentMemory>>> {
+    fn reserve_range(&mut self, bytes: u64, page: u64) -> Result<Option<Arc<dyn SegmentMemory>>> {
         let address = self.next_address;
         self.next_address += bytes;
         Ok(Some(Arc::new(FakeRange {
             address,
             capacity: self.capacity,
+            page,
             used: self.used.clone(),
-            mapped: Mutex::new(0),
+            mapped: Mutex::new(Default::default()),
         })))
     }
 

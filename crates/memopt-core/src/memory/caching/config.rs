@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicU8, Ordering};
 pub struct AllocatorConfig {
     /// Whether each pool is one address range whose pages are mapped as it grows and unmapped
     /// by `empty_cache`, instead of separate segments. Page sizes are rules of the target
-    /// ([`crate::Target::expandable_page_bytes`]).
+    /// ([`crate::memory::caching::rules::expandable_page_bytes`]).
     pub expandable_segments: bool,
 }
 

@@ -85,8 +85,8 @@ impl PoolKind {
 /// Bytes mapped at a time into an expandable segment of `pool` on `target`; reserved memory
 /// grows and shrinks in these steps, and Meta replays the target's.
 ///
-/// - CPU: 2 MiB for both pools (the huge-page size; one `mmap` maps any number of pages, so
-///   larger pages would only reserve more).
+/// - CPU: 2 MiB for both pools (one `mprotect` maps any number of pages, so larger pages would
+///   only reserve more).
 /// - CUDA: PyTorch's 2 MiB for the small pool and 20 MiB for the large one: the driver's
 ///   mapping cost grows with the number of physical allocations, and the GPU's granularity
 ///   (2 MiB on current GPUs, checked when a range is reserved) divides both.

@@ -95,11 +95,27 @@ impl CachingAllocator {
     fn map_for(&mut self, pool: PoolKind, candidate: Option<usize>, size: u64) -> Result<usize> {
         let mut c = match candidate {
             Some(c) => c,
-            None => self.new_range(pool, size)?,
+            None => {
+                let range = self.new_range(pool, size)?;
+                // A range nothing could be mapped into goes back at once.
+                return match self.map_block(range, size) {
+                    Ok(c) => self.finish_mapping(c, size),
+                    Err(e) => {
+                        self.release_if_empty(range);
+                        Err(e)
+                    }
+                };
+            }
         };
         if !self.block(c).mapped {
             c = self.map_block(c, size)?;
         }
+        self.finish_mapping(c, size)
+    }
+
+    /// Maps the unmapped blocks after free block `c` until it holds `size` bytes; returns it out
+    /// of the free set.
+    fn finish_mapping(&mut self, mut c: usize, size: u64) -> Result<usize> {
         while self.block(c).size < size {
             let next = self.block(c).next.expect("room after the candidate");
             let want = size - self.block(c).size;
@@ -213,14 +229,20 @@ impl CachingAllocator {
         self.absorb(id, prev);
         self.absorb(id, next);
         self.reserved -= bytes;
-        let b = self.block(id);
-        if b.prev.is_none() && b.next.is_none() {
-            let b = self.remove_block(id);
-            self.segments[b.segment].take().expect("live segment");
-            self.vacant_segments.push(b.segment);
-        } else {
-            self.file(id);
-        }
+        self.file(id);
+        self.release_if_empty(id);
         bytes
+    }
+
+    /// Releases the range of unmapped block `id` (filed) when the block spans all of it.
+    pub(super) fn release_if_empty(&mut self, id: usize) {
+        let b = self.block(id);
+        if b.mapped || b.prev.is_some() || b.next.is_some() {
+            return;
+        }
+        self.unfile(id);
+        let b = self.remove_block(id);
+        self.segments[b.segment].take().expect("live segment");
+        self.vacant_segments.push(b.segment);
     }
 }

@@ -242,16 +242,7 @@ impl CachingAllocator {
     }
 
     fn insert_block(&mut self, block: Block) -> usize {
-        match self.vacant_blocks.pop() {
-            Some(i) => {
-                self.blocks[i] = Some(block);
-                i
-            }
-            None => {
-                self.blocks.push(Some(block));
-                self.blocks.len() - 1
-            }
-        }
+        slab_insert(&mut self.blocks, &mut self.vacant_blocks, block)
     }
 
     fn remove_block(&mut self, id: usize) -> Block {
@@ -312,16 +303,7 @@ impl CachingAllocator {
 
     fn insert_segment(&mut self, segment: Segment) -> usize {
         self.next_serial += 1;
-        match self.vacant_segments.pop() {
-            Some(i) => {
-                self.segments[i] = Some(segment);
-                i
-            }
-            None => {
-                self.segments.push(Some(segment));
-                self.segments.len() - 1
-            }
-        }
+        slab_insert(&mut self.segments, &mut self.vacant_segments, segment)
     }
 
     /// A new fixed segment of `bytes` bytes for `pool`, as one free block (not yet in a set).
@@ -359,9 +341,10 @@ impl CachingAllocator {
     }
 
     /// The cached free block a request of `size` bytes in `pool` takes (PyTorch
-    /// `get_free_block`): the smallest that fits; with expandable segments, among the smallest
-    /// that fit, the first whose size plus the unmapped room after it does not exceed the next
-    /// one's, so the block at a range's growing end is taken last.
+    /// `get_free_block`): the smallest that fits. With expandable segments a block's room is its
+    /// size plus the unmapped block right after it: from the smallest that fits, the search
+    /// walks on in size order while the next block's room is smaller, so the free block at a
+    /// range's growing end is taken last.
     fn find_free(&self, pool: PoolKind, size: u64) -> Option<usize> {
         let mut fits = self.free[pool.index()].range((size, 0, 0, 0)..);
         let first = fits.next()?.3;
@@ -443,6 +426,7 @@ impl CachingAllocator {
     /// reuse. Its memory stays reserved until [`CachingAllocator::empty_cache`].
     pub fn free(&mut self, block: BlockId) {
         let id = block.0;
+        debug_assert!(self.block(id).allocated, "block {id} freed twice");
         self.block_mut(id).allocated = false;
         let (prev, next) = (self.block(id).prev, self.block(id).next);
         self.absorb(id, prev);
@@ -475,6 +459,20 @@ impl CachingAllocator {
             }
         }
         released
+    }
+}
+
+/// Puts `item` in a vacant slot of `slab` (or a new one) and returns its index.
+fn slab_insert<T>(slab: &mut Vec<Option<T>>, vacant: &mut Vec<usize>, item: T) -> usize {
+    match vacant.pop() {
+        Some(i) => {
+            slab[i] = Some(item);
+            i
+        }
+        None => {
+            slab.push(Some(item));
+            slab.len() - 1
+        }
     }
 }
 

@@ -194,7 +194,7 @@ fn an_expandable_pool_grows_in_place_by_pages_of_its_target() {
     let x = cuda.malloc(3 * MIB).unwrap();
     // one 20 MiB page; fixed segments would have taken a 20 MiB segment too
     assert_eq!((cuda.reserved(), cuda.segment_count()), (20 * MIB, 1));
-    // 30 MiB more: the free 17 MiB tail grows by two pages in place, no second segment
+    // 30 MiB more: the free 17 MiB tail grows by one page in place, no second segment
     let y = cuda.malloc(30 * MIB).unwrap();
     assert_eq!((cuda.reserved(), cuda.segment_count()), (40 * MIB, 1));
     let small = cuda.malloc(1000).unwrap();
@@ -271,9 +271,11 @@ fn an_expandable_pool_keeps_its_reserve_limit() {
     let _y = a.malloc(4 * MIB).unwrap();
     a.free(x.block.unwrap());
     // 6 MiB fits no free block; mapping 6 MiB at the end would pass 10 MiB, so the cache is
-    // emptied (x's pages go), and the lowest room, x's place plus the end, takes it
+    // emptied (x's two pages go); x's unmapped place (4 MiB, then y) is too small, so the end
+    // takes it, within the limit now
     let z = a.malloc(6 * MIB).unwrap();
     assert_eq!(a.reserved(), 10 * MIB);
+    assert_eq!(a.blocks[z.block.unwrap().0].as_ref().unwrap().offset, 8 * MIB);
     check_invariants(&a);
     let err = a.malloc(MIB).unwrap_err().to_string();
     assert!(err.contains("reserve limit of 10485760 bytes"), "{err}");

@@ -245,6 +245,47 @@ fn optimize_verify_measures_the_peak_and_bit_identical_gradients() {
 }
 
 #[test]
+fn verify_measures_every_allocator_peak_with_either_kind_of_segment() {
+    let mut reserved = Vec::new();
+    for expandable in ["true", "false"] {
+        let v = json(&[
+            "optimize",
+            "-m",
+            "cifar10dvs-vgg",
+            "-n",
+            "1",
+            "-t",
+            "2",
+            "--verify",
+            "--steps",
+            "1",
+            "--json",
+            "--expandable-segments",
+            expandable,
+        ]);
+        assert_eq!(
+            v["allocator"]["expandable_segments"],
+            Value::Bool(expandable == "true")
+        );
+        assert_eq!(v["measured_peaks"], v["planned_peaks"], "{expandable}: {v}");
+        reserved.push(u(&v["planned_peaks"], "reserved_bytes"));
+    }
+    // The model's blocks reach the large pool: fixed segments reserve more for the same step.
+    assert!(reserved[0] < reserved[1], "{reserved:?}");
+    // The environment variable selects the same, in PyTorch's syntax; a bad value is one line.
+    let bad = std::process::Command::new(env!("CARGO_BIN_EXE_memopt"))
+        .args(["optimize", "-m", "toy-if"])
+        .env("MEMOPT_ALLOC_CONF", "expandable_segments:maybe")
+        .output()
+        .expect("runs");
+    let err = String::from_utf8_lossy(&bad.stderr);
+    assert!(
+        !bad.status.success() && err.contains("MEMOPT_ALLOC_CONF") && err.contains("True or False"),
+        "{err}"
+    );
+}
+
+#[test]
 fn plan_files_say_what_they_were_made_for_and_warn_elsewhere() {
     let plan = temp("made-for.json");
     ok(&[

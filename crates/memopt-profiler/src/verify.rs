@@ -16,7 +16,10 @@
 //! assert!(check.passed(), "{}", check.summary());
 //! ```
 
-use crate::{Estimator, PLANNED_STEP, ProfilerError, Result, StepSession, Workload, plan_is_data_dependent};
+use crate::{
+    AllocatorLevels, Estimator, PLANNED_STEP, ProfilerError, Result, StepSession, Workload,
+    plan_is_data_dependent,
+};
 use memopt_checkpoint::{Plan, StepOptions};
 use memopt_core::{Device, MemoryTracker, Tensor};
 use serde::Serialize;
@@ -29,6 +32,9 @@ pub struct StepRecord {
     /// kept after the update, except under a plan updating in backward), parameters, optimizer state and batch included (a fresh
     /// tracker's own figure).
     pub peak_bytes: u64,
+    /// Requested, allocated and reserved peaks of that step's tracker (its caching
+    /// allocator's, as configured when the tracker was made), in bytes.
+    pub allocator_peaks: AllocatorLevels,
     /// Peak bytes of the same first step keeping the final neuron states
     /// (`StepOptions::keep_states`), which it holds from each neuron's forward to the end of the
     /// step (a fresh tracker's own figure, on another fresh model). Under a plan updating in
@@ -110,6 +116,12 @@ impl StepRecord {
         let out = session.step_with(opts)?;
         let step_ms = started.elapsed().as_secs_f64() * 1e3;
         let peak_bytes = tracker.peak_bytes();
+        let stats = tracker.stats();
+        let allocator_peaks = AllocatorLevels {
+            requested_bytes: stats.peak,
+            allocated_bytes: stats.allocated_peak,
+            reserved_bytes: stats.reserved_peak,
+        };
         let gradients = if grads_in_states_step {
             states_step_gradients
         } else {
@@ -126,6 +138,7 @@ impl StepRecord {
         }
         let record = StepRecord {
             peak_bytes,
+            allocator_peaks,
             peak_bytes_keeping_states,
             loss_bits: out.loss.map(f32::to_bits),
             gradients,

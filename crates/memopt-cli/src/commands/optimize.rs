@@ -128,6 +128,9 @@ pub struct OptimizeArgs {
 pub struct Verification {
     /// Peak of a real step under the plan, in bytes.
     pub measured_peak_bytes: u64,
+    /// Requested, allocated and reserved peaks of that step, in bytes (equal to the planned
+    /// ones is the claim).
+    pub measured_peaks: AllocatorLevels,
     /// Peak of a real step storing everything, in bytes.
     pub baseline_measured_peak_bytes: u64,
     /// Median baseline step time, in ms.
@@ -260,6 +263,7 @@ pub fn run(args: &OptimizeArgs, out: &mut dyn Write) -> Result<()> {
         );
         Some(Verification {
             measured_peak_bytes: planned.peak_bytes(),
+            measured_peaks: planned.record.allocator_peaks,
             baseline_measured_peak_bytes: base.peak_bytes(),
             baseline_step_ms: median(&base_ms),
             planned_step_ms: median(&plan_ms),
@@ -281,7 +285,16 @@ pub fn run(args: &OptimizeArgs, out: &mut dyn Write) -> Result<()> {
     };
     let failure = verify
         .as_ref()
-        .and_then(|v| v.check.failure())
+        .and_then(|v| {
+            v.check.failure().or_else(|| {
+                (v.measured_peaks != report.planned_peaks).then(|| {
+                    format!(
+                        "the step's allocator peaks (requested, allocated, reserved: {:?}) differ from the planned ones ({:?})",
+                        v.measured_peaks, report.planned_peaks
+                    )
+                })
+            })
+        })
         .map(CliError::Verification);
     // Outputs are written only when the whole command succeeded.
     let written = failure.is_none();
@@ -485,6 +498,19 @@ pub fn run(args: &OptimizeArgs, out: &mut dyn Write) -> Result<()> {
                 "the planned peak, to the byte"
             } else {
                 "differs from the planned peak"
+            }
+        )?;
+        let m = v.measured_peaks;
+        out!(
+            out,
+            "  allocator peaks   {} requested, {} allocated, {} reserved ({})",
+            bytes(m.requested_bytes),
+            bytes(m.allocated_bytes),
+            bytes(m.reserved_bytes),
+            if m == report.planned_peaks {
+                "the planned ones, to the byte"
+            } else {
+                "differ from the planned ones"
             }
         )?;
         out!(

@@ -374,9 +374,10 @@ impl CachingAllocator {
     }
 
     /// A block for a request of `bytes` bytes: the best cached free block of the request's pool
-    /// ([`Self::find_free`]), else new memory (a segment, or pages of an expandable range);
-    /// split when the rules say so. An error when the backing cannot provide the memory even
-    /// after releasing the cache, the reserve limit refuses it, or the size overflows.
+    /// (`get_free_block` in [`super::rules`]), else new memory (a segment, or pages of an
+    /// expandable range); split when the rules say so. An error when the backing cannot provide
+    /// the memory even after releasing the cache, the reserve limit refuses it, or the size
+    /// overflows.
     pub fn malloc(&mut self, bytes: u64) -> Result<Grant> {
         let size = self.rounded(bytes)?;
         if size == 0 {

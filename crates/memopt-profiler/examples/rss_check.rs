@@ -6,12 +6,13 @@
 //!
 //! Method (Linux): build the model and batch on the CPU in a fresh tracker and run one warm-up
 //! step (thread pools, lazily created state, code pages). Then empty the allocator's cache (its
-//! free segments go back to the system with `munmap`), reset the kernel's peak-RSS counter
+//! free segments or pages go back to the system), reset the kernel's peak-RSS counter
 //! (`echo 5 > /proc/self/clear_refs` resets `VmHWM` to the current RSS), read `VmRSS`, run one
 //! step and read `VmHWM`. The growth `VmHWM - VmRSS(before)` is the most extra resident memory
 //! the step needed. The prediction is the same sequence replayed on Meta: reserved peak during
 //! the step minus reserved at its start. Host segments are pre-faulted anonymous mappings
-//! (`MAP_POPULATE`), so a reserved byte is a resident byte; what the tracker does not see
+//! (`MAP_POPULATE`), and so are the pages of expandable ranges (`MADV_POPULATE_WRITE`), so a
+//! reserved byte is a resident byte; what the tracker does not see
 //! (tape bookkeeping, GEMM packing buffers, thread stacks) is the difference.
 
 use memopt_checkpoint::{InputSpec, Plan};

@@ -26,6 +26,7 @@ pub use dispatch::Dispatch;
 pub(crate) use frame::Enter;
 use frame::Frame;
 pub(crate) use kept_inputs::{KeptBatchNormInputs, KeptPass};
+pub(crate) use module::named_children;
 pub use module::{Module, PlannerHints, module_cost};
 
 /// Whether a forward pass records for backward.

@@ -273,6 +273,16 @@ impl ChainModel {
     }
 }
 
+/// The plan of a chain solution: its entries ([`plan_entries`]), updating after backward (the
+/// session decides whether to update in backward).
+pub(crate) fn plan_of(plan: &[Chosen<'_>]) -> memopt_checkpoint::Plan {
+    memopt_checkpoint::Plan {
+        update_in_backward: false,
+        version: memopt_checkpoint::PLAN_VERSION,
+        entries: plan_entries(plan),
+    }
+}
+
 /// The plan entries of a plan (store options omitted).
 pub fn plan_entries(plan: &[Chosen<'_>]) -> Vec<PlanEntry> {
     plan.iter()

@@ -2,13 +2,12 @@
 //! shared by the strategies.
 
 use crate::builder::{OptionSpace, chain_models_on_threads};
-use crate::chain::{ChainModel, plan_entries};
+use crate::chain::{ChainModel, plan_of};
 use crate::dp::pareto_front;
 use crate::parallel::measure_threads;
 use crate::report::{PipelineSummary, PlanReport};
 use crate::sites::{Site, discover};
 use crate::{Result, SearchError};
-use memopt_checkpoint::policy::PLAN_VERSION;
 use memopt_checkpoint::{Model, Plan};
 use memopt_core::{DType, MemoryKind, MemoryTracker, Tensor};
 use memopt_profiler::cost::Throughput;
@@ -261,14 +260,7 @@ impl PlanningSession {
         if self.exact_front.is_none() {
             let mut plans: Vec<(Plan, f64)> = pareto_front(&self.chain)?
                 .iter()
-                .map(|s| {
-                    let plan = Plan {
-                        update_in_backward: false,
-                        version: PLAN_VERSION,
-                        entries: plan_entries(&s.plan),
-                    };
-                    (plan, s.extra_ms)
-                })
+                .map(|s| (plan_of(&s.plan), s.extra_ms))
                 .collect();
             plans.push((Plan::store_all(), 0.0));
             let mut front = Vec::with_capacity(plans.len());

@@ -145,3 +145,11 @@ pub fn module_cost(module: &dyn Module, inputs: &[Shape], outputs: &[Shape]) -> 
         None => ModuleCost::ZERO,
     }
 }
+
+/// `(name, module)` pairs as [`Module::children`] lists them, from a container's own list.
+pub(crate) fn named_children<N: AsRef<str>>(children: &[(N, Box<dyn Module>)]) -> Vec<(String, &dyn Module)> {
+    children
+        .iter()
+        .map(|(n, m)| (n.as_ref().to_string(), m.as_ref() as &dyn Module))
+        .collect()
+}

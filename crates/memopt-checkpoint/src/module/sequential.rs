@@ -93,10 +93,7 @@ impl Module for Sequential {
     }
 
     fn children(&self) -> Vec<(String, &dyn Module)> {
-        self.children
-            .iter()
-            .map(|(n, m)| (n.clone(), m.as_ref() as &dyn Module))
-            .collect()
+        crate::context::named_children(&self.children)
     }
 
     fn child_count(&self) -> usize {
@@ -105,12 +102,7 @@ impl Module for Sequential {
 
     fn children_in(&self, start: usize, end: usize) -> Vec<(String, &dyn Module)> {
         let end = end.min(self.children.len());
-        self.children
-            .get(start.min(end)..end)
-            .unwrap_or_default()
-            .iter()
-            .map(|(n, m)| (n.clone(), m.as_ref() as &dyn Module))
-            .collect()
+        crate::context::named_children(self.children.get(start.min(end)..end).unwrap_or_default())
     }
 
     fn child(&self, name: &str) -> Option<&dyn Module> {

@@ -190,10 +190,7 @@ impl Module for ResNet {
     }
 
     fn children(&self) -> Vec<(String, &dyn Module)> {
-        self.children
-            .iter()
-            .map(|(n, m)| (n.to_string(), m.as_ref() as &dyn Module))
-            .collect()
+        crate::context::named_children(&self.children)
     }
     fn child_count(&self) -> usize {
         self.children.len()

@@ -30,10 +30,7 @@ impl Module for TokenNetwork {
     }
 
     fn children(&self) -> Vec<(String, &dyn Module)> {
-        self.children
-            .iter()
-            .map(|(n, m)| (n.to_string(), m.as_ref() as &dyn Module))
-            .collect()
+        crate::context::named_children(&self.children)
     }
 }
 

@@ -344,21 +344,20 @@ pub fn run(args: &OptimizeArgs, out: &mut dyn Write) -> Result<()> {
     }
     out!(out, "strategy: {} ({setting})", report.strategy)?;
     let allocator = memopt_core::AllocatorConfig::current();
+    let other = memopt_core::AllocatorConfig {
+        expandable_segments: !allocator.expandable_segments,
+    };
     out!(
         out,
         "allocator: {} segments (--expandable-segments {}, or MEMOPT_ALLOC_CONF=expandable_segments:{}, for {} ones)",
         allocator.segments_name(),
-        !allocator.expandable_segments,
-        if allocator.expandable_segments {
-            "False"
-        } else {
+        other.expandable_segments,
+        if other.expandable_segments {
             "True"
-        },
-        if allocator.expandable_segments {
-            "fixed"
         } else {
-            "expandable"
+            "False"
         },
+        other.segments_name(),
     )?;
     let (base_reserved, planned_reserved) = (
         report.baseline_peaks.reserved_bytes,

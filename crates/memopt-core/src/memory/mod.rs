@@ -8,6 +8,7 @@ pub mod caching;
 mod event;
 mod kind;
 mod module_path;
+mod registry;
 mod scope;
 mod tracker;
 mod tracker_stats;
@@ -17,9 +18,10 @@ pub use block::{DeviceBlock, HostBlock};
 pub use event::{MemoryAction, MemoryEvent};
 pub use kind::MemoryKind;
 pub use module_path::ModulePath;
+pub use registry::TrackerGuard;
 pub use scope::{
     Phase, PhaseGuard, Scope, ScopeEvent, ScopeGuard, ScopeListener, ScopeListenerGuard, ScopeTransition,
     add_scope_listener, current_scope, enter_module, enter_phase, enter_scope,
 };
-pub use tracker::{MemorySubscriber, MemoryTracker, Subscription, TrackerGuard};
+pub use tracker::{MemorySubscriber, MemoryTracker, Subscription};
 pub use tracker_stats::{KindStats, MemoryStats};

@@ -2,13 +2,12 @@
 //! the chain model proposes plans on requested bytes (exact, and never above the allocated or
 //! reserved bytes), a Meta step checks each proposal's peak of the budget's kind.
 
-use crate::chain::{ChainModel, ChainNode, plan_entries, run_bounds};
+use crate::chain::{ChainModel, ChainNode, plan_of, run_bounds};
 use crate::dp::FastestWithin;
 use crate::report::BudgetKind;
 use crate::session::PlanningSession;
 use crate::{Result, SearchError};
 use memopt_checkpoint::Plan;
-use memopt_checkpoint::policy::PLAN_VERSION;
 use memopt_core::ModulePath;
 use memopt_profiler::AllocatorLevels;
 
@@ -234,14 +233,6 @@ fn least_fitting_limit(session: &mut PlanningSession, plan: &Plan, peaks: &Alloc
         }
     }
     Ok((fits * SEGMENT_UNIT).min(peaks.reserved_bytes))
-}
-
-fn plan_of(chosen: &[crate::chain::Chosen<'_>]) -> Plan {
-    Plan {
-        update_in_backward: false,
-        version: PLAN_VERSION,
-        entries: plan_entries(chosen),
-    }
 }
 
 #[cfg(test)]

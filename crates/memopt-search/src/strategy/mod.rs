@@ -65,12 +65,7 @@ fn within_time(session: &PlanningSession, limit_ms: f64) -> Result<Vec<(u64, f64
     for chain in session.chains() {
         for s in crate::dp::pareto_front(chain)? {
             if s.extra_ms <= limit_ms {
-                let plan = Plan {
-                    update_in_backward: false,
-                    version: memopt_checkpoint::PLAN_VERSION,
-                    entries: crate::chain::plan_entries(&s.plan),
-                };
-                out.push((s.peak, s.extra_ms, plan));
+                out.push((s.peak, s.extra_ms, crate::chain::plan_of(&s.plan)));
             }
         }
     }
@@ -89,11 +84,12 @@ fn least_of_kind(
     kind: BudgetKind,
     candidates: Vec<(u64, f64, Plan)>,
 ) -> Result<Plan> {
+    let no_plan = || SearchError::Internal("the chain models propose no plan".into());
+    if kind == BudgetKind::Requested {
+        return candidates.into_iter().next().map(|c| c.2).ok_or_else(no_plan);
+    }
     let mut best: Option<((u64, u64, f64), Plan)> = None;
     for (requested, extra_ms, plan) in candidates {
-        if kind == BudgetKind::Requested {
-            return Ok(plan);
-        }
         if best.as_ref().is_some_and(|(b, _)| requested >= b.0) {
             break;
         }
@@ -108,8 +104,7 @@ fn least_of_kind(
             best = Some((key, plan));
         }
     }
-    best.map(|b| b.1)
-        .ok_or_else(|| SearchError::Internal("the chain models propose no plan".into()))
+    best.map(|b| b.1).ok_or_else(no_plan)
 }
 
 /// The candidate of least exact peak of `kind` (ties: requested peak, then least predicted

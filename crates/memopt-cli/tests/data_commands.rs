@@ -241,3 +241,108 @@ fn dvs128_frames_follow_spikingjelly_s_train_and_test_lists() {
         0
     );
 }
+
+/// The three peaks of a `... peak of the run on DEVICE: X reserved (R bytes), Y allocated, Z
+/// requested (Q bytes)` line: (reserved, requested) bytes.
+fn run_peaks(text: &str, what: &str) -> (u64, u64) {
+    let line = text
+        .lines()
+        .find(|l| l.starts_with(what))
+        .unwrap_or_else(|| panic!("no '{what}' line in:\n{text}"));
+    let numbers: Vec<u64> = line
+        .split(['(', ' '])
+        .filter_map(|w| w.parse().ok())
+        .collect();
+    assert_eq!(numbers.len(), 2, "{line}");
+    (numbers[0], numbers[1])
+}
+
+/// A model with tensors in both pools of the caching allocator (the first convolution's
+/// output, 4.5 MiB at N=4, takes a large segment).
+const WIDE_MODEL: &str = r#"{
+  "name": "wide",
+  "input": { "time_steps": 4, "sample": [2, 34, 34], "classes": 2 },
+  "layers": [
+    { "type": "conv2d", "out": 64, "kernel": 3, "padding": 1 },
+    { "type": "batch_norm" },
+    { "type": "lif" },
+    { "type": "max_pool", "kernel": 2 },
+    { "type": "conv2d", "out": 16, "kernel": 3, "padding": 1 },
+    { "type": "batch_norm" },
+    { "type": "lif" },
+    { "type": "max_pool", "kernel": 17 },
+    { "type": "flatten" },
+    { "type": "linear", "out": 2 }
+  ]
+}"#;
+
+/// `train --data --device meta` replays the whole run (batches of 4 and a last batch of 2,
+/// three epochs, evaluation between them) and predicts the CPU run's peaks to the byte, with
+/// either kind of segment; the CPU run states the same figure before its first step. On
+/// `meta:cuda` the next batch is allocated before each step, so the GPU run's peak is higher;
+/// options that need values are refused on Meta, and a GPU the machine lacks is one line.
+#[test]
+fn a_data_run_on_meta_predicts_the_cpu_run_s_peaks_exactly() {
+    let tmp = tempfile::Builder::new()
+        .prefix("memopt-cli-data-meta-")
+        .tempdir()
+        .unwrap();
+    let root = tmp.path();
+    let raw = write_raw(root);
+    let model = root.join("wide.json");
+    std::fs::write(&model, WIDE_MODEL).unwrap();
+    let s = |p: &Path| p.to_str().unwrap().to_string();
+    ok(&["frames", "--data", &s(&raw), "--format", "nmnist", "--frames", "4"]);
+    let frames = s(&root.join("frames_number_4_split_by_number"));
+    let model = s(&model);
+    let run = |device: &str, expandable: &str| {
+        ok(&[
+            "--expandable-segments",
+            expandable,
+            "train",
+            "-m",
+            &model,
+            "--data",
+            &frames,
+            "--train-ratio",
+            "0.75",
+            "-n",
+            "4",
+            "--epochs",
+            "3",
+            "--quiet",
+            "--device",
+            device,
+        ])
+    };
+    for expandable in ["true", "false"] {
+        let predicted = run("meta", expandable);
+        let measured = run("cpu", expandable);
+        assert!(
+            measured.contains("(the last of each epoch 2: trained, and replayed in the peak below)"),
+            "{measured}"
+        );
+        let want = run_peaks(&predicted, "predicted peak of the run on meta");
+        assert_eq!(run_peaks(&measured, "measured peak of the run on cpu"), want, "{predicted}\n{measured}");
+        assert_eq!(run_peaks(&measured, "planned peak of the run on cpu"), want, "{measured}");
+        assert!(want.0 > 2 << 20, "both pools take segments: {want:?}");
+        let gpu = run_peaks(&run("meta:cuda", expandable), "predicted peak of the run on meta:cuda");
+        assert!(gpu.1 > want.1, "the batch uploading ahead adds to the GPU's peak: {gpu:?} vs {want:?}");
+    }
+
+    let base = ["train", "-m", &model, "--data", &frames, "--quiet"];
+    fn with<'a>(base: &[&'a str], more: &[&'a str]) -> Vec<&'a str> {
+        base.iter().chain(more).copied().collect()
+    }
+    let e = fails(&with(&base, &["--device", "meta:cuda", "--save", "w.safetensors"]), 2);
+    assert!(e.contains("--save needs values") && e.contains("meta:cuda"), "{e}");
+    let e = fails(&["eval", "-m", &model, "--data", &frames, "--load", "w.safetensors", "--device", "meta"], 2);
+    assert!(e.contains("evaluation reads values"), "{e}");
+    if memopt_core::cuda_device_count().unwrap_or(0) == 0 {
+        let e = fails(&with(&base, &["--device", "cuda"]), 1);
+        assert!(e.contains("valid devices here are cpu, meta and meta:cuda"), "{e}");
+        assert_eq!(e.trim_end().lines().count(), 1, "{e}");
+        let e = fails(&["eval", "-m", &model, "--data", &frames, "--load", "w.safetensors", "--device", "cuda"], 1);
+        assert!(e.contains("valid devices here"), "{e}");
+    }
+}

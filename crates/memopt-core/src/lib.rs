@@ -42,4 +42,6 @@ pub use memory::{MemoryKind, MemoryTracker, ModulePath, Phase, Scope};
 pub use rng::{Philox, RngState};
 pub use shape::Shape;
 pub use storage::{Element, cuda_device_count};
-pub use tensor::{DataRead, DataWrite, KernelBuffer, KnownValues, Tensor, host_vec_with_capacity};
+pub use tensor::{
+    DataRead, DataWrite, KernelBuffer, KnownValues, PendingTensor, Tensor, host_vec_with_capacity,
+};

@@ -16,6 +16,7 @@ pub mod aedat3;
 pub mod atis_bin;
 pub mod budget;
 pub mod dataset;
+pub mod device_batches;
 mod error;
 pub mod event_format;
 pub mod events;
@@ -33,7 +34,8 @@ pub use error::{DataError, MAX_DATA_FILE_BYTES, Result};
 pub use event_format::EventFormat;
 pub use events::Events;
 pub use frames::{FrameSpec, Frames, SplitBy, frame_count, integrate, integrate_within};
-pub use loader::{BatchLoader, HostBatch, shuffled};
+pub use device_batches::{DeviceBatch, DeviceBatches};
+pub use loader::{BatchLoader, BatchValues, HostBatch, Staging, shuffled};
 pub use resize::{resize_bilinear_aa, resize_within};
 
 use std::path::Path;

@@ -3,10 +3,11 @@
 //! epoch), loss and accuracy per epoch on the training and test splits, and evaluation.
 
 use crate::dataset::Dataset;
+use crate::device_batches::{DeviceBatch, DeviceBatches};
 use crate::error::{DataError, Result};
-use crate::loader::{BatchLoader, HostBatch, shuffled};
-use memopt_checkpoint::{Batch, Cx, Model, Recording, StepOptions, Target, Trainer};
-use memopt_core::{Device, MemoryKind, Philox, Tensor};
+use crate::loader::{BatchLoader, Staging, shuffled};
+use memopt_checkpoint::{Cx, Model, Recording, StepOptions, Trainer};
+use memopt_core::Philox;
 use std::sync::Arc;
 
 /// How the learning rate changes from epoch to epoch.
@@ -47,9 +48,9 @@ impl Schedule {
 /// Loss and accuracy over a split.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct SplitMetrics {
-    /// Mean loss per sample.
+    /// Mean loss per sample (NaN on Meta, which has no values).
     pub loss: f64,
-    /// Fraction of samples whose largest output is their label.
+    /// Fraction of samples whose largest output is their label (NaN on Meta).
     pub accuracy: f64,
     /// Samples seen.
     pub samples: usize,
@@ -78,26 +79,40 @@ impl Tally {
         }
     }
 
-    fn metrics(&self) -> SplitMetrics {
+    /// Counts samples whose values Meta does not have.
+    fn add_unseen(&mut self, n: usize) {
+        self.samples += n;
+    }
+
+    fn metrics(&self, has_data: bool) -> SplitMetrics {
         let n = self.samples.max(1) as f64;
+        let (loss, accuracy) = if has_data {
+            (self.loss / n, self.correct as f64 / n)
+        } else {
+            (f64::NAN, f64::NAN)
+        };
         SplitMetrics {
-            loss: self.loss / n,
-            accuracy: self.correct as f64 / n,
+            loss,
+            accuracy,
             samples: self.samples,
         }
     }
 }
 
-/// The batch as tensors (the host values moved, not copied), and its labels and indices.
-fn to_batch(b: HostBatch, device: Device) -> Result<(Batch, Vec<i64>, Vec<usize>)> {
-    let n = b.labels.len();
-    let input = Tensor::from_vec(b.input, b.dims, device, MemoryKind::Input)?;
-    let labels = Tensor::from_vec(b.labels.clone(), vec![n], device, MemoryKind::Input)?;
-    let batch = Batch {
-        input,
-        target: Target::Labels(labels),
-    };
-    Ok((batch, b.labels, b.indices))
+/// The batches of `order` on `model`'s device (read on a background thread, staged as the
+/// device needs: page-locked on a GPU, shapes only on Meta).
+pub fn device_batches(
+    model: &Model,
+    data: &Arc<Dataset>,
+    order: Vec<usize>,
+    batch_size: usize,
+) -> Result<DeviceBatches> {
+    let spec = model.spec();
+    let mut sample = vec![spec.time_steps];
+    sample.extend_from_slice(&spec.sample);
+    let staging = Staging::for_device(model.device(), &sample);
+    let loader = BatchLoader::spawn(data.clone(), order, batch_size, spec.time_steps, staging, false)?;
+    Ok(DeviceBatches::new(loader, model.device()))
 }
 
 /// The first few dataset indices of a batch, for an error.
@@ -109,7 +124,8 @@ fn some_samples(indices: &[usize]) -> String {
 
 /// One training epoch: the learning rate set by `schedule`, samples of `train` shuffled by
 /// `(seed, epoch)`, batches of `batch_size` (a smaller last batch kept), `on_step(step in
-/// epoch, steps in epoch, loss)` after every step.
+/// epoch, steps in epoch, loss)` after every step (the loss is `None` on Meta, which
+/// allocates as the device would and computes nothing).
 #[allow(clippy::too_many_arguments)]
 pub fn train_epoch(
     model: &Model,
@@ -119,22 +135,30 @@ pub fn train_epoch(
     epoch: u64,
     seed: u64,
     batch_size: usize,
-    on_step: &mut dyn FnMut(usize, usize, f32),
+    on_step: &mut dyn FnMut(usize, usize, Option<f32>),
 ) -> Result<SplitMetrics> {
     let order = shuffled(train, seed, epoch);
     let steps = order.len().div_ceil(batch_size.max(1));
-    let loader = BatchLoader::spawn(data.clone(), order, batch_size, model.spec().time_steps, false)?;
+    let has_data = !model.device().is_meta();
+    let batches = device_batches(model, data, order, batch_size)?;
     let mut tally = Tally::default();
     let opts = StepOptions {
         keep_output: true,
         ..StepOptions::default()
     };
-    for (i, host) in loader.enumerate() {
-        let (batch, labels, indices) = to_batch(host?, model.device())?;
+    for (i, batch) in batches.enumerate() {
+        let DeviceBatch {
+            batch,
+            labels,
+            indices,
+        } = batch?;
         let out = trainer.step(model, &batch, opts)?;
-        let loss = out
-            .loss
-            .ok_or_else(|| DataError::Invalid("training needs a device with data (cpu)".into()))?;
+        drop(batch);
+        let Some(loss) = out.loss.filter(|_| has_data) else {
+            tally.add_unseen(labels.len());
+            on_step(i + 1, steps, None);
+            continue;
+        };
         if !loss.is_finite() {
             // Frames and loaded weights are checked finite: the training itself diverged.
             return Err(DataError::Invalid(format!(
@@ -150,13 +174,14 @@ pub fn train_epoch(
             .transpose()?
             .unwrap_or_default();
         tally.add(f64::from(loss), &rates, &labels);
-        on_step(i + 1, steps, loss);
+        on_step(i + 1, steps, Some(loss));
     }
-    Ok(tally.metrics())
+    Ok(tally.metrics(has_data))
 }
 
 /// Evaluation without a tape, BatchNorm on its running statistics and dropout off: loss and
-/// accuracy over `indices`, and the time-averaged outputs `[samples, classes]` in order.
+/// accuracy over `indices`, and the time-averaged outputs `[samples, classes]` in order (on
+/// Meta: the allocations alone, NaN metrics and no outputs).
 pub fn evaluate(
     model: &Model,
     data: &Arc<Dataset>,
@@ -164,17 +189,16 @@ pub fn evaluate(
     batch_size: usize,
 ) -> Result<(SplitMetrics, Vec<f32>)> {
     check_classes(model, data)?;
-    let loader = BatchLoader::spawn(
-        data.clone(),
-        indices.to_vec(),
-        batch_size,
-        model.spec().time_steps,
-        false,
-    )?;
+    let has_data = !model.device().is_meta();
+    let batches = device_batches(model, data, indices.to_vec(), batch_size)?;
     let mut tally = Tally::default();
     let mut outputs = Vec::new();
-    for host in loader {
-        let (batch, labels, batch_indices) = to_batch(host?, model.device())?;
+    for batch in batches {
+        let DeviceBatch {
+            batch,
+            labels,
+            indices: batch_indices,
+        } = batch?;
         model.check_input(&batch.input)?;
         let mut cx = Cx::new(
             model.device(),
@@ -185,6 +209,10 @@ pub fn evaluate(
         );
         let x = cx.leaf(batch.input, false);
         let y = model.forward(&mut cx, x)?;
+        if !has_data {
+            tally.add_unseen(labels.len());
+            continue;
+        }
         let d = y.dims().to_vec();
         let values = y.tensor()?.to_vec_f32()?;
         let rates = time_mean(&values, &d);
@@ -199,7 +227,7 @@ pub fn evaluate(
         tally.add(loss, &rates, &labels);
         outputs.extend_from_slice(&rates);
     }
-    Ok((tally.metrics(), outputs))
+    Ok((tally.metrics(has_data), outputs))
 }
 
 /// `[T, N, C]` -> mean over T (`[N, C]` passes through).
@@ -281,7 +309,7 @@ pub fn run_epoch(
     test: &[usize],
     plan: &EpochPlan,
     epoch: u64,
-    on_step: &mut dyn FnMut(usize, usize, f32),
+    on_step: &mut dyn FnMut(usize, usize, Option<f32>),
 ) -> Result<EpochMetrics> {
     check_classes(model, data)?;
     let lr = plan.schedule.rate(plan.base_lr, epoch);

@@ -10,7 +10,7 @@
 
 use crate::error::{DataError, Result, read_all};
 use memopt_checkpoint::{Model, Trainer};
-use memopt_core::{Device, RngState, Tensor};
+use memopt_core::{RngState, Tensor};
 use safetensors::tensor::TensorView;
 use safetensors::{Dtype, SafeTensors};
 use std::collections::{BTreeMap, HashMap};
@@ -281,9 +281,9 @@ fn expected(
 
 /// Checks every name, dtype and shape, then copies the data; returns the file's metadata.
 fn load_into(path: &Path, model: &Model, trainer: Option<&Trainer>) -> Result<HashMap<String, String>> {
-    if model.device() != Device::Cpu {
+    if model.device().is_meta() {
         return Err(DataError::Invalid(format!(
-            "weights load into a model on the CPU; this one is on {}",
+            "weights load into a model with values (cpu or cuda); this one is on {}, which has none",
             model.device()
         )));
     }
@@ -343,11 +343,13 @@ fn load_into(path: &Path, model: &Model, trainer: Option<&Trainer>) -> Result<Ha
         let Some(t) = tensor else { continue };
         // present with the right dtype and shape: checked above
         let view = st.tensor(name).expect("checked above");
-        let mut w = t.write::<f32>("load weights")?;
-        let dst = w.host_mut()?;
-        for (d, b) in dst.iter_mut().zip(view.data().chunks_exact(4)) {
-            *d = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
-        }
+        let values: Vec<f32> = view
+            .data()
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect();
+        // In place on the model's device (a GPU copy allocates nothing there).
+        t.copy_from_host(&values)?;
     }
     drop(st);
     Ok(file.meta())

@@ -44,7 +44,7 @@ impl Estimator {
         let device = workload.meta_device();
         Ok(Estimator {
             workload: workload.clone(),
-            setup_peaks: peaks_of(&tracker),
+            setup_peaks: AllocatorLevels::peaks_of(&tracker),
             baseline: tracker.current_bytes(),
             tracker,
             session,
@@ -86,7 +86,7 @@ impl Estimator {
         self.session.step()?;
         self.host_peak = self.host.as_ref().map_or(0, |h| h.peak_bytes());
         self.check_no_leak()?;
-        let step = peaks_of(&self.tracker);
+        let step = AllocatorLevels::peaks_of(&self.tracker);
         Ok(AllocatorLevels {
             requested_bytes: self.setup_peaks.requested_bytes.max(step.requested_bytes),
             allocated_bytes: self.setup_peaks.allocated_bytes.max(step.allocated_bytes),
@@ -154,16 +154,6 @@ impl Estimator {
             });
         }
         Ok(())
-    }
-}
-
-/// The tracker's requested, allocated and reserved peaks, in bytes.
-fn peaks_of(tracker: &MemoryTracker) -> AllocatorLevels {
-    let s = tracker.stats();
-    AllocatorLevels {
-        requested_bytes: s.peak,
-        allocated_bytes: s.allocated_peak,
-        reserved_bytes: s.reserved_peak,
     }
 }
 

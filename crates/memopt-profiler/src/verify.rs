@@ -116,12 +116,7 @@ impl StepRecord {
         let out = session.step_with(opts)?;
         let step_ms = started.elapsed().as_secs_f64() * 1e3;
         let peak_bytes = tracker.peak_bytes();
-        let stats = tracker.stats();
-        let allocator_peaks = AllocatorLevels {
-            requested_bytes: stats.peak,
-            allocated_bytes: stats.allocated_peak,
-            reserved_bytes: stats.reserved_peak,
-        };
+        let allocator_peaks = AllocatorLevels::peaks_of(&tracker);
         let gradients = if grads_in_states_step {
             states_step_gradients
         } else {

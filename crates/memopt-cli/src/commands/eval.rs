@@ -1,13 +1,14 @@
 //! `memopt eval`: loss and accuracy of saved weights on a dataset, optionally the logits.
 
 use super::dataset::{DataArgs, SplitArg};
+use crate::device_arg::parse_device;
 use crate::error::{CliError, Result};
 use crate::files::{Outputs, check_outside_data};
 use crate::memory_limit::MemoryLimitArgs;
 use crate::out;
 use crate::selection::{DEFAULT_MODEL, ModelArgs};
 use memopt_core::output_file::same_file;
-use memopt_core::{Device, MemoryTracker};
+use memopt_core::MemoryTracker;
 use memopt_data::npy::{NpyArray, NpyData};
 use memopt_data::training::evaluate;
 use memopt_data::weights::load_model;
@@ -42,6 +43,9 @@ pub struct EvalArgs {
     /// The memory limit the data path keeps to.
     #[command(flatten)]
     pub limit: MemoryLimitArgs,
+    /// Where to evaluate: cpu, or cuda or cuda:N (a GPU).
+    #[arg(long, default_value = "cpu", value_name = "cpu|cuda[:N]")]
+    pub device: String,
 }
 
 /// Evaluates.
@@ -57,8 +61,14 @@ pub fn run(args: &EvalArgs, out: &mut dyn Write) -> Result<()> {
             p.display()
         )));
     }
-    let _installed = MemoryTracker::install(MemoryTracker::new(Device::Cpu));
-    let model = sel.workload.build_model(Device::Cpu)?;
+    let device = parse_device(&args.device)?;
+    if device.is_meta() {
+        return Err(CliError::Usage(format!(
+            "--device {device}: evaluation reads values, and {device} has none; use cpu or cuda[:N]"
+        )));
+    }
+    let _installed = MemoryTracker::install(MemoryTracker::new(device));
+    let model = sel.workload.build_model(device)?;
     load_model(&args.load, &model)?;
     let budget = args.limit.data_budget()?;
     let data = args

@@ -118,11 +118,7 @@ pub fn run(args: &TrainArgs, out: &mut dyn Write) -> Result<()> {
     args.limit
         .check(&sel.workload, &[&plan], device, &args.model.command_line())?;
     if args.dataset.data.data.is_some() {
-        let step_peak = if args.limit.ignore_memory_limit {
-            0
-        } else {
-            crate::memory_limit::reserved_peak(&sel.workload, &[&plan])?
-        };
+        let step_peak = crate::memory_limit::reserved_peak(&sel.workload, &[&plan])?;
         let run = super::train_data::DataRun {
             args: &args.dataset,
             limit: &args.limit,

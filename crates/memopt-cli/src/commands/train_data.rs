@@ -6,18 +6,23 @@ use super::dataset::DataArgs;
 use super::train_chart;
 use crate::error::{CliError, Result};
 use crate::files::{Outputs, check_outside_data, write_atomic};
-use crate::memory_limit::MemoryLimitArgs;
+use crate::format::bytes;
+use crate::gpu_memory::GpuMemory;
+use crate::memory_limit::{MemoryLimitArgs, gpu_room};
 use crate::out;
 use crate::selection::Selection;
 use memopt_checkpoint::optim::{Adam, Optimizer, Sgd};
 use memopt_checkpoint::{Model, Plan, Trainer};
 use memopt_core::output_file::same_file;
-use memopt_core::{Device, MemoryTracker};
+use memopt_core::{Device, MemoryTracker, Target};
+use memopt_data::Dataset;
 use memopt_data::training::{EpochMetrics, EpochPlan, Schedule, run_epoch};
 use memopt_data::weights::{WeightsInfo, load_model, load_training, save_pair, state_path};
-use memopt_profiler::OptimizerChoice;
+use memopt_profiler::{AllocatorLevels, OptimizerChoice};
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
 
 /// The learning-rate schedule of `--schedule`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -240,21 +245,133 @@ fn metrics_line(m: &EpochMetrics, jsonl: bool) -> String {
 }
 
 /// What `memopt train` hands the data run besides the model: its options, the memory limit,
-/// the step's exact reserved peak (bytes, 0 when not checked) and whether to hide progress.
+/// the step's exact reserved peak (bytes) and whether to hide progress.
 #[derive(Debug, Clone, Copy)]
 pub struct DataRun<'a> {
     /// The dataset options.
     pub args: &'a DataTrainArgs,
     /// The memory limit options.
     pub limit: &'a MemoryLimitArgs,
-    /// The training step's reserved peak, in bytes.
+    /// The training step's reserved peak on the device, in bytes (its plan's exact figure).
     pub step_peak: u64,
     /// No progress bar.
     pub quiet: bool,
 }
 
-/// Trains on `--data` for `--epochs`; `limit` bounds the data path's memory, beside the
-/// step's reserved peak `step_peak` (bytes).
+/// The model under `plan` on `device` and its trainer (optimizer from the options).
+fn build(sel: &Selection, plan: &Plan, device: Device, a: &DataTrainArgs) -> Result<(Model, Trainer)> {
+    let mut model = sel.workload.build_model(device)?;
+    model.apply_plan(plan)?;
+    let opt = optimizer(sel, &model, a)?;
+    Ok((model, Trainer::new(opt, sel.workload.seed)))
+}
+
+/// The epochs of one run: data, splits and settings.
+struct Epochs<'a> {
+    data: &'a Arc<Dataset>,
+    train: &'a [usize],
+    test: &'a [usize],
+    plan: EpochPlan,
+    range: std::ops::Range<u64>,
+}
+
+impl Epochs<'_> {
+    /// Runs every epoch on `model`, calling `on_epoch` after each.
+    fn run(
+        &self,
+        model: &Model,
+        trainer: &mut Trainer,
+        on_step: &mut dyn FnMut(u64, usize, Option<f32>),
+        on_epoch: &mut dyn FnMut(&EpochMetrics, &Trainer) -> Result<()>,
+    ) -> Result<()> {
+        for epoch in self.range.clone() {
+            let m = run_epoch(
+                model,
+                trainer,
+                self.data,
+                self.train,
+                self.test,
+                &self.plan,
+                epoch,
+                &mut |_, samples, loss| on_step(epoch, samples, loss),
+            )?;
+            on_epoch(&m, trainer)?;
+        }
+        Ok(())
+    }
+}
+
+/// The exact peaks of the whole run on `target`: every epoch replayed on Meta (the model and
+/// optimizer state, the batches on the device, those uploading ahead, the smaller last batch
+/// and the evaluation), under this process's allocator configuration.
+fn replay_on_meta(sel: &Selection, plan: &Plan, target: Target, a: &DataTrainArgs, epochs: &Epochs<'_>) -> Result<AllocatorLevels> {
+    let device = Device::Meta(target);
+    let tracker = MemoryTracker::new(device);
+    let _installed = MemoryTracker::install(tracker.clone());
+    let (model, mut trainer) = build(sel, plan, device, a)?;
+    epochs.run(&model, &mut trainer, &mut |_, _, _| {}, &mut |_, _| Ok(()))?;
+    Ok(AllocatorLevels::peaks_of(&tracker))
+}
+
+/// Refuses a run whose exact reserved peak exceeds the room on its device.
+fn refuse_unless_run_fits(limit: &MemoryLimitArgs, device: Device, run: &AllocatorLevels, step_peak: u64) -> Result<()> {
+    if limit.ignore_memory_limit {
+        return Ok(());
+    }
+    let room = match device {
+        Device::Cpu => limit.room()?,
+        Device::Cuda(ordinal) => Some(gpu_room(ordinal)?),
+        Device::Meta(_) => None,
+    };
+    match room {
+        Some(room) if run.reserved_bytes > room.bytes => Err(CliError::Invalid(format!(
+            "the training run reserves {} ({} bytes) at its peak on {device} (a step alone {}; the \
+             batches on the device, the last smaller batch and the evaluation included), but only {} \
+             ({} bytes; {}) is free: lower --batch or train under a plan from `memopt optimize \
+             --budget`; --ignore-memory-limit runs anyway",
+            bytes(run.reserved_bytes),
+            run.reserved_bytes,
+            bytes(step_peak),
+            bytes(room.bytes),
+            room.bytes,
+            room.source
+        ))),
+        _ => Ok(()),
+    }
+}
+
+/// Options that write or read values, which Meta does not have.
+fn reject_on_meta(a: &DataTrainArgs, device: Device) -> Result<()> {
+    let given = [
+        ("--load", a.load.is_some()),
+        ("--save", a.save.is_some()),
+        ("--resume", a.resume.is_some()),
+        ("--metrics", a.metrics.is_some()),
+        ("--chart", a.chart.is_some()),
+    ];
+    match given.iter().find(|(_, set)| *set) {
+        Some((flag, _)) => Err(CliError::Usage(format!(
+            "{flag} needs values, and {device} has none (it predicts the run's memory): train on cpu or \
+             cuda to use it"
+        ))),
+        None => Ok(()),
+    }
+}
+
+/// One line of the run's peaks.
+fn peaks_line(p: &AllocatorLevels) -> String {
+    format!(
+        "{} reserved ({} bytes), {} allocated, {} requested ({} bytes)",
+        bytes(p.reserved_bytes),
+        p.reserved_bytes,
+        bytes(p.allocated_bytes),
+        bytes(p.requested_bytes),
+        p.requested_bytes
+    )
+}
+
+/// Trains on `--data` for `--epochs` on `device` (on Meta: replays the run's allocations and
+/// reports its exact peaks); `limit` bounds the data path's memory and the run's.
 pub fn run(
     sel: &Selection,
     plan: &Plan,
@@ -268,26 +385,22 @@ pub fn run(
         step_peak,
         quiet,
     } = *run;
-    if device != Device::Cpu {
-        return Err(CliError::Usage(format!(
-            "training on a dataset runs on the cpu, not {device}"
-        )));
-    }
     if a.epochs == 0 {
         return Err(CliError::Usage("--epochs must be at least 1".into()));
     }
+    if device.is_meta() {
+        reject_on_meta(a, device)?;
+    }
     let sched = schedule(a)?;
     check_outputs(a)?;
-    // Probed before the model exists: the step's peak already counts its parameters.
-    let data_budget = limit.data_budget()?.less(step_peak, "the training step")?;
+    // The step's peak is host memory only on the CPU; it already counts the parameters.
+    let host_peak = if device == Device::Cpu { step_peak } else { 0 };
+    let data_budget = limit.data_budget()?.less(host_peak, "the training step")?;
     let tracker = MemoryTracker::new(device);
     let _installed = MemoryTracker::install(tracker.clone());
-    let mut model = sel.workload.build_model(device)?;
-    model.apply_plan(plan)?;
-    let opt = optimizer(sel, &model, a)?;
-    let base_lr = opt.learning_rate();
-    let mut trainer = Trainer::new(opt, sel.workload.seed);
-    let data = a
+    let (model, mut trainer) = build(sel, plan, device, a)?;
+    let base_lr = trainer.optimizer().learning_rate();
+    let mut data = a
         .data
         .open("train", model.spec(), sel.workload.batch_size, &data_budget)?;
     memopt_data::training::check_classes(&model, &data)?;
@@ -298,7 +411,6 @@ pub fn run(
         ));
     }
     let mut start = 0;
-    let mut history: Vec<EpochMetrics> = Vec::new();
     if let Some(p) = &a.load {
         let info = load_model(p, &model)?;
         out!(out, "loaded {} ({} steps behind it)", p.display(), info.steps)?;
@@ -320,9 +432,11 @@ pub fn run(
         }
     }
     out!(out, "{}", sel.describe())?;
+    let batch_size = sel.workload.batch_size;
+    let last = train.len() % batch_size;
     out!(
         out,
-        "data: {} ({} samples, {} classes; {} train, {} test), epochs {}..{} of {}, batch {}",
+        "data: {} ({} samples, {} classes; {} train, {} test), epochs {}..{} of {}, batch {}{}",
         a.data.folder("train")?.display(),
         data.len(),
         data.classes.len(),
@@ -331,22 +445,63 @@ pub fn run(
         start + 1,
         a.epochs,
         a.epochs,
-        sel.workload.batch_size
+        batch_size,
+        if last > 0 {
+            format!(" (the last of each epoch {last}: trained, and replayed in the peak below)")
+        } else {
+            String::new()
+        }
     )?;
     let epoch_plan = EpochPlan {
         base_lr,
         schedule: sched,
         seed: sel.workload.seed,
-        batch_size: sel.workload.batch_size,
+        batch_size,
     };
-    let steps_per_epoch = train.len().div_ceil(sel.workload.batch_size) as u64;
+    let replay = Epochs {
+        data: &data,
+        train: &train,
+        test: &test,
+        plan: epoch_plan,
+        range: start..a.epochs,
+    };
+    if device.is_meta() {
+        replay.run(&model, &mut trainer, &mut |_, _, _| {}, &mut |_, _| Ok(()))?;
+        let peaks = AllocatorLevels::peaks_of(&tracker);
+        return out!(
+            out,
+            "predicted peak of the run on {device}: {} (exact: model, optimizer state, the batches \
+             on the device and the evaluation included; a step alone {})",
+            peaks_line(&peaks),
+            bytes(step_peak)
+        );
+    }
+    let replayed = replay_on_meta(sel, plan, device.target(), a, &replay)?;
+    refuse_unless_run_fits(limit, device, &replayed, step_peak)?;
+    if device == Device::Cpu && replayed.reserved_bytes > step_peak {
+        // The frames' budget leaves room for the whole run, not only for one step (the
+        // replay's loader threads have ended, so the dataset is not shared).
+        let more = replayed.reserved_bytes - step_peak;
+        if let Some(d) = Arc::get_mut(&mut data) {
+            d.budget = d.budget.less(more, "the training run's exact reserved peak")?;
+        }
+    }
+    let epochs = Epochs {
+        data: &data,
+        train: &train,
+        test: &test,
+        plan: epoch_plan,
+        range: start..a.epochs,
+    };
+    out!(out, "planned peak of the run on {device}: {}", peaks_line(&replayed))?;
+    let steps_per_epoch = train.len().div_ceil(batch_size) as u64;
     let bar = if quiet {
         indicatif::ProgressBar::hidden()
     } else {
         indicatif::ProgressBar::new((a.epochs - start) * steps_per_epoch)
     };
     bar.set_style(
-        indicatif::ProgressStyle::with_template("{bar:30} {pos}/{len} steps {per_sec} eta {eta} {msg}")
+        indicatif::ProgressStyle::with_template("{bar:30} {pos}/{len} steps eta {eta} {msg}")
             .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
     );
     let jsonl = a
@@ -358,60 +513,72 @@ pub fn run(
     } else {
         "epoch,lr,train_loss,train_acc,test_loss,test_acc\n".to_string()
     };
-    for epoch in start..a.epochs {
-        let m = run_epoch(
-            &model,
-            &mut trainer,
-            &data,
-            &train,
-            &test,
-            &epoch_plan,
-            epoch,
-            &mut |_, _, loss| {
-                bar.inc(1);
-                bar.set_message(format!("epoch {} loss {loss:.4}", epoch + 1));
-            },
-        )?;
-        let test_text = m.test.map_or("no test split".to_string(), |t| {
-            format!("test loss {:.4} acc {:.1}%", t.loss, 100.0 * t.accuracy)
-        });
-        bar.suspend(|| {
-            out!(
-                out,
-                "epoch {}/{}  lr {:.5}  train loss {:.4} acc {:.1}%  {test_text}",
-                epoch + 1,
-                a.epochs,
-                m.lr,
-                m.train.loss,
-                100.0 * m.train.accuracy
-            )
-        })?;
-        metrics_text.push_str(&metrics_line(&m, jsonl));
-        metrics_text.push('\n');
-        history.push(m);
-        if let Some(p) = &a.save {
-            let mut info = WeightsInfo {
-                model: model.name().to_string(),
-                steps: trainer.steps(),
-                ..WeightsInfo::default()
+    let mut history: Vec<EpochMetrics> = Vec::new();
+    let started = Instant::now();
+    let mut samples_done = 0usize;
+    let on_device = matches!(device, Device::Cuda(_));
+    epochs.run(
+        &model,
+        &mut trainer,
+        &mut |epoch, samples, loss| {
+            samples_done += samples;
+            bar.inc(1);
+            let rate = samples_done as f64 / started.elapsed().as_secs_f64().max(1e-9);
+            let memory = if on_device {
+                format!(", {} reserved on {device}", bytes(tracker.reserved_bytes()))
+            } else {
+                String::new()
             };
-            info.extra.insert("epoch".into(), (epoch + 1).to_string());
-            save_pair(p, &model, &trainer, &info)?;
-        }
-        if let Some(p) = &a.metrics {
-            write_atomic(p, metrics_text.as_bytes())?;
-        }
-        if let Some(p) = &a.chart {
-            write_atomic(p, train_chart::render(model.name(), &history).as_bytes())?;
-        }
-    }
+            let loss = loss.map_or("n/a".to_string(), |l| format!("{l:.4}"));
+            bar.set_message(format!("epoch {} loss {loss}, {rate:.1} samples/s{memory}", epoch + 1));
+        },
+        &mut |m, trainer| {
+            let test_text = m.test.map_or("no test split".to_string(), |t| {
+                format!("test loss {:.4} acc {:.1}%", t.loss, 100.0 * t.accuracy)
+            });
+            bar.suspend(|| {
+                out!(
+                    out,
+                    "epoch {}/{}  lr {:.5}  train loss {:.4} acc {:.1}%  {test_text}",
+                    m.epoch + 1,
+                    a.epochs,
+                    m.lr,
+                    m.train.loss,
+                    100.0 * m.train.accuracy
+                )
+            })?;
+            metrics_text.push_str(&metrics_line(m, jsonl));
+            metrics_text.push('\n');
+            history.push(*m);
+            if let Some(p) = &a.save {
+                let mut info = WeightsInfo {
+                    model: model.name().to_string(),
+                    steps: trainer.steps(),
+                    ..WeightsInfo::default()
+                };
+                info.extra.insert("epoch".into(), (m.epoch + 1).to_string());
+                save_pair(p, &model, trainer, &info)?;
+            }
+            if let Some(p) = &a.metrics {
+                write_atomic(p, metrics_text.as_bytes())?;
+            }
+            if let Some(p) = &a.chart {
+                write_atomic(p, train_chart::render(model.name(), &history).as_bytes())?;
+            }
+            Ok(())
+        },
+    )?;
     bar.finish_and_clear();
     if let Some(p) = &a.save {
         out!(out, "saved {} and {}", p.display(), state_path(p).display())?;
     }
     out!(
         out,
-        "measured peak: {} bytes (model, optimizer state, batch included)",
-        tracker.peak_bytes()
-    )
+        "measured peak of the run on {device}: {}",
+        peaks_line(&AllocatorLevels::peaks_of(&tracker))
+    )?;
+    match GpuMemory::measure(device, &tracker)? {
+        Some(g) => out!(out, "{}", g.line()),
+        None => Ok(()),
+    }
 }

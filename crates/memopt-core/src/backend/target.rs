@@ -19,6 +19,19 @@ pub enum Target {
 }
 
 impl Target {
+    /// Batches a training loop on this target holds on the device ahead of the one it trains
+    /// on: their uploads overlap the step.
+    ///
+    /// - CPU: 0 (a batch is moved into place when its step starts; there is nothing to overlap).
+    /// - CUDA: 1 (the next batch is allocated before the step and copied on the GPU's copy
+    ///   stream while it runs).
+    pub const fn batches_ahead(self) -> usize {
+        match self {
+            Target::Cpu => 0,
+            Target::Cuda => 1,
+        }
+    }
+
     /// Output pixels (GEMM columns) per im2col chunk of a convolution: enough images are
     /// grouped to reach this many columns (at least one image per chunk).
     ///

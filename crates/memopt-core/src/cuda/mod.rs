@@ -24,6 +24,7 @@
 //! ```
 
 mod cache;
+mod copy_stream;
 mod device_memory;
 mod event_clock;
 mod gate;
@@ -35,6 +36,8 @@ mod params;
 mod ptx_check;
 
 pub use cache::{cuda_function, loaded_module_count};
+pub use copy_stream::copy_stream;
+pub(crate) use copy_stream::{after_compute, compute_waits_for};
 pub use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, CudaView, LaunchConfig, PushKernelArg};
 pub use cudarc::nvrtc::Ptx;
 pub use device_memory::{DeviceMemory, device_memory};

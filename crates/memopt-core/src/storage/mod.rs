@@ -9,6 +9,7 @@ mod element;
 mod host_buf;
 mod host_range;
 mod host_segment;
+mod pinned;
 
 pub use cpu::CpuData;
 pub use cuda::{CudaData, cuda_context, cuda_device_count};
@@ -19,6 +20,7 @@ pub use element::Element;
 pub use host_buf::HostBuf;
 pub use host_range::HostRange;
 pub use host_segment::{HostBacking, HostSegment};
+pub use pinned::PinnedBuffer;
 
 use crate::memory::{Allocation, HostBlock, MemoryKind, MemoryTracker};
 use crate::{CoreError, DType, Device, Result};

@@ -3,9 +3,11 @@
 mod access;
 mod convert;
 mod create;
+mod pending;
 
 pub use access::{DataRead, DataWrite, KernelBuffer};
 pub use create::host_vec_with_capacity;
+pub use pending::PendingTensor;
 
 /// What is known about a tensor's values, from the op that made it (never from its data, so
 /// every device, Meta included, knows the same).

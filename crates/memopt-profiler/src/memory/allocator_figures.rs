@@ -14,6 +14,16 @@ pub struct AllocatorLevels {
 }
 
 impl AllocatorLevels {
+    /// The peaks `tracker` has seen on each level (since its last `reset_peak`), in bytes.
+    pub fn peaks_of(tracker: &memopt_core::MemoryTracker) -> AllocatorLevels {
+        let s = tracker.stats();
+        AllocatorLevels {
+            requested_bytes: s.peak,
+            allocated_bytes: s.allocated_peak,
+            reserved_bytes: s.reserved_peak,
+        }
+    }
+
     /// Reserved bytes not allocated to any tensor: cached free blocks and split remainders.
     pub fn fragmentation_bytes(&self) -> u64 {
         self.reserved_bytes.saturating_sub(self.allocated_bytes)

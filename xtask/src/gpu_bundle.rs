@@ -16,7 +16,7 @@ use std::process::Command;
 const MAX_BYTES: u64 = 48 * 1024 * 1024;
 
 /// The GPU test targets: (package, integration test).
-const TESTS: [(&str, &str); 10] = [
+const TESTS: [(&str, &str); 11] = [
     ("memopt-core", "nvrtc_kernels"),
     ("memopt-core", "gpu_pool"),
     ("memopt-core", "gpu_ops"),
@@ -27,6 +27,7 @@ const TESTS: [(&str, &str); 10] = [
     ("memopt-compress", "gpu"),
     ("memopt-compress", "spike_counts"),
     ("memopt-search", "gpu_step"),
+    ("memopt-data", "training"),
 ];
 
 /// Files of `xtask/gpu-bundle/` copied as they are: (source, name in the bundle).

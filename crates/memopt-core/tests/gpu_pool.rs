@@ -181,3 +181,58 @@ fn gpu_and_meta_cuda_trackers_agree_on_an_allocation_sequence() {
         );
     }
 }
+
+/// Batches uploaded from page-locked memory on the copy stream arrive whole, in the pool (the
+/// tracker counts them from the upload's start, as Meta does), and ordered before the compute
+/// stream's next kernel; a page-locked buffer rewritten for the next batch waits for its last
+/// upload, so the first tensor keeps its values; a pending upload dropped unread leaves its block
+/// safe to reuse; values written in place with `copy_from_host` allocate nothing on the GPU.
+#[test]
+fn pinned_uploads_overlap_and_arrive_whole() {
+    if !gpu_or_skip("pinned_uploads_overlap_and_arrive_whole") {
+        return;
+    }
+    use memopt_core::storage::PinnedBuffer;
+    let tracker = MemoryTracker::new(GPU);
+    let _installed = MemoryTracker::install(tracker.clone());
+    let meta = MemoryTracker::new(Device::Meta(Target::Cuda));
+    let n = 3 << 20; // 12 MiB of f32: a large block
+    let first = values(n, 1, 4.0);
+    let second = values(n, 2, 4.0);
+    let mut pinned = PinnedBuffer::<f32>::new(0, n).unwrap();
+    pinned.host_mut().unwrap().copy_from_slice(&first);
+    let a = Tensor::upload_pinned(&mut pinned, [n], 0, MemoryKind::Input).unwrap();
+    {
+        let _m = MemoryTracker::install(meta.clone());
+        drop(Tensor::zeros([n], DType::F32, Device::Meta(Target::Cuda), MemoryKind::Input).unwrap());
+    }
+    assert_eq!(tracker.peak_bytes(), meta.peak_bytes());
+    assert_eq!(tracker.reserved_bytes(), meta.reserved_bytes());
+    // Rewriting waits for the first upload to have read the buffer.
+    pinned.host_mut().unwrap().copy_from_slice(&second);
+    let b = Tensor::upload_pinned(&mut pinned, [n], 0, MemoryKind::Input).unwrap();
+    let (a, b) = (a.ready().unwrap(), b.ready().unwrap());
+    // A kernel right after `ready` reads the uploaded values.
+    let doubled = memopt_core::kernels::add(&a, &a).unwrap();
+    assert_eq!(a.to_vec_f32().unwrap(), first);
+    assert_eq!(b.to_vec_f32().unwrap(), second);
+    let want: Vec<f32> = first.iter().map(|v| v + v).collect();
+    assert_eq!(doubled.to_vec_f32().unwrap(), want);
+    // A smaller upload uses the buffer's front.
+    let c = Tensor::upload_pinned(&mut pinned, [2, 5], 0, MemoryKind::Input).unwrap();
+    assert_eq!(c.dims(), &[2, 5]);
+    assert_eq!(c.ready().unwrap().to_vec_f32().unwrap(), second[..10]);
+    // Dropped unread: the block goes back, and the next tensor in it is zero-filled after the copy.
+    let unread = Tensor::upload_pinned(&mut pinned, [n], 0, MemoryKind::Input).unwrap();
+    drop(unread);
+    let zeros = Tensor::zeros([n], DType::F32, GPU, MemoryKind::Workspace).unwrap();
+    assert!(zeros.to_vec_f32().unwrap().iter().all(|&v| v == 0.0));
+    // In place: no GPU allocation.
+    let held = tracker.current_bytes();
+    a.copy_from_host(&second).unwrap();
+    assert_eq!(tracker.current_bytes(), held);
+    assert_eq!(a.to_vec_f32().unwrap(), second);
+    // More values than the buffer holds are refused, not copied.
+    let e = Tensor::upload_pinned(&mut pinned, [n + 1], 0, MemoryKind::Input).unwrap_err();
+    assert!(e.to_string().contains("asked of a buffer"), "{e}");
+}

@@ -9,6 +9,7 @@ use crate::loader::{BatchLoader, Staging, shuffled};
 use memopt_checkpoint::{Cx, Model, Recording, StepOptions, Trainer};
 use memopt_core::Philox;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 /// How the learning rate changes from epoch to epoch.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -54,6 +55,15 @@ pub struct SplitMetrics {
     pub accuracy: f64,
     /// Samples seen.
     pub samples: usize,
+}
+
+/// Wall time of a training loop, and how much of it waited for the next batch.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct LoopTime {
+    /// Seconds from the first batch asked for to the last step's end.
+    pub seconds: f64,
+    /// Seconds spent waiting for batches (the loader thread, staging and allocation).
+    pub waiting_seconds: f64,
 }
 
 /// Sums of loss and correct predictions, weighted by batch size.
@@ -136,17 +146,22 @@ pub fn train_epoch(
     seed: u64,
     batch_size: usize,
     on_step: &mut dyn FnMut(usize, usize, Option<f32>),
-) -> Result<SplitMetrics> {
+) -> Result<(SplitMetrics, LoopTime)> {
     let order = shuffled(train, seed, epoch);
     let steps = order.len().div_ceil(batch_size.max(1));
     let has_data = !model.device().is_meta();
-    let batches = device_batches(model, data, order, batch_size)?;
+    let started = Instant::now();
+    let mut waiting = Duration::ZERO;
+    let mut batches = device_batches(model, data, order, batch_size)?;
     let mut tally = Tally::default();
     let opts = StepOptions {
         keep_output: true,
         ..StepOptions::default()
     };
-    for (i, batch) in batches.enumerate() {
+    for i in 0.. {
+        let asked = Instant::now();
+        let Some(batch) = batches.next() else { break };
+        waiting += asked.elapsed();
         let DeviceBatch {
             batch,
             labels,
@@ -176,7 +191,11 @@ pub fn train_epoch(
         tally.add(f64::from(loss), &rates, &labels);
         on_step(i + 1, steps, Some(loss));
     }
-    Ok(tally.metrics(has_data))
+    let time = LoopTime {
+        seconds: started.elapsed().as_secs_f64(),
+        waiting_seconds: waiting.as_secs_f64(),
+    };
+    Ok((tally.metrics(has_data), time))
 }
 
 /// Evaluation without a tape, BatchNorm on its running statistics and dropout off: loss and
@@ -281,6 +300,8 @@ pub struct EpochMetrics {
     pub lr: f32,
     /// Training split (loss and accuracy of the steps as they ran).
     pub train: SplitMetrics,
+    /// The training loop's wall time and its wait for batches.
+    pub train_time: LoopTime,
     /// Test split, evaluated after the epoch (`None` when the split is empty).
     pub test: Option<SplitMetrics>,
 }
@@ -314,7 +335,7 @@ pub fn run_epoch(
     check_classes(model, data)?;
     let lr = plan.schedule.rate(plan.base_lr, epoch);
     trainer.optimizer_mut().set_learning_rate(lr)?;
-    let train = train_epoch(
+    let (train, train_time) = train_epoch(
         model,
         trainer,
         data,
@@ -333,6 +354,7 @@ pub fn run_epoch(
         epoch,
         lr,
         train,
+        train_time,
         test,
     })
 }

@@ -572,6 +572,15 @@ pub fn run(
     if let Some(p) = &a.save {
         out!(out, "saved {} and {}", p.display(), state_path(p).display())?;
     }
+    let trained: usize = history.iter().map(|m| m.train.samples).sum();
+    let seconds: f64 = history.iter().map(|m| m.train_time.seconds).sum();
+    let waiting: f64 = history.iter().map(|m| m.train_time.waiting_seconds).sum();
+    out!(
+        out,
+        "trained {trained} samples in {seconds:.2} s ({:.1} samples/s), waiting for batches {:.1}% of it",
+        trained as f64 / seconds.max(1e-9),
+        100.0 * waiting / seconds.max(1e-9)
+    )?;
     out!(
         out,
         "measured peak of the run on {device}: {}",

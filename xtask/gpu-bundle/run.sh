@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# memopt GPU bundle: runs every GPU test binary and the GPU benchmark on this machine (no Rust
-# toolchain needed) and writes logs plus a JSON of figures.
+# memopt GPU bundle: runs every GPU test binary, the GPU benchmark and training on event data end
+# to end (data_e2e.sh) on this machine (no Rust toolchain needed) and writes logs plus JSON
+# figures.
 #
 #   ./run.sh [OUT_DIR]        (default ./gpu-out)
 #
@@ -76,16 +77,21 @@ if [ -x "$HERE/bin/gpu_bench" ]; then
     echo "gpu_bench: exit $bench_rc (figures in $OUT/figures.json, log in $OUT/logs/gpu_bench.log)"
 fi
 
+# --- training on event data, end to end (python3 + SpikingJelly optional) -----------------------
+if command -v python3 > /dev/null && ! python3 -c 'import spikingjelly' 2> /dev/null; then
+    whls=("$HERE"/wheels/*.whl)
+    if [ -e "${whls[0]}" ] && python3 -c 'import torch' 2> /dev/null; then
+        python3 -m pip install --quiet --no-deps --target "$OUT/pydeps" "${whls[@]}" > "$OUT/logs/pip.log" 2>&1
+        export PYTHONPATH="$OUT/pydeps${PYTHONPATH:+:$PYTHONPATH}"
+    fi
+fi
+"$HERE/data_e2e.sh" "$OUT" cuda | tee "$OUT/logs/data_e2e.log"
+e2e_rc=${PIPESTATUS[0]}
+[ "$e2e_rc" -ne 0 ] && failed=1
+
 # --- PyTorch + SpikingJelly side by side (optional: needs python3 with torch and CUDA) --------
 py_rc=skipped
 if command -v python3 > /dev/null && python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2> /dev/null; then
-    if ! python3 -c 'import spikingjelly' 2> /dev/null; then
-        whls=("$HERE"/wheels/*.whl)
-        if [ -e "${whls[0]}" ]; then
-            python3 -m pip install --quiet --no-deps --target "$OUT/pydeps" "${whls[@]}" > "$OUT/logs/pip.log" 2>&1
-            export PYTHONPATH="$OUT/pydeps${PYTHONPATH:+:$PYTHONPATH}"
-        fi
-    fi
     python3 "$HERE/spikingjelly_vgg.py" --device cuda --out "$OUT/spikingjelly.json" > "$OUT/logs/spikingjelly.log" 2>&1
     py_rc=$?
     echo "spikingjelly_vgg.py: exit $py_rc (see $OUT/logs/spikingjelly.log)"
@@ -101,6 +107,7 @@ fi
     echo "  \"missing_libraries\": \"${missing[*]:-}\","
     echo "  \"tests\": [$(IFS=,; echo "${results[*]:-}")],"
     echo "  \"gpu_bench_exit_code\": $bench_rc,"
+    echo "  \"data_e2e_exit_code\": $e2e_rc,"
     echo "  \"spikingjelly\": \"$py_rc\""
     echo "}"
 } > "$OUT/summary.json"

@@ -1,11 +1,12 @@
 //! `cargo xtask gpu-bundle [--out DIR] [--wheel FILE]...`: one folder that runs every GPU test and
 //! the GPU benchmark on a machine with a GPU and no Rust toolchain.
 //!
-//! Builds the GPU test binaries and the `gpu_bench` example in release mode with symbols
-//! stripped, copies them with `run.sh`, `README.md` and the PyTorch + SpikingJelly comparison
-//! script into the folder (default `target/gpu-bundle/`), optionally with Python wheels (SpikingJelly and
-//! the pure-Python packages it imports that a GPU machine's PyTorch lacks),
-//! and refuses a folder over 48 MiB. The test binaries are found from
+//! Builds the GPU test binaries, the `memopt` CLI and the `gpu_bench` and `synthetic_dataset`
+//! examples in release mode with symbols stripped, copies them with `run.sh`, `data_e2e.sh`,
+//! `README.md`, the PyTorch + SpikingJelly scripts and the DVS128 event fixture into the folder
+//! (default `target/gpu-bundle/`), optionally with Python wheels (SpikingJelly and the
+//! pure-Python packages it imports that a GPU machine's PyTorch lacks), and refuses a folder over
+//! 48 MiB. The test binaries are found from
 //! `cargo test --no-run --message-format=json`.
 
 use serde_json::Value;
@@ -30,11 +31,25 @@ const TESTS: [(&str, &str); 11] = [
     ("memopt-data", "training"),
 ];
 
-/// Files of `xtask/gpu-bundle/` copied as they are: (source, name in the bundle).
-const FILES: [(&str, &str); 3] = [
+/// Files copied as they are: (source, name in the bundle).
+const FILES: [(&str, &str); 7] = [
     ("xtask/gpu-bundle/run.sh", "run.sh"),
     ("xtask/gpu-bundle/README.md", "README.md"),
     ("xtask/gpu-bundle/spikingjelly_vgg.py", "spikingjelly_vgg.py"),
+    ("xtask/gpu-bundle/data_e2e.sh", "data_e2e.sh"),
+    ("xtask/gpu-bundle/spikingjelly_data.py", "spikingjelly_data.py"),
+    ("crates/memopt-data/tests/fixtures/events/dvs128.aedat", "events/dvs128.aedat"),
+    (
+        "crates/memopt-data/tests/fixtures/events/dvs128_labels.csv",
+        "events/dvs128_labels.csv",
+    ),
+];
+
+/// Executables of `bin/`: (package, cargo's target selection, target name).
+const BINARIES: [(&str, &str, &str); 3] = [
+    ("memopt-cli", "--example", "gpu_bench"),
+    ("memopt-cli", "--bin", "memopt"),
+    ("memopt-data", "--example", "synthetic_dataset"),
 ];
 
 /// Release, stripped, without debug info: set through cargo's profile environment variables so
@@ -91,7 +106,7 @@ pub fn build(root: &Path, out: &Path, wheels: &[PathBuf]) -> Result<u64, String>
     if staging.exists() {
         std::fs::remove_dir_all(&staging).map_err(|e| format!("cannot clear {}: {e}", staging.display()))?;
     }
-    for dir in ["tests", "bin", "wheels"] {
+    for dir in ["tests", "bin", "wheels", "events"] {
         std::fs::create_dir_all(staging.join(dir))
             .map_err(|e| format!("cannot create {}: {e}", staging.display()))?;
     }
@@ -111,18 +126,12 @@ pub fn build(root: &Path, out: &Path, wheels: &[PathBuf]) -> Result<u64, String>
             copy(&exe, &staging.join("tests").join(test))?;
         }
     }
-    let mut c = release_cargo(root);
-    c.args([
-        "build",
-        "--release",
-        "--message-format=json",
-        "-p",
-        "memopt-cli",
-        "--example",
-        "gpu_bench",
-    ]);
-    for exe in executables(c, "gpu_bench")? {
-        copy(&exe, &staging.join("bin").join("gpu_bench"))?;
+    for (package, kind, name) in BINARIES {
+        let mut c = release_cargo(root);
+        c.args(["build", "--release", "--message-format=json", "-p", package, kind, name]);
+        for exe in executables(c, name)? {
+            copy(&exe, &staging.join("bin").join(name))?;
+        }
     }
     for (from, name) in FILES {
         copy(&root.join(from), &staging.join(name))?;

@@ -54,8 +54,16 @@ class Usage(Exception):
     """Bad usage or bad input: exit status 2."""
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse with its errors on one line (exit status 2)."""
+
+    def error(self, message):
+        print(f"error: {message} (see {self.prog} --help)", file=sys.stderr)
+        sys.exit(2)
+
+
 def parse_args(argv):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = Parser(description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
 
     def common(p):
@@ -310,10 +318,16 @@ def load_safetensors(d, path):
     np, torch = d.np, d.torch
     try:
         raw = Path(path).read_bytes()
+    except OSError as e:
+        raise Usage(f"--weights {path}: {e.strerror or e}")
+    try:
         (n,) = struct.unpack("<Q", raw[:8])
+        if n > len(raw) - 8:
+            raise ValueError(f"header of {n} bytes in a file of {len(raw)}")
         header = json.loads(raw[8 : 8 + n])
+        assert isinstance(header, dict)
     except Exception as e:  # noqa: BLE001
-        raise Usage(f"--weights {path}: not a readable safetensors file: {e}")
+        raise Usage(f"--weights {path}: not a safetensors file ({e or type(e).__name__})")
     meta = header.pop("__metadata__", None) or {}
     dtypes = {"F32": np.float32, "F64": np.float64, "F16": np.float16, "I64": np.int64,
               "I32": np.int32, "U8": np.uint8, "BOOL": np.bool_}
@@ -376,9 +390,12 @@ def cmd_check(a, d):
         res["strict_load"] = True
     except RuntimeError as e:
         res.update(strict_load=False, load_error=str(e).splitlines()[0], passed=False)
+        first = [f"missing {k}" for k in names["missing"][:1]] + \
+            [f"unexpected {k}" for k in names["unexpected"][:1]] + \
+            [f"{k}: weights {v['weights']}, model {v['model']}" for k, v in list(names["shape_mismatch"].items())[:1]]
         return res, (f"check FAILED: load_state_dict(strict=True) refused {a.weights}: "
                      f"{len(names['missing'])} missing, {len(names['unexpected'])} unexpected, "
-                     f"{len(names['shape_mismatch'])} shape mismatches")
+                     f"{len(names['shape_mismatch'])} shape mismatches (e.g. {'; '.join(first)})")
     net = net.to(dev).float().eval()
     listed = np.array([samples[i][1] for i in indices], dtype=np.int64)
     res["labels_match_listing"] = bool(np.array_equal(listed, labels.astype(np.int64)))

@@ -22,12 +22,14 @@ time: the training loop of `memopt train --data` in PyTorch + SpikingJelly: the 
 class, in listing order, the first ceil(count * R) samples train, as SpikingJelly's
 split_to_train_test_set(random_split=False)), a DataLoader (shuffle, the last batch kept,
 pinned memory on cuda), SGD with momentum, cross-entropy of the mean over T, reset_net after each
-step, cudnn deterministic. Per epoch: wall seconds of the training loop, seconds waiting for the
-loader's next batch, samples/s, loss; the first epoch is the warm-up, the rest are summarised.
+step, cudnn deterministic, the learning rate per epoch by --schedule (cosine: memopt's default).
+Per epoch: wall seconds of the training loop, seconds waiting for the loader's next batch
+(iter() starting the workers included), samples/s, loss and accuracy, then an untimed pass on
+the test part (--no-test skips it); the first epoch is the warm-up, the rest are summarised.
 
     python3 spikingjelly_data.py time --frames DIR --classes K --timesteps T --batch N
         --train-ratio R --epochs E --lr LR --momentum M [--device cuda] [--workers 2]
-        [--schedule cosine|constant] [--seed 0] [--input CxHxW] [--out F.json]
+        [--schedule cosine|constant] [--seed 0] [--no-test] [--input CxHxW] [--out F.json]
 
 DIR is a frames dataset as memopt reads it: DIR/<class>/<name>.npz holding `frames`
 [T, C, H, W]; class folders sorted by name (label = position), files sorted within each class,
@@ -35,8 +37,13 @@ sample indices counted class by class over that listing. The model's input is th
 unless --input gives another (frames are then resized as memopt's --resize and SpikingJelly's
 example do: bilinear, antialiased).
 
-Exit status: 0 when it ran and the check passed, 1 when a check failed, 2 on bad usage, bad
-input files or missing torch / spikingjelly (one line on stderr). `--device cpu` runs it all on
+memopt resizes frames to its model's input (cifar10dvs-vgg: 2x48x48 unless --input says
+otherwise), so give this script the same --input whenever the frames have another size (events
+integrated at 128x128, say); `check` names the likely size when the classifier's shape differs.
+
+Exit status: 0 when it ran and the check passed, 1 when a check failed (or the run broke, e.g.
+CUDA out of memory), 2 on bad usage, bad input files or missing torch / spikingjelly; errors are
+one line on stderr. `--device cpu` runs it all on
 the CPU (to check the script itself).
 """
 import argparse
@@ -393,9 +400,16 @@ def cmd_check(a, d):
         first = [f"missing {k}" for k in names["missing"][:1]] + \
             [f"unexpected {k}" for k in names["unexpected"][:1]] + \
             [f"{k}: weights {v['weights']}, model {v['model']}" for k, v in list(names["shape_mismatch"].items())[:1]]
+        hint = ""
+        cls = names["shape_mismatch"].get(f"classifier.{len(net.classifier) - 1}.weight")
+        if cls and a.input is None and cls["weights"][1] % 512 == 0:
+            side = math.isqrt(cls["weights"][1] // 512)
+            if side * side * 512 == cls["weights"][1]:
+                hint = (f"; the weights' classifier takes {cls['weights'][1]} features: was memopt's "
+                        f"input --input {c}x{16 * side}x{16 * side} (frames resized)? Give it here too")
         return res, (f"check FAILED: load_state_dict(strict=True) refused {a.weights}: "
                      f"{len(names['missing'])} missing, {len(names['unexpected'])} unexpected, "
-                     f"{len(names['shape_mismatch'])} shape mismatches (e.g. {'; '.join(first)})")
+                     f"{len(names['shape_mismatch'])} shape mismatches (e.g. {'; '.join(first)}){hint}")
     net = net.to(dev).float().eval()
     listed = np.array([samples[i][1] for i in indices], dtype=np.int64)
     res["labels_match_listing"] = bool(np.array_equal(listed, labels.astype(np.int64)))

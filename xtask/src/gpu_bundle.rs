@@ -38,7 +38,10 @@ const FILES: [(&str, &str); 7] = [
     ("xtask/gpu-bundle/spikingjelly_vgg.py", "spikingjelly_vgg.py"),
     ("xtask/gpu-bundle/data_e2e.sh", "data_e2e.sh"),
     ("xtask/gpu-bundle/spikingjelly_data.py", "spikingjelly_data.py"),
-    ("crates/memopt-data/tests/fixtures/events/dvs128.aedat", "events/dvs128.aedat"),
+    (
+        "crates/memopt-data/tests/fixtures/events/dvs128.aedat",
+        "events/dvs128.aedat",
+    ),
     (
         "crates/memopt-data/tests/fixtures/events/dvs128_labels.csv",
         "events/dvs128_labels.csv",
@@ -128,7 +131,15 @@ pub fn build(root: &Path, out: &Path, wheels: &[PathBuf]) -> Result<u64, String>
     }
     for (package, kind, name) in BINARIES {
         let mut c = release_cargo(root);
-        c.args(["build", "--release", "--message-format=json", "-p", package, kind, name]);
+        c.args([
+            "build",
+            "--release",
+            "--message-format=json",
+            "-p",
+            package,
+            kind,
+            name,
+        ]);
         for exe in executables(c, name)? {
             copy(&exe, &staging.join("bin").join(name))?;
         }

@@ -249,10 +249,7 @@ fn run_peaks(text: &str, what: &str) -> (u64, u64) {
         .lines()
         .find(|l| l.starts_with(what))
         .unwrap_or_else(|| panic!("no '{what}' line in:\n{text}"));
-    let numbers: Vec<u64> = line
-        .split(['(', ' '])
-        .filter_map(|w| w.parse().ok())
-        .collect();
+    let numbers: Vec<u64> = line.split(['(', ' ']).filter_map(|w| w.parse().ok()).collect();
     assert_eq!(numbers.len(), 2, "{line}");
     (numbers[0], numbers[1])
 }
@@ -292,7 +289,15 @@ fn a_data_run_on_meta_predicts_the_cpu_run_s_peaks_exactly() {
     let model = root.join("wide.json");
     std::fs::write(&model, WIDE_MODEL).unwrap();
     let s = |p: &Path| p.to_str().unwrap().to_string();
-    ok(&["frames", "--data", &s(&raw), "--format", "nmnist", "--frames", "4"]);
+    ok(&[
+        "frames",
+        "--data",
+        &s(&raw),
+        "--format",
+        "nmnist",
+        "--frames",
+        "4",
+    ]);
     let frames = s(&root.join("frames_number_4_split_by_number"));
     let model = s(&model);
     let run = |device: &str, expandable: &str| {
@@ -323,26 +328,75 @@ fn a_data_run_on_meta_predicts_the_cpu_run_s_peaks_exactly() {
             "{measured}"
         );
         let want = run_peaks(&predicted, "predicted peak of the run on meta");
-        assert_eq!(run_peaks(&measured, "measured peak of the run on cpu"), want, "{predicted}\n{measured}");
-        assert_eq!(run_peaks(&measured, "planned peak of the run on cpu"), want, "{measured}");
+        assert_eq!(
+            run_peaks(&measured, "measured peak of the run on cpu"),
+            want,
+            "{predicted}\n{measured}"
+        );
+        assert_eq!(
+            run_peaks(&measured, "planned peak of the run on cpu"),
+            want,
+            "{measured}"
+        );
         assert!(want.0 > 2 << 20, "both pools take segments: {want:?}");
-        let gpu = run_peaks(&run("meta:cuda", expandable), "predicted peak of the run on meta:cuda");
-        assert!(gpu.1 > want.1, "the batch uploading ahead adds to the GPU's peak: {gpu:?} vs {want:?}");
+        let gpu = run_peaks(
+            &run("meta:cuda", expandable),
+            "predicted peak of the run on meta:cuda",
+        );
+        assert!(
+            gpu.1 > want.1,
+            "the batch uploading ahead adds to the GPU's peak: {gpu:?} vs {want:?}"
+        );
     }
 
     let base = ["train", "-m", &model, "--data", &frames, "--quiet"];
     fn with<'a>(base: &[&'a str], more: &[&'a str]) -> Vec<&'a str> {
         base.iter().chain(more).copied().collect()
     }
-    let e = fails(&with(&base, &["--device", "meta:cuda", "--save", "w.safetensors"]), 2);
-    assert!(e.contains("--save needs values") && e.contains("meta:cuda"), "{e}");
-    let e = fails(&["eval", "-m", &model, "--data", &frames, "--load", "w.safetensors", "--device", "meta"], 2);
+    let e = fails(
+        &with(&base, &["--device", "meta:cuda", "--save", "w.safetensors"]),
+        2,
+    );
+    assert!(
+        e.contains("--save needs values") && e.contains("meta:cuda"),
+        "{e}"
+    );
+    let e = fails(
+        &[
+            "eval",
+            "-m",
+            &model,
+            "--data",
+            &frames,
+            "--load",
+            "w.safetensors",
+            "--device",
+            "meta",
+        ],
+        2,
+    );
     assert!(e.contains("evaluation reads values"), "{e}");
     if memopt_core::cuda_device_count().unwrap_or(0) == 0 {
         let e = fails(&with(&base, &["--device", "cuda"]), 1);
-        assert!(e.contains("valid devices here are cpu, meta and meta:cuda"), "{e}");
+        assert!(
+            e.contains("valid devices here are cpu, meta and meta:cuda"),
+            "{e}"
+        );
         assert_eq!(e.trim_end().lines().count(), 1, "{e}");
-        let e = fails(&["eval", "-m", &model, "--data", &frames, "--load", "w.safetensors", "--device", "cuda"], 1);
+        let e = fails(
+            &[
+                "eval",
+                "-m",
+                &model,
+                "--data",
+                &frames,
+                "--load",
+                "w.safetensors",
+                "--device",
+                "cuda",
+            ],
+            1,
+        );
         assert!(e.contains("valid devices here"), "{e}");
     }
 }

@@ -11,10 +11,18 @@ fn copy_from_host_writes_in_place_and_allocates_nothing() {
         let tracker = MemoryTracker::new(device);
         let _installed = MemoryTracker::install(tracker.clone());
         let t = Tensor::zeros([2, 3], DType::F32, device, MemoryKind::Parameter).unwrap();
-        let held = (tracker.current_bytes(), tracker.allocated_bytes(), tracker.reserved_bytes());
+        let held = (
+            tracker.current_bytes(),
+            tracker.allocated_bytes(),
+            tracker.reserved_bytes(),
+        );
         t.copy_from_host(&[1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0]).unwrap();
         assert_eq!(
-            (tracker.current_bytes(), tracker.allocated_bytes(), tracker.reserved_bytes()),
+            (
+                tracker.current_bytes(),
+                tracker.allocated_bytes(),
+                tracker.reserved_bytes()
+            ),
             held,
             "{device}"
         );

@@ -18,7 +18,9 @@ type Error = Box<dyn std::error::Error>;
 
 fn number(args: &[String], i: usize, what: &str) -> Result<usize, Error> {
     let s = args.get(i).ok_or_else(|| format!("missing {what}"))?;
-    let n: usize = s.parse().map_err(|_| format!("{what} must be a whole number, got '{s}'"))?;
+    let n: usize = s
+        .parse()
+        .map_err(|_| format!("{what} must be a whole number, got '{s}'"))?;
     if n == 0 || n > 1 << 20 {
         return Err(format!("{what} must be in 1..=1048576, got {n}").into());
     }
@@ -145,6 +147,10 @@ fn main() -> Result<(), Error> {
         }
         _ => return Err(usage.into()),
     }
-    println!("wrote {} samples of {classes} classes under {}", classes * per_class, dir.display());
+    println!(
+        "wrote {} samples of {classes} classes under {}",
+        classes * per_class,
+        dir.display()
+    );
     Ok(())
 }

@@ -30,11 +30,11 @@ pub mod weights;
 
 pub use budget::MemoryBudget;
 pub use dataset::{Dataset, SampleSource, split_train_test};
+pub use device_batches::{DeviceBatch, DeviceBatches};
 pub use error::{DataError, MAX_DATA_FILE_BYTES, Result};
 pub use event_format::EventFormat;
 pub use events::Events;
 pub use frames::{FrameSpec, Frames, SplitBy, frame_count, integrate, integrate_within};
-pub use device_batches::{DeviceBatch, DeviceBatches};
 pub use loader::{BatchLoader, BatchValues, HostBatch, Staging, shuffled};
 pub use resize::{resize_bilinear_aa, resize_within};
 

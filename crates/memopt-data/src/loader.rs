@@ -213,9 +213,9 @@ impl PinnedPool {
                 labels: PinnedBuffer::new(self.ordinal, self.batch_size)?,
             });
         }
-        self.returned
-            .recv()
-            .map_err(|_| DataError::Invalid("the training loop stopped handing page-locked batches back".into()))
+        self.returned.recv().map_err(|_| {
+            DataError::Invalid("the training loop stopped handing page-locked batches back".into())
+        })
     }
 
     /// Reads the batch of `indices` into page-locked buffers.

@@ -203,7 +203,10 @@ fn loss_falls_and_a_resumed_run_continues_bit_identically(device: Device) {
     let mut on_cpu_tr = trainer(&on_cpu);
     save_training(&file, &full, &full_tr, &WeightsInfo::default()).unwrap();
     load_training(&file, &on_cpu, &mut on_cpu_tr).unwrap();
-    assert!(state(&on_cpu, &on_cpu_tr) == state(&full, &full_tr), "{device} -> cpu");
+    assert!(
+        state(&on_cpu, &on_cpu_tr) == state(&full, &full_tr),
+        "{device} -> cpu"
+    );
 }
 
 /// Two epochs of 20 training samples in batches of `batch_size` (the last one smaller when it
@@ -273,7 +276,11 @@ fn a_gpu_target_holds_the_next_batch_during_each_step() {
         let first = batches.next().unwrap().unwrap();
         // input [4, 4, 2, 16, 16] f32 and labels [4] i64 per batch
         let batch_bytes = 4 * 4 * 2 * 16 * 16 * 4 + 4 * 8;
-        assert_eq!(tracker.current_bytes() - idle, (1 + ahead) * batch_bytes, "{target:?}");
+        assert_eq!(
+            tracker.current_bytes() - idle,
+            (1 + ahead) * batch_bytes,
+            "{target:?}"
+        );
         drop(first);
         let count = 1 + batches.count();
         assert_eq!(count, 5, "20 samples in batches of 4");

@@ -487,7 +487,11 @@ fn the_sampled_gpu_plans_offload() {
     // counts the host copies of an offloading plan, and none without offloading.
     let (name, plan) = plans.iter().find(|(_, p)| offloads(p, false)).unwrap();
     let workload = Workload::zoo_small(name, 2).unwrap();
-    assert!(step(&workload, plan, GPU.meta()).peak[3] > 0, "{name} {:?}", plan.entries);
+    assert!(
+        step(&workload, plan, GPU.meta()).peak[3] > 0,
+        "{name} {:?}",
+        plan.entries
+    );
     assert_eq!(step(&workload, &Plan::store_all(), GPU.meta()).peak[3], 0);
 }
 

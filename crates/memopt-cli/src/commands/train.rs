@@ -24,7 +24,11 @@ Train the model on synthetic data (one fixed batch of spike inputs with probabil
 labels, so the loss falls as it is learnt) with SGD momentum or Adam, storing everything or under a
 plan from `memopt optimize --out`. A progress line on stderr shows steps/s, the loss and the
 memory held now and at most; the report gives the measured peak, which for a plan is the peak
-`memopt optimize` computed.";
+`memopt optimize` computed.
+
+With --data it trains on a dataset for --epochs, on cpu or cuda[:N]. Before the first step it
+replays the whole run on Meta (the batches on the device, the smaller last batch, the
+evaluation) and prints the run's exact peaks; --device meta or meta:cuda prints only those.";
 
 /// Options of `memopt train`.
 #[derive(Debug, Clone, clap::Args)]
@@ -41,8 +45,8 @@ pub struct TrainArgs {
     /// Training steps.
     #[arg(long, default_value_t = 20, value_name = "S", value_parser = crate::selection::whole, allow_hyphen_values = true)]
     pub steps: usize,
-    /// Where to train: cpu, cuda or cuda:N (a GPU), meta or meta:cuda (memory only: no data, no
-    /// loss).
+    /// Where to train: cpu, cuda or cuda:N (a GPU), meta or meta:cuda (memory only: no values,
+    /// no loss; with --data the run's predicted peaks).
     #[arg(long, default_value = "cpu", value_name = DEVICE_VALUES)]
     pub device: String,
     /// No progress line.

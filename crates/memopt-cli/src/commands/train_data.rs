@@ -304,7 +304,13 @@ impl Epochs<'_> {
 /// The exact peaks of the whole run on `target`: every epoch replayed on Meta (the model and
 /// optimizer state, the batches on the device, those uploading ahead, the smaller last batch
 /// and the evaluation), under this process's allocator configuration.
-fn replay_on_meta(sel: &Selection, plan: &Plan, target: Target, a: &DataTrainArgs, epochs: &Epochs<'_>) -> Result<AllocatorLevels> {
+fn replay_on_meta(
+    sel: &Selection,
+    plan: &Plan,
+    target: Target,
+    a: &DataTrainArgs,
+    epochs: &Epochs<'_>,
+) -> Result<AllocatorLevels> {
     let device = Device::Meta(target);
     let tracker = MemoryTracker::new(device);
     let _installed = MemoryTracker::install(tracker.clone());
@@ -313,8 +319,16 @@ fn replay_on_meta(sel: &Selection, plan: &Plan, target: Target, a: &DataTrainArg
     Ok(AllocatorLevels::peaks_of(&tracker))
 }
 
-/// Refuses a run whose exact reserved peak exceeds the room on its device.
-fn refuse_unless_run_fits(limit: &MemoryLimitArgs, device: Device, run: &AllocatorLevels, step_peak: u64) -> Result<()> {
+/// Refuses a run whose exact reserved peak exceeds the room on its device: the room left now
+/// plus `held`, the bytes the run's tracker reserves already (the model and optimizer state,
+/// which the replayed peak counts too).
+fn refuse_unless_run_fits(
+    limit: &MemoryLimitArgs,
+    device: Device,
+    run: &AllocatorLevels,
+    step_peak: u64,
+    held: u64,
+) -> Result<()> {
     if limit.ignore_memory_limit {
         return Ok(());
     }
@@ -324,18 +338,20 @@ fn refuse_unless_run_fits(limit: &MemoryLimitArgs, device: Device, run: &Allocat
         Device::Meta(_) => None,
     };
     match room {
-        Some(room) if run.reserved_bytes > room.bytes => Err(CliError::Invalid(format!(
-            "the training run reserves {} ({} bytes) at its peak on {device} (a step alone {}; the \
+        Some(room) if run.reserved_bytes > room.bytes.saturating_add(held) => {
+            Err(CliError::Invalid(format!(
+                "the training run reserves {} ({} bytes) at its peak on {device} (a step alone {}; the \
              batches on the device, the last smaller batch and the evaluation included), but only {} \
-             ({} bytes; {}) is free: lower --batch or train under a plan from `memopt optimize \
-             --budget`; --ignore-memory-limit runs anyway",
-            bytes(run.reserved_bytes),
-            run.reserved_bytes,
-            bytes(step_peak),
-            bytes(room.bytes),
-            room.bytes,
-            room.source
-        ))),
+             ({} bytes; {}) is free besides the {held} bytes the model holds already: lower --batch \
+             or train under a plan from `memopt optimize --budget`; --ignore-memory-limit runs anyway",
+                bytes(run.reserved_bytes),
+                run.reserved_bytes,
+                bytes(step_peak),
+                bytes(room.bytes),
+                room.bytes,
+                room.source
+            )))
+        }
         _ => Ok(()),
     }
 }
@@ -477,7 +493,7 @@ pub fn run(
         );
     }
     let replayed = replay_on_meta(sel, plan, device.target(), a, &replay)?;
-    refuse_unless_run_fits(limit, device, &replayed, step_peak)?;
+    refuse_unless_run_fits(limit, device, &replayed, step_peak, tracker.reserved_bytes())?;
     if device == Device::Cpu && replayed.reserved_bytes > step_peak {
         // The frames' budget leaves room for the whole run, not only for one step (the
         // replay's loader threads have ended, so the dataset is not shared).
@@ -493,7 +509,11 @@ pub fn run(
         plan: epoch_plan,
         range: start..a.epochs,
     };
-    out!(out, "planned peak of the run on {device}: {}", peaks_line(&replayed))?;
+    out!(
+        out,
+        "planned peak of the run on {device}: {}",
+        peaks_line(&replayed)
+    )?;
     let steps_per_epoch = train.len().div_ceil(batch_size) as u64;
     let bar = if quiet {
         indicatif::ProgressBar::hidden()
@@ -530,7 +550,10 @@ pub fn run(
                 String::new()
             };
             let loss = loss.map_or("n/a".to_string(), |l| format!("{l:.4}"));
-            bar.set_message(format!("epoch {} loss {loss}, {rate:.1} samples/s{memory}", epoch + 1));
+            bar.set_message(format!(
+                "epoch {} loss {loss}, {rate:.1} samples/s{memory}",
+                epoch + 1
+            ));
         },
         &mut |m, trainer| {
             let test_text = m.test.map_or("no test split".to_string(), |t| {
@@ -589,5 +612,44 @@ pub fn run(
     match GpuMemory::measure(device, &tracker)? {
         Some(g) => out!(out, "{}", g.line()),
         None => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIB: u64 = 1 << 20;
+
+    fn limit(size: &str) -> MemoryLimitArgs {
+        MemoryLimitArgs {
+            memory_limit: Some(size.into()),
+            ignore_memory_limit: false,
+        }
+    }
+
+    /// The run's reserved peak is compared with the room plus what the run holds already.
+    #[test]
+    fn a_run_is_refused_when_its_peak_exceeds_the_room_and_what_it_holds() {
+        let run = AllocatorLevels {
+            requested_bytes: 9 * MIB,
+            allocated_bytes: 9 * MIB,
+            reserved_bytes: 10 * MIB,
+        };
+        let e = refuse_unless_run_fits(&limit("8MiB"), Device::Cpu, &run, 8 * MIB, MIB)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("reserves 10.00 MiB (10485760 bytes)")
+                && e.contains("a step alone 8.00 MiB")
+                && e.contains("--memory-limit 8MiB")
+                && e.contains("1048576 bytes the model holds already"),
+            "{e}"
+        );
+        refuse_unless_run_fits(&limit("9MiB"), Device::Cpu, &run, 8 * MIB, MIB).unwrap();
+        let mut ignore = limit("1MiB");
+        ignore.ignore_memory_limit = true;
+        refuse_unless_run_fits(&ignore, Device::Cpu, &run, 8 * MIB, MIB).unwrap();
+        refuse_unless_run_fits(&limit("1MiB"), Device::META, &run, 8 * MIB, 0).unwrap();
     }
 }

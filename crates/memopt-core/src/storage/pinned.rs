@@ -29,7 +29,9 @@ impl<T: DeviceRepr + ValidAsZeroBits> PinnedBuffer<T> {
     /// GPU or its driver is missing, or when the host cannot lock `len` elements.
     pub fn new(ordinal: usize, len: usize) -> Result<Self> {
         const OP: &str = "allocating page-locked host memory (cuMemHostAlloc)";
-        let bytes = len.checked_mul(size_of::<T>()).filter(|&b| b <= isize::MAX as usize);
+        let bytes = len
+            .checked_mul(size_of::<T>())
+            .filter(|&b| b <= isize::MAX as usize);
         if bytes.is_none() {
             return Err(CoreError::invalid(
                 OP,

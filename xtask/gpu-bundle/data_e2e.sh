@@ -13,7 +13,7 @@
 # 4. With python3 + torch + SpikingJelly: SpikingJelly loads the saved weights (strict=True) and
 #    gives the same logits (spikingjelly_data.py check), and the same training loop in PyTorch +
 #    SpikingJelly is timed against memopt's on synthetic CIFAR10-DVS-sized frames (T=10,
-#    2x128x128, N=32, 3 epochs).
+#    2x128x128, N=32, 3 epochs; E2E_TIMING=0 skips it).
 #
 # Writes OUT_DIR/data_e2e/ (logs, plans, weights, logits, JSON figures) and
 # OUT_DIR/data_e2e.json; the exit status is non-zero when a step failed.
@@ -50,7 +50,7 @@ echo "data end to end on $DEVICE:"
 # --- 1. three formats -> frames -----------------------------------------------------------------
 step events_nmnist "$S" nmnist "$E/nmnist/raw" 2 8
 step frames_nmnist "$M" frames --data "$E/nmnist/raw" --format nmnist --frames 4
-step events_cifar10dvs "$S" cifar10dvs "$E/c10/raw" 2 8
+step events_cifar10dvs "$S" cifar10dvs "$E/c10/raw" 2 32
 step frames_cifar10dvs "$M" frames --data "$E/c10/raw" --format cifar10dvs --frames 4
 mkdir -p "$E/dvs128/raw"
 cp "$HERE/events/dvs128.aedat" "$E/dvs128/raw/user01_fluorescent.aedat"
@@ -59,12 +59,12 @@ step frames_dvs128 "$M" frames --data "$E/dvs128/raw" --format dvs128 --frames 4
 
 # --- 2. the VGG: default plan, two epochs, exact peaks, resume, eval ----------------------------
 C10="$E/c10/frames_number_4_split_by_number"
-VGG=(-m cifar10dvs-vgg -t 4 --classes 2 -n 4)
+VGG=(-m cifar10dvs-vgg -t 4 --input 2x128x128 --classes 2 -n 4)
 DATA=(--data "$C10" --train-ratio 0.75)
 step plan "$M" optimize "${VGG[@]}" --device cuda --out "$E/plan.json"
 step predict "$M" train "${VGG[@]}" "${DATA[@]}" --plan "$E/plan.json" --device meta:cuda --epochs 2 --quiet
 step train "$M" train "${VGG[@]}" "${DATA[@]}" --plan "$E/plan.json" --device "$DEVICE" --epochs 2 \
-    --save "$E/vgg.safetensors" --metrics "$E/metrics.csv" --quiet
+    --lr 0.01 --save "$E/vgg.safetensors" --metrics "$E/metrics.csv" --quiet
 loss_falls=false
 if [ -f "$E/metrics.csv" ] && awk -F, 'NR==2 {a=$3} NR==3 {b=$3} END {exit !(b < a)}' "$E/metrics.csv"; then
     loss_falls=true
@@ -81,7 +81,7 @@ if [ "$DEVICE" = cuda ] || [[ "$DEVICE" == cuda:* ]]; then
 fi
 cp "$E/vgg.state.safetensors" "$E/resume.state.safetensors" 2> /dev/null
 step resume "$M" train "${VGG[@]}" "${DATA[@]}" --plan "$E/plan.json" --device "$DEVICE" --epochs 3 \
-    --resume "$E/resume.state.safetensors" --quiet
+    --lr 0.01 --resume "$E/resume.state.safetensors" --quiet
 step eval "$M" eval "${VGG[@]}" "${DATA[@]}" --device "$DEVICE" --load "$E/vgg.safetensors" \
     --logits "$E/logits.npz" --split all
 
@@ -105,19 +105,27 @@ step train_dvs128 "$M" train -m "$E/dvs128.json" -n 2 --data "$E/dvs128/frames_n
 py=skipped
 if command -v python3 > /dev/null && python3 -c 'import torch, spikingjelly' 2> /dev/null; then
     py=ran
+    # Different kernels round differently, and a membrane within rounding of the threshold fires on
+    # one side only: up to 15% of the samples may differ where SpikingJelly's run shows such a
+    # membrane; every other sample must agree within 1e-4 relative (the JSON keeps the strict
+    # figures too). Measured on the CPU: 6 of 64 samples flipped, the rest within 8e-6.
     step sj_check python3 "$HERE/spikingjelly_data.py" check --frames "$C10" --weights "$E/vgg.safetensors" \
-        --logits "$E/logits.npz" --classes 2 --device "$DEVICE" --out "$E/sj_check.json"
+        --logits "$E/logits.npz" --classes 2 --input 2x128x128 --max-flipped 0.15 --device "$DEVICE" \
+        --out "$E/sj_check.json"
+fi
+if [ "$py" = ran ] && [ "${E2E_TIMING:-1}" != 0 ]; then
     step frames_timing "$S" frames "$E/timing" 2 64 10 2 128 128
-    TIMING=(-m cifar10dvs-vgg --classes 2 -n 32 --data "$E/timing" --train-ratio 1 --epochs 3)
-    step plan_timing "$M" optimize -m cifar10dvs-vgg --classes 2 -n 32 --device cuda --out "$E/plan_timing.json"
+    TIMING=(-m cifar10dvs-vgg --published --classes 2 -n 32 --data "$E/timing" --train-ratio 1 --epochs 3)
+    step plan_timing "$M" optimize -m cifar10dvs-vgg --published --classes 2 -n 32 --device cuda \
+        --out "$E/plan_timing.json"
     step memopt_timing "$M" train "${TIMING[@]}" --device "$DEVICE" --quiet
     step memopt_timing_plan "$M" train "${TIMING[@]}" --plan "$E/plan_timing.json" --device "$DEVICE" --quiet
     step sj_timing python3 "$HERE/spikingjelly_data.py" time --frames "$E/timing" --classes 2 --timesteps 10 \
-        --batch 32 --train-ratio 1 --epochs 3 --lr 0.1 --momentum 0.9 --device "$DEVICE" --out "$E/sj_timing.json"
+        --input 2x128x128 --batch 32 --train-ratio 1 --epochs 3 --lr 0.1 --momentum 0.9 --device "$DEVICE" \
+        --out "$E/sj_timing.json"
     grep -h "^trained" "$E/logs/memopt_timing.log" "$E/logs/memopt_timing_plan.log" | sed 's/^/  memopt: /'
-else
-    echo "  SpikingJelly steps skipped: python3 with torch and spikingjelly not found"
 fi
+[ "$py" = skipped ] && echo "  SpikingJelly steps skipped: python3 with torch and spikingjelly not found"
 
 {
     echo "{"

@@ -332,7 +332,8 @@ def load_safetensors(d, path):
         if n > len(raw) - 8:
             raise ValueError(f"header of {n} bytes in a file of {len(raw)}")
         header = json.loads(raw[8 : 8 + n])
-        assert isinstance(header, dict)
+        if not isinstance(header, dict):
+            raise ValueError("the header is not a JSON object")
     except Exception as e:  # noqa: BLE001
         raise Usage(f"--weights {path}: not a safetensors file ({e or type(e).__name__})")
     meta = header.pop("__metadata__", None) or {}

@@ -301,22 +301,62 @@ impl Epochs<'_> {
     }
 }
 
-/// The exact peaks of the whole run on `target`: every epoch replayed on Meta (the model and
+/// What replaying a run on Meta found.
+struct Replay {
+    /// The run's requested, allocated and reserved peaks, in bytes.
+    peaks: AllocatorLevels,
+    /// Epochs replayed; the rest repeat the last one's allocations from the same layout.
+    epochs: u64,
+}
+
+/// The exact peaks of the whole run on `target`: its epochs replayed on Meta (the model and
 /// optimizer state, the batches on the device, those uploading ahead, the smaller last batch
-/// and the evaluation), under this process's allocator configuration.
-fn replay_on_meta(
-    sel: &Selection,
-    plan: &Plan,
-    target: Target,
-    a: &DataTrainArgs,
-    epochs: &Epochs<'_>,
-) -> Result<AllocatorLevels> {
+/// and the evaluation), under this process's allocator configuration. Allocations depend on
+/// shapes only, so an epoch that ends with the allocator's layout and held bytes as the one
+/// before it did starts the next epoch as that one started: every later epoch repeats it, and
+/// the replay stops there.
+fn replay_on_meta(sel: &Selection, plan: &Plan, target: Target, a: &DataTrainArgs, epochs: &Epochs<'_>) -> Result<Replay> {
     let device = Device::Meta(target);
     let tracker = MemoryTracker::new(device);
     let _installed = MemoryTracker::install(tracker.clone());
     let (model, mut trainer) = build(sel, plan, device, a)?;
-    epochs.run(&model, &mut trainer, &mut |_, _, _| {}, &mut |_, _| Ok(()))?;
-    Ok(AllocatorLevels::peaks_of(&tracker))
+    let mut before = None;
+    let mut replayed = 0;
+    for epoch in epochs.range.clone() {
+        run_epoch(
+            &model,
+            &mut trainer,
+            epochs.data,
+            epochs.train,
+            epochs.test,
+            &epochs.plan,
+            epoch,
+            &mut |_, _, _| {},
+        )?;
+        replayed += 1;
+        let after = (tracker.current_bytes(), tracker.allocator_layout());
+        if before.as_ref() == Some(&after) {
+            break;
+        }
+        before = Some(after);
+    }
+    Ok(Replay {
+        peaks: AllocatorLevels::peaks_of(&tracker),
+        epochs: replayed,
+    })
+}
+
+/// How much of the run a replay ran, in words.
+fn replayed_text(replay: &Replay, epochs: u64) -> String {
+    if replay.epochs == epochs {
+        format!("every epoch replayed on Meta ({epochs})")
+    } else {
+        format!(
+            "{} of {epochs} epochs replayed on Meta: the allocator's layout repeats after epoch {}, so \
+             the later epochs repeat its peaks",
+            replay.epochs, replay.epochs
+        )
+    }
 }
 
 /// Refuses a run whose exact reserved peak exceeds the room on its device: the room left now
@@ -481,18 +521,18 @@ pub fn run(
         plan: epoch_plan,
         range: start..a.epochs,
     };
+    let replayed = replay_on_meta(sel, plan, device.target(), a, &replay)?;
+    let how = replayed_text(&replayed, a.epochs - start);
     if device.is_meta() {
-        replay.run(&model, &mut trainer, &mut |_, _, _| {}, &mut |_, _| Ok(()))?;
-        let peaks = AllocatorLevels::peaks_of(&tracker);
         return out!(
             out,
             "predicted peak of the run on {device}: {} (exact: model, optimizer state, the batches \
-             on the device and the evaluation included; a step alone {})",
-            peaks_line(&peaks),
+             on the device and the evaluation included; a step alone {}; {how})",
+            peaks_line(&replayed.peaks),
             bytes(step_peak)
         );
     }
-    let replayed = replay_on_meta(sel, plan, device.target(), a, &replay)?;
+    let replayed = replayed.peaks;
     refuse_unless_run_fits(limit, device, &replayed, step_peak, tracker.reserved_bytes())?;
     if device == Device::Cpu && replayed.reserved_bytes > step_peak {
         // The frames' budget leaves room for the whole run, not only for one step (the

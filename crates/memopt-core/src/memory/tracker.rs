@@ -508,6 +508,13 @@ impl MemoryTracker {
         }
     }
 
+    /// The caching allocator's layout now: its segments and blocks as the rules see them. Two
+    /// trackers with equal layouts, holding the same buffers in them, place every later request
+    /// alike.
+    pub fn allocator_layout(&self) -> crate::memory::caching::AllocatorLayout {
+        self.lock().allocator.layout()
+    }
+
     /// Sets every peak (requested, allocated, reserved; overall and per kind) to the current
     /// value.
     pub fn reset_peak(&self) {

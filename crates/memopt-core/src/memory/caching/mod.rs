@@ -9,6 +9,6 @@ mod backing;
 mod config;
 pub mod rules;
 
-pub use allocator::{BlockId, CachingAllocator, Grant};
+pub use allocator::{AllocatorLayout, BlockId, CachingAllocator, Grant};
 pub use backing::{NoBacking, SegmentBacking, SegmentMemory};
 pub use config::{AllocatorConfig, AllocatorConfigGuard};

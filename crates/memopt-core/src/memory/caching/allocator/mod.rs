@@ -3,6 +3,7 @@
 //! Fixed segments here; the expandable ranges' mapping and unmapping in [`expandable`].
 
 mod expandable;
+mod layout;
 
 use super::AllocatorConfig;
 use super::backing::{SegmentBacking, SegmentMemory};
@@ -10,6 +11,8 @@ use super::rules::{PoolKind, expandable_page_bytes, round_size, round_to_page, s
 use crate::{CoreError, Device, Result};
 use std::collections::BTreeSet;
 use std::sync::Arc;
+
+pub use layout::AllocatorLayout;
 
 /// A block handed out by [`CachingAllocator::malloc`]; give it back with [`CachingAllocator::free`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]

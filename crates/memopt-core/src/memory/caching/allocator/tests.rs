@@ -289,3 +289,34 @@ fn an_expandable_pool_keeps_its_reserve_limit() {
     a.empty_cache();
     check_invariants(&a);
 }
+
+/// A cycle of requests that ends in the layout it started from repeats: equal layouts, equal
+/// decisions. A different history (a freed block elsewhere, an emptied cache) is a different
+/// layout; block ids and whether blocks hold zeros are not part of it.
+#[test]
+fn layouts_compare_what_the_rules_read() {
+    for config in [AllocatorConfig::FIXED, AllocatorConfig::EXPANDABLE] {
+        let mut a = CachingAllocator::with_config(Device::Meta(Target::Cuda), Box::new(NoBacking), config);
+        let held = a.malloc(5 << 20).unwrap();
+        let cycle = |a: &mut CachingAllocator| {
+            let x = a.malloc(3 << 20).unwrap();
+            let y = a.malloc(700).unwrap();
+            let z = a.malloc(9 << 20).unwrap();
+            for g in [y, x, z] {
+                a.free(g.block.unwrap());
+            }
+        };
+        cycle(&mut a);
+        let after_one = a.layout();
+        cycle(&mut a);
+        assert_eq!(a.layout(), after_one, "{config:?}");
+        let extra = a.malloc(100).unwrap();
+        assert_ne!(a.layout(), after_one, "{config:?}");
+        a.free(extra.block.unwrap());
+        // The block is free again, though no longer known to be zero: the same layout.
+        assert_eq!(a.layout(), after_one, "{config:?}");
+        a.empty_cache();
+        assert_ne!(a.layout(), after_one, "{config:?}");
+        a.free(held.block.unwrap());
+    }
+}

@@ -315,7 +315,13 @@ struct Replay {
 /// shapes only, so an epoch that ends with the allocator's layout and held bytes as the one
 /// before it did starts the next epoch as that one started: every later epoch repeats it, and
 /// the replay stops there.
-fn replay_on_meta(sel: &Selection, plan: &Plan, target: Target, a: &DataTrainArgs, epochs: &Epochs<'_>) -> Result<Replay> {
+fn replay_on_meta(
+    sel: &Selection,
+    plan: &Plan,
+    target: Target,
+    a: &DataTrainArgs,
+    epochs: &Epochs<'_>,
+) -> Result<Replay> {
     let device = Device::Meta(target);
     let tracker = MemoryTracker::new(device);
     let _installed = MemoryTracker::install(tracker.clone());

@@ -38,6 +38,31 @@ fn write_raw(root: &Path) -> PathBuf {
     raw
 }
 
+/// A temporary folder (removed with everything in it when dropped, also when the test fails)
+/// holding `model.json` (`model`) and the frames `memopt frames` integrates from
+/// [`write_raw`]'s recordings, 4 per sample; returns the folder and the two paths.
+fn model_and_frames(prefix: &str, model: &str) -> (tempfile::TempDir, String, String) {
+    let tmp = tempfile::Builder::new().prefix(prefix).tempdir().unwrap();
+    let root = tmp.path();
+    let raw = write_raw(root);
+    let model_file = root.join("model.json");
+    std::fs::write(&model_file, model).unwrap();
+    let s = |p: &Path| p.to_str().unwrap().to_string();
+    let text = ok(&[
+        "frames",
+        "--data",
+        &s(&raw),
+        "--format",
+        "nmnist",
+        "--frames",
+        "4",
+    ]);
+    assert!(text.contains("wrote 8 samples (4 frames each, 34x34)"), "{text}");
+    let frames = root.join("frames_number_4_split_by_number");
+    assert!(frames.join("1/3.npz").is_file());
+    (tmp, s(&model_file), s(&frames))
+}
+
 const MODEL: &str = r#"{
   "name": "tiny",
   "input": { "time_steps": 4, "sample": [2, 16, 16], "classes": 2 },
@@ -53,29 +78,10 @@ const MODEL: &str = r#"{
 
 #[test]
 fn frames_then_train_save_resume_and_eval() {
-    // Removed with everything in it when dropped, also when the test fails.
-    let tmp = tempfile::Builder::new()
-        .prefix("memopt-cli-data-")
-        .tempdir()
-        .unwrap();
+    let (tmp, model, frames) = model_and_frames("memopt-cli-data-", MODEL);
     let root = tmp.path();
-    let raw = write_raw(root);
-    let model = root.join("tiny.json");
-    std::fs::write(&model, MODEL).unwrap();
+    let (model, frames) = (Path::new(&model), Path::new(&frames));
     let s = |p: &Path| p.to_str().unwrap().to_string();
-
-    let text = ok(&[
-        "frames",
-        "--data",
-        &s(&raw),
-        "--format",
-        "nmnist",
-        "--frames",
-        "4",
-    ]);
-    assert!(text.contains("wrote 8 samples (4 frames each, 34x34)"), "{text}");
-    let frames = root.join("frames_number_4_split_by_number");
-    assert!(frames.join("1/3.npz").is_file());
 
     let w = root.join("w.safetensors");
     let common = [
@@ -284,26 +290,7 @@ const WIDE_MODEL: &str = r#"{
 /// options that need values are refused on Meta, and a GPU the machine lacks is one line.
 #[test]
 fn a_data_run_on_meta_predicts_the_cpu_run_s_peaks_exactly() {
-    let tmp = tempfile::Builder::new()
-        .prefix("memopt-cli-data-meta-")
-        .tempdir()
-        .unwrap();
-    let root = tmp.path();
-    let raw = write_raw(root);
-    let model = root.join("wide.json");
-    std::fs::write(&model, WIDE_MODEL).unwrap();
-    let s = |p: &Path| p.to_str().unwrap().to_string();
-    ok(&[
-        "frames",
-        "--data",
-        &s(&raw),
-        "--format",
-        "nmnist",
-        "--frames",
-        "4",
-    ]);
-    let frames = s(&root.join("frames_number_4_split_by_number"));
-    let model = s(&model);
+    let (_tmp, model, frames) = model_and_frames("memopt-cli-data-meta-", WIDE_MODEL);
     let run = |device: &str, expandable: &str| {
         ok(&[
             "--expandable-segments",

@@ -89,19 +89,25 @@ impl DataTrainArgs {
                     .into(),
             ));
         }
-        let given = [
+        match self.value_option() {
+            Some(flag) => Err(CliError::Usage(format!(
+                "{flag} works with training on a dataset: add --data DIR (synthetic runs keep no weights)"
+            ))),
+            None => Ok(()),
+        }
+    }
+
+    /// The first option given that reads or writes values (weights, state, metrics, charts).
+    fn value_option(&self) -> Option<&'static str> {
+        [
             ("--load", self.load.is_some()),
             ("--save", self.save.is_some()),
             ("--resume", self.resume.is_some()),
             ("--metrics", self.metrics.is_some()),
             ("--chart", self.chart.is_some()),
-        ];
-        match given.iter().find(|(_, set)| *set) {
-            Some((flag, _)) => Err(CliError::Usage(format!(
-                "{flag} works with training on a dataset: add --data DIR (synthetic runs keep no weights)"
-            ))),
-            None => Ok(()),
-        }
+        ]
+        .into_iter()
+        .find_map(|(flag, set)| set.then_some(flag))
     }
 }
 
@@ -404,15 +410,8 @@ fn refuse_unless_run_fits(
 
 /// Options that write or read values, which Meta does not have.
 fn reject_on_meta(a: &DataTrainArgs, device: Device) -> Result<()> {
-    let given = [
-        ("--load", a.load.is_some()),
-        ("--save", a.save.is_some()),
-        ("--resume", a.resume.is_some()),
-        ("--metrics", a.metrics.is_some()),
-        ("--chart", a.chart.is_some()),
-    ];
-    match given.iter().find(|(_, set)| *set) {
-        Some((flag, _)) => Err(CliError::Usage(format!(
+    match a.value_option() {
+        Some(flag) => Err(CliError::Usage(format!(
             "{flag} needs values, and {device} has none (it predicts the run's memory): train on cpu or \
              cuda to use it"
         ))),

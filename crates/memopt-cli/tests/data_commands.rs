@@ -86,9 +86,9 @@ fn frames_then_train_save_resume_and_eval() {
     let w = root.join("w.safetensors");
     let common = [
         "-m",
-        &s(&model),
+        &s(model),
         "--data",
-        &s(&frames),
+        &s(frames),
         "--train-ratio",
         "0.75",
         "-n",
@@ -160,9 +160,9 @@ fn frames_then_train_save_resume_and_eval() {
     let text = ok(&[
         "eval",
         "-m",
-        &s(&model),
+        &s(model),
         "--data",
-        &s(&frames),
+        &s(frames),
         "--train-ratio",
         "0.75",
         "--load",
@@ -178,7 +178,7 @@ fn frames_then_train_save_resume_and_eval() {
     assert_eq!(l.shape, vec![2, 2]);
 
     // the model must fit the data, and weights-only options need --data
-    let e = fails(&["train", "-m", &s(&model), "--data", &s(&frames), "-t", "2"], 1);
+    let e = fails(&["train", "-m", &s(model), "--data", &s(frames), "-t", "2"], 1);
     assert!(e.contains("--timesteps 4"), "{e}");
     let e = fails(&["train", "-m", "spiking-mlp", "--save", &s(&w)], 2);
     assert!(e.contains("add --data DIR"), "{e}");
@@ -188,7 +188,7 @@ fn frames_then_train_save_resume_and_eval() {
             "-m",
             "spiking-mlp",
             "--data",
-            &s(&frames),
+            &s(frames),
             "--load",
             &s(&w),
         ],

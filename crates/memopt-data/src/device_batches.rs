@@ -4,7 +4,7 @@
 //! no values, so it predicts the device's memory exactly.
 
 use crate::error::{DataError, Result};
-use crate::loader::{BatchLoader, BatchValues, HostBatch};
+use crate::loader::{BatchLoader, BatchValues, HostBatch, PinnedBatch};
 use memopt_checkpoint::{Batch, Target as LossTarget};
 use memopt_core::{DType, Device, MemoryKind, PendingTensor, Tensor};
 use std::collections::VecDeque;
@@ -48,6 +48,11 @@ pub struct DeviceBatches {
     device: Device,
     ahead: VecDeque<Staged>,
     depth: usize,
+    /// Page-locked buffers the loader no longer takes back (its last batches): kept until the
+    /// pass ends, when their uploads are long done, so that dropping them waits for nothing.
+    spent: Vec<PinnedBatch>,
+    /// Set after an error: the iterator ends.
+    failed: bool,
 }
 
 impl DeviceBatches {
@@ -58,6 +63,8 @@ impl DeviceBatches {
             device,
             ahead: VecDeque::new(),
             depth: device.target().batches_ahead(),
+            spent: Vec::new(),
+            failed: false,
         }
     }
 
@@ -67,7 +74,7 @@ impl DeviceBatches {
         Some(host.and_then(|h| self.stage(h)))
     }
 
-    fn stage(&self, host: HostBatch) -> Result<Staged> {
+    fn stage(&mut self, host: HostBatch) -> Result<Staged> {
         let HostBatch {
             input,
             dims,
@@ -88,7 +95,7 @@ impl DeviceBatches {
                 let input = Tensor::upload_pinned(&mut pinned.input, dims, ordinal, MemoryKind::Input)?;
                 let labels_up = Tensor::upload_pinned(&mut pinned.labels, [n], ordinal, MemoryKind::Input)?;
                 // Queued: the buffers wait for their uploads before the loader writes again.
-                self.loader.recycle(pinned);
+                self.spent.extend(self.loader.recycle(pinned));
                 return Ok(Staged {
                     input,
                     labels: labels_up,
@@ -115,6 +122,18 @@ impl Iterator for DeviceBatches {
     type Item = Result<DeviceBatch>;
 
     fn next(&mut self) -> Option<Self::Item> {
+        if self.failed {
+            return None;
+        }
+        let item = self.advance();
+        self.failed = matches!(item, Some(Err(_)));
+        item
+    }
+}
+
+impl DeviceBatches {
+    /// The next batch, the ones after it staged first.
+    fn advance(&mut self) -> Option<Result<DeviceBatch>> {
         let current = match self.ahead.pop_front() {
             Some(s) => s,
             None => match self.stage_next()? {

@@ -202,10 +202,9 @@ struct PinnedPool {
 }
 
 impl PinnedPool {
+    /// A batch's buffers: new ones up to [`PINNED_BATCHES`] (a returned one may still be
+    /// uploading), then the returned ones.
     fn take(&mut self) -> Result<PinnedBatch> {
-        if let Ok(b) = self.returned.try_recv() {
-            return Ok(b);
-        }
         if self.allocated < PINNED_BATCHES {
             self.allocated += 1;
             return Ok(PinnedBatch {
@@ -322,11 +321,13 @@ impl BatchLoader {
     }
 
     /// Hands page-locked buffers back for later batches (once their upload is queued: they
-    /// wait for it before being written again).
-    pub fn recycle(&self, pinned: PinnedBatch) {
-        if let Some(back) = &self.recycle {
-            // A stopped worker needs no buffers.
-            let _ = back.send(pinned);
+    /// wait for it before being written again). Gives them back when the worker has made its
+    /// last batch: the caller keeps them until their uploads are surely done (dropping them
+    /// waits for the upload).
+    pub fn recycle(&self, pinned: PinnedBatch) -> Option<PinnedBatch> {
+        match &self.recycle {
+            Some(back) => back.send(pinned).err().map(|e| e.0),
+            None => Some(pinned),
         }
     }
 }

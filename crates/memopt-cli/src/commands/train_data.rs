@@ -358,15 +358,17 @@ fn replay_on_meta(
     })
 }
 
-/// How much of the run a replay ran, in words.
-fn replayed_text(replay: &Replay, epochs: u64) -> String {
+/// How much of the run's epochs `range` a replay ran, in words (epochs counted from 1).
+fn replayed_text(replay: &Replay, range: &std::ops::Range<u64>) -> String {
+    let epochs = range.end - range.start;
     if replay.epochs == epochs {
         format!("every epoch replayed on Meta ({epochs})")
     } else {
         format!(
             "{} of {epochs} epochs replayed on Meta: the allocator's layout repeats after epoch {}, so \
              the later epochs repeat its peaks",
-            replay.epochs, replay.epochs
+            replay.epochs,
+            range.start + replay.epochs
         )
     }
 }
@@ -527,7 +529,7 @@ pub fn run(
         range: start..a.epochs,
     };
     let replayed = replay_on_meta(sel, plan, device.target(), a, &replay)?;
-    let how = replayed_text(&replayed, a.epochs - start);
+    let how = replayed_text(&replayed, &replay.range);
     if device.is_meta() {
         return out!(
             out,

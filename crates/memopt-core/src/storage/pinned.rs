@@ -4,6 +4,7 @@
 
 use super::cuda_context;
 use crate::{CoreError, Result};
+use cudarc::driver::sys::CUevent_flags;
 use cudarc::driver::{CudaEvent, CudaStream, DeviceRepr, PinnedHostSlice, ValidAsZeroBits};
 
 /// `len` elements of `T` in page-locked host memory of GPU `ordinal`'s context
@@ -105,8 +106,18 @@ impl<T: DeviceRepr + ValidAsZeroBits> PinnedBuffer<T> {
         // guarantees `dst`.
         unsafe { cudarc::driver::result::memcpy_htod_async(dst, &host[..len], copy.cu_stream()) }
             .map_err(driver_error(OP))?;
-        self.last_upload = Some(copy.record_event(None).map_err(driver_error(OP))?);
-        Ok(())
+        // The host waits on this event (a blocking wait, not a spin) before writing here again.
+        match copy.record_event(Some(CUevent_flags::CU_EVENT_BLOCKING_SYNC)) {
+            Ok(e) => {
+                self.last_upload = Some(e);
+                Ok(())
+            }
+            Err(e) => {
+                // Without the event nothing would keep the buffer until the copy has read it.
+                let _ = copy.synchronize();
+                Err(driver_error(OP)(e))
+            }
+        }
     }
 }
 
@@ -154,8 +165,17 @@ impl super::Storage {
             // else can reach until the storage is handed out, and the caller orders every read
             // after `done`.
             unsafe { src.copy_to_device(data.device_ptr(), len, &copy)? };
-            done = Some(copy.record_event(None).map_err(driver_error(OP))?);
-            Ok(())
+            match copy.record_event(None) {
+                Ok(e) => {
+                    done = Some(e);
+                    Ok(())
+                }
+                Err(e) => {
+                    // The block goes back to the pool on this error: only after the copy.
+                    let _ = copy.synchronize();
+                    Err(driver_error(OP)(e))
+                }
+            }
         })?;
         Ok((storage, done))
     }

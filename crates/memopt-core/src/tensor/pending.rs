@@ -34,8 +34,12 @@ impl PendingTensor {
 
     /// The tensor, after ordering GPU work queued from now on after its upload.
     pub fn ready(mut self) -> Result<Tensor> {
-        if let Some((ordinal, done)) = self.upload.take() {
-            crate::cuda::compute_waits_for(ordinal, &done)?;
+        if let Some((ordinal, done)) = self.upload.take()
+            && let Err(e) = crate::cuda::compute_waits_for(ordinal, &done)
+        {
+            // The tensor's block goes back to the pool with `self`: only after the upload.
+            let _ = done.synchronize();
+            return Err(e);
         }
         self.tensor
             .take()
@@ -68,10 +72,12 @@ impl Tensor {
         let shape = shape.into();
         let len = shape.elem_count_for("Tensor::upload_pinned")?;
         let (storage, done) = Storage::upload_pinned(src, len, ordinal, kind)?;
-        Ok(PendingTensor {
-            tensor: Some(Tensor::from_storage(Arc::new(storage), shape)?),
-            upload: done.map(|e| (ordinal, e)),
-        })
+        let upload = done.map(|e| (ordinal, e));
+        // Dropped on an error, the block returns to the pool: through `PendingTensor`'s drop,
+        // which orders the compute stream after the upload.
+        let mut pending = PendingTensor { tensor: None, upload };
+        pending.tensor = Some(Tensor::from_storage(Arc::new(storage), shape)?);
+        Ok(pending)
     }
 
     /// Overwrites this tensor's values (a whole view, `T` its dtype) with `values` in place:
@@ -100,6 +106,8 @@ impl Tensor {
                     op: "copying host values into a GPU tensor",
                     message: e.to_string(),
                 };
+                // The raw copy goes to the current context's legacy stream: make it this GPU's.
+                stream.context().bind_to_thread().map_err(err)?;
                 // SAFETY: `dst` addresses this view's `values.len()` elements of `T`, held
                 // exclusively through `w`; the copy is queued on the compute stream after
                 // every kernel queued before it, and waited for before `values` may go.

@@ -15,6 +15,11 @@
 #    SpikingJelly is timed against memopt's on synthetic CIFAR10-DVS-sized frames (T=10,
 #    2x128x128, N=32, 3 epochs; E2E_TIMING=0 skips it).
 #
+# 5. With python3 and a GPU: the largest batch of the CIFAR10-DVS VGG (T=10, 2x128x128) whose
+#    default plan fits the GPU's free memory (Meta's exact reserved peak, searched by halving to
+#    within 1/64), then two real steps at that batch on the GPU. SpikingJelly's counterpart at
+#    its level 4 is not searched: its own plan search takes minutes per batch size.
+#
 # Writes OUT_DIR/data_e2e/ (logs, plans, weights, logits, JSON figures) and
 # OUT_DIR/data_e2e.json; the exit status is non-zero when a step failed.
 set -uo pipefail
@@ -127,9 +132,33 @@ if [ "$py" = ran ] && [ "${E2E_TIMING:-1}" != 0 ]; then
 fi
 [ "$py" = skipped ] && echo "  SpikingJelly steps skipped: python3 with torch and spikingjelly not found"
 
+# --- 5. the largest batch the default plan fits into this GPU ------------------------------------
+largest=null
+if [ "$py" = ran ] && [[ "$DEVICE" == cuda* ]] && command -v nvidia-smi > /dev/null; then
+    free_mib="$(nvidia-smi --query-gpu=memory.free --format=csv,noheader,nounits -i 0 | head -1 | tr -dc '0-9')"
+    reserved_at() { # $1 = batch: the default plan's exact reserved peak for the CUDA target, bytes
+        "$M" optimize -m cifar10dvs-vgg --published -n "$1" --device cuda --json --out "$E/plan_n$1.json" \
+            2> /dev/null | python3 -c 'import json,sys; print(json.load(sys.stdin)["planned_peaks"]["reserved_bytes"])'
+    }
+    fits() { local r; r="$(reserved_at "$1")" && [ -n "$r" ] && [ "$r" -le $((free_mib * 1048576)) ]; }
+    lo=0 hi=32
+    while fits "$hi" && [ "$hi" -lt 65536 ]; do lo=$hi; hi=$((hi * 2)); done
+    # Halving down to 1/64 of the batch: a dozen plans of about 2 s each.
+    while [ $((hi - lo)) -gt $(((lo + 63) / 64)) ]; do
+        mid=$(((lo + hi) / 2)); if fits "$mid"; then lo=$mid; else hi=$mid; fi
+    done
+    largest=$lo
+    echo "  largest batch of the VGG (T=10, 128x128) under the default plan in $free_mib MiB free: $largest"
+    if [ "$largest" -gt 0 ]; then
+        step largest_batch_steps "$M" train -m cifar10dvs-vgg --published -n "$largest" --plan "$E/plan_n$largest.json" \
+            --device "$DEVICE" --steps 2 --quiet
+    fi
+fi
+
 {
     echo "{"
     echo "  \"device\": \"$DEVICE\","
+    echo "  \"largest_vgg_batch_default_plan\": $largest,"
     echo "  \"loss_falls\": $loss_falls,"
     echo "  \"peaks_predicted\": \"$predicted\","
     echo "  \"peaks_measured\": \"$measured\","

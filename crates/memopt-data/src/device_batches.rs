@@ -48,8 +48,8 @@ pub struct DeviceBatches {
     device: Device,
     ahead: VecDeque<Staged>,
     depth: usize,
-    /// Page-locked buffers the loader no longer takes back (its last batches): kept until the
-    /// pass ends, when their uploads are long done, so that dropping them waits for nothing.
+    /// Page-locked buffers the loader no longer takes back (its last batches): kept for the
+    /// next pass when this one ends.
     spent: Vec<PinnedBatch>,
     /// Set after an error: the iterator ends.
     failed: bool,
@@ -115,6 +115,16 @@ impl DeviceBatches {
             host_labels: labels,
             indices,
         })
+    }
+}
+
+impl Drop for DeviceBatches {
+    fn drop(&mut self) {
+        // The pass is over: its last buffers serve the next pass (they wait for their uploads
+        // before being written again).
+        for pinned in self.spent.drain(..) {
+            crate::loader::keep_for_later(pinned);
+        }
     }
 }
 

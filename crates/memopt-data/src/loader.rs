@@ -8,8 +8,8 @@ use crate::dataset::Dataset;
 use crate::error::{DataError, Result};
 use memopt_core::storage::PinnedBuffer;
 use memopt_core::{Device, Philox, RngState};
-use std::sync::Arc;
 use std::sync::mpsc::{Receiver, Sender, SyncSender, channel, sync_channel};
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
 /// Where the loader thread puts a batch's values.
@@ -201,12 +201,40 @@ struct PinnedPool {
     returned: Receiver<PinnedBatch>,
 }
 
+/// Page-locked batches a finished pass left, for the next pass of the process (allocating and
+/// locking them again would cost every epoch milliseconds per megabyte). At most
+/// [`PINNED_BATCHES`] are kept.
+static SPARE: Mutex<Vec<PinnedBatch>> = Mutex::new(Vec::new());
+
+/// Keeps `pinned` for a later pass (or drops it when enough are kept already).
+pub fn keep_for_later(pinned: PinnedBatch) {
+    let mut spare = SPARE.lock().unwrap_or_else(|e| e.into_inner());
+    if spare.len() < PINNED_BATCHES {
+        spare.push(pinned);
+    }
+}
+
 impl PinnedPool {
-    /// A batch's buffers: new ones up to [`PINNED_BATCHES`] (a returned one may still be
-    /// uploading), then the returned ones.
+    /// A kept batch of this GPU large enough for this pass's batches.
+    fn spare(&self) -> Option<PinnedBatch> {
+        let mut spare = SPARE.lock().unwrap_or_else(|e| e.into_inner());
+        let fits = |b: &PinnedBatch| {
+            b.input.ordinal() == self.ordinal
+                && b.input.len() >= self.per_batch
+                && b.labels.len() >= self.batch_size
+        };
+        let at = spare.iter().position(fits)?;
+        Some(spare.swap_remove(at))
+    }
+
+    /// A batch's buffers: kept or new ones up to [`PINNED_BATCHES`] (a returned one may still
+    /// be uploading), then the returned ones.
     fn take(&mut self) -> Result<PinnedBatch> {
         if self.allocated < PINNED_BATCHES {
             self.allocated += 1;
+            if let Some(kept) = self.spare() {
+                return Ok(kept);
+            }
             return Ok(PinnedBatch {
                 input: PinnedBuffer::new(self.ordinal, self.per_batch)?,
                 labels: PinnedBuffer::new(self.ordinal, self.batch_size)?,
@@ -238,6 +266,14 @@ impl PinnedPool {
             labels,
             indices: indices.to_vec(),
         })
+    }
+}
+
+impl Drop for PinnedPool {
+    fn drop(&mut self) {
+        for pinned in self.returned.try_iter() {
+            keep_for_later(pinned);
+        }
     }
 }
 

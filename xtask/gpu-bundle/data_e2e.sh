@@ -12,10 +12,10 @@
 # 3. N-MNIST and DVS128 frames: one epoch each of a small model on DEVICE.
 # 4. With python3 + torch + SpikingJelly: SpikingJelly loads the saved weights (strict=True) and
 #    gives the same logits (spikingjelly_data.py check), and the same training loop in PyTorch +
-#    SpikingJelly is timed against memopt's on synthetic CIFAR10-DVS-sized frames (T=10,
-#    2x128x128, N=32, 3 epochs; E2E_TIMING=0 skips it).
+#    SpikingJelly is timed against memopt's on synthetic frames of the published VGG's size
+#    (T=10, 2x48x48, N=32, 3 epochs; E2E_TIMING=0 skips it).
 #
-# 5. With python3 and a GPU: the largest batch of the CIFAR10-DVS VGG (T=10, 2x128x128) whose
+# 5. With python3 and a GPU: the largest batch of the CIFAR10-DVS VGG (T=10, 2x48x48) whose
 #    default plan fits the GPU's free memory (Meta's exact reserved peak, searched by halving to
 #    within 1/64), then two real steps at that batch on the GPU. SpikingJelly's counterpart at
 #    its level 4 is not searched: its own plan search takes minutes per batch size.
@@ -119,14 +119,14 @@ if command -v python3 > /dev/null && python3 -c 'import torch, spikingjelly' 2> 
         --out "$E/sj_check.json"
 fi
 if [ "$py" = ran ] && [ "${E2E_TIMING:-1}" != 0 ]; then
-    step frames_timing "$S" frames "$E/timing" 2 64 10 2 128 128
+    step frames_timing "$S" frames "$E/timing" 2 64 10 2 48 48
     TIMING=(-m cifar10dvs-vgg --published --classes 2 -n 32 --data "$E/timing" --train-ratio 1 --epochs 3)
     step plan_timing "$M" optimize -m cifar10dvs-vgg --published --classes 2 -n 32 --device cuda \
         --out "$E/plan_timing.json"
     step memopt_timing "$M" train "${TIMING[@]}" --device "$DEVICE" --quiet
     step memopt_timing_plan "$M" train "${TIMING[@]}" --plan "$E/plan_timing.json" --device "$DEVICE" --quiet
     step sj_timing python3 "$HERE/spikingjelly_data.py" time --frames "$E/timing" --classes 2 --timesteps 10 \
-        --input 2x128x128 --batch 32 --train-ratio 1 --epochs 3 --lr 0.1 --momentum 0.9 --device "$DEVICE" \
+        --input 2x48x48 --batch 32 --train-ratio 1 --epochs 3 --lr 0.1 --momentum 0.9 --device "$DEVICE" \
         --out "$E/sj_timing.json"
     grep -h "^trained" "$E/logs/memopt_timing.log" "$E/logs/memopt_timing_plan.log" | sed 's/^/  memopt: /'
 fi
@@ -148,7 +148,7 @@ if [ "$py" = ran ] && [[ "$DEVICE" == cuda* ]] && command -v nvidia-smi > /dev/n
         mid=$(((lo + hi) / 2)); if fits "$mid"; then lo=$mid; else hi=$mid; fi
     done
     largest=$lo
-    echo "  largest batch of the VGG (T=10, 128x128) under the default plan in $free_mib MiB free: $largest"
+    echo "  largest batch of the VGG (T=10, 48x48) under the default plan in $free_mib MiB free: $largest"
     if [ "$largest" -gt 0 ]; then
         step largest_batch_steps "$M" train -m cifar10dvs-vgg --published -n "$largest" --plan "$E/plan_n$largest.json" \
             --device "$DEVICE" --steps 2 --quiet

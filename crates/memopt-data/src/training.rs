@@ -57,6 +57,19 @@ pub struct SplitMetrics {
     pub samples: usize,
 }
 
+/// What the training loop reports after each step.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct StepDone {
+    /// Steps done in this epoch (from 1).
+    pub step: usize,
+    /// Steps in this epoch.
+    pub steps: usize,
+    /// Samples in the step's batch.
+    pub samples: usize,
+    /// The step's loss (`None` on Meta).
+    pub loss: Option<f32>,
+}
+
 /// Wall time of a training loop, and how much of it waited for the next batch.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct LoopTime {
@@ -133,9 +146,8 @@ fn some_samples(indices: &[usize]) -> String {
 }
 
 /// One training epoch: the learning rate set by `schedule`, samples of `train` shuffled by
-/// `(seed, epoch)`, batches of `batch_size` (a smaller last batch kept), `on_step(step in
-/// epoch, steps in epoch, loss)` after every step (the loss is `None` on Meta, which
-/// allocates as the device would and computes nothing).
+/// `(seed, epoch)`, batches of `batch_size` (a smaller last batch kept), `on_step` after every
+/// step (the loss is `None` on Meta, which allocates as the device would and computes nothing).
 #[allow(clippy::too_many_arguments)]
 pub fn train_epoch(
     model: &Model,
@@ -145,7 +157,7 @@ pub fn train_epoch(
     epoch: u64,
     seed: u64,
     batch_size: usize,
-    on_step: &mut dyn FnMut(usize, usize, Option<f32>),
+    on_step: &mut dyn FnMut(&StepDone),
 ) -> Result<(SplitMetrics, LoopTime)> {
     let order = shuffled(train, seed, epoch);
     let steps = order.len().div_ceil(batch_size.max(1));
@@ -171,7 +183,12 @@ pub fn train_epoch(
         drop(batch);
         let Some(loss) = out.loss.filter(|_| has_data) else {
             tally.add_unseen(labels.len());
-            on_step(i + 1, steps, None);
+            on_step(&StepDone {
+                step: i + 1,
+                steps,
+                samples: labels.len(),
+                loss: None,
+            });
             continue;
         };
         if !loss.is_finite() {
@@ -189,7 +206,12 @@ pub fn train_epoch(
             .transpose()?
             .unwrap_or_default();
         tally.add(f64::from(loss), &rates, &labels);
-        on_step(i + 1, steps, Some(loss));
+        on_step(&StepDone {
+            step: i + 1,
+            steps,
+            samples: labels.len(),
+            loss: Some(loss),
+        });
     }
     let time = LoopTime {
         seconds: started.elapsed().as_secs_f64(),
@@ -330,7 +352,7 @@ pub fn run_epoch(
     test: &[usize],
     plan: &EpochPlan,
     epoch: u64,
-    on_step: &mut dyn FnMut(usize, usize, Option<f32>),
+    on_step: &mut dyn FnMut(&StepDone),
 ) -> Result<EpochMetrics> {
     check_classes(model, data)?;
     let lr = plan.schedule.rate(plan.base_lr, epoch);

@@ -128,7 +128,7 @@ fn epochs(
     range: std::ops::Range<u64>,
 ) {
     for epoch in range {
-        run_epoch(model, tr, data, train, test, &PLAN, epoch, &mut |_, _, _| {}).unwrap();
+        run_epoch(model, tr, data, train, test, &PLAN, epoch, &mut |_| {}).unwrap();
     }
 }
 
@@ -173,7 +173,7 @@ fn loss_falls_and_a_resumed_run_continues_bit_identically(device: Device) {
             &test,
             &PLAN,
             epoch,
-            &mut |_, _, _| steps_seen += 1,
+            &mut |_| steps_seen += 1,
         )
         .unwrap();
         losses.push(m.train.loss);
@@ -227,7 +227,7 @@ fn a_run_s_peaks_equal_its_replay_on_meta(device: Device, batch_size: usize) {
         let m = model(1, device);
         let mut tr = trainer(&m);
         for epoch in 0..2 {
-            run_epoch(&m, &mut tr, &data, &train, &test, &plan, epoch, &mut |_, _, _| {}).unwrap();
+            run_epoch(&m, &mut tr, &data, &train, &test, &plan, epoch, &mut |_| {}).unwrap();
         }
         let s = tracker.stats();
         (s.peak, s.allocated_peak, s.reserved_peak)

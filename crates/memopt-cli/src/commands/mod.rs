@@ -9,6 +9,7 @@ pub mod models;
 pub mod optimize;
 pub mod plot;
 pub mod profile;
+pub mod run_memory;
 pub mod train;
 pub mod train_chart;
 pub mod train_data;

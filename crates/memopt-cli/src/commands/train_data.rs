@@ -3,20 +3,20 @@
 //! saved, loaded and resumed in safetensors under PyTorch's `state_dict()` names.
 
 use super::dataset::DataArgs;
+use super::run_memory::{Epochs, peaks_line, refuse_unless_run_fits, replay_on_meta, replayed_text};
 use super::train_chart;
 use crate::error::{CliError, Result};
 use crate::files::{Outputs, check_outside_data, write_atomic};
 use crate::format::bytes;
 use crate::gpu_memory::GpuMemory;
-use crate::memory_limit::{MemoryLimitArgs, gpu_room};
+use crate::memory_limit::MemoryLimitArgs;
 use crate::out;
 use crate::selection::Selection;
 use memopt_checkpoint::optim::{Adam, Optimizer, Sgd};
 use memopt_checkpoint::{Model, Plan, Trainer};
 use memopt_core::output_file::same_file;
-use memopt_core::{Device, MemoryTracker, Target};
-use memopt_data::Dataset;
-use memopt_data::training::{EpochMetrics, EpochPlan, Schedule, run_epoch};
+use memopt_core::{Device, MemoryTracker};
+use memopt_data::training::{EpochMetrics, EpochPlan, Schedule};
 use memopt_data::weights::{WeightsInfo, load_model, load_training, save_pair, state_path};
 use memopt_profiler::{AllocatorLevels, OptimizerChoice};
 use std::io::Write;
@@ -272,144 +272,6 @@ fn build(sel: &Selection, plan: &Plan, device: Device, a: &DataTrainArgs) -> Res
     Ok((model, Trainer::new(opt, sel.workload.seed)))
 }
 
-/// The epochs of one run: data, splits and settings.
-struct Epochs<'a> {
-    data: &'a Arc<Dataset>,
-    train: &'a [usize],
-    test: &'a [usize],
-    plan: EpochPlan,
-    range: std::ops::Range<u64>,
-}
-
-impl Epochs<'_> {
-    /// Runs every epoch on `model`, calling `on_epoch` after each.
-    fn run(
-        &self,
-        model: &Model,
-        trainer: &mut Trainer,
-        on_step: &mut dyn FnMut(u64, usize, Option<f32>),
-        on_epoch: &mut dyn FnMut(&EpochMetrics, &Trainer) -> Result<()>,
-    ) -> Result<()> {
-        for epoch in self.range.clone() {
-            let m = run_epoch(
-                model,
-                trainer,
-                self.data,
-                self.train,
-                self.test,
-                &self.plan,
-                epoch,
-                &mut |_, samples, loss| on_step(epoch, samples, loss),
-            )?;
-            on_epoch(&m, trainer)?;
-        }
-        Ok(())
-    }
-}
-
-/// What replaying a run on Meta found.
-struct Replay {
-    /// The run's requested, allocated and reserved peaks, in bytes.
-    peaks: AllocatorLevels,
-    /// Epochs replayed; the rest repeat the last one's allocations from the same layout.
-    epochs: u64,
-}
-
-/// The exact peaks of the whole run on `target`: its epochs replayed on Meta (the model and
-/// optimizer state, the batches on the device, those uploading ahead, the smaller last batch
-/// and the evaluation), under this process's allocator configuration. Allocations depend on
-/// shapes only, so an epoch that ends with the allocator's layout and held bytes as the one
-/// before it did starts the next epoch as that one started: every later epoch repeats it, and
-/// the replay stops there.
-fn replay_on_meta(
-    sel: &Selection,
-    plan: &Plan,
-    target: Target,
-    a: &DataTrainArgs,
-    epochs: &Epochs<'_>,
-) -> Result<Replay> {
-    let device = Device::Meta(target);
-    let tracker = MemoryTracker::new(device);
-    let _installed = MemoryTracker::install(tracker.clone());
-    let (model, mut trainer) = build(sel, plan, device, a)?;
-    let mut before = None;
-    let mut replayed = 0;
-    for epoch in epochs.range.clone() {
-        run_epoch(
-            &model,
-            &mut trainer,
-            epochs.data,
-            epochs.train,
-            epochs.test,
-            &epochs.plan,
-            epoch,
-            &mut |_, _, _| {},
-        )?;
-        replayed += 1;
-        let after = (tracker.current_bytes(), tracker.allocator_layout());
-        if before.as_ref() == Some(&after) {
-            break;
-        }
-        before = Some(after);
-    }
-    Ok(Replay {
-        peaks: AllocatorLevels::peaks_of(&tracker),
-        epochs: replayed,
-    })
-}
-
-/// How much of the run's epochs `range` a replay ran, in words (epochs counted from 1).
-fn replayed_text(replay: &Replay, range: &std::ops::Range<u64>) -> String {
-    let epochs = range.end - range.start;
-    if replay.epochs == epochs {
-        format!("every epoch replayed on Meta ({epochs})")
-    } else {
-        format!(
-            "{} of {epochs} epochs replayed on Meta: the allocator's layout repeats after epoch {}, so \
-             the later epochs repeat its peaks",
-            replay.epochs,
-            range.start + replay.epochs
-        )
-    }
-}
-
-/// Refuses a run whose exact reserved peak exceeds the room on its device: the room left now
-/// plus `held`, the bytes the run's tracker reserves already (the model and optimizer state,
-/// which the replayed peak counts too).
-fn refuse_unless_run_fits(
-    limit: &MemoryLimitArgs,
-    device: Device,
-    run: &AllocatorLevels,
-    step_peak: u64,
-    held: u64,
-) -> Result<()> {
-    if limit.ignore_memory_limit {
-        return Ok(());
-    }
-    let room = match device {
-        Device::Cpu => limit.room()?,
-        Device::Cuda(ordinal) => Some(gpu_room(ordinal)?),
-        Device::Meta(_) => None,
-    };
-    match room {
-        Some(room) if run.reserved_bytes > room.bytes.saturating_add(held) => {
-            Err(CliError::Invalid(format!(
-                "the training run reserves {} ({} bytes) at its peak on {device} (a step alone {}; the \
-             batches on the device, the last smaller batch and the evaluation included), but only {} \
-             ({} bytes; {}) is free besides the {held} bytes the model holds already: lower --batch \
-             or train under a plan from `memopt optimize --budget`; --ignore-memory-limit runs anyway",
-                bytes(run.reserved_bytes),
-                run.reserved_bytes,
-                bytes(step_peak),
-                bytes(room.bytes),
-                room.bytes,
-                room.source
-            )))
-        }
-        _ => Ok(()),
-    }
-}
-
 /// Options that write or read values, which Meta does not have.
 fn reject_on_meta(a: &DataTrainArgs, device: Device) -> Result<()> {
     match a.value_option() {
@@ -419,18 +281,6 @@ fn reject_on_meta(a: &DataTrainArgs, device: Device) -> Result<()> {
         ))),
         None => Ok(()),
     }
-}
-
-/// One line of the run's peaks.
-fn peaks_line(p: &AllocatorLevels) -> String {
-    format!(
-        "{} reserved ({} bytes), {} allocated, {} requested ({} bytes)",
-        bytes(p.reserved_bytes),
-        p.reserved_bytes,
-        bytes(p.allocated_bytes),
-        bytes(p.requested_bytes),
-        p.requested_bytes
-    )
 }
 
 /// Trains on `--data` for `--epochs` on `device` (on Meta: replays the run's allocations and
@@ -528,7 +378,7 @@ pub fn run(
         plan: epoch_plan,
         range: start..a.epochs,
     };
-    let replayed = replay_on_meta(sel, plan, device.target(), a, &replay)?;
+    let replayed = replay_on_meta(device.target(), &replay, |d| build(sel, plan, d, a))?;
     let how = replayed_text(&replayed, &replay.range);
     if device.is_meta() {
         return out!(
@@ -587,8 +437,8 @@ pub fn run(
     epochs.run(
         &model,
         &mut trainer,
-        &mut |epoch, samples, loss| {
-            samples_done += samples;
+        &mut |epoch, step| {
+            samples_done += step.samples;
             bar.inc(1);
             let rate = samples_done as f64 / started.elapsed().as_secs_f64().max(1e-9);
             let memory = if on_device {
@@ -596,7 +446,7 @@ pub fn run(
             } else {
                 String::new()
             };
-            let loss = loss.map_or("n/a".to_string(), |l| format!("{l:.4}"));
+            let loss = step.loss.map_or("n/a".to_string(), |l| format!("{l:.4}"));
             bar.set_message(format!(
                 "epoch {} loss {loss}, {rate:.1} samples/s{memory}",
                 epoch + 1
@@ -659,44 +509,5 @@ pub fn run(
     match GpuMemory::measure(device, &tracker)? {
         Some(g) => out!(out, "{}", g.line()),
         None => Ok(()),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    const MIB: u64 = 1 << 20;
-
-    fn limit(size: &str) -> MemoryLimitArgs {
-        MemoryLimitArgs {
-            memory_limit: Some(size.into()),
-            ignore_memory_limit: false,
-        }
-    }
-
-    /// The run's reserved peak is compared with the room plus what the run holds already.
-    #[test]
-    fn a_run_is_refused_when_its_peak_exceeds_the_room_and_what_it_holds() {
-        let run = AllocatorLevels {
-            requested_bytes: 9 * MIB,
-            allocated_bytes: 9 * MIB,
-            reserved_bytes: 10 * MIB,
-        };
-        let e = refuse_unless_run_fits(&limit("8MiB"), Device::Cpu, &run, 8 * MIB, MIB)
-            .unwrap_err()
-            .to_string();
-        assert!(
-            e.contains("reserves 10.00 MiB (10485760 bytes)")
-                && e.contains("a step alone 8.00 MiB")
-                && e.contains("--memory-limit 8MiB")
-                && e.contains("1048576 bytes the model holds already"),
-            "{e}"
-        );
-        refuse_unless_run_fits(&limit("9MiB"), Device::Cpu, &run, 8 * MIB, MIB).unwrap();
-        let mut ignore = limit("1MiB");
-        ignore.ignore_memory_limit = true;
-        refuse_unless_run_fits(&ignore, Device::Cpu, &run, 8 * MIB, MIB).unwrap();
-        refuse_unless_run_fits(&limit("1MiB"), Device::META, &run, 8 * MIB, 0).unwrap();
     }
 }

@@ -56,4 +56,6 @@ fn page_locked_memory_without_a_gpu_is_a_clear_error() {
     );
     let e = PinnedBuffer::<f32>::new(0, usize::MAX).unwrap_err();
     assert!(e.to_string().contains("exceed the address space"), "{e}");
+    let e = PinnedBuffer::<f32>::new(0, 0).unwrap_err();
+    assert!(e.to_string().contains("at least 1"), "{e}");
 }

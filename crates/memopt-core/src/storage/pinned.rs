@@ -26,8 +26,9 @@ fn driver_error(op: &'static str) -> impl Fn(cudarc::driver::DriverError) -> Cor
 }
 
 impl<T: DeviceRepr + ValidAsZeroBits> PinnedBuffer<T> {
-    /// `len` elements of page-locked memory for GPU `ordinal`, zero-filled. An error when the
-    /// GPU or its driver is missing, or when the host cannot lock `len` elements.
+    /// `len` elements (at least 1) of page-locked memory for GPU `ordinal`, zero-filled. An
+    /// error when `len` is 0 or too large, when the GPU or its driver is missing, or when the
+    /// host cannot lock `len` elements.
     pub fn new(ordinal: usize, len: usize) -> Result<Self> {
         const OP: &str = "allocating page-locked host memory (cuMemHostAlloc)";
         let bytes = len

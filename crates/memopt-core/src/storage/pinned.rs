@@ -40,6 +40,13 @@ impl<T: DeviceRepr + ValidAsZeroBits> PinnedBuffer<T> {
                 format!("{len} elements exceed the address space"),
             ));
         }
+        if len == 0 {
+            // cudarc treats the null pointer of an empty allocation as a bug and panics.
+            return Err(CoreError::invalid(
+                OP,
+                "a buffer of 0 elements: ask for at least 1",
+            ));
+        }
         let ctx = cuda_context(ordinal)?;
         // SAFETY: the memory is zero-filled below, before anything reads it; every `T` here is
         // plain bits (`ValidAsZeroBits`), so zero bytes are a valid value.

@@ -201,7 +201,7 @@ fn pinned_uploads_overlap_and_arrive_whole() {
     let second = values(n, 2, 4.0);
     let mut pinned = PinnedBuffer::<f32>::new(0, n).unwrap();
     pinned.host_mut().unwrap().copy_from_slice(&first);
-    let a = Tensor::upload_pinned(&mut pinned, [n], 0, MemoryKind::Input).unwrap();
+    let a = Tensor::upload_pinned(&mut pinned, [n], MemoryKind::Input).unwrap();
     {
         let _m = MemoryTracker::install(meta.clone());
         drop(Tensor::zeros([n], DType::F32, Device::Meta(Target::Cuda), MemoryKind::Input).unwrap());
@@ -210,7 +210,7 @@ fn pinned_uploads_overlap_and_arrive_whole() {
     assert_eq!(tracker.reserved_bytes(), meta.reserved_bytes());
     // Rewriting waits for the first upload to have read the buffer.
     pinned.host_mut().unwrap().copy_from_slice(&second);
-    let b = Tensor::upload_pinned(&mut pinned, [n], 0, MemoryKind::Input).unwrap();
+    let b = Tensor::upload_pinned(&mut pinned, [n], MemoryKind::Input).unwrap();
     let (a, b) = (a.ready().unwrap(), b.ready().unwrap());
     // A kernel right after `ready` reads the uploaded values.
     let doubled = memopt_core::kernels::add(&a, &a).unwrap();
@@ -219,11 +219,11 @@ fn pinned_uploads_overlap_and_arrive_whole() {
     let want: Vec<f32> = first.iter().map(|v| v + v).collect();
     assert_eq!(doubled.to_vec_f32().unwrap(), want);
     // A smaller upload uses the buffer's front.
-    let c = Tensor::upload_pinned(&mut pinned, [2, 5], 0, MemoryKind::Input).unwrap();
+    let c = Tensor::upload_pinned(&mut pinned, [2, 5], MemoryKind::Input).unwrap();
     assert_eq!(c.dims(), &[2, 5]);
     assert_eq!(c.ready().unwrap().to_vec_f32().unwrap(), second[..10]);
     // Dropped unread: the block goes back, and the next tensor in it is zero-filled after the copy.
-    let unread = Tensor::upload_pinned(&mut pinned, [n], 0, MemoryKind::Input).unwrap();
+    let unread = Tensor::upload_pinned(&mut pinned, [n], MemoryKind::Input).unwrap();
     drop(unread);
     let zeros = Tensor::zeros([n], DType::F32, GPU, MemoryKind::Workspace).unwrap();
     assert!(zeros.to_vec_f32().unwrap().iter().all(|&v| v == 0.0));
@@ -233,6 +233,6 @@ fn pinned_uploads_overlap_and_arrive_whole() {
     assert_eq!(tracker.current_bytes(), held);
     assert_eq!(a.to_vec_f32().unwrap(), second);
     // More values than the buffer holds are refused, not copied.
-    let e = Tensor::upload_pinned(&mut pinned, [n + 1], 0, MemoryKind::Input).unwrap_err();
+    let e = Tensor::upload_pinned(&mut pinned, [n + 1], MemoryKind::Input).unwrap_err();
     assert!(e.to_string().contains("asked of a buffer"), "{e}");
 }

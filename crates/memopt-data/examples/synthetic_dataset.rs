@@ -32,66 +32,81 @@ fn draw(rng: &mut Philox, n: u32) -> u32 {
     (rng.next_uniform() * n as f32) as u32 % n
 }
 
-fn nmnist(dir: &Path, classes: usize, per_class: usize) -> Result<(), Error> {
-    let mut rng = Philox::new(7);
-    let band = (34 / classes.max(1)).max(1) as u32;
+/// How one format's synthetic recordings look.
+struct Recordings {
+    /// Sensor side (square), in pixels.
+    sensor: u32,
+    /// Events per recording.
+    events: usize,
+    /// Largest gap between two events, in microseconds.
+    max_gap: u32,
+    /// Seed of the draws.
+    seed: u64,
+    /// File extension.
+    extension: &'static str,
+    /// The file's bytes.
+    encode: fn(&Events) -> Result<Vec<u8>, Error>,
+}
+
+/// `per_class` recordings per class in DIR/<class>/: three events in four in the class's band
+/// of columns, the rest anywhere.
+fn recordings(dir: &Path, classes: usize, per_class: usize, r: &Recordings) -> Result<(), Error> {
+    let mut rng = Philox::new(r.seed);
+    let band = (r.sensor / classes.max(1) as u32).max(1);
     for c in 0..classes {
         let class_dir = dir.join(c.to_string());
         std::fs::create_dir_all(&class_dir)?;
         for s in 0..per_class {
             let mut ev = Events::default();
             let mut t = 0i64;
-            for e in 0..600 {
-                t += 1 + i64::from(draw(&mut rng, 200));
+            for e in 0..r.events {
+                t += 1 + i64::from(draw(&mut rng, r.max_gap));
                 let x = if e % 4 == 0 {
-                    draw(&mut rng, 34)
+                    draw(&mut rng, r.sensor)
                 } else {
-                    (c as u32 * band + draw(&mut rng, band)).min(33)
+                    (c as u32 * band + draw(&mut rng, band)).min(r.sensor - 1)
                 };
-                ev.push(t, x, draw(&mut rng, 34), draw(&mut rng, 2) as u8);
+                ev.push(t, x, draw(&mut rng, r.sensor), draw(&mut rng, 2) as u8);
             }
-            std::fs::write(class_dir.join(format!("{s:05}.bin")), atis_bin::to_bytes(&ev)?)?;
+            let name = format!("{s:05}.{}", r.extension);
+            std::fs::write(class_dir.join(name), (r.encode)(&ev)?)?;
         }
     }
     Ok(())
 }
+
+/// N-MNIST: ATIS .bin recordings of a 34x34 sensor.
+const NMNIST: Recordings = Recordings {
+    sensor: 34,
+    events: 600,
+    max_gap: 200,
+    seed: 7,
+    extension: "bin",
+    encode: |ev| Ok(atis_bin::to_bytes(ev)?),
+};
+
+/// CIFAR10-DVS: jAER AEDAT 2 recordings of a 128x128 sensor.
+const CIFAR10DVS: Recordings = Recordings {
+    sensor: 128,
+    events: 4000,
+    max_gap: 50,
+    seed: 9,
+    extension: "aedat",
+    encode: |ev| Ok(aedat2_bytes(ev)),
+};
 
 /// An AEDAT 2 file of `events` as CIFAR10-DVS's camera writes them: `#` header lines, then
 /// big-endian (address, timestamp) pairs, the address holding `1 - p` in bit 0, `127 - y` in
 /// bits 1..8 and `127 - x` in bits 8..15 (the inverse of `memopt_data::aedat2::read`).
-fn aedat2_bytes(events: &[(u32, u32, u32, u32)]) -> Vec<u8> {
+fn aedat2_bytes(events: &Events) -> Vec<u8> {
     let mut out = b"#!AER-DAT2.0\r\n# synthetic recording of memopt's synthetic_dataset\r\n".to_vec();
-    for &(t, x, y, p) in events {
+    for i in 0..events.len() {
+        let (x, y, p) = (events.x[i], events.y[i], u32::from(events.p[i]));
         let addr = ((127 - x) << 8) | ((127 - y) << 1) | (1 - p);
         out.extend_from_slice(&addr.to_be_bytes());
-        out.extend_from_slice(&t.to_be_bytes());
+        out.extend_from_slice(&(events.t[i] as u32).to_be_bytes());
     }
     out
-}
-
-fn cifar10dvs(dir: &Path, classes: usize, per_class: usize) -> Result<(), Error> {
-    let mut rng = Philox::new(9);
-    let band = (128 / classes.max(1)).max(1) as u32;
-    for c in 0..classes {
-        let class_dir = dir.join(c.to_string());
-        std::fs::create_dir_all(&class_dir)?;
-        for s in 0..per_class {
-            let mut t = 0u32;
-            let events: Vec<_> = (0..4000)
-                .map(|e| {
-                    t += 1 + draw(&mut rng, 50);
-                    let x = if e % 4 == 0 {
-                        draw(&mut rng, 128)
-                    } else {
-                        (c as u32 * band + draw(&mut rng, band)).min(127)
-                    };
-                    (t, x, draw(&mut rng, 128), draw(&mut rng, 2))
-                })
-                .collect();
-            std::fs::write(class_dir.join(format!("{s:05}.aedat")), aedat2_bytes(&events))?;
-        }
-    }
-    Ok(())
 }
 
 fn frames(dir: &Path, classes: usize, per_class: usize, dims: [usize; 4]) -> Result<(), Error> {
@@ -134,8 +149,8 @@ fn main() -> Result<(), Error> {
     let classes = number(&args, 2, "CLASSES")?;
     let per_class = number(&args, 3, "PER_CLASS")?;
     match args.first().map(String::as_str) {
-        Some("nmnist") => nmnist(&dir, classes, per_class)?,
-        Some("cifar10dvs") => cifar10dvs(&dir, classes, per_class)?,
+        Some("nmnist") => recordings(&dir, classes, per_class, &NMNIST)?,
+        Some("cifar10dvs") => recordings(&dir, classes, per_class, &CIFAR10DVS)?,
         Some("frames") => {
             let dims = [
                 number(&args, 4, "T")?,

@@ -91,9 +91,9 @@ impl DeviceBatches {
                 Tensor::zeros(dims, DType::F32, device, MemoryKind::Input)?,
                 Tensor::zeros([n], DType::I64, device, MemoryKind::Input)?,
             ),
-            (BatchValues::Pinned(mut pinned), Device::Cuda(ordinal)) => {
-                let input = Tensor::upload_pinned(&mut pinned.input, dims, ordinal, MemoryKind::Input)?;
-                let labels_up = Tensor::upload_pinned(&mut pinned.labels, [n], ordinal, MemoryKind::Input)?;
+            (BatchValues::Pinned(mut pinned), Device::Cuda(_)) => {
+                let input = Tensor::upload_pinned(&mut pinned.input, dims, MemoryKind::Input)?;
+                let labels_up = Tensor::upload_pinned(&mut pinned.labels, [n], MemoryKind::Input)?;
                 // Queued: the buffers wait for their uploads before the loader writes again.
                 self.spent.extend(self.loader.recycle(pinned));
                 return Ok(Staged {

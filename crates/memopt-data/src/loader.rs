@@ -34,7 +34,7 @@ pub enum Staging {
 
 impl Staging {
     /// The staging for training on `device`, whose samples have dimensions `sample` (time
-    /// first; used on Meta only).
+    /// first: it sizes page-locked buffers, and is all Meta knows of a sample).
     pub fn for_device(device: Device, sample: &[usize]) -> Staging {
         match device {
             Device::Cpu => Staging::Host,
@@ -277,6 +277,14 @@ impl Drop for PinnedPool {
     }
 }
 
+/// What the loader thread stages batches into ([`Staging`], with the pool of page-locked
+/// buffers it owns).
+enum Stager {
+    Host,
+    Pinned(PinnedPool),
+    Shapes(Vec<usize>),
+}
+
 /// A page-locked buffer's elements, as the batch writer sees them.
 struct PinnedSlice<'a>(&'a mut [f32]);
 
@@ -309,27 +317,30 @@ impl BatchLoader {
             return Err(DataError::Invalid("batch size must be at least 1".into()));
         }
         let (tx, rx): (SyncSender<Result<HostBatch>>, _) = sync_channel(1);
-        let mut pool = None;
         let mut recycle = None;
-        if let Staging::Pinned { ordinal, sample } = &staging {
-            let per_batch = sample
-                .iter()
-                .try_fold(batch_size, |a, &d| a.checked_mul(d))
-                .ok_or_else(|| {
-                    DataError::Invalid(format!(
-                        "batches of {batch_size} samples of {sample:?} exceed the address space"
-                    ))
-                })?;
-            let (back, returned) = channel();
-            recycle = Some(back);
-            pool = Some(PinnedPool {
-                ordinal: *ordinal,
-                per_batch,
-                batch_size,
-                allocated: 0,
-                returned,
-            });
-        }
+        let mut stager = match staging {
+            Staging::Host => Stager::Host,
+            Staging::Shapes { sample } => Stager::Shapes(sample),
+            Staging::Pinned { ordinal, sample } => {
+                let per_batch = sample
+                    .iter()
+                    .try_fold(batch_size, |a, &d| a.checked_mul(d))
+                    .ok_or_else(|| {
+                        DataError::Invalid(format!(
+                            "batches of {batch_size} samples of {sample:?} exceed the address space"
+                        ))
+                    })?;
+                let (back, returned) = channel();
+                recycle = Some(back);
+                Stager::Pinned(PinnedPool {
+                    ordinal,
+                    per_batch,
+                    batch_size,
+                    allocated: 0,
+                    returned,
+                })
+            }
+        };
         let worker = std::thread::Builder::new()
             .name("memopt-batches".into())
             .spawn(move || {
@@ -337,10 +348,10 @@ impl BatchLoader {
                     if drop_last && chunk.len() < batch_size {
                         break;
                     }
-                    let batch = match (&staging, pool.as_mut()) {
-                        (Staging::Shapes { sample }, _) => Ok(shape_batch(&data, chunk, sample)),
-                        (Staging::Pinned { .. }, Some(pool)) => pool.make(&data, chunk, time_steps),
-                        _ => make_batch(&data, chunk, time_steps),
+                    let batch = match &mut stager {
+                        Stager::Host => make_batch(&data, chunk, time_steps),
+                        Stager::Pinned(pool) => pool.make(&data, chunk, time_steps),
+                        Stager::Shapes(sample) => Ok(shape_batch(&data, chunk, sample)),
                     };
                     let failed = batch.is_err();
                     if tx.send(batch).is_err() || failed {

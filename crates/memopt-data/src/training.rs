@@ -181,36 +181,32 @@ pub fn train_epoch(
         } = batch?;
         let out = trainer.step(model, &batch, opts)?;
         drop(batch);
-        let Some(loss) = out.loss.filter(|_| has_data) else {
-            tally.add_unseen(labels.len());
-            on_step(&StepDone {
-                step: i + 1,
-                steps,
-                samples: labels.len(),
-                loss: None,
-            });
-            continue;
-        };
-        if !loss.is_finite() {
-            // Frames and loaded weights are checked finite: the training itself diverged.
-            return Err(DataError::Invalid(format!(
-                "the loss became {loss} at epoch {}, step {} ({}): training diverged; lower the learning rate",
-                epoch + 1,
-                i + 1,
-                some_samples(&indices)
-            )));
+        match out.loss {
+            // Meta has no values.
+            None => tally.add_unseen(labels.len()),
+            Some(loss) if !loss.is_finite() => {
+                // Frames and loaded weights are checked finite: the training itself diverged.
+                return Err(DataError::Invalid(format!(
+                    "the loss became {loss} at epoch {}, step {} ({}): training diverged; lower the learning rate",
+                    epoch + 1,
+                    i + 1,
+                    some_samples(&indices)
+                )));
+            }
+            Some(loss) => {
+                let rates = out
+                    .output
+                    .map(|t| t.to_vec_f32())
+                    .transpose()?
+                    .unwrap_or_default();
+                tally.add(f64::from(loss), &rates, &labels);
+            }
         }
-        let rates = out
-            .output
-            .map(|t| t.to_vec_f32())
-            .transpose()?
-            .unwrap_or_default();
-        tally.add(f64::from(loss), &rates, &labels);
         on_step(&StepDone {
             step: i + 1,
             steps,
             samples: labels.len(),
-            loss: Some(loss),
+            loss: out.loss,
         });
     }
     let time = LoopTime {

@@ -27,6 +27,19 @@ pub struct Epochs<'a> {
 }
 
 impl Epochs<'_> {
+    /// Runs epoch `epoch` on `model`, calling `on_step` after each step.
+    fn epoch(
+        &self,
+        model: &Model,
+        trainer: &mut Trainer,
+        epoch: u64,
+        on_step: &mut dyn FnMut(&StepDone),
+    ) -> Result<EpochMetrics> {
+        Ok(run_epoch(
+            model, trainer, self.data, self.train, self.test, &self.plan, epoch, on_step,
+        )?)
+    }
+
     /// Runs every epoch on `model`, calling `on_step(epoch, step)` after each step and
     /// `on_epoch` after each epoch.
     pub fn run(
@@ -37,16 +50,7 @@ impl Epochs<'_> {
         on_epoch: &mut dyn FnMut(&EpochMetrics, &Trainer) -> Result<()>,
     ) -> Result<()> {
         for epoch in self.range.clone() {
-            let m = run_epoch(
-                model,
-                trainer,
-                self.data,
-                self.train,
-                self.test,
-                &self.plan,
-                epoch,
-                &mut |step| on_step(epoch, step),
-            )?;
+            let m = self.epoch(model, trainer, epoch, &mut |step| on_step(epoch, step))?;
             on_epoch(&m, trainer)?;
         }
         Ok(())
@@ -79,16 +83,7 @@ pub fn replay_on_meta(
     let mut before = None;
     let mut replayed = 0;
     for epoch in epochs.range.clone() {
-        run_epoch(
-            &model,
-            &mut trainer,
-            epochs.data,
-            epochs.train,
-            epochs.test,
-            &epochs.plan,
-            epoch,
-            &mut |_| {},
-        )?;
+        epochs.epoch(&model, &mut trainer, epoch, &mut |_| {})?;
         replayed += 1;
         let after = (tracker.current_bytes(), tracker.allocator_layout());
         if before.as_ref() == Some(&after) {

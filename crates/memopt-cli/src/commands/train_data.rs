@@ -399,6 +399,7 @@ pub fn run(
             d.budget = d.budget.less(more, "the training run's exact reserved peak")?;
         }
     }
+    // The replay's epochs again: `replay` borrowed the dataset whose budget may have changed.
     let epochs = Epochs {
         data: &data,
         train: &train,
@@ -408,7 +409,7 @@ pub fn run(
     };
     out!(
         out,
-        "planned peak of the run on {device}: {}",
+        "planned peak of the run on {device}: {} ({how})",
         peaks_line(&replayed)
     )?;
     let steps_per_epoch = train.len().div_ceil(batch_size) as u64;

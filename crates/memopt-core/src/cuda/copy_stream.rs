@@ -4,7 +4,7 @@
 //! been freed by kernels still queued), and the compute stream waits for the upload before the
 //! first kernel that reads its tensor.
 
-use crate::storage::cuda_context;
+use crate::storage::{cuda_context, per_gpu};
 use crate::{CoreError, Result};
 use cudarc::driver::{CudaEvent, CudaStream};
 use std::sync::{Arc, Mutex};
@@ -13,19 +13,12 @@ use std::sync::{Arc, Mutex};
 pub fn copy_stream(ordinal: usize) -> Result<Arc<CudaStream>> {
     static STREAMS: Mutex<Vec<Option<Arc<CudaStream>>>> = Mutex::new(Vec::new());
     let ctx = cuda_context(ordinal)?;
-    let mut streams = STREAMS.lock().unwrap_or_else(|e| e.into_inner());
-    if streams.len() <= ordinal {
-        streams.resize(ordinal + 1, None);
-    }
-    if let Some(s) = &streams[ordinal] {
-        return Ok(s.clone());
-    }
-    let s = ctx.new_stream().map_err(|e| CoreError::Cuda {
-        op: "creating the GPU's copy stream",
-        message: e.to_string(),
-    })?;
-    streams[ordinal] = Some(s.clone());
-    Ok(s)
+    per_gpu(&STREAMS, ordinal, || {
+        ctx.new_stream().map_err(|e| CoreError::Cuda {
+            op: "creating the GPU's copy stream",
+            message: e.to_string(),
+        })
+    })
 }
 
 /// Makes `copy` wait for everything queued on GPU `ordinal`'s compute stream so far.

@@ -77,20 +77,34 @@ pub fn cuda_context(ordinal: usize) -> Result<Arc<CudaContext>> {
     if ordinal >= available {
         return Err(CoreError::CudaDeviceNotFound { ordinal, available });
     }
-    let mut ctxs = CONTEXTS.lock().unwrap_or_else(|e| e.into_inner());
-    if ctxs.len() <= ordinal {
-        ctxs.resize(ordinal + 1, None);
+    per_gpu(&CONTEXTS, ordinal, || {
+        let ctx = CudaContext::new(ordinal).map_err(driver_err("creating a CUDA context"))?;
+        // SAFETY: memopt orders every kernel, copy, memset and allocation of a GPU itself: one
+        // compute stream in program order, and its copy stream through explicit events
+        // (`crate::cuda::copy_stream`); without tracking, slices carry no events (none is
+        // created per tensor).
+        unsafe { ctx.disable_event_tracking() };
+        Ok(ctx)
+    })
+}
+
+/// The value `cache` holds for GPU `ordinal`, made by `make` on first use (one per GPU, for
+/// the life of the process).
+pub(crate) fn per_gpu<T: Clone>(
+    cache: &Mutex<Vec<Option<T>>>,
+    ordinal: usize,
+    make: impl FnOnce() -> Result<T>,
+) -> Result<T> {
+    let mut cached = cache.lock().unwrap_or_else(|e| e.into_inner());
+    if cached.len() <= ordinal {
+        cached.resize(ordinal + 1, None);
     }
-    if let Some(ctx) = &ctxs[ordinal] {
-        return Ok(ctx.clone());
+    if let Some(v) = &cached[ordinal] {
+        return Ok(v.clone());
     }
-    let ctx = CudaContext::new(ordinal).map_err(driver_err("creating a CUDA context"))?;
-    // SAFETY: memopt runs every kernel, copy, memset and allocation of a GPU on one stream
-    // (`crate::cuda::stream`), so program order is the only synchronisation needed; without
-    // tracking, slices carry no events (none is created per tensor).
-    unsafe { ctx.disable_event_tracking() };
-    ctxs[ordinal] = Some(ctx.clone());
-    Ok(ctx)
+    let v = make()?;
+    cached[ordinal] = Some(v.clone());
+    Ok(v)
 }
 
 impl CudaData {

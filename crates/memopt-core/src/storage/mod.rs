@@ -12,6 +12,7 @@ mod host_segment;
 mod pinned;
 
 pub use cpu::CpuData;
+pub(crate) use cuda::per_gpu;
 pub use cuda::{CudaData, cuda_context, cuda_device_count};
 pub use cuda_range::CudaRange;
 pub use cuda_segment::{CudaBacking, CudaSegment};

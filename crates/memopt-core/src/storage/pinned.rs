@@ -6,6 +6,7 @@ use super::cuda_context;
 use crate::{CoreError, Result};
 use cudarc::driver::sys::CUevent_flags;
 use cudarc::driver::{CudaEvent, CudaStream, DeviceRepr, PinnedHostSlice, ValidAsZeroBits};
+use std::sync::Arc;
 
 /// `len` elements of `T` in page-locked host memory of GPU `ordinal`'s context
 /// (`cuMemHostAlloc`). Fill it with [`PinnedBuffer::host_mut`]; upload it with
@@ -14,8 +15,9 @@ use cudarc::driver::{CudaEvent, CudaStream, DeviceRepr, PinnedHostSlice, ValidAs
 pub struct PinnedBuffer<T: DeviceRepr> {
     slice: PinnedHostSlice<T>,
     ordinal: usize,
-    /// Recorded on the copy stream after the last upload that read this buffer.
-    last_upload: Option<CudaEvent>,
+    /// Recorded on the copy stream after the last upload that read this buffer (shared with
+    /// the uploaded tensor, which the compute stream waits for with it).
+    last_upload: Option<Arc<CudaEvent>>,
 }
 
 fn driver_error(op: &'static str) -> impl Fn(cudarc::driver::DriverError) -> CoreError {
@@ -94,12 +96,18 @@ impl<T: DeviceRepr + ValidAsZeroBits> PinnedBuffer<T> {
     }
 
     /// Queues a copy of the first `len` elements to device address `dst` on `copy` and
-    /// remembers it, so that the host waits for it before writing here again.
+    /// remembers it, so that the host waits for it before writing here again. Returns the
+    /// event recorded after the copy.
     ///
     /// # Safety
     /// `dst` must address at least `len` elements of `T` that nothing else reads or writes
     /// until the copy has completed on `copy`.
-    pub(crate) unsafe fn copy_to_device(&mut self, dst: u64, len: usize, copy: &CudaStream) -> Result<()> {
+    pub(crate) unsafe fn copy_to_device(
+        &mut self,
+        dst: u64,
+        len: usize,
+        copy: &CudaStream,
+    ) -> Result<Arc<CudaEvent>> {
         const OP: &str = "uploading from page-locked memory (cuMemcpyHtoDAsync)";
         if len > self.len() {
             return Err(CoreError::invalid(
@@ -117,11 +125,13 @@ impl<T: DeviceRepr + ValidAsZeroBits> PinnedBuffer<T> {
         // The host waits on this event (a blocking wait, not a spin) before writing here again.
         match copy.record_event(Some(CUevent_flags::CU_EVENT_BLOCKING_SYNC)) {
             Ok(e) => {
-                self.last_upload = Some(e);
-                Ok(())
+                let e = Arc::new(e);
+                self.last_upload = Some(e.clone());
+                Ok(e)
             }
             Err(e) => {
-                // Without the event nothing would keep the buffer until the copy has read it.
+                // Without the event nothing would keep the buffer (or the block written) until
+                // the copy has read it.
                 let _ = copy.synchronize();
                 Err(driver_error(OP)(e))
             }
@@ -139,27 +149,17 @@ impl<T: DeviceRepr> Drop for PinnedBuffer<T> {
 }
 
 impl super::Storage {
-    /// A storage on GPU `ordinal` (a block of its caching allocator, allocated now, on the
+    /// A storage on `src`'s GPU (a block of its caching allocator, allocated now, on the
     /// calling thread's tracker) into which the first `len` elements of `src` are being
     /// copied on the GPU's copy stream, after the compute work queued so far. Returns it with
-    /// the event after which it holds the values: nothing may read it on the compute stream
-    /// before that stream waits for the event.
+    /// the event after which it holds the values (`None` for 0 elements): nothing may read it
+    /// on the compute stream before that stream waits for the event.
     pub(crate) fn upload_pinned<T: DeviceRepr + ValidAsZeroBits + super::Element>(
         src: &mut PinnedBuffer<T>,
         len: usize,
-        ordinal: usize,
         kind: crate::MemoryKind,
-    ) -> Result<(super::Storage, Option<CudaEvent>)> {
-        const OP: &str = "uploading a batch";
-        if src.ordinal() != ordinal {
-            return Err(CoreError::invalid(
-                OP,
-                format!(
-                    "page-locked memory of GPU {} cannot upload to GPU {ordinal}",
-                    src.ordinal()
-                ),
-            ));
-        }
+    ) -> Result<(super::Storage, Option<Arc<CudaEvent>>)> {
+        let ordinal = src.ordinal();
         let copy = crate::cuda::copy_stream(ordinal)?;
         let mut done = None;
         let storage = Self::gpu(T::DTYPE, len, ordinal, kind, |data, _| {
@@ -172,18 +172,8 @@ impl super::Storage {
             // SAFETY: `data` is this new storage's block of `len` elements of `T`, which nothing
             // else can reach until the storage is handed out, and the caller orders every read
             // after `done`.
-            unsafe { src.copy_to_device(data.device_ptr(), len, &copy)? };
-            match copy.record_event(None) {
-                Ok(e) => {
-                    done = Some(e);
-                    Ok(())
-                }
-                Err(e) => {
-                    // The block goes back to the pool on this error: only after the copy.
-                    let _ = copy.synchronize();
-                    Err(driver_error(OP)(e))
-                }
-            }
+            done = Some(unsafe { src.copy_to_device(data.device_ptr(), len, &copy)? });
+            Ok(())
         })?;
         Ok((storage, done))
     }

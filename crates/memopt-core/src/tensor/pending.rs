@@ -15,7 +15,7 @@ use std::sync::Arc;
 pub struct PendingTensor {
     tensor: Option<Tensor>,
     /// GPU and the event recorded after the upload, on a GPU.
-    upload: Option<(usize, CudaEvent)>,
+    upload: Option<(usize, Arc<CudaEvent>)>,
 }
 
 impl PendingTensor {
@@ -59,20 +59,19 @@ impl Drop for PendingTensor {
 }
 
 impl Tensor {
-    /// The first `shape`'s element count of `src`, uploaded to GPU `ordinal` into a new
-    /// tensor recorded with `kind` (allocated now, on the calling thread's tracker), copied on
-    /// the GPU's copy stream after the compute work queued so far. `src` waits for the copy
-    /// before the host writes into it again.
+    /// The first `shape`'s element count of `src`, uploaded to `src`'s GPU into a new tensor
+    /// recorded with `kind` (allocated now, on the calling thread's tracker), copied on the
+    /// GPU's copy stream after the compute work queued so far. `src` waits for the copy before
+    /// the host writes into it again.
     pub fn upload_pinned<T: Element + DeviceRepr + ValidAsZeroBits>(
         src: &mut PinnedBuffer<T>,
         shape: impl Into<Shape>,
-        ordinal: usize,
         kind: MemoryKind,
     ) -> Result<PendingTensor> {
         let shape = shape.into();
         let len = shape.elem_count_for("Tensor::upload_pinned")?;
-        let (storage, done) = Storage::upload_pinned(src, len, ordinal, kind)?;
-        let upload = done.map(|e| (ordinal, e));
+        let (storage, done) = Storage::upload_pinned(src, len, kind)?;
+        let upload = done.map(|e| (src.ordinal(), e));
         // Dropped on an error, the block returns to the pool: through `PendingTensor`'s drop,
         // which orders the compute stream after the upload.
         let mut pending = PendingTensor { tensor: None, upload };
